@@ -1,0 +1,129 @@
+"""The one internal provider contract: LMSP 1.0 requests in, LMSP events out.
+
+Rules (DESIGN.md, "The data path")
+- Every provider kind (webllm, wasm, lmsp, openai, fixture) implements
+  `Provider.respond(request)`: an async iterator of `LmspEvent`s for one
+  submission, ending with a terminal event (6.3). A provider whose service
+  answers synchronously turns the response object into the same events
+  (`events_from_response`), so the runtime normalises output in one place
+  (`translate.LmspToNap`).
+- A provider never sees a napplet, an endpoint or a NAP-LLM record: the
+  shell validates, asks consent, translates and only then calls `respond`.
+- Failures are raised as `ProviderFailure` (errors.py), never as raw
+  exceptions carrying a service body; the shell turns any other exception
+  into `provider-error` as well.
+- Cancellation is task cancellation: the shell cancels the task iterating
+  `respond`; a provider releases what it holds (aborts its fetch, interrupts
+  its engine, cancels its LMSP task) in `finally`/`aclose`, best effort, and
+  must not block the shell while doing so.
+- Providers talk to the outside through ports: `HttpPort` (browser `fetch`
+  or httpx under CPython) and engine ports defined by the engine providers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from ..lmsp import LmspEvent, LmspRequest, LmspResponse
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A route to one model that speaks LMSP 1.0 responses (section 6)."""
+
+    def respond(self, request: LmspRequest) -> AsyncIterator[LmspEvent]:
+        """Submit `request` and yield its events, the last one terminal.
+
+        Raises `errors.ProviderFailure` for a failed submission or stream.
+        """
+        ...
+
+
+class HttpResponse(Protocol):
+    """A received HTTP response whose body may still be streaming."""
+
+    status: int
+    headers: Mapping[str, str]  # lower-case names
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        ...
+
+    def iter_bytes(self) -> AsyncIterator[bytes]:
+        """The body as it arrives, chunk by chunk."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the connection (aborts a body still streaming)."""
+        ...
+
+
+class HttpPort(Protocol):
+    """The HTTP client a network provider uses (fetch in the browser, httpx here).
+
+    Raises `ConnectionError` (or a subclass) when no response arrives:
+    refused, reset, DNS, CORS or an aborted fetch.
+    """
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        json_body: Any = None,
+        timeout_s: float | None = None,
+    ) -> HttpResponse:
+        """Send one request; returns once the status and headers arrived."""
+        ...
+
+
+def events_from_response(response: LmspResponse) -> list[LmspEvent]:
+    """The event sequence (6.3) equivalent to a final synchronous response (6.2).
+
+    Shape: `response.created`, then `output_item.added`/`done` per item, then
+    the terminal event matching `status`. Items are passed through unparsed so
+    that malformed ones are judged in one place (`translate`).
+    """
+    rid = response.id
+    events = [LmspEvent(event="response.created", data={"response_id": rid, "status": "in_progress"})]
+    for index, item in enumerate(response.output):
+        events.append(
+            LmspEvent(
+                event="response.output_item.added",
+                data={"response_id": rid, "output_index": index, "item": item},
+            )
+        )
+        events.append(
+            LmspEvent(
+                event="response.output_item.done",
+                data={"response_id": rid, "output_index": index, "item": item},
+            )
+        )
+    usage = response.usage.model_dump(exclude_none=True) if response.usage else None
+    status = response.status
+    if status == "completed":
+        data: dict[str, Any] = {"response_id": rid, "status": status}
+        if usage is not None:
+            data["usage"] = usage
+        events.append(LmspEvent(event="response.completed", data=data))
+    elif status == "incomplete":
+        details = (
+            response.incomplete_details.model_dump(exclude_none=True)
+            if response.incomplete_details
+            else {}
+        )
+        data = {"response_id": rid, "status": status, "incomplete_details": details}
+        if usage is not None:
+            data["usage"] = usage
+        events.append(LmspEvent(event="response.incomplete", data=data))
+    elif status == "cancelled":
+        events.append(LmspEvent(event="response.cancelled", data={"response_id": rid, "status": status}))
+    else:
+        # failed, or a non-final status where a final one was required
+        error = response.error.model_dump(exclude_none=True) if response.error else {}
+        events.append(
+            LmspEvent(event="response.failed", data={"response_id": rid, "status": "failed", "error": error})
+        )
+    return events
