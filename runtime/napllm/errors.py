@@ -80,7 +80,9 @@ class ProviderFailure(Exception):
     context window or rate limit). `user_hint` is shown in the shell's own UI
     only, for example "the service rejected the access token"; it must not
     contain the provider's body either. `detail` is kept for the developer
-    log of the shell and is never put in an envelope.
+    log of the shell and is never put in an envelope. `safe_message`
+    optionally replaces the code's fixed napplet-facing sentence; it must be
+    written by napllm, never copied from a service.
     """
 
     def __init__(
@@ -89,12 +91,18 @@ class ProviderFailure(Exception):
         *,
         user_hint: str | None = None,
         detail: str | None = None,
+        safe_message: str | None = None,
     ) -> None:
         self.code = code
         self.user_hint = user_hint
         self.detail = detail
+        self.safe_message = safe_message
         super().__init__(code.value)
 
     def to_nap_error(self) -> NapError:
-        """The napplet-facing error: the code with its fixed safe message."""
-        return NapError(self.code)
+        """The napplet-facing error: the code with its safe message.
+
+        `safe_message` must be a sentence written by napllm itself (never
+        text from the service); without one, the code's fixed message is used.
+        """
+        return NapError(self.code, self.safe_message)
