@@ -1,0 +1,848 @@
+#!/usr/bin/env python3
+"""Build the static napllm shell into ``dist/`` from the package registries only.
+
+Rules
+- Every byte in ``dist/`` comes from this repository, from npm (through the
+  committed ``package-lock.json``) or from PyPI (through the pinned wheels in
+  ``WHEELS`` below, each checked against its sha256). Nothing is fetched at run
+  time from anywhere but the page's own origin, and every URL the build writes
+  is relative, so the shell works from any sub-path.
+- Pyodide is served from ``dist/pyodide/`` with a ``pyodide-lock.json`` merged
+  with our wheels, so ``pyodide.loadPackage("napllm")`` and
+  ``micropip.install("napllm")`` resolve every dependency by name, offline.
+- The build is idempotent: set-up steps (``npm ci``, ``pip download``, the
+  ``napllm`` wheel, the esbuild bundles) are skipped when their inputs did not
+  change, files are copied only when they differ, and files in ``dist/`` that
+  the build no longer produces are removed.
+- ``python build.py serve`` serves ``dist/`` with the headers the shell needs:
+  ``Cross-Origin-Opener-Policy: same-origin`` and
+  ``Cross-Origin-Embedder-Policy: require-corp`` (cross-origin isolation, so
+  wllama can use threads), ``Cross-Origin-Resource-Policy: same-origin``,
+  exact MIME types for wasm/JavaScript/JSON/manifests and
+  ``Cache-Control: no-cache`` (always revalidate).
+
+Layout of ``dist/`` (the contract for the host page and the tests)::
+
+    index.html, *.js, *.css, ...      web/ (without web/vendor-entry/)
+    pyodide/                          Pyodide runtime + our wheels + merged lock
+    vendor/wllama/wllama.js           @wllama/wllama ESM bundle (exports wasmPaths)
+    vendor/wllama/wllama.wasm
+    vendor/web-llm/web-llm.js         @mlc-ai/web-llm ESM bundle
+    vendor/pyscript/core.js, core.css @pyscript/core dist
+    vendor/pyscript/config.json       PyScript config: local Pyodide, packages ["napllm"]
+    napplets/<name>/index.html        example napplets
+    napplets/index.json               [{"name", "title", "path"}]
+    models/tinychat/tiny-chat-q8_0.gguf
+    build-info.json                   versions and file sizes
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import email.parser
+import fcntl
+import functools
+import gzip
+import hashlib
+import html.parser
+import http.server
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+ROOT = Path(__file__).resolve().parent
+DIST = ROOT / "dist"
+BUILD = ROOT / "build"
+WHEEL_CACHE = BUILD / "wheels"
+STAMPS = BUILD / "stamps"
+NODE_MODULES = ROOT / "node_modules"
+WEB = ROOT / "web"
+NAPPLETS = ROOT / "napplets"
+MODEL_DIR = ROOT / "models" / "tinychat"
+MODEL_FILE = "tiny-chat-q8_0.gguf"
+
+#: Pyodide's ABI for Python 3.14 (pyodide 314.x): the platform tag of its wheels.
+PYODIDE_PLATFORM = "pyemscripten_2026_0_wasm32"
+PYODIDE_PYTHON = "3.14"
+
+#: Marker environment of Pyodide, used to drop requirements that do not apply there.
+PYODIDE_MARKERS = {
+    "python_version": PYODIDE_PYTHON,
+    "python_full_version": PYODIDE_PYTHON + ".2",
+    "sys_platform": "emscripten",
+    "platform_system": "Emscripten",
+    "platform_machine": "wasm32",
+    "os_name": "posix",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "extra": "",
+}
+
+
+@dataclass(frozen=True)
+class Wheel:
+    """A wheel taken from PyPI: project name, exact version, sha256 of the file.
+
+    ``platform`` is set only for the one binary wheel (pydantic_core for
+    Pyodide); all others are pure-Python wheels downloaded for Python 3.14.
+    """
+
+    name: str
+    version: str
+    sha256: str
+    platform: str | None = None
+
+    @property
+    def file_prefix(self) -> str:
+        """The start of the wheel's file name (PEP 427 escaping of the name)."""
+        return f"{re.sub(r'[-_.]+', '_', self.name).lower()}-{self.version}-"
+
+
+#: The Python side of dist/: pinned and hash-checked. pydantic 2.14.4 needs
+#: pydantic-core 2.50.5, the newest core with a Pyodide 314 wheel on PyPI.
+WHEELS: tuple[Wheel, ...] = (
+    Wheel("micropip", "0.11.1", "768de165adb8e66906039d8fec4127a57f522dfdf8e6fbff877a4616941ecfd3"),
+    Wheel("pydantic", "2.14.4", "653a2ad9f6d8858529c77c72717d0ea991d6c6837fe683246b2f4b2bbfc3fadc"),
+    Wheel(
+        "pydantic-core",
+        "2.50.5",
+        "b2910ec0fa5aeb9bef70156f2b79f4783978fdcfaa7b2f1b5d1814458d2e79a1",
+        platform=PYODIDE_PLATFORM,
+    ),
+    Wheel(
+        "typing-extensions",
+        "4.16.0",
+        "481caa481374e813c1b176ada14e97f1f67a4539ce9cfeb3f350d78d6370c2e8",
+    ),
+    Wheel(
+        "annotated-types",
+        "0.8.0",
+        "f072f4d804ea359e4eaf198b1af7a8b0943881a87f31bb764f8bf219bb9419e0",
+    ),
+    Wheel(
+        "typing-inspection",
+        "0.4.5",
+        "bc210535442b39e1bf2805e0c7a17dfd6a4ace760c84c7f7d16245d23a6b1c39",
+    ),
+    Wheel("jschon", "0.11.1", "2350e8b6747b17358022960f91208bea70de448b914827af3184d30e20500f0f"),
+    Wheel("rfc3986", "2.0.0", "50b1502b60e289cb37883f3dfd34532b8873c7de9f49bb546641ce9cbd256ebd"),
+)
+
+#: Files of the npm pyodide package that the browser needs (no maps, types, consoles).
+PYODIDE_FILES = (
+    "pyodide.mjs",
+    "pyodide.js",
+    "pyodide.asm.mjs",
+    "pyodide.asm.wasm",
+    "python_stdlib.zip",
+)
+
+#: esbuild bundles: (entry file under web/vendor-entry/, output path under dist/).
+BUNDLES = (
+    ("wllama.js", "vendor/wllama/wllama.js"),
+    ("web-llm.js", "vendor/web-llm/web-llm.js"),
+)
+
+#: Extra MIME types for the development server (the stdlib map lacks or varies on these).
+MIME_TYPES = {
+    ".wasm": "application/wasm",
+    ".js": "text/javascript",
+    ".mjs": "text/javascript",
+    ".json": "application/json",
+    ".webmanifest": "application/manifest+json",
+    ".whl": "application/octet-stream",
+    ".gguf": "application/octet-stream",
+    ".zip": "application/zip",
+    ".css": "text/css",
+    ".html": "text/html",
+    ".svg": "image/svg+xml",
+}
+
+
+class BuildError(RuntimeError):
+    """A build step failed; the message says which and why."""
+
+
+def log(message: str) -> None:
+    """Print one progress line to stderr."""
+    print(f"[build] {message}", file=sys.stderr, flush=True)
+
+
+def sha256_file(path: Path) -> str:
+    """Return the hex sha256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(functools.partial(f.read, 1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def run(cmd: list[str], cwd: Path = ROOT) -> None:
+    """Run a command, raising BuildError with its output when it fails."""
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr)[-4000:]
+        raise BuildError(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{tail}")
+
+
+def stamp_matches(name: str, value: str) -> bool:
+    """True when the stamp file ``build/stamps/<name>`` holds ``value``."""
+    path = STAMPS / name
+    return path.is_file() and path.read_text() == value
+
+
+def write_stamp(name: str, value: str) -> None:
+    """Record ``value`` as the input digest of a finished set-up step."""
+    STAMPS.mkdir(parents=True, exist_ok=True)
+    (STAMPS / name).write_text(value)
+
+
+class DistWriter:
+    """Writes files into dist/ only when they differ, and remembers what it wrote.
+
+    At the end of a build, :meth:`prune` removes every file of dist/ that this
+    build did not produce (a napplet that was deleted, an old bundle name).
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.written: set[Path] = set()
+
+    def copy(self, src: Path, rel: str) -> Path:
+        """Copy ``src`` to ``dist/<rel>`` unless an identical copy is there."""
+        dst = self.root / rel
+        self.written.add(dst)
+        if dst.is_file():
+            s, d = src.stat(), dst.stat()
+            if s.st_size == d.st_size and int(s.st_mtime) == int(d.st_mtime):
+                return dst
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_name(dst.name + ".tmp")
+        shutil.copy2(src, tmp)
+        tmp.chmod(0o644)
+        os.replace(tmp, dst)
+        return dst
+
+    def write_bytes(self, rel: str, data: bytes) -> Path:
+        """Write ``data`` to ``dist/<rel>`` unless the file already holds it."""
+        dst = self.root / rel
+        self.written.add(dst)
+        if dst.is_file() and dst.read_bytes() == data:
+            return dst
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_name(dst.name + ".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, dst)
+        return dst
+
+    def write_json(self, rel: str, value: Any) -> Path:
+        """Write ``value`` as indented UTF-8 JSON to ``dist/<rel>``."""
+        text = json.dumps(value, indent=1, ensure_ascii=False, sort_keys=False) + "\n"
+        return self.write_bytes(rel, text.encode())
+
+    def claim(self, rel: str) -> Path:
+        """Mark a file produced by an external tool (esbuild) as part of this build."""
+        dst = self.root / rel
+        self.written.add(dst)
+        return dst
+
+    def prune(self) -> int:
+        """Delete files of dist/ not written by this build, then empty folders."""
+        removed = 0
+        for path in sorted(self.root.rglob("*"), reverse=True):
+            if path.is_file() or path.is_symlink():
+                if path not in self.written:
+                    path.unlink()
+                    removed += 1
+            elif path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
+        return removed
+
+
+# --------------------------------------------------------------------------- set-up
+
+
+def ensure_node_modules() -> None:
+    """Install the npm packages from the committed lock (``npm ci``) when needed.
+
+    Skipped when ``node_modules/`` was installed from the same
+    ``package-lock.json`` (digest kept in ``build/stamps/npm``). Install
+    scripts are not run: none of our packages needs one (esbuild finds its
+    binary through its optional platform package).
+    """
+    lock = ROOT / "package-lock.json"
+    if not lock.is_file():
+        raise BuildError("package-lock.json is missing; run `npm install` once and commit it")
+    digest = sha256_file(lock)
+    if stamp_matches("npm", digest) and (NODE_MODULES / ".package-lock.json").is_file():
+        return
+    if shutil.which("npm") is None:
+        raise BuildError("npm is not installed (Node 20 or newer is required)")
+    log("npm ci (from package-lock.json)")
+    run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"])
+    write_stamp("npm", digest)
+
+
+def npm_version(package: str) -> str:
+    """The installed version of an npm package (from its package.json)."""
+    meta = json.loads((NODE_MODULES / package / "package.json").read_text())
+    return str(meta["version"])
+
+
+def find_cached_wheel(wheel: Wheel) -> Path | None:
+    """The cached file of ``wheel`` in build/wheels/ if present with the right sha256."""
+    for path in sorted(WHEEL_CACHE.glob(wheel.file_prefix + "*.whl")):
+        if sha256_file(path) == wheel.sha256:
+            return path
+    return None
+
+
+def fetch_wheels() -> dict[str, Path]:
+    """Download the pinned wheels from PyPI into build/wheels/ (once), hash-checked.
+
+    Pure wheels are downloaded for Python 3.14; pydantic-core as its Pyodide
+    build (``cp314-pyemscripten_2026_0_wasm32``). pip verifies each file
+    against the sha256 in ``WHEELS`` (``--require-hashes``).
+
+    Returns: canonical project name -> wheel path.
+    Raises: BuildError when pip fails or a hash does not match.
+    """
+    WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+    found: dict[str, Path] = {}
+    for wheel in WHEELS:
+        path = find_cached_wheel(wheel)
+        if path is None:
+            log(f"pip download {wheel.name}=={wheel.version}")
+            with tempfile.TemporaryDirectory() as tmp:
+                req = Path(tmp) / "requirements.txt"
+                req.write_text(f"{wheel.name}=={wheel.version} --hash=sha256:{wheel.sha256}\n")
+                cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps"]
+                cmd += ["--only-binary=:all:", "--python-version", PYODIDE_PYTHON]
+                if wheel.platform:
+                    cmd += ["--platform", wheel.platform, "--implementation", "cp"]
+                    cmd += ["--abi", "cp" + PYODIDE_PYTHON.replace(".", "")]
+                cmd += ["--require-hashes", "-r", str(req), "-d", str(WHEEL_CACHE)]
+                run(cmd)
+            path = find_cached_wheel(wheel)
+            if path is None:
+                raise BuildError(f"{wheel.name}=={wheel.version}: no wheel with the pinned sha256")
+        found[canonical_name(wheel.name)] = path
+    return found
+
+
+def napllm_sources() -> list[Path]:
+    """The files that make up the napllm wheel (package sources and metadata)."""
+    files = [ROOT / "pyproject.toml"]
+    files += [ROOT / name for name in ("README.md", "LICENSE") if (ROOT / name).is_file()]
+    for path in sorted((ROOT / "runtime").rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            files.append(path)
+    return files
+
+
+def tree_digest(files: list[Path]) -> str:
+    """A sha256 over the relative paths and contents of ``files``."""
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def build_napllm_wheel() -> Path:
+    """Build the ``napllm`` wheel with ``pip wheel --no-deps`` (cached by source digest).
+
+    The sources are staged into a temporary copy first: setuptools keeps a
+    ``build/lib`` tree next to the project that would otherwise mix stale
+    modules into the wheel and collide with our own ``build/`` cache.
+
+    Returns: the path of the wheel in build/napllm-wheel/.
+    """
+    files = napllm_sources()
+    digest = tree_digest(files)
+    out = BUILD / "napllm-wheel"
+    existing = sorted(out.glob("napllm-*.whl"))
+    if stamp_matches("napllm-wheel", digest) and len(existing) == 1:
+        return existing[0]
+    log("pip wheel napllm")
+    with tempfile.TemporaryDirectory() as tmp:
+        stage = Path(tmp) / "src"
+        for path in files:
+            target = stage / path.relative_to(ROOT)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+        wheel_dir = Path(tmp) / "wheel"
+        run(
+            [
+                *(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps"),
+                *("-w", str(wheel_dir), str(stage)),
+            ]
+        )
+        built = sorted(wheel_dir.glob("napllm-*.whl"))
+        if len(built) != 1:
+            raise BuildError("pip wheel did not produce exactly one napllm wheel")
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        result = out / built[0].name
+        shutil.copy2(built[0], result)
+    write_stamp("napllm-wheel", digest)
+    return result
+
+
+# --------------------------------------------------------------------------- Pyodide
+
+
+def canonical_name(name: str) -> str:
+    """PEP 503 normalised project name (``Typing_Extensions`` -> ``typing-extensions``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_applies(marker: str) -> bool:
+    """Whether a Requires-Dist marker holds in Pyodide without extras."""
+    try:
+        from packaging.markers import Marker
+    except ImportError:  # pip always vendors the same library
+        from pip._vendor.packaging.markers import Marker  # type: ignore[assignment]
+    return bool(Marker(marker).evaluate(dict(PYODIDE_MARKERS)))
+
+
+def wheel_lock_entry(path: Path) -> dict[str, Any]:
+    """A ``pyodide-lock.json`` package entry for one wheel.
+
+    Shape: ``{name, version, file_name, install_dir, sha256, package_type,
+    imports, depends, unvendored_tests}``. ``depends`` comes from the wheel's
+    ``Requires-Dist`` metadata, without extras and without requirements whose
+    environment marker is false in Pyodide; ``imports`` are the wheel's
+    top-level modules.
+    """
+    with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+        meta_name = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        meta = email.parser.Parser().parsestr(zf.read(meta_name).decode())
+    tops = set()
+    for n in names:
+        top = n.split("/")[0]
+        if top.endswith((".dist-info", ".data")):
+            continue
+        tops.add(top.removesuffix(".py"))
+    depends = []
+    for req in meta.get_all("Requires-Dist") or []:
+        spec, _, marker = req.partition(";")
+        if marker.strip() and not _requirement_applies(marker.strip()):
+            continue
+        match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", spec)
+        if match:
+            depends.append(canonical_name(match.group(1)))
+    return {
+        "name": canonical_name(meta["Name"]),
+        "version": meta["Version"],
+        "file_name": path.name,
+        "install_dir": "site",
+        "sha256": sha256_file(path),
+        "package_type": "package",
+        "imports": sorted(tops),
+        "depends": sorted(set(depends)),
+        "unvendored_tests": False,
+    }
+
+
+def copy_pyodide(out: DistWriter, wheels: list[Path]) -> dict[str, Any]:
+    """Copy Pyodide into dist/pyodide/ with our wheels and a merged lock file.
+
+    Our entries replace Pyodide's own for the same names (micropip, pydantic,
+    pydantic-core, typing-*, annotated-types) and add jschon, rfc3986 and
+    napllm, so ``loadPackage(name)`` and ``micropip.install(name)`` find them
+    in the lock and load them from the same folder.
+
+    Returns: the merged lock's ``info`` plus our package versions.
+    """
+    src = NODE_MODULES / "pyodide"
+    for name in PYODIDE_FILES:
+        out.copy(src / name, f"pyodide/{name}")
+    lock = json.loads((src / "pyodide-lock.json").read_text())
+    ours: dict[str, str] = {}
+    entries = [wheel_lock_entry(path) for path in wheels]
+    for path, entry in zip(wheels, entries, strict=True):
+        key = entry["name"]
+        lock["packages"][key] = {**lock["packages"].get(key, {}), **entry}
+        ours[key] = entry["version"]
+        out.copy(path, f"pyodide/{path.name}")
+    for entry in entries:
+        missing = [d for d in entry["depends"] if d not in ours]
+        if missing:
+            raise BuildError(f"{entry['name']} depends on {missing}, which no wheel provides")
+    out.write_bytes("pyodide/pyodide-lock.json", json.dumps(lock, separators=(",", ":")).encode())
+    return {"info": lock["info"], "packages": ours}
+
+
+# --------------------------------------------------------------------------- JavaScript
+
+
+def bundle_js(out: DistWriter) -> None:
+    """Bundle wllama and web-llm with esbuild into dist/vendor/ (ESM, minified).
+
+    Entries are ``web/vendor-entry/*.js``. The wllama bundle gets its
+    ``wllama.wasm`` next to it. Skipped when the lock, the entries and the
+    outputs are unchanged.
+    """
+    esbuild = NODE_MODULES / ".bin" / "esbuild"
+    entries = ROOT / "web" / "vendor-entry"
+    digest = hashlib.sha256(sha256_file(ROOT / "package-lock.json").encode())
+    for entry, _ in BUNDLES:
+        digest.update((entries / entry).read_bytes())
+    outputs = [out.claim(rel) for _, rel in BUNDLES]
+    if not (stamp_matches("esbuild", digest.hexdigest()) and all(p.is_file() for p in outputs)):
+        for (entry, rel), dst in zip(BUNDLES, outputs, strict=True):
+            log(f"esbuild {rel}")
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            run(
+                [
+                    *(str(esbuild), str(entries / entry), "--bundle", "--format=esm"),
+                    *("--minify", "--target=es2022", "--log-level=warning", f"--outfile={dst}"),
+                ]
+            )
+        write_stamp("esbuild", digest.hexdigest())
+    out.copy(
+        NODE_MODULES / "@wllama" / "wllama" / "esm" / "wasm" / "wllama.wasm",
+        "vendor/wllama/wllama.wasm",
+    )
+
+
+def copy_pyscript(out: DistWriter) -> None:
+    """Copy @pyscript/core's dist/ to dist/vendor/pyscript/ and write its config.
+
+    ``config.json`` points the interpreter at the local Pyodide
+    (``../pyodide/pyodide.mjs``, relative to the config file) and asks for
+    ``napllm`` by name, which the merged lock resolves offline. A page uses
+    ``<script type="py" config="vendor/pyscript/config.json">``.
+    """
+    src = NODE_MODULES / "@pyscript" / "core" / "dist"
+    for path in sorted(src.iterdir()):
+        if path.is_file() and not path.name.endswith(".map"):
+            out.copy(path, f"vendor/pyscript/{path.name}")
+    config = {"interpreter": "../pyodide/pyodide.mjs", "packages": ["napllm"]}
+    out.write_json("vendor/pyscript/config.json", config)
+
+
+# --------------------------------------------------------------------------- content
+
+
+def copy_web(out: DistWriter) -> int:
+    """Copy the host page (web/, without web/vendor-entry/) to the root of dist/.
+
+    A missing web/ is not an error (the build then has no host page).
+    Returns the number of files copied.
+    """
+    if not WEB.is_dir():
+        return 0
+    count = 0
+    for path in sorted(WEB.rglob("*")):
+        rel = path.relative_to(WEB)
+        if not path.is_file() or rel.parts[0] == "vendor-entry" or "__pycache__" in rel.parts:
+            continue
+        out.copy(path, rel.as_posix())
+        count += 1
+    return count
+
+
+class _TitleParser(html.parser.HTMLParser):
+    """Collects the text of the first <title> element of an HTML document."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._inside = False
+        self._done = False
+        self.parts: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "title" and not self._done:
+            self._inside = True
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title" and self._inside:
+            self._inside = False
+            self._done = True
+
+    def handle_data(self, data: str) -> None:
+        if self._inside:
+            self.parts.append(data)
+
+
+def html_title(path: Path) -> str:
+    """The whitespace-normalised <title> of an HTML file ('' when it has none)."""
+    parser = _TitleParser()
+    parser.feed(path.read_text(encoding="utf-8", errors="replace"))
+    parser.close()
+    return " ".join("".join(parser.parts).split())
+
+
+def copy_napplets(out: DistWriter) -> list[dict[str, str]]:
+    """Copy napplets/<name>/ to dist/napplets/ and write dist/napplets/index.json.
+
+    Only folders with an ``index.html`` are napplets; the index lists them
+    sorted by name as ``{"name", "title", "path"}`` with ``path`` relative to
+    dist/. A missing napplets/ gives an empty index.
+    """
+    index: list[dict[str, str]] = []
+    if NAPPLETS.is_dir():
+        for folder in sorted(p for p in NAPPLETS.iterdir() if p.is_dir()):
+            page = folder / "index.html"
+            if not page.is_file():
+                continue
+            for path in sorted(folder.rglob("*")):
+                rel = path.relative_to(NAPPLETS)
+                if path.is_file() and "__pycache__" not in rel.parts:
+                    out.copy(path, f"napplets/{rel.as_posix()}")
+            index.append(
+                {
+                    "name": folder.name,
+                    "title": html_title(page) or folder.name,
+                    "path": f"napplets/{folder.name}/index.html",
+                }
+            )
+    out.write_json("napplets/index.json", index)
+    return index
+
+
+def read_sha256sums(path: Path) -> dict[str, str]:
+    """Parse a ``sha256sum`` file: ``<hex>  <name>`` (or ``<hex> *<name>``) per line."""
+    sums: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        match = re.fullmatch(r"([0-9a-fA-F]{64}) [ *](.+)", line.strip())
+        if match:
+            sums[match.group(2)] = match.group(1).lower()
+    return sums
+
+
+def copy_model(out: DistWriter) -> dict[str, Any]:
+    """Copy the default model to dist/models/tinychat/, checking its sha256.
+
+    Raises: BuildError when the file is missing, unlisted in SHA256SUMS or
+    does not match it.
+    """
+    model = MODEL_DIR / MODEL_FILE
+    sums_file = MODEL_DIR / "SHA256SUMS"
+    if not model.is_file() or not sums_file.is_file():
+        raise BuildError(f"{model.relative_to(ROOT)} or its SHA256SUMS is missing")
+    expected = read_sha256sums(sums_file).get(MODEL_FILE)
+    actual = sha256_file(model)
+    if expected != actual:
+        raise BuildError(f"{MODEL_FILE}: sha256 {actual} does not match SHA256SUMS")
+    out.copy(model, f"models/tinychat/{MODEL_FILE}")
+    size = model.stat().st_size
+    return {"path": f"models/tinychat/{MODEL_FILE}", "sha256": actual, "bytes": size}
+
+
+def write_build_info(
+    out: DistWriter, pyodide: dict[str, Any], model: dict[str, Any], napplets: int
+) -> dict[str, Any]:
+    """Write dist/build-info.json: versions and the size of every file in dist/.
+
+    Shape: ``{"pyodide", "python", "packages": {name: version}, "napllm",
+    "wllama", "web-llm", "pyscript", "model": {path, sha256, bytes},
+    "napplets", "files": {relative path: bytes}, "total_bytes"}``.
+    """
+    files = {
+        p.relative_to(out.root).as_posix(): p.stat().st_size
+        for p in sorted(out.written)
+        if p.is_file() and p.name != "build-info.json"
+    }
+    info = {
+        "pyodide": npm_version("pyodide"),
+        "python": pyodide["info"].get("python"),
+        "packages": dict(sorted(pyodide["packages"].items())),
+        "pydantic": pyodide["packages"].get("pydantic"),
+        "pydantic_core": pyodide["packages"].get("pydantic-core"),
+        "napllm": pyodide["packages"].get("napllm"),
+        "wllama": npm_version("@wllama/wllama"),
+        "web-llm": npm_version("@mlc-ai/web-llm"),
+        "pyscript": npm_version("@pyscript/core"),
+        "model": model,
+        "napplets": napplets,
+        "files": files,
+        "total_bytes": sum(files.values()),
+    }
+    out.write_json("build-info.json", info)
+    return info
+
+
+# --------------------------------------------------------------------------- build
+
+
+def build_inputs() -> list[Path]:
+    """Every source file whose change makes dist/ stale (for the test harness)."""
+    files = [ROOT / "build.py", ROOT / "package-lock.json", *napllm_sources()]
+    files += [MODEL_DIR / MODEL_FILE, MODEL_DIR / "SHA256SUMS"]
+    for folder in (WEB, NAPPLETS):
+        if folder.is_dir():
+            files += [p for p in folder.rglob("*") if p.is_file()]
+    return [p for p in files if p.is_file()]
+
+
+def dist_is_stale() -> bool:
+    """True when dist/ is missing or older than any of its sources."""
+    info = DIST / "build-info.json"
+    if not info.is_file():
+        return True
+    built = info.stat().st_mtime
+    return any(p.stat().st_mtime > built for p in build_inputs())
+
+
+@contextlib.contextmanager
+def build_lock() -> Iterator[None]:
+    """Hold an exclusive lock on build/.lock so concurrent builds run one at a time."""
+    BUILD.mkdir(parents=True, exist_ok=True)
+    with (BUILD / ".lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build(*, gzip_sizes: bool = False) -> dict[str, Any]:
+    """Run every step and return the build info (see :func:`write_build_info`).
+
+    Raises: BuildError (with the failing step's reason) on any failure.
+    """
+    started = time.monotonic()
+    with build_lock():
+        ensure_node_modules()
+        wheels = fetch_wheels()
+        napllm = build_napllm_wheel()
+        out = DistWriter(DIST)
+        DIST.mkdir(exist_ok=True)
+        pyodide = copy_pyodide(out, [*wheels.values(), napllm])
+        bundle_js(out)
+        copy_pyscript(out)
+        copy_web(out)
+        napplets = copy_napplets(out)
+        model = copy_model(out)
+        info = write_build_info(out, pyodide, model, len(napplets))
+        out.prune()
+        os.utime(DIST / "build-info.json")
+    elapsed = time.monotonic() - started
+    summary = f"dist/: {len(info['files'])} files, {info['total_bytes'] / 1e6:.1f} MB"
+    if gzip_sizes:
+        packed = sum(len(gzip.compress((DIST / rel).read_bytes(), 6)) for rel in info["files"])
+        summary += f" ({packed / 1e6:.1f} MB gzip)"
+    print(f"{summary}, built in {elapsed:.1f} s", flush=True)
+    return info
+
+
+def clean() -> None:
+    """Remove dist/ and the build cache build/ (node_modules/ is kept)."""
+    for path in (DIST, BUILD):
+        shutil.rmtree(path, ignore_errors=True)
+    print("removed dist/ and build/")
+
+
+# --------------------------------------------------------------------------- serving
+
+
+class DistRequestHandler(http.server.SimpleHTTPRequestHandler):
+    """Static file handler for dist/ with cross-origin isolation and exact MIME types.
+
+    Adds ``Cross-Origin-Opener-Policy: same-origin``,
+    ``Cross-Origin-Embedder-Policy: require-corp``,
+    ``Cross-Origin-Resource-Policy: same-origin`` and ``Cache-Control:
+    no-cache`` to every response. Set the class attribute ``quiet`` to
+    silence the access log (errors are still printed).
+    """
+
+    # typeshed declares extensions_map an instance attribute, hence no ClassVar.
+    extensions_map = {  # noqa: RUF012
+        **http.server.SimpleHTTPRequestHandler.extensions_map,
+        **MIME_TYPES,
+    }
+    quiet: ClassVar[bool] = False
+
+    def end_headers(self) -> None:
+        self.send_header("Cross-Origin-Opener-Policy", "same-origin")
+        self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
+        self.send_header("Cross-Origin-Resource-Policy", "same-origin")
+        self.send_header("Cache-Control", "no-cache")
+        super().end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if not self.quiet:
+            super().log_message(format, *args)
+
+    def log_error(self, format: str, *args: Any) -> None:
+        super().log_message(format, *args)
+
+
+class DistServer(http.server.ThreadingHTTPServer):
+    """ThreadingHTTPServer that does not print tracebacks for clients that hang up."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
+def make_server(
+    directory: Path = DIST, host: str = "127.0.0.1", port: int = 0, *, quiet: bool = False
+) -> DistServer:
+    """Create (not start) a server for ``directory``; port 0 picks a free port."""
+    handler = type("Handler", (DistRequestHandler,), {"quiet": quiet})
+    return DistServer((host, port), functools.partial(handler, directory=str(directory)))
+
+
+def serve(host: str, port: int) -> None:
+    """Serve dist/ until interrupted, printing its URL."""
+    if not (DIST / "build-info.json").is_file():
+        raise BuildError("dist/ is not built; run `python build.py` first")
+    server = make_server(DIST, host, port)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"serving dist/ at http://{shown}:{server.server_address[1]}/", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``build.py [build|serve|clean]``; returns the exit status."""
+    parser = argparse.ArgumentParser(description="Build dist/ for the napllm shell.")
+    sub = parser.add_subparsers(dest="command")
+    b = sub.add_parser("build", help="build dist/ (the default)")
+    b.add_argument("--gzip", action="store_true", help="also print the gzip size of dist/")
+    s = sub.add_parser("serve", help="build, then serve dist/ with COOP/COEP headers")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--no-build", action="store_true", help="serve the existing dist/")
+    sub.add_parser("clean", help="remove dist/ and build/")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "clean":
+            clean()
+        elif args.command == "serve":
+            if not args.no_build:
+                build()
+            serve(args.host, args.port)
+        else:
+            build(gzip_sizes=getattr(args, "gzip", False))
+    except BuildError as exc:
+        print(f"build failed: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
