@@ -87,7 +87,9 @@ def events_from_response(response: LmspResponse) -> list[LmspEvent]:
     that malformed ones are judged in one place (`translate`).
     """
     rid = response.id
-    events = [LmspEvent(event="response.created", data={"response_id": rid, "status": "in_progress"})]
+    events = [
+        LmspEvent(event="response.created", data={"response_id": rid, "status": "in_progress"})
+    ]
     for index, item in enumerate(response.output):
         events.append(
             LmspEvent(
@@ -119,11 +121,16 @@ def events_from_response(response: LmspResponse) -> list[LmspEvent]:
             data["usage"] = usage
         events.append(LmspEvent(event="response.incomplete", data=data))
     elif status == "cancelled":
-        events.append(LmspEvent(event="response.cancelled", data={"response_id": rid, "status": status}))
+        events.append(
+            LmspEvent(event="response.cancelled", data={"response_id": rid, "status": status})
+        )
     else:
         # failed, or a non-final status where a final one was required
         error = response.error.model_dump(exclude_none=True) if response.error else {}
         events.append(
-            LmspEvent(event="response.failed", data={"response_id": rid, "status": "failed", "error": error})
+            LmspEvent(
+                event="response.failed",
+                data={"response_id": rid, "status": "failed", "error": error},
+            )
         )
     return events

@@ -1,0 +1,168 @@
+"""The JSON Schema 2020-12 port (NAP-LLM, Tool: `parameters`).
+
+Rules
+- Tool `parameters` must be a valid JSON Schema draft 2020-12 document
+  whose root has `"type": "object"`; a malformed schema is
+  `invalid-request` (NAP-LLM, Tool).
+- Checking goes through one small port, `SchemaValidator`, so that each
+  environment uses a well-kept validator that loads there: `jsonschema`
+  under CPython, `jschon` (pure Python) in Pyodide, where `jsonschema`
+  cannot load because `rpds-py` has no WebAssembly wheel. Shared test
+  vectors (tests/unit/test_schema_port.py) prove both agree.
+- The port answers two questions: is a schema valid (`check_schema`), and
+  does an instance satisfy it (`is_valid`, used for `format: json` checks
+  by the LMSP service and tests). It never raises for bad input: it
+  returns a boolean.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any, Protocol
+
+
+class SchemaValidator(Protocol):
+    """A JSON Schema draft 2020-12 validator."""
+
+    name: str
+
+    def check_schema(self, schema: Any) -> bool:
+        """Whether `schema` is a valid 2020-12 schema (against the metaschema)."""
+        ...
+
+    def is_valid(self, schema: Any, instance: Any) -> bool:
+        """Whether `instance` satisfies `schema` (a schema already checked)."""
+        ...
+
+
+class JsonschemaValidator:
+    """`jsonschema`'s `Draft202012Validator` (CPython)."""
+
+    name = "jsonschema"
+
+    def __init__(self) -> None:
+        import jsonschema
+
+        self._cls = jsonschema.Draft202012Validator
+        self._error = jsonschema.SchemaError
+
+    def check_schema(self, schema: Any) -> bool:
+        """Metaschema check, then every `$ref` must resolve inside the document.
+
+        `check_schema` alone accepts a dangling `$ref`; jschon rejects it, and
+        a tool schema the provider cannot resolve is malformed, so both
+        validators agree on rejecting it.
+        """
+        try:
+            self._cls.check_schema(schema)
+            if isinstance(schema, dict):
+                from referencing import Registry
+                from referencing.jsonschema import DRAFT202012
+
+                resource = DRAFT202012.create_resource(schema)
+                resolver = (
+                    Registry()
+                    .with_resource("urn:napllm:tool", resource)
+                    .resolver(base_uri="urn:napllm:tool")
+                )
+                for ref in _refs(schema):
+                    resolver.lookup(ref)
+        except self._error:
+            return False
+        except Exception:  # unresolvable refs, pathological schemas: never crash
+            return False
+        return True
+
+    def is_valid(self, schema: Any, instance: Any) -> bool:
+        """Validate `instance`; any validator failure counts as invalid."""
+        try:
+            return bool(self._cls(schema).is_valid(instance))
+        except Exception:
+            return False
+
+
+class JschonValidator:
+    """`jschon` with the 2020-12 metaschema (pure Python; runs in Pyodide)."""
+
+    name = "jschon"
+
+    def __init__(self) -> None:
+        import jschon
+
+        self._jschon = jschon
+        self._catalog = _jschon_catalog()
+
+    def _schema(self, schema: Any) -> Any:
+        js = self._jschon
+        return js.JSONSchema(
+            _plain(schema), metaschema_uri=js.URI("https://json-schema.org/draft/2020-12/schema")
+        )
+
+    def check_schema(self, schema: Any) -> bool:
+        """Metaschema check, then reference resolution (an unresolvable `$ref` is invalid)."""
+        if not isinstance(schema, dict | bool):
+            return False
+        try:
+            compiled = self._schema(schema)
+            if not compiled.validate().valid:
+                return False
+        except Exception:
+            return False
+        return True
+
+    def is_valid(self, schema: Any, instance: Any) -> bool:
+        """Validate `instance`; any validator failure counts as invalid."""
+        try:
+            result = self._schema(schema).evaluate(self._jschon.JSON(_plain(instance)))
+            return bool(result.valid)
+        except Exception:
+            return False
+
+
+@functools.cache
+def _jschon_catalog() -> Any:
+    import jschon
+
+    return jschon.create_catalog("2020-12")
+
+
+def _refs(node: Any) -> list[str]:
+    """Every string `$ref` in a schema document, depth first."""
+    found: list[str] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, dict):
+            ref = current.get("$ref")
+            if isinstance(ref, str):
+                found.append(ref)
+            stack.extend(current.values())
+        elif isinstance(current, list):
+            stack.extend(current)
+    return found
+
+
+def _plain(value: Any) -> Any:
+    """A deep copy through JSON, so validators never share caller objects."""
+    return json.loads(json.dumps(value))
+
+
+_default: SchemaValidator | None = None
+
+
+def default_validator() -> SchemaValidator:
+    """The validator for this environment: jsonschema if importable, else jschon."""
+    global _default
+    if _default is None:
+        try:
+            _default = JsonschemaValidator()
+        except ImportError:
+            _default = JschonValidator()
+    return _default
+
+
+def set_default_validator(validator: SchemaValidator) -> None:
+    """Choose the validator explicitly (the browser edge and tests do)."""
+    global _default
+    _default = validator

@@ -1,0 +1,807 @@
+"""The shell: endpoints, accounts, handles, generations, consent, deadlines.
+
+Pure asyncio behind ports (no browser imports): `Transport` (envelopes to an
+endpoint), `Chooser` (the model chooser), `Consent` (the disclosure dialog),
+`ProviderFactory` (connection -> provider), `Clock` (deadlines) and an
+optional `Observer` (inspector, user notices).
+
+Rules (NAP-LLM, API Surface, Wire Protocol, Cancellation and deadlines,
+Shell Behavior, Security Considerations)
+- An *endpoint* is one loaded napplet document (DESIGN.md). Every request is
+  bound to the endpoint that sent it and to the current account; results,
+  deltas and cancellation go only to that endpoint. A closed endpoint gets
+  nothing more; its work is cancelled and its handles invalidated.
+- `select` offers only connections that meet every requirement (exact
+  model, images, json, tools); none -> `unsupported` without a dialog; the
+  user's decline -> `user-cancelled`. Never substitutes, never downgrades.
+- Handles are random, opaque and scoped to endpoint + account + connection
+  revision. Unknown, foreign, edited, removed, account-switched or
+  endpoint-closed handles are `selection-expired`, all alike.
+- `generate`: an *active* duplicate id gets `invalid-request` and starts
+  nothing (the original is unaffected). Order of checks: record and
+  conversation (`invalid-request`), handle (`selection-expired`),
+  connection support (`unsupported`), runtime policy (`quota-exceeded`),
+  then consent before *every* submission (decline -> `user-cancelled`,
+  zero submissions). A standing grant (opt-in, per napplet identity +
+  connection + account, until revoked or the page closes) counts as consent.
+  The selection is checked again after consent: a connection edited while
+  the dialog was open is never used (`selection-expired`).
+- Exactly one terminal result per request id; no delta after it. Settling is
+  immediate and never waits for the provider: `cancel` (this endpoint's
+  active generation only; true/false without revealing others), the policy
+  deadline (which includes the consent wait) -> `timeout`, endpoint close,
+  account switch and connection removal -> `cancelled`. Late provider output
+  is discarded.
+- Error messages are the runtime's own sentences; provider failures keep
+  their details for the shell UI and developer log only.
+- Tool calls are never executed by the runtime; they are returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from .connections import Connection, ConnectionRegistry
+from .errors import ErrorCode, NapError, ProviderFailure, unsupported
+from .providers.base import Provider
+from .records import (
+    Generation,
+    GenerationRequest,
+    ImagePart,
+    ModelRecord,
+    Requirements,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+)
+from .streaming import DeltaStream
+from .translate import OutputAssembler, check_supported, nap_to_lmsp
+from .wire import (
+    Cancel,
+    Describe,
+    Dropped,
+    Generate,
+    Malformed,
+    Select,
+    cancel_result,
+    error_result,
+    generation_result,
+    model_result,
+    parse_envelope,
+)
+
+log = logging.getLogger("napllm.shell")
+
+# --------------------------------------------------------------------------
+# Records the ports exchange
+
+
+@dataclass(frozen=True)
+class NappletIdentity:
+    """A napplet as loaded: `name` plus the sha256 (hex) of its exact bytes.
+
+    `domains`: the NAP domains exposed to it (the shell serves `llm` only if
+    present).
+    """
+
+    name: str
+    sha256: str
+    domains: frozenset[str] = frozenset({"llm"})
+
+    @property
+    def short_hash(self) -> str:
+        """The first 12 hex digits, for dialogs."""
+        return self.sha256[:12]
+
+    def to_json(self) -> dict[str, str]:
+        """`{"name", "sha256", "shortHash"}` for the UI."""
+        return {"name": self.name, "sha256": self.sha256, "shortHash": self.short_hash}
+
+
+@dataclass(frozen=True)
+class ChoiceRequest:
+    """What the chooser shows: who asks, what is required, which connections fit."""
+
+    endpoint_id: str
+    napplet: NappletIdentity
+    requirements: Requirements
+    candidates: list[Connection]
+
+    def to_json(self) -> dict[str, Any]:
+        """The chooser's input (no credentials, no settings)."""
+        return {
+            "napplet": self.napplet.to_json(),
+            "requirements": self.requirements.model_dump(exclude_none=True, by_alias=True),
+            "candidates": [
+                {
+                    "id": c.id,
+                    "name": c.name,
+                    "kind": c.kind,
+                    "model": c.model,
+                    "route": c.route,
+                    "charges": c.charges,
+                    "capabilities": {
+                        k: v for k, v in c.public_model("").items() if k not in _MODEL_IDENTITY
+                    },
+                }
+                for c in self.candidates
+            ],
+        }
+
+
+_MODEL_IDENTITY = ("handle", "name", "model", "route")
+
+
+@dataclass(frozen=True)
+class ToolResultDisclosure:
+    """One tool result to be disclosed: which call, how big, error flag."""
+
+    tool_name: str
+    tool_call_id: str
+    characters: int
+    images: int
+    is_error: bool
+
+
+@dataclass(frozen=True)
+class Disclosure:
+    """Everything the consent dialog must name (NAP-LLM, Shell Behavior).
+
+    The requesting napplet, the route and model, what is disclosed (message
+    count, characters, images, tool definitions, tool results) and whether
+    charges may apply.
+    """
+
+    endpoint_id: str
+    napplet: NappletIdentity
+    connection: Connection
+    messages: int
+    characters: int
+    images: int
+    tool_definitions: list[dict[str, Any]]
+    tool_results: list[ToolResultDisclosure]
+    format: str
+    max_tokens: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The consent dialog's input (no credentials, no settings)."""
+        c = self.connection
+        return {
+            "napplet": self.napplet.to_json(),
+            "connection": {"id": c.id, "name": c.name, "kind": c.kind},
+            "route": c.route,
+            "model": c.model,
+            "charges": c.charges,
+            "disclosed": {
+                "messages": self.messages,
+                "characters": self.characters,
+                "images": self.images,
+                "toolDefinitions": self.tool_definitions,
+                "toolResults": [
+                    {
+                        "toolName": r.tool_name,
+                        "toolCallId": r.tool_call_id,
+                        "characters": r.characters,
+                        "images": r.images,
+                        "isError": r.is_error,
+                    }
+                    for r in self.tool_results
+                ],
+                "format": self.format,
+                "maxTokens": self.max_tokens,
+            },
+        }
+
+
+@dataclass(frozen=True)
+class ConsentDecision:
+    """The user's answer: `allow`, and `remember` (opt-in standing grant)."""
+
+    allow: bool
+    remember: bool = False
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A standing consent: this napplet, this connection, this account."""
+
+    key: str
+    napplet: NappletIdentity
+    connection_id: str
+    account: str
+
+    def to_json(self, connection_name: str) -> dict[str, Any]:
+        """For the connections panel."""
+        return {
+            "key": self.key,
+            "napplet": {"name": self.napplet.name, "shortHash": self.napplet.short_hash},
+            "connectionId": self.connection_id,
+            "connectionName": connection_name,
+            "account": self.account,
+        }
+
+
+# --------------------------------------------------------------------------
+# Ports
+
+
+class Transport(Protocol):
+    """Delivers one envelope (a JSON-ready dict) to an endpoint."""
+
+    def send(self, endpoint_id: str, envelope: dict[str, Any]) -> None:
+        """Deliver now; must not raise for a gone endpoint."""
+        ...
+
+
+class Chooser(Protocol):
+    """The model chooser (a DOM dialog in the browser)."""
+
+    async def choose(self, request: ChoiceRequest) -> str | None:
+        """The chosen candidate's connection id, or None when the user cancels.
+
+        The shell cancels the awaiting task when the answer is no longer
+        needed; the implementation closes its dialog then.
+        """
+        ...
+
+
+class Consent(Protocol):
+    """The per-request disclosure dialog."""
+
+    async def ask(self, disclosure: Disclosure) -> ConsentDecision:
+        """The user's decision; cancelled like `Chooser.choose`."""
+        ...
+
+
+ProviderFactory = Callable[[Connection], Provider]
+
+
+class TimerHandle(Protocol):
+    """A scheduled callback that can be cancelled."""
+
+    def cancel(self) -> None:
+        """Do not run the callback."""
+        ...
+
+
+class Clock(Protocol):
+    """Time for deadlines (seconds)."""
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
+        """Run `callback` after `delay` seconds."""
+        ...
+
+
+class AsyncioClock:
+    """The running event loop's timers (works under Pyodide's webloop too)."""
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
+        """`loop.call_later`."""
+        return asyncio.get_running_loop().call_later(delay, callback)
+
+
+class Observer:
+    """Hooks for the inspector and the shell UI; the default does nothing."""
+
+    def envelope(self, endpoint_id: str, direction: Literal["in", "out"], envelope: Any) -> None:
+        """Every envelope received (as parsed JSON) or sent."""
+
+    def dropped(self, endpoint_id: str, reason: str) -> None:
+        """A message that got no reply (not an envelope, unknown type, no id)."""
+
+    def notice(self, level: str, text: str, connection_id: str | None = None) -> None:
+        """A message for the user, shown by the shell (never in a frame)."""
+
+    def submitted(self, endpoint_id: str, connection_id: str) -> None:
+        """A generation was submitted to a provider."""
+
+    def grants_changed(self) -> None:
+        """The standing grants changed."""
+
+
+@dataclass(frozen=True)
+class ShellPolicy:
+    """Runtime limits (NAP-LLM: "Runtime limits are policy").
+
+    `deadline_s`: bound per generation, consent wait included; `delta_interval_s`:
+    minimum time between delta flushes (coalescing); `max_active_per_endpoint`,
+    `max_active_total`, `max_pending_selects`: concurrency limits
+    (`quota-exceeded`); `max_characters`: text characters per request.
+    """
+
+    deadline_s: float = 300.0
+    delta_interval_s: float = 0.004
+    max_active_per_endpoint: int = 16
+    max_active_total: int = 128
+    max_pending_selects: int = 4
+    max_characters: int = 4_000_000
+
+
+# --------------------------------------------------------------------------
+# State
+
+
+@dataclass
+class _Selection:
+    endpoint_id: str
+    account: str
+    connection_id: str
+    revision: int
+
+
+@dataclass
+class _Generation:
+    endpoint_id: str
+    id: str
+    account: str
+    phase: Literal["checking", "consent", "running"] = "checking"
+    connection_id: str | None = None
+    task: asyncio.Task[None] | None = None
+    timer: TimerHandle | None = None
+    stream: DeltaStream | None = None
+    settled: bool = False
+
+
+@dataclass
+class _Endpoint:
+    id: str
+    napplet: NappletIdentity
+    open: bool = True
+    generations: dict[str, _Generation] = field(default_factory=dict)
+    selects: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+
+
+class Shell:
+    """The NAP-LLM runtime for all endpoints of one page.
+
+    Construct with the ports, then call `open_endpoint` for each napplet
+    frame, `receive` for each message it posts, `close_endpoint` when its
+    document goes away, and `switch_account` on a profile change.
+    """
+
+    def __init__(
+        self,
+        connections: ConnectionRegistry,
+        transport: Transport,
+        chooser: Chooser,
+        consent: Consent,
+        providers: ProviderFactory,
+        *,
+        policy: ShellPolicy | None = None,
+        clock: Clock | None = None,
+        observer: Observer | None = None,
+        account: str = "default",
+    ) -> None:
+        self.connections = connections
+        self.policy = policy or ShellPolicy()
+        self._transport = transport
+        self._chooser = chooser
+        self._consent = consent
+        self._providers = providers
+        self._clock = clock or AsyncioClock()
+        self._observer = observer or Observer()
+        self._account = account
+        self._endpoints: dict[str, _Endpoint] = {}
+        self._handles: dict[str, _Selection] = {}
+        self._grants: dict[str, Grant] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        connections.subscribe(self._connection_changed)
+
+    # -- public API ------------------------------------------------------------
+
+    @property
+    def account(self) -> str:
+        """The current account (profile)."""
+        return self._account
+
+    def open_endpoint(self, napplet: NappletIdentity) -> str:
+        """Register a newly loaded napplet document; returns its endpoint id."""
+        endpoint_id = "ep-" + secrets.token_hex(8)
+        self._endpoints[endpoint_id] = _Endpoint(endpoint_id, napplet)
+        return endpoint_id
+
+    def close_endpoint(self, endpoint_id: str) -> None:
+        """The document is gone: cancel its work silently, invalidate its handles."""
+        endpoint = self._endpoints.pop(endpoint_id, None)
+        if endpoint is None:
+            return
+        endpoint.open = False
+        for gen in list(endpoint.generations.values()):
+            self._settle(gen, None)
+        for task in endpoint.selects.values():
+            task.cancel()
+        endpoint.selects.clear()
+        for handle, sel in list(self._handles.items()):
+            if sel.endpoint_id == endpoint_id:
+                del self._handles[handle]
+
+    def receive(self, endpoint_id: str, message: object) -> None:
+        """Handle one message from an endpoint. Never raises.
+
+        `message` is the parsed JSON value, or `wire.Unclonable`. Messages of
+        unknown or closed endpoints are dropped silently.
+        """
+        endpoint = self._endpoints.get(endpoint_id)
+        if endpoint is None or not endpoint.open:
+            return
+        try:
+            self._observer.envelope(endpoint_id, "in", message)
+            self._dispatch(endpoint, message)
+        except Exception:  # the shell must survive its own bugs
+            log.exception("unexpected failure handling a message")
+
+    def switch_account(self, account: str) -> None:
+        """Change the profile: cancel all pending work, invalidate every handle."""
+        if account == self._account:
+            return
+        for endpoint in self._endpoints.values():
+            for gen in list(endpoint.generations.values()):
+                self._settle(gen, NapError(ErrorCode.CANCELLED))
+            for rid, task in list(endpoint.selects.items()):
+                task.cancel()
+                self._send(endpoint, error_result("llm.select", rid, NapError(ErrorCode.CANCELLED)))
+            endpoint.selects.clear()
+        self._handles.clear()
+        self._account = account
+
+    def grants(self) -> list[Grant]:
+        """The standing consent grants."""
+        return list(self._grants.values())
+
+    def revoke_grant(self, key: str) -> bool:
+        """Remove a standing grant; True if it existed."""
+        removed = self._grants.pop(key, None) is not None
+        if removed:
+            self._observer.grants_changed()
+        return removed
+
+    async def idle(self) -> None:
+        """Wait until every task the shell started has finished (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def aclose(self) -> None:
+        """Close every endpoint and wait for the tasks to end."""
+        for endpoint_id in list(self._endpoints):
+            self.close_endpoint(endpoint_id)
+        await self.idle()
+
+    # -- dispatch ------------------------------------------------------------------
+
+    def _dispatch(self, endpoint: _Endpoint, message: object) -> None:
+        if "llm" not in endpoint.napplet.domains:
+            self._observer.dropped(endpoint.id, "llm domain not exposed")
+            return
+        parsed = parse_envelope(message)
+        if isinstance(parsed, Dropped):
+            self._observer.dropped(endpoint.id, parsed.reason)
+        elif isinstance(parsed, Malformed):
+            self._send(endpoint, error_result(parsed.type, parsed.id, parsed.error))
+        elif isinstance(parsed, Select):
+            self._start_select(endpoint, parsed)
+        elif isinstance(parsed, Describe):
+            self._describe(endpoint, parsed)
+        elif isinstance(parsed, Generate):
+            self._start_generate(endpoint, parsed)
+        elif isinstance(parsed, Cancel):
+            self._cancel(endpoint, parsed)
+
+    def _send(self, endpoint: _Endpoint, envelope: dict[str, Any]) -> None:
+        if not endpoint.open:
+            return
+        self._observer.envelope(endpoint.id, "out", envelope)
+        try:
+            self._transport.send(endpoint.id, envelope)
+        except Exception:
+            log.exception("transport failed")
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # -- select / describe -------------------------------------------------------
+
+    def _meets(self, connection: Connection, req: Requirements) -> bool:
+        caps = connection.capabilities
+        return (
+            connection.available
+            and (req.model is None or connection.model == req.model)
+            and (not req.images or caps.images)
+            and (not req.json_ or caps.json_output)
+            and (not req.tools or caps.tools)
+        )
+
+    def _start_select(self, endpoint: _Endpoint, msg: Select) -> None:
+        if len(endpoint.selects) >= self.policy.max_pending_selects:
+            error = NapError(ErrorCode.QUOTA_EXCEEDED, "Too many model selections are pending.")
+            self._send(endpoint, error_result("llm.select", msg.id, error))
+            return
+        candidates = [c for c in self.connections.all() if self._meets(c, msg.requirements)]
+        if not candidates:
+            error = unsupported("No connection meets the requirements.")
+            self._send(endpoint, error_result("llm.select", msg.id, error))
+            return
+        key = msg.id
+        while key in endpoint.selects:  # a reused id still gets its own answer
+            key += "\x00"
+        task = self._spawn(self._select(endpoint, msg, candidates, key))
+        endpoint.selects[key] = task
+
+    async def _select(
+        self, endpoint: _Endpoint, msg: Select, candidates: list[Connection], key: str
+    ) -> None:
+        account = self._account
+        try:
+            request = ChoiceRequest(endpoint.id, endpoint.napplet, msg.requirements, candidates)
+            chosen = await self._chooser.choose(request)
+        except asyncio.CancelledError:
+            return  # endpoint closed or account switched; answered there
+        except Exception:
+            log.exception("chooser failed")
+            chosen = None
+        finally:
+            endpoint.selects.pop(key, None)
+        if not endpoint.open or account != self._account:
+            return
+        if chosen is None:
+            self._send(
+                endpoint, error_result("llm.select", msg.id, NapError(ErrorCode.USER_CANCELLED))
+            )
+            return
+        connection = self.connections.get(chosen)
+        offered = {c.id: c.revision for c in candidates}
+        if (
+            connection is None
+            or offered.get(connection.id) != connection.revision
+            or not self._meets(connection, msg.requirements)
+        ):
+            self._send(
+                endpoint, error_result("llm.select", msg.id, NapError(ErrorCode.SELECTION_EXPIRED))
+            )
+            return
+        handle = "h-" + secrets.token_urlsafe(18)
+        self._handles[handle] = _Selection(endpoint.id, account, connection.id, connection.revision)
+        self._send(endpoint, model_result("llm.select", msg.id, self._model(connection, handle)))
+
+    def _model(self, connection: Connection, handle: str) -> dict[str, Any]:
+        return ModelRecord.model_validate(connection.public_model(handle)).to_json()
+
+    def _resolve(self, endpoint: _Endpoint, handle: str) -> Connection:
+        sel = self._handles.get(handle)
+        connection = self.connections.get(sel.connection_id) if sel else None
+        if (
+            sel is None
+            or connection is None
+            or sel.endpoint_id != endpoint.id
+            or sel.account != self._account
+            or connection.revision != sel.revision
+            or not connection.available
+        ):
+            raise NapError(ErrorCode.SELECTION_EXPIRED)
+        return connection
+
+    def _describe(self, endpoint: _Endpoint, msg: Describe) -> None:
+        try:
+            connection = self._resolve(endpoint, msg.handle)
+        except NapError as error:
+            self._send(endpoint, error_result("llm.describe", msg.id, error))
+            return
+        self._send(
+            endpoint, model_result("llm.describe", msg.id, self._model(connection, msg.handle))
+        )
+
+    # -- generate -----------------------------------------------------------------------
+
+    def _active_total(self) -> int:
+        return sum(len(e.generations) for e in self._endpoints.values())
+
+    def _start_generate(self, endpoint: _Endpoint, msg: Generate) -> None:
+        if msg.id in endpoint.generations:
+            error = NapError(
+                ErrorCode.INVALID_REQUEST, "A generation with this id is already active."
+            )
+            self._send(endpoint, error_result("llm.generate", msg.id, error))
+            return
+        if (
+            len(endpoint.generations) >= self.policy.max_active_per_endpoint
+            or self._active_total() >= self.policy.max_active_total
+        ):
+            error = NapError(ErrorCode.QUOTA_EXCEEDED, "Too many generations are active.")
+            self._send(endpoint, error_result("llm.generate", msg.id, error))
+            return
+        gen = _Generation(endpoint.id, msg.id, self._account)
+        endpoint.generations[msg.id] = gen
+        gen.timer = self._clock.call_later(
+            self.policy.deadline_s, lambda: self._settle(gen, NapError(ErrorCode.TIMEOUT))
+        )
+        gen.task = self._spawn(self._generate(endpoint, gen, msg.request))
+
+    async def _generate(
+        self, endpoint: _Endpoint, gen: _Generation, request: GenerationRequest
+    ) -> None:
+        try:
+            result = await self._run(endpoint, gen, request)
+        except asyncio.CancelledError:
+            return  # settled by cancel, deadline, close or account switch
+        except NapError as error:
+            self._settle(gen, error)
+            return
+        except ProviderFailure as failure:
+            if failure.user_hint and gen.connection_id:
+                self._observer.notice("error", failure.user_hint, gen.connection_id)
+            log.warning("provider failure: %s", failure.detail or failure.code)
+            self._settle(gen, failure.to_nap_error())
+            return
+        except Exception:
+            log.exception("provider or runtime failure")
+            self._settle(gen, NapError(ErrorCode.PROVIDER_ERROR))
+            return
+        self._settle(gen, result)
+
+    async def _run(
+        self, endpoint: _Endpoint, gen: _Generation, request: GenerationRequest
+    ) -> Generation:
+        connection = self._resolve(endpoint, request.handle)
+        gen.connection_id = connection.id
+        check_supported(request, connection.capabilities)
+        disclosure = _disclose(endpoint, connection, request)
+        if disclosure.characters > self.policy.max_characters:
+            raise NapError(ErrorCode.QUOTA_EXCEEDED, "The request exceeds the size limit.")
+        grant_key = _grant_key(endpoint.napplet, connection.id, gen.account)
+        if grant_key not in self._grants:
+            gen.phase = "consent"
+            decision = await self._consent.ask(disclosure)
+            if gen.settled:
+                raise asyncio.CancelledError
+            if not decision.allow:
+                raise NapError(ErrorCode.USER_CANCELLED)
+            if decision.remember:
+                self._grants[grant_key] = Grant(
+                    grant_key, endpoint.napplet, connection.id, gen.account
+                )
+                self._observer.grants_changed()
+        # the selection must still be the one the user saw (NAP-LLM, Shell Behavior)
+        current = self._resolve(endpoint, request.handle)
+        if current.revision != connection.revision or current.id != connection.id:
+            raise NapError(ErrorCode.SELECTION_EXPIRED)
+        gen.phase = "running"
+        lmsp_request = nap_to_lmsp(request, connection.model)
+        provider = self._providers(connection)
+        gen.stream = DeltaStream(
+            gen.id,
+            lambda envelope: self._deliver_delta(endpoint, gen, envelope),
+            interval_s=self.policy.delta_interval_s,
+        )
+        assembler = OutputAssembler(request, gen.stream)
+        self._observer.submitted(endpoint.id, connection.id)
+        events = provider.respond(lmsp_request)
+        try:
+            async for event in events:
+                if gen.settled:
+                    break
+                if assembler.feed(event):
+                    break
+        finally:
+            closer = getattr(events, "aclose", None)
+            if closer is not None:
+                await closer()
+        return assembler.finish()
+
+    def _deliver_delta(
+        self, endpoint: _Endpoint, gen: _Generation, envelope: dict[str, Any]
+    ) -> None:
+        if not gen.settled:
+            self._send(endpoint, envelope)
+
+    def _settle(self, gen: _Generation, outcome: Generation | NapError | None) -> None:
+        """Send the one terminal result (None: endpoint gone, send nothing)."""
+        if gen.settled:
+            return
+        gen.settled = True
+        if gen.timer is not None:
+            gen.timer.cancel()
+        endpoint = self._endpoints.get(gen.endpoint_id)
+        if endpoint is not None and endpoint.generations.get(gen.id) is gen:
+            del endpoint.generations[gen.id]
+        if isinstance(outcome, Generation):
+            if gen.stream is not None:
+                gen.stream.finish()
+        elif gen.stream is not None:
+            gen.stream.abort()
+        current = asyncio.current_task()
+        if gen.task is not None and gen.task is not current and not gen.task.done():
+            gen.task.cancel()  # best effort; late output is discarded
+        if endpoint is None or outcome is None:
+            return
+        if isinstance(outcome, Generation):
+            self._send(endpoint, generation_result(gen.id, outcome))
+        else:
+            self._send(endpoint, error_result("llm.generate", gen.id, outcome))
+
+    def _cancel(self, endpoint: _Endpoint, msg: Cancel) -> None:
+        gen = endpoint.generations.get(msg.request_id)
+        if gen is None or gen.settled:
+            self._send(endpoint, cancel_result(msg.id, False))
+            return
+        self._settle(gen, NapError(ErrorCode.CANCELLED))
+        self._send(endpoint, cancel_result(msg.id, True))
+
+    # -- connection changes -------------------------------------------------------------
+
+    def _connection_changed(self, connection_id: str, change: str) -> None:
+        if change == "added":
+            return
+        for handle, sel in list(self._handles.items()):
+            if sel.connection_id == connection_id:
+                del self._handles[handle]
+        removed_grants = [k for k, g in self._grants.items() if g.connection_id == connection_id]
+        for key in removed_grants:
+            del self._grants[key]
+        if removed_grants:
+            self._observer.grants_changed()
+        for endpoint in self._endpoints.values():
+            for gen in list(endpoint.generations.values()):
+                if gen.connection_id != connection_id:
+                    continue
+                if gen.phase == "running":
+                    self._settle(gen, NapError(ErrorCode.CANCELLED))
+                else:
+                    self._settle(gen, NapError(ErrorCode.SELECTION_EXPIRED))
+
+
+def _grant_key(napplet: NappletIdentity, connection_id: str, account: str) -> str:
+    return f"{account}\x1f{napplet.name}\x1f{napplet.sha256}\x1f{connection_id}"
+
+
+def _disclose(
+    endpoint: _Endpoint, connection: Connection, request: GenerationRequest
+) -> Disclosure:
+    characters = 0
+    images = 0
+    results: list[ToolResultDisclosure] = []
+    for message in request.messages:
+        message_chars = 0
+        message_images = 0
+        for part in message.content:
+            if isinstance(part, TextPart | ThinkingPart):
+                message_chars += len(part.text)
+            elif isinstance(part, ImagePart):
+                message_images += 1
+            elif isinstance(part, ToolCallPart):
+                message_chars += len(part.name) + len(str(part.arguments))
+        characters += message_chars
+        images += message_images
+        if message.role == "toolResult":
+            assert message.toolName is not None and message.toolCallId is not None
+            results.append(
+                ToolResultDisclosure(
+                    message.toolName,
+                    message.toolCallId,
+                    message_chars,
+                    message_images,
+                    bool(message.isError),
+                )
+            )
+    tools = [
+        {"name": t.name, "description": t.description or "", "parameters": t.schema_or_default()}
+        for t in request.active_tools
+    ]
+    return Disclosure(
+        endpoint.id,
+        endpoint.napplet,
+        connection,
+        len(request.messages),
+        characters,
+        images,
+        tools,
+        results,
+        request.output_format,
+        request.maxTokens,
+    )

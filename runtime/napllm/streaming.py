@@ -1,0 +1,200 @@
+"""Delta blocks for one generation (NAP-LLM, Delta; Wire Protocol).
+
+Rules
+- Each block has one `start`, zero or more `delta` events and one `end`, in
+  that order; `blockIndex` and the block kind never change; a toolCall
+  `start` carries `toolCallId` and `name`.
+- `sequence` is contiguous from 0 for the generation. Numbers are assigned
+  when an envelope is *sent*, so coalescing never leaves a gap.
+- Deltas are optional and postMessage has no backpressure, so pending
+  fragments are coalesced: events are queued, and a flush happens at most
+  once per `interval_s` (the first immediately). Adjacent `delta` events of
+  the same block still pending are merged by concatenation: a slow consumer
+  gets fewer, larger deltas and never loses text (NAP-LLM, Wire Protocol:
+  "Slow consumers may receive fewer, larger deltas; the runtime MUST NOT
+  silently drop text").
+- `finish()` flushes what is pending and closes the stream before the
+  terminal result of a successful generation; `abort()` discards what is
+  pending (after the last sent sequence, so no gap) before an error,
+  cancellation or timeout. Nothing is sent after either: no delta may
+  follow the terminal result.
+- Lifecycle violations are runtime bugs and raise `RuntimeError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .records import Delta
+from .wire import delta_envelope
+
+BlockKind = Literal["text", "thinking", "toolCall"]
+
+
+@dataclass
+class _Pending:
+    event: Literal["start", "delta", "end"]
+    block: BlockKind
+    index: int
+    text: str | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+@dataclass
+class _Block:
+    kind: BlockKind
+    state: Literal["open", "ended"] = "open"
+    fragments: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.fragments)
+
+
+class DeltaStream:
+    """Block lifecycle, sequence numbers and coalescing for one generation.
+
+    `send(envelope)` delivers one `llm.delta` envelope (a dict). `interval_s`
+    is the minimum time between flushes (0 sends every event at once).
+    """
+
+    def __init__(
+        self,
+        request_id: str,
+        send: Callable[[dict[str, Any]], None],
+        *,
+        interval_s: float = 0.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.request_id = request_id
+        self._send = send
+        self._interval = interval_s
+        self._monotonic = monotonic
+        self._blocks: list[_Block] = []
+        self._pending: list[_Pending] = []
+        self._sequence = 0
+        self._last_flush: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    # -- building blocks --------------------------------------------------
+
+    def start(
+        self, kind: BlockKind, *, tool_call_id: str | None = None, name: str | None = None
+    ) -> int:
+        """Open a new block; returns its `blockIndex` (0, 1, 2, ... in start order)."""
+        if (kind == "toolCall") != (tool_call_id is not None and name is not None):
+            raise RuntimeError("toolCall blocks start with an id and a name, others without")
+        index = len(self._blocks)
+        self._blocks.append(_Block(kind))
+        self._queue(_Pending("start", kind, index, tool_call_id=tool_call_id, name=name))
+        return index
+
+    def append(self, index: int, text: str) -> None:
+        """Add a fragment to an open block (empty fragments are skipped)."""
+        block = self._open_block(index)
+        if not text:
+            return
+        block.fragments.append(text)
+        last = next((p for p in reversed(self._pending) if p.index == index), None)
+        if last is not None and last.event == "delta":
+            # Coalesce with this block's unsent fragment; other blocks' events
+            # may sit in between, which is fine because order only matters
+            # within a block.
+            last.text = (last.text or "") + text
+        else:
+            self._queue(_Pending("delta", block.kind, index, text=text))
+
+    def end(self, index: int) -> None:
+        """Close an open block."""
+        block = self._open_block(index)
+        block.state = "ended"
+        self._queue(_Pending("end", block.kind, index))
+
+    def block_text(self, index: int) -> str:
+        """The concatenation of the fragments appended to block `index`."""
+        return self._blocks[index].text
+
+    def is_open(self, index: int) -> bool:
+        """Whether block `index` has started and not ended."""
+        return self._blocks[index].state == "open"
+
+    @property
+    def sent(self) -> int:
+        """How many delta envelopes were sent (the next sequence number)."""
+        return self._sequence
+
+    def _open_block(self, index: int) -> _Block:
+        if not 0 <= index < len(self._blocks):
+            raise RuntimeError("unknown block")
+        block = self._blocks[index]
+        if block.state != "open":
+            raise RuntimeError("block already ended")
+        return block
+
+    # -- delivery ------------------------------------------------------------
+
+    def _queue(self, item: _Pending) -> None:
+        if self._closed:
+            raise RuntimeError("delta stream closed")
+        self._pending.append(item)
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        now = self._monotonic()
+        if self._last_flush is None or now - self._last_flush >= self._interval:
+            self.flush()
+        elif self._timer is None:
+            delay = self._interval - (now - self._last_flush)
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self.flush()
+                return
+            self._timer = loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if not self._closed:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send everything pending now, numbering envelopes contiguously."""
+        if self._closed:
+            return
+        pending, self._pending = self._pending, []
+        self._last_flush = self._monotonic()
+        for item in pending:
+            delta = Delta(
+                requestId=self.request_id,
+                sequence=self._sequence,
+                event=item.event,
+                block=item.block,
+                blockIndex=item.index,
+                text=item.text,
+                toolCallId=item.tool_call_id,
+                name=item.name,
+            )
+            self._sequence += 1
+            self._send(delta_envelope(delta))
+
+    def finish(self) -> None:
+        """Flush and close: call right before a successful terminal result."""
+        self.flush()
+        self._close()
+
+    def abort(self) -> None:
+        """Discard pending events and close: call before an error result."""
+        self._pending.clear()
+        self._close()
+
+    def _close(self) -> None:
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

@@ -1,0 +1,279 @@
+"""NAP-LLM envelopes: napplet messages in, typed messages out, and back.
+
+Rules (NAP-LLM, Wire Protocol; NIP-5D)
+- An envelope is a JSON object `{"type": "llm.<action>", ...payload}`.
+  Incoming types: `llm.select` (`id`, optional `requirements`),
+  `llm.describe` (`id`, `handle`), `llm.generate` (`id`, `request`),
+  `llm.cancel` (`id`, `requestId`).
+- Anything that is not an object with a text `type`, and every unknown
+  `type` (including result types sent the wrong way), is ignored silently:
+  no reply, no error (NIP-5D: unknown types MUST be silently ignored).
+- A *usable id* is text of 1 to `MAX_ID_LENGTH` characters that encodes as
+  UTF-8. A known type without a usable id cannot be correlated, so it gets
+  no reply either: it is dropped (and shown in the shell's inspector only).
+- A known type with a usable id whose payload is malformed (unknown
+  envelope fields, explicit null, wrong types, a bad record, a broken
+  conversation, values JSON cannot carry) gets exactly one `<type>.result`
+  with `error.code = "invalid-request"`.
+- Values must be plain JSON: objects with text keys, lists, text (no lone
+  surrogates), finite numbers, booleans, null; nesting at most `MAX_DEPTH`.
+- Outgoing envelopes are built here, with the field order of the spec's
+  examples: results carry `id` and exactly one of the success payload or
+  `error`; `llm.delta` carries the Delta fields and no `id`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .conversation import validate_conversation
+from .errors import ErrorCode, NapError, invalid
+from .records import (
+    Delta,
+    Generation,
+    GenerationRequest,
+    RecordError,
+    Requirements,
+    parse_generation_request,
+    parse_requirements,
+)
+
+MAX_ID_LENGTH = 256
+MAX_DEPTH = 64
+
+REQUEST_TYPES = ("llm.select", "llm.describe", "llm.generate", "llm.cancel")
+_FIELDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    # type: (required payload fields, optional payload fields)
+    "llm.select": (frozenset({"id"}), frozenset({"requirements"})),
+    "llm.describe": (frozenset({"id", "handle"}), frozenset()),
+    "llm.generate": (frozenset({"id", "request"}), frozenset()),
+    "llm.cancel": (frozenset({"id", "requestId"}), frozenset()),
+}
+
+
+@dataclass(frozen=True)
+class Select:
+    """`llm.select`: ask the user to choose a connection meeting `requirements`."""
+
+    id: str
+    requirements: Requirements
+
+
+@dataclass(frozen=True)
+class Describe:
+    """`llm.describe`: revalidate `handle`."""
+
+    id: str
+    handle: str
+
+
+@dataclass(frozen=True)
+class Generate:
+    """`llm.generate`: a parsed, conversation-checked GenerationRequest."""
+
+    id: str
+    request: GenerationRequest
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """`llm.cancel`: cancel this endpoint's active generation `request_id`."""
+
+    id: str
+    request_id: str
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """A known request type with a usable id whose payload is invalid."""
+
+    type: str
+    id: str
+    error: NapError
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """Nothing to answer: not an envelope, unknown type, or no usable id."""
+
+    reason: str
+    type: str | None = None
+
+
+Incoming = Select | Describe | Generate | Cancel
+Parsed = Incoming | Malformed | Dropped
+
+
+@dataclass(frozen=True)
+class Unclonable:
+    """A message the host page could not express as JSON (Map, undefined, ...).
+
+    The page reports its `type` and `id` when they were plain text, so a
+    usable id still gets `invalid-request`.
+    """
+
+    type: str | None
+    id: str | None
+    too_large: bool = False
+
+
+def usable_id(value: object) -> bool:
+    """Whether `value` can correlate a reply (non-empty text, bounded, valid UTF-8)."""
+    return isinstance(value, str) and 0 < len(value) <= MAX_ID_LENGTH and _utf8(value)
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_plain_json(value: object, depth: int = 0) -> str | None:
+    """`None` if `value` is plain JSON, else a safe reason (no values echoed)."""
+    if depth > MAX_DEPTH:
+        return "nesting too deep"
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "non-finite number"
+    if isinstance(value, str):
+        return None if _utf8(value) else "text is not valid Unicode"
+    if isinstance(value, list):
+        for item in value:
+            reason = check_plain_json(item, depth + 1)
+            if reason:
+                return reason
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str) or not _utf8(key):
+                return "object keys must be text"
+            reason = check_plain_json(item, depth + 1)
+            if reason:
+                return reason
+        return None
+    return "value is not JSON"
+
+
+def loads_strict(text: str) -> Any:
+    """Parse JSON text, rejecting NaN/Infinity and duplicate object keys.
+
+    Raises `ValueError` for anything that is not strict JSON.
+    """
+
+    def no_constants(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise ValueError("duplicate object key")
+            out[key] = value
+        return out
+
+    return json.loads(text, parse_constant=no_constants, object_pairs_hook=no_duplicates)
+
+
+def parse_envelope(raw: object) -> Parsed:
+    """Turn one received message into a typed request, a Malformed, or Dropped.
+
+    Never raises. Implements the rules at the top of this module.
+    """
+    if isinstance(raw, Unclonable):
+        if raw.type in REQUEST_TYPES and usable_id(raw.id):
+            assert raw.type is not None and raw.id is not None
+            if raw.too_large:
+                error = NapError(ErrorCode.QUOTA_EXCEEDED, "The message exceeds the size limit.")
+            else:
+                error = invalid("The message contains values JSON cannot represent.")
+            return Malformed(raw.type, raw.id, error)
+        return Dropped("message not representable as JSON", raw.type)
+    if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+        return Dropped("not an envelope")
+    kind = raw["type"]
+    if kind not in _FIELDS:
+        return Dropped("unknown type", kind if _utf8(kind) else None)
+    if not usable_id(raw.get("id")):
+        return Dropped("no usable id", kind)
+    rid: str = raw["id"]
+    try:
+        return _parse_known(kind, rid, raw)
+    except NapError as error:
+        return Malformed(kind, rid, error)
+    except Exception:  # defensive: a bug must never escape as a crash
+        return Malformed(kind, rid, invalid("The request could not be parsed."))
+
+
+def _parse_known(kind: str, rid: str, raw: dict[str, Any]) -> Incoming:
+    required, optional = _FIELDS[kind]
+    for key in raw:
+        if key != "type" and key not in required and key not in optional:
+            raise invalid(f"Invalid envelope: unknown field {key[:64]}.")
+    for key in required:
+        if key not in raw:
+            raise invalid(f"Invalid envelope: missing field {key}.")
+    reason = check_plain_json(raw)
+    if reason:
+        raise invalid(f"Invalid envelope: {reason}.")
+    if kind == "llm.select":
+        if "requirements" in raw:
+            if raw["requirements"] is None:
+                raise invalid("Invalid envelope: explicit null for requirements.")
+            return Select(rid, parse_requirements(raw["requirements"]))
+        return Select(rid, Requirements())
+    if kind == "llm.describe":
+        return Describe(rid, _text_field(raw, "handle"))
+    if kind == "llm.cancel":
+        return Cancel(rid, _text_field(raw, "requestId"))
+    request = parse_generation_request(raw["request"])
+    validate_conversation(request)
+    return Generate(rid, request)
+
+
+def _text_field(raw: dict[str, Any], key: str) -> str:
+    value = raw[key]
+    if not isinstance(value, str) or not value:
+        raise RecordError(f"Invalid envelope: {key} must be non-empty text.")
+    return value
+
+
+# --------------------------------------------------------------------------
+# Outgoing envelopes
+
+
+def result_type(kind: str) -> str:
+    """The result type answering request type `kind` (`llm.x` -> `llm.x.result`)."""
+    return f"{kind}.result"
+
+
+def error_result(kind: str, rid: str, error: NapError) -> dict[str, Any]:
+    """`{"type": "<kind>.result", "id", "error": {"code", "message"}}`."""
+    return {"type": result_type(kind), "id": rid, "error": error.to_record()}
+
+
+def model_result(kind: str, rid: str, model: dict[str, Any]) -> dict[str, Any]:
+    """`llm.select.result` / `llm.describe.result` with a Model record."""
+    return {"type": result_type(kind), "id": rid, "model": model}
+
+
+def generation_result(rid: str, generation: Generation) -> dict[str, Any]:
+    """`llm.generate.result` with a Generation."""
+    return {"type": "llm.generate.result", "id": rid, "result": generation.to_json()}
+
+
+def cancel_result(rid: str, cancelled: bool) -> dict[str, Any]:
+    """`llm.cancel.result` with `cancelled`."""
+    return {"type": "llm.cancel.result", "id": rid, "cancelled": cancelled}
+
+
+def delta_envelope(delta: Delta) -> dict[str, Any]:
+    """`llm.delta` with the Delta fields (no `id`)."""
+    return {"type": "llm.delta", **delta.to_json()}
