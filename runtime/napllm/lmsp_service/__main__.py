@@ -1,0 +1,126 @@
+"""Command line of the LMSP local model service: `napllm-lmsp` / `python -m napllm.lmsp_service`.
+
+Usage::
+
+    napllm-lmsp --model PATH.gguf [--host 127.0.0.1] [--port 11435]
+                [--model-id ID] [--allow-origin ORIGIN ...] [--token-file PATH]
+                [--retention-seconds N] [--n-ctx N] [--n-threads N]
+                [--max-body-bytes N]
+
+Rules
+- Listens on 127.0.0.1 by default; the bearer token is created on the first
+  start (auth.py) and printed once. The model id defaults to the GGUF file
+  name without `.gguf`.
+- Readiness: the service answers `GET /lmsp/v1/models` once it accepts
+  connections (supervisors poll it with the token).
+- Exit status 2 for bad arguments, 1 when the model or the token file cannot
+  be used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from .app import LmspService, ServiceConfig, build_app
+from .auth import TokenFileError, default_token_path, load_or_create_token
+from .engine import Engine
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return value
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse the command line described in the module docstring."""
+    parser = argparse.ArgumentParser(
+        prog="napllm-lmsp", description="Serve a GGUF model over LMSP 1.0 (napllm)."
+    )
+    parser.add_argument("--model", required=True, type=Path, help="GGUF model file")
+    parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    parser.add_argument("--port", default=11435, type=int, help="listen port (default 11435)")
+    parser.add_argument("--model-id", help="model id clients use (default: file name)")
+    parser.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="web origin allowed by CORS, e.g. https://napllm.example (repeatable)",
+    )
+    parser.add_argument("--token-file", type=Path, help="bearer token file (created if absent)")
+    parser.add_argument(
+        "--retention-seconds",
+        type=_positive_float,
+        default=600.0,
+        help="how long task events stay readable (default 600)",
+    )
+    parser.add_argument("--n-ctx", type=_positive_int, help="context window in tokens")
+    parser.add_argument("--n-threads", type=_positive_int, help="llama.cpp CPU threads")
+    parser.add_argument(
+        "--max-body-bytes",
+        type=_positive_int,
+        default=8 * 1024 * 1024,
+        help="largest accepted request body (default 8 MiB)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the service until interrupted; returns the exit status."""
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    token_path: Path = args.token_file or default_token_path()
+    try:
+        token, created = load_or_create_token(token_path)
+    except (TokenFileError, OSError) as exc:
+        print(f"napllm-lmsp: cannot use token file {token_path}: {exc}", file=sys.stderr)
+        return 1
+    if created:
+        print(f"napllm-lmsp: created access token (stored in {token_path}): {token}", flush=True)
+    else:
+        print(f"napllm-lmsp: using the access token stored in {token_path}", flush=True)
+
+    if not args.model.is_file():
+        print(f"napllm-lmsp: no model file at {args.model}", file=sys.stderr)
+        return 1
+    model_id = args.model_id or args.model.name.removesuffix(".gguf")
+    try:
+        engine = Engine(args.model, model_id, n_ctx=args.n_ctx, n_threads=args.n_threads)
+    except ValueError as exc:
+        print(f"napllm-lmsp: cannot load the model: {exc}", file=sys.stderr)
+        return 1
+    config = ServiceConfig(
+        retention_s=args.retention_seconds,
+        max_body_bytes=args.max_body_bytes,
+        allow_origins=tuple(args.allow_origin),
+    )
+    service = LmspService(engine, config)
+    app = build_app(service, token)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", lifespan="on")
+    )
+    print(f"napllm-lmsp: serving {model_id} on http://{args.host}:{args.port}/lmsp/v1", flush=True)
+
+    try:
+        server.run()
+    finally:
+        engine.close()
+    return 0 if server.started else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,723 @@
+"""HTTP routes of the LMSP local model service (LMSP 1.0, section 6; docs/lmsp.md).
+
+Routes (all under `/lmsp/v1`, all behind the bearer token):
+- `GET /models`, `GET /models/{id}`: the served model and its capabilities.
+- `POST /responses`: synchronous (6.2) or streamed (6.3) response.
+- `GET /responses/{id}`: a response stored with `store: true` (6.2).
+- `POST /tasks`, `GET /tasks/{id}`, `GET /tasks/{id}/events`,
+  `POST /tasks/{id}/cancel`: background generation with resumable events
+  (6.4; task endpoints as assumed in docs/lmsp.md).
+
+Rules
+- Every error is an RFC 9457 problem document (problems.py); an unexpected
+  exception is logged and answered with a detail-free 500.
+- `LMSP-Version` is optional; a major version other than 1 is a 400
+  `unsupported_version`. Every answer carries `LMSP-Version: 1.0`.
+- Bodies above `max_body_bytes` are refused with 413 before they are read
+  in full; POST bodies must be `application/json`.
+- `Idempotency-Key` on `POST /responses` and `POST /tasks`: the same key and
+  body replays the first outcome (the same response object, the same
+  events, the same task); the same key with another body is 422
+  `idempotency_conflict`; while the first request runs, 409
+  `idempotency_in_progress`. A direct stream that ended because its client
+  went away is forgotten, so a retry generates again.
+- A direct stream or a synchronous request whose client disconnects cancels
+  its generation (6.3); a task's generation is independent of its readers.
+- CORS is answered for the configured origins only, including Private
+  Network Access preflights (`Access-Control-Allow-Private-Network: true`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+from sse_starlette import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..lmsp import LMSP_VERSION, LmspEvent, ModelCapabilities, ModelEntry, ModelList
+from .auth import BearerAuth
+from .engine import (
+    DEFAULT_TEMPERATURE,
+    Engine,
+    GenerationEnd,
+    GenerationJob,
+    GrammarUnavailable,
+    TemplateError,
+    Update,
+    chat_messages,
+    chat_tools,
+    json_grammar,
+    tool_call_grammar,
+)
+from .output import ModelOutputError, OutputAssembler, new_id
+from .problems import ProblemError, problem_body, problem_response
+from .tasks import (
+    BoundedStore,
+    EventCursorInvalid,
+    EventHistoryExpired,
+    ResponseRun,
+    Task,
+)
+from .validation import Checked, ModelFacts, check_request, output_as_input, parse_body
+
+log = logging.getLogger("napllm.lmsp_service")
+
+PREFIX = "/lmsp/v1"
+CORS_HEADERS = ["Authorization", "Content-Type", "Idempotency-Key", "LMSP-Version", "Last-Event-ID"]
+_VERSION = re.compile(r"\s*(\d+)\.(\d+)\s*")
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+
+
+@dataclass
+class ServiceConfig:
+    """Settings of one service instance.
+
+    `retention_s`: seconds a task's events stay readable; `max_body_bytes`:
+    largest accepted request body; `allow_origins`: exact origins allowed by
+    CORS; `max_pending`: generations running or waiting before 503
+    `server_busy`; `store_capacity`: stored responses, tasks and idempotency
+    records kept (each; oldest evicted first).
+    """
+
+    retention_s: float = 600.0
+    max_body_bytes: int = 8 * 1024 * 1024
+    allow_origins: Sequence[str] = ()
+    max_pending: int = 64
+    store_capacity: int = 1000
+
+
+@dataclass
+class _Idempotent:
+    """What an `Idempotency-Key` produced: the first request's fingerprint and outcome."""
+
+    fingerprint: str
+    run: ResponseRun | None = None
+    task: Task | None = None
+    problem: ProblemError | None = None
+
+
+class LmspService:
+    """The service state: engine, runs, stores and the request pipeline."""
+
+    def __init__(self, engine: Engine, config: ServiceConfig) -> None:
+        self.engine = engine
+        self.config = config
+        self.facts = ModelFacts(
+            model_id=engine.model_id, n_ctx=engine.n_ctx, tools=engine.supports_tools
+        )
+        self.responses: BoundedStore[str, ResponseRun] = BoundedStore(config.store_capacity)
+        self.tasks: BoundedStore[str, Task] = BoundedStore(config.store_capacity)
+        self.idempotency: BoundedStore[tuple[str, str], _Idempotent] = BoundedStore(
+            config.store_capacity
+        )
+        self.pending = 0
+        self._drivers: set[asyncio.Task[None]] = set()
+
+    # -- model listing ------------------------------------------------------
+
+    def model_entry(self) -> ModelEntry:
+        """The served model as a `/models` entry (docs/lmsp.md)."""
+        tools = self.facts.tools
+        return ModelEntry(
+            id=self.facts.model_id,
+            object="model",
+            context_length=self.facts.n_ctx,
+            capabilities=ModelCapabilities(
+                tools=tools,
+                structured_output=True,
+                conversations=True,
+                images=False,
+                tool_choice=["auto", "none", "required", "tool"] if tools else [],
+            ),
+        )
+
+    # -- preparing ------------------------------------------------------------
+
+    async def prepare(self, body: bytes) -> tuple[Checked, list[int], Any]:
+        """Parse and check a response request; render and tokenize its prompt.
+
+        Returns the checked request, the prompt token ids and the decoded
+        JSON body. Raises `ProblemError` for every defect (section 6.1).
+        """
+        request, raw = parse_body(body)
+        previous: list[Any] | None = None
+        if request.previous_response_id is not None:
+            stored = self.responses.get(request.previous_response_id)
+            if stored is None:
+                raise ProblemError("response_not_found")
+            if not stored.done.is_set():
+                raise ProblemError("invalid_request", "The previous response has not finished.")
+            previous = stored.input_context + output_as_input(stored.output)
+        checked = check_request(request, self.facts, previous)
+        try:
+            messages = chat_messages(checked.items)
+        except ValueError as exc:
+            raise ProblemError(
+                "unsupported_capability", "The model does not accept images."
+            ) from exc
+        tools = (
+            chat_tools(request.tools) if checked.tool_names is not None and request.tools else None
+        )
+        try:
+            prompt = await asyncio.to_thread(self.engine.render, messages, tools)
+            tokens = await asyncio.to_thread(self.engine.tokenize, prompt)
+        except TemplateError as exc:
+            raise ProblemError(
+                "invalid_request", "The model's chat template rejected this conversation."
+            ) from exc
+        if len(tokens) + 1 > self.facts.n_ctx:
+            raise ProblemError("context_length_exceeded")
+        try:
+            if checked.forced_tool and request.tools:
+                offered = [t for t in request.tools if t.name in (checked.tool_names or [])]
+                checked.grammar = tool_call_grammar(offered)
+            elif checked.output_schema is not None and checked.tool_names is None:
+                checked.grammar = json_grammar(checked.output_schema)
+        except GrammarUnavailable as exc:
+            raise ProblemError(
+                "unsupported_capability", "The schema cannot be enforced by this service."
+            ) from exc
+        return checked, tokens, raw
+
+    # -- running ----------------------------------------------------------------
+
+    def start(self, checked: Checked, tokens: list[int], retention_s: float | None) -> ResponseRun:
+        """Create the run of a checked request and start generating it."""
+        if self.pending >= self.config.max_pending:
+            raise ProblemError("server_busy")
+        run = ResponseRun(new_id("resp"), self.facts.model_id, retention_s=retention_s)
+        run.input_context = list(checked.items)
+        run.status = "in_progress"
+        run.emit("response.created", {"response_id": run.id, "status": "in_progress"})
+        if checked.request.store:
+            self.responses.put(run.id, run)
+        self.pending += 1
+        driver = asyncio.create_task(self._drive(run, checked, tokens))
+        self._drivers.add(driver)
+        driver.add_done_callback(self._drivers.discard)
+        return run
+
+    async def _drive(self, run: ResponseRun, checked: Checked, tokens: list[int]) -> None:
+        loop = asyncio.get_running_loop()
+        updates: asyncio.Queue[Update] = asyncio.Queue()
+
+        def sink(update: Update) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed during shutdown
+                loop.call_soon_threadsafe(updates.put_nowait, update)
+
+        request = checked.request
+        assembler = OutputAssembler(run.id, run.emit, checked.tool_names)
+        run.output = assembler.output
+        job = GenerationJob(
+            prompt_tokens=tokens,
+            max_tokens=request.max_output_tokens,
+            temperature=request.temperature
+            if request.temperature is not None
+            else DEFAULT_TEMPERATURE,
+            grammar=checked.grammar,
+            min_output_tokens=checked.min_output_tokens,
+            cancel=run.cancel_flag,
+        )
+        output_error: str | None = None
+        end = GenerationEnd("error", 0)
+        try:
+            future = self.engine.submit(job, sink)
+            future.add_done_callback(_log_engine_failure)
+            while True:
+                update = await updates.get()
+                if isinstance(update, GenerationEnd):
+                    end = update
+                    break
+                if output_error is None:
+                    try:
+                        assembler.feed(update.text)
+                    except ModelOutputError:
+                        output_error = "The model produced a malformed tool call."
+                        run.cancel_flag.set()
+            usage = {
+                "input_tokens": len(tokens),
+                "output_tokens": end.output_tokens,
+                "total_tokens": len(tokens) + end.output_tokens,
+            }
+            run.usage = usage
+            if output_error is None and end.finish_reason in ("stop", "length", "cancelled"):
+                try:
+                    assembler.finish(complete=end.finish_reason == "stop")
+                except ModelOutputError:
+                    output_error = "The model produced a malformed tool call."
+            if output_error is None and end.finish_reason == "stop":
+                output_error = _check_output(checked, assembler)
+            if end.finish_reason == "error":
+                self._fail(run, problem_body("generation_failed"))
+            elif output_error is not None:
+                self._fail(run, problem_body("model_output_invalid", output_error))
+            elif end.finish_reason == "cancelled":
+                run.finish(
+                    "cancelled",
+                    "response.cancelled",
+                    {"response_id": run.id, "status": "cancelled"},
+                )
+            elif end.finish_reason == "length":
+                run.incomplete_details = {"reason": "max_output_tokens"}
+                run.finish(
+                    "incomplete",
+                    "response.incomplete",
+                    {
+                        "response_id": run.id,
+                        "status": "incomplete",
+                        "incomplete_details": run.incomplete_details,
+                        "usage": usage,
+                    },
+                )
+            else:
+                run.finish(
+                    "completed",
+                    "response.completed",
+                    {"response_id": run.id, "status": "completed", "usage": usage},
+                )
+        except BaseException:
+            run.cancel_flag.set()
+            if not run.done.is_set():
+                self._fail(run, problem_body("internal_error"))
+            raise
+        finally:
+            self.pending -= 1
+
+    @staticmethod
+    def _fail(run: ResponseRun, problem: dict[str, Any]) -> None:
+        run.error = problem
+        run.finish(
+            "failed",
+            "response.failed",
+            {"response_id": run.id, "status": "failed", "error": problem},
+        )
+
+    async def close(self) -> None:
+        """Cancel every generation and wait for the drivers to end."""
+        for driver in list(self._drivers):
+            driver.cancel()
+        await asyncio.gather(*self._drivers, return_exceptions=True)
+
+
+def _log_engine_failure(future: Any) -> None:
+    exc = future.exception()
+    if exc is not None:
+        log.error("generation failed", exc_info=exc)
+
+
+def _check_output(checked: Checked, assembler: OutputAssembler) -> str | None:
+    """Post-generation checks (6.1, 6.5); returns a safe failure sentence or `None`."""
+    if checked.forced_tool and not assembler.function_calls():
+        return "The model did not call a tool although tool_choice required one."
+    if checked.forced_tool and checked.tool_names is not None:
+        offered = {t.name: t for t in checked.request.tools or []}
+        for call in assembler.function_calls():
+            schema = offered[call["name"]].parameters
+            if not jsonschema.Draft202012Validator(schema).is_valid(json.loads(call["arguments"])):
+                return "The model's tool call arguments do not match the tool's parameters."
+    if checked.output_schema is not None and not assembler.function_calls():
+        try:
+            value = json.loads(assembler.message_text())
+        except ValueError:
+            return "The model's output is not JSON."
+        validator_cls = jsonschema.validators.validator_for(checked.output_schema)
+        if not validator_cls(checked.output_schema).is_valid(value):
+            return "The model's output does not match the requested JSON schema."
+    return None
+
+
+# -- HTTP helpers ------------------------------------------------------------------
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The request body, refusing more than `limit` bytes (413) and non-JSON types (415)."""
+    content_type = request.headers.get("content-type", "")
+    if content_type.split(";")[0].strip().lower() != "application/json":
+        raise ProblemError("unsupported_media_type")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ProblemError("payload_too_large")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ProblemError("payload_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _fingerprint(path: str, raw: Any) -> str:
+    canonical = json.dumps(raw, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(f"{path}\n{canonical}".encode()).hexdigest()
+
+
+def _idempotency_key(request: Request) -> str | None:
+    key = request.headers.get("idempotency-key")
+    if key is None:
+        return None
+    if not _IDEMPOTENCY_KEY.fullmatch(key):
+        raise ProblemError("invalid_request", "The Idempotency-Key header is malformed.")
+    return key
+
+
+def _sse(event: LmspEvent) -> dict[str, Any]:
+    return {
+        "id": str(event.id) if event.id is not None else None,
+        "event": event.event,
+        "data": json.dumps(event.data, separators=(",", ":"), ensure_ascii=False),
+    }
+
+
+def _event_stream(events: AsyncIterator[dict[str, Any]]) -> EventSourceResponse:
+    return EventSourceResponse(events, ping=15, headers={"Cache-Control": "no-store"})
+
+
+async def _until_disconnected(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+# -- routes ----------------------------------------------------------------------------
+
+
+def build_app(service: LmspService, token: str) -> Starlette:
+    """The ASGI application serving `service` behind `token` (docs/lmsp.md)."""
+    auth = BearerAuth(token)
+    config = service.config
+
+    async def list_models(request: Request) -> Response:
+        return JSONResponse(
+            ModelList(object="list", data=[service.model_entry()]).model_dump(mode="json")
+        )
+
+    async def get_model(request: Request) -> Response:
+        if request.path_params["model_id"] != service.facts.model_id:
+            raise ProblemError("model_not_found")
+        return JSONResponse(service.model_entry().model_dump(mode="json"))
+
+    async def begin(
+        request: Request, scope_name: str
+    ) -> tuple[
+        _Idempotent | None, tuple[str, str] | None, Checked | None, list[int], Response | None
+    ]:
+        """Shared start of POST /responses and POST /tasks, with idempotency."""
+        body = await _read_body(request, config.max_body_bytes)
+        key = _idempotency_key(request)
+        if key is None:
+            checked, tokens, _raw = await service.prepare(body)
+            return None, None, checked, tokens, None
+        store_key = (scope_name, key)
+        try:
+            raw_for_print = json.loads(body)
+        except (ValueError, RecursionError):
+            raw_for_print = body.decode("utf-8", "replace")
+        fingerprint = _fingerprint(scope_name, raw_for_print)
+        existing = service.idempotency.get(store_key)
+        if existing is not None:
+            if existing.fingerprint != fingerprint:
+                raise ProblemError("idempotency_conflict")
+            if existing.problem is not None:
+                raise existing.problem
+            if existing.run is None or not existing.run.done.is_set():
+                raise ProblemError("idempotency_in_progress")
+            return existing, store_key, None, [], None
+        entry = _Idempotent(fingerprint=fingerprint)
+        service.idempotency.put(store_key, entry)
+        try:
+            checked, tokens, _raw = await service.prepare(body)
+        except ProblemError as problem:
+            entry.problem = problem
+            raise
+        except BaseException:
+            service.idempotency.pop(store_key)
+            raise
+        return entry, store_key, checked, tokens, None
+
+    async def create_response(request: Request) -> Response:
+        entry, store_key, checked, tokens, _ = await begin(request, "responses")
+        if checked is None:
+            # A replay of a finished request with the same key and body.
+            assert entry is not None and entry.run is not None
+            run = entry.run
+            if run.streamed:
+                replay = run.all_events()
+
+                async def replayed() -> AsyncIterator[dict[str, Any]]:
+                    for event in replay:
+                        yield _sse(event)
+
+                return _event_stream(replayed())
+            return _final_answer(run, request.url.path)
+        try:
+            run = service.start(checked, tokens, retention_s=None)
+        except ProblemError as problem:
+            if store_key is not None:
+                service.idempotency.pop(store_key)
+            raise problem from None
+        run_stream = checked.request.stream
+        run.streamed = run_stream
+        if entry is not None:
+            entry.run = run
+        if run_stream:
+
+            async def live() -> AsyncIterator[dict[str, Any]]:
+                try:
+                    async for event in run.follow(0):
+                        yield _sse(event)
+                finally:
+                    if not run.done.is_set():
+                        run.cancel_flag.set()
+                        if store_key is not None:
+                            service.idempotency.pop(store_key)
+
+            return _event_stream(live())
+        waiter = asyncio.create_task(run.done.wait())
+        watcher = asyncio.create_task(_until_disconnected(request))
+        try:
+            await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+            if not run.done.is_set():
+                run.cancel_flag.set()
+                if store_key is not None:
+                    service.idempotency.pop(store_key)
+                waiter.cancel()
+        if not run.done.is_set():
+            return Response(status_code=499)  # the client is gone; nobody reads this
+        return _final_answer(run, request.url.path)
+
+    async def get_response(request: Request) -> Response:
+        run = service.responses.get(request.path_params["response_id"])
+        if run is None:
+            raise ProblemError("response_not_found")
+        return JSONResponse(run.snapshot())
+
+    async def create_task(request: Request) -> Response:
+        entry, store_key, checked, tokens, _ = await begin(request, "tasks")
+        if checked is None:
+            assert entry is not None and entry.task is not None
+            task = entry.task
+        else:
+            try:
+                run = service.start(checked, tokens, retention_s=config.retention_s)
+            except ProblemError as problem:
+                if store_key is not None:
+                    service.idempotency.pop(store_key)
+                raise problem from None
+            task = Task(id=new_id("task"), run=run)
+            service.tasks.put(task.id, task)
+            if entry is not None:
+                entry.run = run
+                entry.task = task
+        return JSONResponse(
+            task.to_json(),
+            status_code=202,
+            headers={"Location": f"{PREFIX}/tasks/{task.id}"},
+        )
+
+    def find_task(request: Request) -> Task:
+        task = service.tasks.get(request.path_params["task_id"])
+        if task is None:
+            raise ProblemError("task_not_found")
+        return task
+
+    async def get_task(request: Request) -> Response:
+        return JSONResponse(find_task(request).to_json())
+
+    async def task_events(request: Request) -> Response:
+        task = find_task(request)
+        after_text = request.query_params.get("after")
+        if after_text is None:
+            after_text = request.headers.get("last-event-id")
+        after = 0
+        if after_text is not None:
+            if not after_text.strip().isdigit():
+                raise ProblemError("invalid_request", "The resume point must be an event id.")
+            after = int(after_text.strip())
+        run = task.run
+        try:
+            run.check_cursor(after)
+        except EventCursorInvalid as exc:
+            raise ProblemError(
+                "invalid_request", "The resume point is after the last event."
+            ) from exc
+        except EventHistoryExpired as exc:
+            raise ProblemError("event_history_expired") from exc
+
+        async def follow() -> AsyncIterator[dict[str, Any]]:
+            try:
+                async for event in run.follow(after):
+                    yield _sse(event)
+            except EventHistoryExpired:
+                yield {
+                    "event": "error",
+                    "data": json.dumps({"error": problem_body("event_history_expired")}),
+                }
+
+        return _event_stream(follow())
+
+    async def cancel_task(request: Request) -> Response:
+        task = find_task(request)
+        task.run.cancel_flag.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(task.run.done.wait(), timeout=10)
+        return JSONResponse(task.to_json())
+
+    routes = [
+        Route(f"{PREFIX}/models", list_models, methods=["GET"]),
+        Route(f"{PREFIX}/models/{{model_id:path}}", get_model, methods=["GET"]),
+        Route(f"{PREFIX}/responses", create_response, methods=["POST"]),
+        Route(f"{PREFIX}/responses/{{response_id}}", get_response, methods=["GET"]),
+        Route(f"{PREFIX}/tasks", create_task, methods=["POST"]),
+        Route(f"{PREFIX}/tasks/{{task_id}}", get_task, methods=["GET"]),
+        Route(f"{PREFIX}/tasks/{{task_id}}/events", task_events, methods=["GET"]),
+        Route(f"{PREFIX}/tasks/{{task_id}}/cancel", cancel_task, methods=["POST"]),
+    ]
+
+    async def on_problem(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ProblemError)
+        return problem_response(exc, request.url.path)
+
+    async def on_http(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "invalid_request")
+        return problem_response(ProblemError(code), request.url.path)
+
+    async def on_bug(request: Request, exc: Exception) -> Response:
+        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return problem_response(ProblemError("internal_error"), request.url.path)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await service.close()
+
+    middleware = [
+        Middleware(PrivateNetworkAccess, allow_origins=list(config.allow_origins)),
+        Middleware(
+            CORSMiddleware,
+            allow_origins=list(config.allow_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=CORS_HEADERS,
+            expose_headers=["LMSP-Version", "Location"],
+            max_age=600,
+        ),
+        Middleware(LmspGate, auth=auth),
+    ]
+    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+        ProblemError: on_problem,
+        HTTPException: on_http,
+        Exception: on_bug,
+    }
+    return Starlette(
+        routes=routes,
+        middleware=middleware,
+        exception_handlers=handlers,
+        lifespan=lifespan,
+    )
+
+
+def _final_answer(run: ResponseRun, instance: str) -> Response:
+    """A synchronous answer (6.2): the response object, or a problem when it failed."""
+    if run.status == "failed" and run.error is not None:
+        body = dict(run.error)
+        body["instance"] = instance
+        return JSONResponse(
+            body, status_code=int(body["status"]), media_type="application/problem+json"
+        )
+    return JSONResponse(run.snapshot())
+
+
+# -- middleware --------------------------------------------------------------------------
+
+
+class LmspGate:
+    """Pure ASGI middleware: bearer token and `LMSP-Version` checks, version header.
+
+    Written as plain ASGI (not `BaseHTTPMiddleware`) so streamed bodies and
+    client disconnects pass through untouched.
+    """
+
+    def __init__(self, app: ASGIApp, auth: BearerAuth) -> None:
+        self.app = app
+        self.auth = auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+
+        async def send_with_version(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers.append((b"lmsp-version", LMSP_VERSION.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            self.auth.check(request.headers.get("authorization"))
+            version = request.headers.get("lmsp-version")
+            if version is not None:
+                match = _VERSION.fullmatch(version)
+                if match is None or match.group(1) != "1":
+                    raise ProblemError("unsupported_version")
+        except ProblemError as problem:
+            response = problem_response(problem, request.url.path)
+            await response(scope, receive, send_with_version)
+            return
+        await self.app(scope, receive, send_with_version)
+
+
+class PrivateNetworkAccess:
+    """Adds `Access-Control-Allow-Private-Network: true` to allowed PNA preflights.
+
+    Starlette's CORS middleware does not know Private Network Access; this
+    wraps it and only touches `OPTIONS` preflights from an allowed origin
+    that asked with `Access-Control-Request-Private-Network: true`.
+    """
+
+    def __init__(self, app: ASGIApp, allow_origins: Sequence[str]) -> None:
+        self.app = app
+        self.allow_origins = frozenset(allow_origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "OPTIONS":
+            await self.app(scope, receive, send)
+            return
+        headers: MutableMapping[str, str] = {
+            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]
+        }
+        wants_pna = headers.get("access-control-request-private-network", "").lower() == "true"
+        allowed = headers.get("origin") in self.allow_origins
+        if not (wants_pna and allowed):
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_pna(message: Message) -> None:
+            if message["type"] == "http.response.start" and message.get("status") == 200:
+                extra = [(b"access-control-allow-private-network", b"true")]
+                message = {**message, "headers": list(message.get("headers", [])) + extra}
+            await send(message)
+
+        await self.app(scope, receive, send_with_pna)

@@ -1,0 +1,223 @@
+"""Responses in flight, tasks, stored responses and event history (LMSP 1.0, 6.2-6.4; docs/lmsp.md).
+
+Rules
+- A `ResponseRun` is one response being generated: its status, output items,
+  usage, and the ordered events with integer ids from 1 (6.4). It lives on
+  the event loop; the generation itself runs on the engine's thread.
+- Statuses move `queued` -> `in_progress` -> one final status
+  (`completed`, `incomplete`, `failed`, `cancelled`); the final event
+  (`response.completed`, `response.incomplete`, `response.failed`,
+  `response.cancelled`) is the last one (6.3).
+- A task (assumed 7.4, docs/lmsp.md) owns one run that outlives any HTTP
+  connection. Its events are kept for `retention_s` seconds after they were
+  emitted; a reader asking for events of which some were dropped gets
+  `EventHistoryExpired` (410 `event_history_expired`, 6.4) and then reads
+  the final response from the task.
+- A response streamed directly by `POST /lmsp/v1/responses` is read live by
+  its one connection and keeps its events until it ends (6.4: it cannot be
+  resumed).
+- Stores are bounded (oldest entries evicted first) so a long-running
+  service does not grow without limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from ..lmsp import TERMINAL_EVENTS, LmspEvent
+
+FINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
+
+
+class EventHistoryExpired(Exception):
+    """The requested events are older than the retention period (6.4)."""
+
+
+class EventCursorInvalid(Exception):
+    """The requested resume point is after the last event of the response."""
+
+
+@dataclass
+class _StoredEvent:
+    event: LmspEvent
+    emitted_at: float
+
+
+class ResponseRun:
+    """One response: its state, output and event history.
+
+    `response_id` (`resp_...`), `model` (the model id) and `retention_s`
+    (seconds an event is kept after its emission; `None` keeps all). Event
+    data always include `response_id` (6.3). `clock` returns seconds.
+    """
+
+    def __init__(
+        self,
+        response_id: str,
+        model: str,
+        retention_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.id = response_id
+        self.model = model
+        self.created_at = int(time.time())
+        self.status = "queued"
+        self.output: list[dict[str, Any]] = []
+        self.usage: dict[str, int] | None = None
+        self.error: dict[str, Any] | None = None
+        self.incomplete_details: dict[str, Any] | None = None
+        self.cancel_flag = threading.Event()
+        self.streamed = False  # answered as a direct stream (replayed as one)
+        self.input_context: list[dict[str, Any]] = []  # input items, for previous_response_id
+        self._retention_s = retention_s
+        self._clock = clock
+        self._events: list[_StoredEvent] = []
+        self._dropped = 0  # events pruned from the front; ids 1..dropped are gone
+        self._next_id = 1
+        self._changed = asyncio.Event()
+        self.done = asyncio.Event()
+
+    # -- producing -----------------------------------------------------------
+
+    def emit(self, event: str, data: dict[str, Any]) -> LmspEvent:
+        """Append one event with the next id; returns it. No-op after the final event."""
+        if self.done.is_set():
+            raise RuntimeError("event after the final event")
+        record = LmspEvent(id=self._next_id, event=event, data=data)
+        self._next_id += 1
+        self._events.append(_StoredEvent(record, self._clock()))
+        if event in TERMINAL_EVENTS:
+            self.done.set()
+        self._changed.set()
+        self._changed = asyncio.Event()
+        return record
+
+    def finish(self, status: str, event: str, data: dict[str, Any]) -> None:
+        """Set the final `status` and emit the final `event` with `data`."""
+        self.status = status
+        self.emit(event, data)
+
+    @property
+    def last_event_id(self) -> int:
+        """Id of the latest event, 0 before the first one."""
+        return self._next_id - 1
+
+    # -- reading ---------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """The response object (6.2) as it stands now."""
+        return {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": self.status,
+            "model": self.model,
+            "output": list(self.output),
+            "usage": self.usage,
+            "error": self.error,
+            "incomplete_details": self.incomplete_details,
+        }
+
+    def prune(self) -> None:
+        """Drop events older than the retention period."""
+        if self._retention_s is None:
+            return
+        horizon = self._clock() - self._retention_s
+        keep = 0
+        while keep < len(self._events) and self._events[keep].emitted_at < horizon:
+            keep += 1
+        if keep:
+            del self._events[:keep]
+            self._dropped += keep
+
+    def check_cursor(self, after: int) -> None:
+        """Validate a resume point: raises `EventCursorInvalid` or `EventHistoryExpired`."""
+        if after < 0 or after > self.last_event_id:
+            raise EventCursorInvalid
+        self.prune()
+        if after < self._dropped:
+            raise EventHistoryExpired
+
+    async def follow(self, after: int = 0) -> AsyncIterator[LmspEvent]:
+        """Yield the events with ids greater than `after`, live, up to the final one.
+
+        Raises `EventHistoryExpired` when some of them were pruned, also
+        while following (a reader that fell behind by the retention period).
+        """
+        self.check_cursor(after)
+        while True:
+            changed = self._changed
+            self.prune()
+            if after < self._dropped:
+                raise EventHistoryExpired
+            pending = [stored.event for stored in self._events[after - self._dropped :]]
+            for record in pending:
+                yield record
+                after = record.id if record.id is not None else after
+                if record.terminal:
+                    return
+            if self.done.is_set() and after >= self.last_event_id:
+                return
+            await changed.wait()
+
+    def all_events(self) -> list[LmspEvent]:
+        """The events still held, oldest first."""
+        return [stored.event for stored in self._events]
+
+
+@dataclass
+class Task:
+    """A task (assumed 7.4): `task_...` id and the run generating its response."""
+
+    id: str
+    run: ResponseRun
+
+    def to_json(self) -> dict[str, Any]:
+        """`{"id", "object": "task", "status", "response_id", "response"}`.
+
+        `response` is the response object once the status is final, else null.
+        """
+        final = self.run.status in FINAL_STATUSES
+        return {
+            "id": self.id,
+            "object": "task",
+            "status": self.run.status,
+            "response_id": self.run.id,
+            "response": self.run.snapshot() if final else None,
+        }
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class BoundedStore(Generic[K, V]):
+    """A mapping that forgets its oldest entries beyond `capacity`."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._items: OrderedDict[K, V] = OrderedDict()
+
+    def put(self, key: K, value: V) -> None:
+        """Insert or replace `key`, evicting the oldest entries when full."""
+        self._items[key] = value
+        self._items.move_to_end(key)
+        while len(self._items) > self._capacity:
+            self._items.popitem(last=False)
+
+    def get(self, key: K) -> V | None:
+        """The value for `key`, or `None`."""
+        return self._items.get(key)
+
+    def pop(self, key: K) -> V | None:
+        """Remove and return the value for `key`, or `None`."""
+        return self._items.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._items)
