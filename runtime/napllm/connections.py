@@ -167,3 +167,77 @@ class ConnectionRegistry:
     def all(self) -> list[Connection]:
         """Every connection, in insertion order."""
         return list(self._items.values())
+
+
+# --------------------------------------------------------------------------
+# Connections the user configures in the shell UI
+
+
+class CapabilitySpec(BaseModel):
+    """Capabilities a user declares for a server that cannot report them."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    images: bool = False
+    json_output: bool = Field(default=False, alias="json")
+    tools: bool = False
+
+
+class ConnectionSpec(BaseModel):
+    """What the connections form submits (JSON from the shell UI).
+
+    `settings.baseUrl` is required for `lmsp` and `openai`, `settings.url`
+    (a GGUF) for `wasm`; `credential` is the token or API key (None keeps
+    the stored one on edit).
+    """
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    name: str = Field(min_length=1, max_length=200)
+    kind: Literal["lmsp", "openai", "wasm", "webllm"]
+    model: str = Field(min_length=1, max_length=500)
+    settings: dict[str, Any] = Field(default_factory=dict)
+    credential: str | None = None
+    capabilities: CapabilitySpec = Field(default_factory=CapabilitySpec)
+    charges: bool = False
+
+    @model_validator(mode="after")
+    def _settings(self) -> ConnectionSpec:
+        if self.kind in ("lmsp", "openai"):
+            base = self.settings.get("baseUrl")
+            if not isinstance(base, str) or not base.startswith(("http://", "https://")):
+                raise ValueError("baseUrl must be an http(s) URL")
+        return self
+
+
+def host_of(url: str) -> str:
+    """`host:port` of an http(s) URL, for route texts (never the path or query)."""
+    rest = url.split("://", 1)[-1]
+    host = rest.split("/", 1)[0]
+    return host.rsplit("@", 1)[-1]  # drop any userinfo
+
+
+def route_for(kind: ProviderKind, settings: dict[str, Any]) -> str:
+    """The disclosure route: every hop, destination included (DESIGN.md, Route)."""
+    if kind == "lmsp":
+        return f"This browser -> LMSP service at {host_of(str(settings.get('baseUrl', '')))}"
+    if kind == "openai":
+        return (
+            "This browser -> OpenAI-compatible server at "
+            f"{host_of(str(settings.get('baseUrl', '')))}"
+        )
+    if kind == "wasm":
+        return "This browser -> llama.cpp on WebAssembly (this device)"
+    if kind == "webllm":
+        return "This browser -> WebLLM on WebGPU (this device)"
+    return "This browser -> fixture provider (this page)"
+
+
+def capabilities_for_spec(spec: ConnectionSpec) -> Capabilities:
+    """Declared capabilities for an OpenAI-compatible server (auto/none modes
+    plus required/tool: OpenAI's `tool_choice` accepts all four)."""
+    caps = spec.capabilities
+    modes: tuple[ToolChoiceMode, ...] = ("auto", "none", "required", "tool") if caps.tools else ()
+    return Capabilities(
+        images=caps.images, json=caps.json_output, tools=caps.tools, tool_choice_modes=modes
+    )

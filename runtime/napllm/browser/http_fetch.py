@@ -1,0 +1,117 @@
+"""`HttpPort` over the browser's `fetch` (Pyodide only).
+
+Rules
+- `timeout_s` bounds the wait for the status line and headers only (a
+  stream may then run for minutes); on expiry the fetch is aborted.
+- Requests go through `fetch` with an `AbortController`; closing a
+  response (or cancelling the coroutine reading it) aborts the fetch, so a
+  streamed body stops downloading (pyodide/pyodide #3867: an aborted fetch
+  must not leave the reader hung, so every read is raced against the abort).
+- A network failure, a CORS refusal or an aborted fetch raises
+  `ConnectionError` with a generic text (browser messages are not echoed).
+- Bodies stream through `response.body.getReader()`; chunks arrive as bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from js import AbortController, Object, fetch  # type: ignore[import-not-found]
+from pyodide.ffi import JsException, to_js  # type: ignore[import-not-found]
+
+
+class FetchResponse:
+    """A `fetch` response whose body is read as it arrives."""
+
+    def __init__(self, response: Any, controller: Any) -> None:
+        self._response = response
+        self._controller = controller
+        self.status = int(response.status)
+        headers: dict[str, str] = {}
+        for pair in response.headers.entries():
+            key, value = pair[0], pair[1]
+            headers[str(key).lower()] = str(value)
+        self.headers = headers
+        self._closed = False
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        try:
+            buffer = await self._response.arrayBuffer()
+        except JsException as exc:
+            raise ConnectionError("the response body could not be read") from exc
+        data: bytes = buffer.to_bytes()
+        return data
+
+    async def iter_bytes(self) -> AsyncIterator[bytes]:
+        """The body chunk by chunk; ends when the stream ends or is closed."""
+        body = self._response.body
+        if body is None:
+            return
+        reader = body.getReader()
+        try:
+            while not self._closed:
+                try:
+                    chunk = await reader.read()
+                except JsException as exc:
+                    if self._closed:
+                        return
+                    raise ConnectionError("the connection was interrupted") from exc
+                if chunk.done:
+                    return
+                yield chunk.value.to_bytes()
+        finally:
+            try:
+                reader.releaseLock()
+            except JsException:
+                pass
+
+    async def aclose(self) -> None:
+        """Abort the fetch (stops a body still streaming)."""
+        if not self._closed:
+            self._closed = True
+            self._controller.abort()
+
+
+class FetchHttp:
+    """`HttpPort` implementation on `fetch` (see providers/base.py)."""
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        json_body: Any = None,
+        timeout_s: float | None = None,
+    ) -> FetchResponse:
+        """Send one request; returns when status and headers arrived."""
+        controller = AbortController.new()
+        init: dict[str, Any] = {
+            "method": method,
+            "headers": dict(headers or {}),
+            "signal": controller.signal,
+            "credentials": "omit",
+            "cache": "no-store",
+        }
+        if json_body is not None:
+            init["body"] = json.dumps(json_body, ensure_ascii=False)
+            init["headers"].setdefault("Content-Type", "application/json")
+        options = to_js(init, dict_converter=Object.fromEntries)
+        try:
+            if timeout_s is None:
+                response = await fetch(url, options)
+            else:
+                response = await asyncio.wait_for(fetch(url, options), timeout_s)
+        except TimeoutError as exc:
+            controller.abort()
+            raise ConnectionError("the service did not answer in time") from exc
+        except asyncio.CancelledError:
+            controller.abort()
+            raise
+        except JsException as exc:
+            raise ConnectionError("the service could not be reached") from exc
+        return FetchResponse(response, controller)

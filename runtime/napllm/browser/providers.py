@@ -1,0 +1,178 @@
+"""Provider construction in the page: one provider per connection kind.
+
+Rules
+- `lmsp` and `openai` connections use the protocol providers of
+  `napllm.providers` over `FetchHttp`; their credential is read from the
+  registry at submission time and never leaves Python/fetch.
+- An `lmsp` connection's capabilities come from the service's model
+  listing (docs/lmsp.md), read when the user adds or edits it; an `openai`
+  connection's are declared by the user (OpenAI-compatible servers cannot
+  report them), and the consent dialog still guards every submission.
+- `fixture` connections exist only in test mode; their `FixtureProvider`
+  instances are kept so the conformance suite can script and count them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..connections import (
+    Capabilities,
+    Connection,
+    ConnectionSpec,
+    capabilities_for_spec,
+    route_for,
+)
+from ..errors import ErrorCode, ProviderFailure
+from ..providers.base import Provider
+from ..providers.fixture import FixtureProvider
+from ..providers.lmsp_client import LmspProvider, capabilities_from_entry, discover_models
+from .http_fetch import FetchHttp
+
+
+class BrowserProviders:
+    """Builds the provider for a connection; keeps test fixtures by id."""
+
+    def __init__(self) -> None:
+        self.http = FetchHttp()
+        self._fixtures: dict[str, FixtureProvider] = {}
+        self.engines: dict[str, Any] = {}
+
+    def fixture(self, cid: str) -> FixtureProvider:
+        """The fixture provider of test connection `cid` (KeyError if none)."""
+        return self._fixtures[cid]
+
+    def add_fixture(self, cid: str) -> FixtureProvider:
+        """Create the fixture provider for test connection `cid`."""
+        provider = FixtureProvider()
+        self._fixtures[cid] = provider
+        return provider
+
+    def provider_for(self, connection: Connection) -> Provider:
+        """The provider to submit to; raises `ProviderFailure` if none can be built."""
+        secret = connection.credential.get_secret_value() if connection.credential else None
+        if connection.kind == "fixture":
+            return self._fixtures[connection.id]
+        if connection.kind == "lmsp":
+            return LmspProvider(
+                self.http,
+                str(connection.settings["baseUrl"]),
+                secret,
+                resumable=bool(connection.settings.get("resumable", False)),
+            )
+        if connection.kind == "openai":
+            from ..providers.openai_compat import OpenAICompatProvider
+
+            return OpenAICompatProvider(self.http, str(connection.settings["baseUrl"]), secret)
+        engine = self.engines.get(connection.kind)
+        if engine is None:
+            raise ProviderFailure(
+                ErrorCode.PROVIDER_ERROR,
+                user_hint="This connection's engine is not available in this browser.",
+            )
+        provider: Provider = engine.provider_for(connection)
+        return provider
+
+
+async def connection_from_spec(
+    spec: ConnectionSpec, cid: str, providers: BrowserProviders
+) -> Connection:
+    """A user connection from the form; discovers LMSP capabilities.
+
+    Raises `ProviderFailure` when an LMSP service cannot be reached or does
+    not list the model, `ValueError` for an engine kind the page lacks.
+    """
+    settings: dict[str, Any] = dict(spec.settings) | {"userDefined": True}
+    caps: Capabilities
+    if spec.kind == "lmsp":
+        entries = await discover_models(providers.http, str(settings["baseUrl"]), spec.credential)
+        entry = next((e for e in entries if e.id == spec.model), None)
+        if entry is None:
+            raise ProviderFailure(
+                user_hint="The LMSP service does not list this model.", detail="model not listed"
+            )
+        caps = capabilities_from_entry(entry)
+    elif spec.kind == "openai":
+        caps = capabilities_for_spec(spec)
+    else:
+        engine = providers.engines.get(spec.kind)
+        if engine is None:
+            raise ValueError("this engine is not available in this browser")
+        caps = engine.capabilities_for(spec.model, settings)
+    return Connection.model_validate(
+        {
+            "id": cid,
+            "name": spec.name,
+            "kind": spec.kind,
+            "model": spec.model,
+            "route": route_for(spec.kind, settings),
+            "capabilities": caps,
+            "charges": spec.charges,
+            "settings": settings,
+            "credential": spec.credential,
+        }
+    )
+
+
+async def default_connections(providers: BrowserProviders) -> list[Connection]:
+    """The built-in connections (the engines register theirs)."""
+    found: list[Connection] = []
+    for engine in providers.engines.values():
+        found.extend(await engine.default_connections())
+    return found
+
+
+def test_connections(providers: BrowserProviders) -> list[Connection]:
+    """Fixture connections for the conformance suite (test mode only).
+
+    `fx-full`: every capability; `fx-text`: text only; `fx-json`: JSON output
+    only; `fx-auto`: tools with `auto` and `none` only; `fx-reasoning`: needs
+    opaque reasoning state; `fx-paid`: may charge.
+    """
+    route = route_for("fixture", {})
+    full = Capabilities(
+        images=True,
+        images_in_tool_results=True,
+        json=True,
+        tools=True,
+        tool_choice_modes=("auto", "none", "required", "tool"),
+    )
+    specs: list[tuple[str, str, str, Capabilities, bool]] = [
+        ("fx-full", "Fixture (all capabilities)", "fixture-full", full, False),
+        ("fx-text", "Fixture (text only)", "fixture-text", Capabilities(), False),
+        ("fx-json", "Fixture (JSON only)", "fixture-json", Capabilities(json=True), False),
+        (
+            "fx-auto",
+            "Fixture (tools, auto/none)",
+            "fixture-auto",
+            Capabilities(tools=True, tool_choice_modes=("auto", "none")),
+            False,
+        ),
+        (
+            "fx-reasoning",
+            "Fixture (opaque reasoning)",
+            "fixture-reasoning",
+            Capabilities(
+                tools=True,
+                tool_choice_modes=("auto", "none"),
+                requires_reasoning_state=True,
+            ),
+            False,
+        ),
+        ("fx-paid", "Fixture (may charge)", "fixture-paid", full, True),
+    ]
+    connections = []
+    for cid, name, model, caps, charges in specs:
+        providers.add_fixture(cid)
+        connections.append(
+            Connection(
+                id=cid,
+                name=name,
+                kind="fixture",
+                model=model,
+                route=route,
+                capabilities=caps,
+                charges=charges,
+            )
+        )
+    return connections
