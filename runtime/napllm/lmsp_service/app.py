@@ -438,7 +438,8 @@ def build_app(service: LmspService, token: str) -> Starlette:
                 raise ProblemError("idempotency_conflict")
             if existing.problem is not None:
                 raise existing.problem
-            if existing.run is None or not existing.run.done.is_set():
+            finished = existing.run is not None and existing.run.done.is_set()
+            if existing.task is None and not finished:
                 raise ProblemError("idempotency_in_progress")
             return existing, store_key, None, [], None
         entry = _Idempotent(fingerprint=fingerprint)

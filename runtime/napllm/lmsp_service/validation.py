@@ -78,7 +78,7 @@ def parse_body(body: bytes) -> tuple[LmspRequest, Any]:
     if not isinstance(raw, dict):
         raise ProblemError("invalid_request", "The body must be a JSON object.")
     try:
-        request = LmspRequest.model_validate(raw)
+        request = LmspRequest.model_validate(_without_output_members(raw))
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False, include_context=False)[0]
         # Discriminated unions add the tag name as a location step; drop it.
@@ -105,6 +105,28 @@ def parse_body(body: bytes) -> tuple[LmspRequest, Any]:
     except RecursionError as exc:
         raise ProblemError("invalid_request", "The body is nested too deeply.") from exc
     return request, raw
+
+
+def _without_output_members(raw: dict[str, Any]) -> dict[str, Any]:
+    """Drop `id` and `status` from replayed input items (6.5: sent back "as received").
+
+    Output items carry a string `id` (and peers add a `status`); a client
+    replaying them as input need not strip them, so they are ignored here.
+    Any other unknown member is still refused.
+    """
+    items = raw.get("input")
+    if not isinstance(items, list):
+        return raw
+    cleaned: list[Any] = []
+    for item in items:
+        if isinstance(item, dict) and item.get("type") in {"message", "function_call"}:
+            item = dict(item)
+            if isinstance(item.get("id"), str):
+                del item["id"]
+            if item.get("status") in {"completed", "incomplete", "in_progress"}:
+                del item["status"]
+        cleaned.append(item)
+    return {**raw, "input": cleaned}
 
 
 @dataclass
