@@ -91,7 +91,7 @@ def read_gguf_header(path: Path) -> tuple[int, int, dict[str, Any]]:
 
 def read_with_gguf_package(path: Path) -> tuple[int, int, dict[str, Any]]:
     """The same triple, read by the ``gguf`` package."""
-    import gguf
+    import gguf  # type: ignore[import-not-found, unused-ignore]
 
     reader = gguf.GGUFReader(str(path))
     metadata = {}
@@ -124,7 +124,11 @@ def load_gen_corpus() -> ModuleType:
 
 def test_checksum_matches_sha256sums() -> None:
     lines = (MODEL_DIR / "SHA256SUMS").read_text().splitlines()
-    sums = dict(reversed(line.split(maxsplit=1)) for line in lines if line.strip())
+    sums: dict[str, str] = {}
+    for line in lines:
+        if line.strip():
+            digest, name = line.split(maxsplit=1)
+            sums[name.lstrip("*")] = digest
     assert set(sums) == {MODEL.name}
     assert hashlib.sha256(MODEL.read_bytes()).hexdigest() == sums[MODEL.name]
 
