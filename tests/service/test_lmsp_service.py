@@ -81,7 +81,12 @@ def assert_well_formed_stream(events: list[tuple[int, str, dict[str, Any]]]) -> 
     response_id = events[0][2]["response_id"]
     assert response_id.startswith("resp_")
     assert all(data["response_id"] == response_id for _, _, data in events)
-    terminal = {"response.completed", "response.incomplete", "response.failed", "response.cancelled"}
+    terminal = {
+        "response.completed",
+        "response.incomplete",
+        "response.failed",
+        "response.cancelled",
+    }
     assert events[-1][1] in terminal
     assert not any(name in terminal for _, name, _ in events[:-1])
     return str(response_id)
@@ -368,7 +373,9 @@ def test_store_get_and_previous_response_id(
                 {
                     "type": "function_call_output",
                     "call_id": call["call_id"],
-                    "output": json.dumps({"city": "Berlin", "temperature": 17, "condition": "rainy"}),
+                    "output": json.dumps(
+                        {"city": "Berlin", "temperature": 17, "condition": "rainy"}
+                    ),
                 }
             ],
             "tools": [WEATHER_TOOL],

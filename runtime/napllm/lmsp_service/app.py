@@ -23,8 +23,9 @@ Rules
   went away is forgotten, so a retry generates again.
 - A direct stream or a synchronous request whose client disconnects cancels
   its generation (6.3); a task's generation is independent of its readers.
-- CORS is answered for the configured origins only, including Private
-  Network Access preflights (`Access-Control-Allow-Private-Network: true`).
+- CORS (Starlette's middleware) is answered for the configured origins
+  only, including Private Network Access preflights
+  (`Access-Control-Allow-Private-Network: true`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -614,13 +615,13 @@ def build_app(service: LmspService, token: str) -> Starlette:
         await service.close()
 
     middleware = [
-        Middleware(PrivateNetworkAccess, allow_origins=list(config.allow_origins)),
         Middleware(
             CORSMiddleware,
             allow_origins=list(config.allow_origins),
             allow_methods=["GET", "POST"],
             allow_headers=CORS_HEADERS,
             expose_headers=["LMSP-Version", "Location"],
+            allow_private_network=True,  # answered for allowed origins only
             max_age=600,
         ),
         Middleware(LmspGate, auth=auth),
@@ -688,37 +689,3 @@ class LmspGate:
             await response(scope, receive, send_with_version)
             return
         await self.app(scope, receive, send_with_version)
-
-
-class PrivateNetworkAccess:
-    """Adds `Access-Control-Allow-Private-Network: true` to allowed PNA preflights.
-
-    Starlette's CORS middleware does not know Private Network Access; this
-    wraps it and only touches `OPTIONS` preflights from an allowed origin
-    that asked with `Access-Control-Request-Private-Network: true`.
-    """
-
-    def __init__(self, app: ASGIApp, allow_origins: Sequence[str]) -> None:
-        self.app = app
-        self.allow_origins = frozenset(allow_origins)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "OPTIONS":
-            await self.app(scope, receive, send)
-            return
-        headers: MutableMapping[str, str] = {
-            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]
-        }
-        wants_pna = headers.get("access-control-request-private-network", "").lower() == "true"
-        allowed = headers.get("origin") in self.allow_origins
-        if not (wants_pna and allowed):
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_pna(message: Message) -> None:
-            if message["type"] == "http.response.start" and message.get("status") == 200:
-                extra = [(b"access-control-allow-private-network", b"true")]
-                message = {**message, "headers": list(message.get("headers", [])) + extra}
-            await send(message)
-
-        await self.app(scope, receive, send_with_pna)
