@@ -97,6 +97,10 @@ json.dumps({
 """
 
 
+#: Modules of the shared contracts, imported by every Pyodide check.
+CORE_MODULES = ("napllm.errors", "napllm.lmsp", "napllm.connections", "napllm.providers.base")
+
+
 def _run_pyodide(page: Any, test_page: TestPage, how: str) -> dict[str, Any]:
     page.goto(test_page("pyodide.html", PYODIDE_PAGE))
     page.wait_for_function("window.ready === true")
@@ -118,9 +122,18 @@ def _assert_python_report(report: dict[str, Any], dist_dir: Path) -> None:
     assert report["person"] == {"name": "Alice", "age": 30}
     assert report["schema_ok"] is True
     assert report["schema_bad"] is False
-    assert report["failed"] == {}, report["failed"]
-    for module in ("napllm.errors", "napllm.lmsp", "napllm.connections"):
-        assert module in report["imported"]
+    for module in CORE_MODULES:
+        assert module in report["imported"], report["failed"].get(module)
+
+
+def test_every_portable_napllm_module_imports_in_pyodide(
+    page: Any, request_log: BrowserLog, test_page: TestPage
+) -> None:
+    """Everything under runtime/napllm except lmsp_service/ and browser/ imports in Pyodide."""
+    page.set_default_timeout(LOAD_TIMEOUT_MS)
+    report = _run_pyodide(page, test_page, "loadPackage")
+    assert report["failed"] == {}
+    request_log.assert_local()
 
 
 def _only_favicon(url: str) -> bool:
@@ -317,8 +330,13 @@ def authored_dist_files(dist_dir: Path) -> list[Path]:
     return [p for p in files if p.is_file() and p.suffix in text_types]
 
 
+#: Example text shown to the user in a form field is not a URL the page uses.
+PLACEHOLDER = re.compile(r"""\bplaceholder\s*=\s*(?:"[^"]*"|'[^']*')""")
+
+
 def url_problems(text: str) -> list[str]:
-    """Absolute or root-relative URLs in a text file (identifier URIs excepted)."""
+    """Absolute or root-relative URLs in a text file (identifier URIs and placeholders excepted)."""
+    text = PLACEHOLDER.sub("placeholder=''", text)
     problems = []
     for match in ABSOLUTE_URL.finditer(text):
         if not IDENTIFIER_URIS.match(text, match.start()):
@@ -336,6 +354,8 @@ def test_url_checker_catches_absolute_and_root_urls() -> None:
     assert url_problems('<img src="img/a.png"><script src="./a.js">') == []
     assert url_problems('<svg xmlns="http://www.w3.org/2000/svg">') == []
     assert url_problems("const base = 'http://127.0.0.1:11435/';") == []
+    assert url_problems('<input type="url" placeholder="https://…/model.gguf">') == []
+    assert url_problems('<input placeholder="x"><img src="https://a.example.com/i.png">') != []
 
 
 def test_authored_dist_files_use_only_relative_urls(dist_dir: Path) -> None:
