@@ -23,12 +23,19 @@ Rules
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
+
+# httpx is imported where it is used: the module stays importable (and the
+# package walkable) under Pyodide, where httpx is not installed and the
+# browser's fetch port is used instead.
 
 
 def _connection_error(exc: Exception) -> ConnectionError:
+    import httpx
+
     if isinstance(exc, httpx.TimeoutException):
         return ConnectionError("the HTTP exchange timed out")
     if isinstance(exc, httpx.ConnectError):
@@ -55,6 +62,8 @@ class HttpxResponse:
 
     async def read(self) -> bytes:
         """The whole body; raises `ConnectionError` if it is cut off."""
+        import httpx
+
         try:
             return await self._response.aread()
         except (httpx.TransportError, httpx.StreamError) as exc:
@@ -64,6 +73,8 @@ class HttpxResponse:
 
     async def iter_bytes(self) -> AsyncIterator[bytes]:
         """The body chunk by chunk as it arrives; raises `ConnectionError` on a drop."""
+        import httpx
+
         try:
             async for chunk in self._response.aiter_bytes():
                 if chunk:
@@ -91,6 +102,8 @@ class HttpxPort:
         *,
         connect_timeout_s: float = 10.0,
     ) -> None:
+        import httpx
+
         self._owned = client is None
         self._client = client if client is not None else httpx.AsyncClient()
         self._connect_timeout_s = connect_timeout_s
@@ -109,6 +122,8 @@ class HttpxPort:
         `json_body` (when not `None`) is sent as JSON with `Content-Type:
         application/json`. Raises `ConnectionError` for a transport failure.
         """
+        import httpx
+
         timeout = httpx.Timeout(
             connect=self._connect_timeout_s, read=timeout_s, write=timeout_s, pool=timeout_s
         )
