@@ -369,18 +369,17 @@ class Delta(_Output):
 
 def _loc_path(root: str, loc: tuple[int | str, ...]) -> str:
     path = root
+    previous: int | str | None = None
     for item in loc:
         if isinstance(item, int):
             path += f"[{item}]"
-        elif item in ("function-after", "function-before", "function-wrap"):
-            continue
         elif item.startswith(("function-", "tagged-union", "literal[")):
-            continue
-        elif item in ("text", "image", "thinking", "toolCall") and path.endswith("]"):
-            # discriminated-union branch names pydantic inserts into the path
-            continue
+            pass
+        elif isinstance(previous, int) and item in ("text", "image", "thinking", "toolCall"):
+            pass  # the discriminated-union branch pydantic inserts after a list index
         else:
             path += f".{item[:64]}"
+        previous = item
     return path
 
 

@@ -112,6 +112,34 @@ class Recorder(Observer):
         self.submissions.append((endpoint_id, connection_id))
 
 
+class ManualClock:
+    """A `Clock` whose timers fire only when the test advances time."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._timers: list[tuple[float, int, Callable[[], None], list[bool]]] = []
+        self._serial = 0
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Any:
+        cancelled = [False]
+        self._serial += 1
+        self._timers.append((self.now + delay, self._serial, callback, cancelled))
+
+        class Handle:
+            def cancel(self) -> None:
+                cancelled[0] = True
+
+        return Handle()
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        due = sorted(t for t in self._timers if t[0] <= self.now)
+        self._timers = [t for t in self._timers if t[0] > self.now]
+        for _, _, callback, cancelled in due:
+            if not cancelled[0]:
+                callback()
+
+
 @dataclass
 class Harness:
     """One shell with recording ports; see the module docstring."""
@@ -123,6 +151,7 @@ class Harness:
     consent: Consent = field(default_factory=Consent)
     observer: Recorder = field(default_factory=Recorder)
     providers: dict[str, FixtureProvider] = field(default_factory=dict)
+    clock: ManualClock | None = None
     shell: Shell = field(init=False)
 
     def __post_init__(self) -> None:
@@ -134,6 +163,7 @@ class Harness:
             lambda connection: self.providers.setdefault(connection.id, FixtureProvider()),
             policy=self.policy,
             observer=self.observer,
+            clock=self.clock,
         )
 
     def connect(
