@@ -7,8 +7,11 @@ Test-only pages live under ``/_test/`` (see conftest.py), never in dist/.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -394,3 +397,64 @@ def test_request_log_sees_requests_that_leave_127_0_0_1(
     # The host resolver rules stopped it inside Chromium.
     assert any(u == "http://example.com/leak" for u, _ in request_log.failed)
     request_log.requests.clear()  # checked above; keep the teardown check for the rest
+
+
+# --------------------------------------------------------------------------- server and lock
+
+
+def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req) as resp:
+            return resp.status, resp.headers
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers
+
+
+def test_server_sends_isolation_headers_and_exact_mime_types(
+    dist_url: str, dist_dir: Path, test_pages_dir: Path
+) -> None:
+    (test_pages_dir / "app.webmanifest").write_text("{}")
+    napllm_wheel = next((dist_dir / "pyodide").glob("napllm-*.whl")).name
+    expected = {
+        "pyodide/pyodide.asm.wasm": "application/wasm",
+        "pyodide/pyodide.mjs": "text/javascript",
+        "vendor/wllama/wllama.js": "text/javascript",
+        "build-info.json": "application/json",
+        f"pyodide/{napllm_wheel}": "application/octet-stream",
+        "_test/app.webmanifest": "application/manifest+json",
+    }
+    for rel, mime in expected.items():
+        status, headers = _get(dist_url + rel)
+        assert status == 200, rel
+        assert headers["Content-Type"] == mime, rel
+        assert headers["Cross-Origin-Opener-Policy"] == "same-origin"
+        assert headers["Cross-Origin-Embedder-Policy"] == "require-corp"
+        assert headers["Cross-Origin-Resource-Policy"] == "same-origin"
+        assert headers["Cache-Control"] == "no-cache"
+    # no-cache means revalidate: an unchanged file answers 304.
+    _, headers = _get(dist_url + "build-info.json")
+    status, _ = _get(dist_url + "build-info.json", {"If-Modified-Since": headers["Last-Modified"]})
+    assert status == 304
+    assert _get(dist_url + "no-such-file.js")[0] == 404
+    # /_test/ cannot reach outside its folder.
+    assert _get(dist_url + "_test/../build-info.json")[0] == 404
+    assert _get(dist_url + "_test/%2e%2e/%2e%2e/etc/passwd")[0] == 404
+    assert _get(dist_url + "../../etc/passwd")[0] == 404
+
+
+def test_merged_lock_resolves_our_packages_from_dist(dist_dir: Path) -> None:
+    lock = json.loads((dist_dir / "pyodide" / "pyodide-lock.json").read_text())
+    packages = lock["packages"]
+    ours = json.loads((dist_dir / "build-info.json").read_text())["packages"]
+    assert set(ours) >= {"napllm", "pydantic", "pydantic-core", "jschon", "rfc3986", "micropip"}
+    for name, version in ours.items():
+        entry = packages[name]
+        assert entry["version"] == version
+        wheel = dist_dir / "pyodide" / entry["file_name"]
+        assert hashlib.sha256(wheel.read_bytes()).hexdigest() == entry["sha256"], name
+        for dep in entry["depends"]:
+            assert dep in ours, f"{name} needs {dep}, which dist/ does not ship"
+    assert set(packages["napllm"]["depends"]) == {"pydantic", "jschon"}
+    assert packages["pydantic-core"]["file_name"].endswith("pyemscripten_2026_0_wasm32.whl")
+    assert lock["info"]["python"].startswith("3.14.")
