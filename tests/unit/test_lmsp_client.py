@@ -399,14 +399,26 @@ async def test_unreachable_service_has_a_hint() -> None:
     assert_no_leak(exc)
 
 
-async def test_error_event_in_a_stream_is_yielded_as_terminal() -> None:
-    error = LmspEvent(id=2, event="error", data={"error": {"code": "generation_failed"}})
+@pytest.mark.parametrize("error_id", [2, None])
+async def test_error_event_in_a_stream_is_yielded_as_terminal(error_id: int | None) -> None:
+    # docs/lmsp.md 2.3: the `error` event has no id (it then repeats the last one)
+    error = LmspEvent(id=error_id, event="error", data={"error": {"code": "generation_failed"}})
 
     async def handler(req: httpx.Request) -> httpx.Response:
         return stream_response(Body(sse(STREAM[0], error)))
 
     events = await collect(Fake(handler).provider())
     assert events[-1].event == "error"
+    assert events[-1].terminal
+
+
+async def test_only_the_error_event_may_lack_an_id() -> None:
+    body = sse(STREAM[0]) + b"event: response.output_item.added\ndata: {}\n\n"
+
+    async def handler(req: httpx.Request) -> httpx.Response:
+        return stream_response(Body(body))
+
+    assert (await failure(Fake(handler).provider())).code is ErrorCode.PROVIDER_ERROR
 
 
 # --------------------------------------------------------------------------
@@ -611,6 +623,7 @@ async def test_cancelling_the_consumer_cancels_the_task_without_blocking() -> No
     assert fake.paths()[-1] == "POST /lmsp/v1/tasks/task_1/cancel"
     cancel = fake.seen[-1]
     assert cancel.headers["authorization"] == f"Bearer {SECRET}"
+    assert cancel.content == b""  # docs/lmsp.md 5.4: no body
 
 
 async def test_aclose_of_the_iterator_cancels_the_task() -> None:

@@ -9,7 +9,8 @@ Rules
 - Streams are read from the response body through `sse.py` (an
   `EventSource` cannot send `Authorization`). Event ids must be integers,
   strictly increasing, the first one of a response being 1 (6.4); a
-  violation is a `provider-error`. Event data must be JSON objects. Events
+  violation is a `provider-error`. Only the final `error` event may come
+  without an id (docs/lmsp.md 2.3). Event data must be JSON objects. Events
   whose name napllm does not know are skipped, not yielded (6.3).
 - A synchronous answer (6.2) becomes events with `events_from_response`.
 - Resumable mode (`resumable=True`) creates a task, follows
@@ -217,18 +218,22 @@ class _EventCheck:
         self.last_id = 0
 
     def accept(self, raw: SseEvent) -> LmspEvent:
-        text = raw.id
-        if not text.isascii() or not text.isdigit():
-            raise _malformed("event id is not an integer")
-        event_id = int(text)
-        if event_id <= self.last_id or (self.last_id == 0 and event_id != 1):
-            raise _malformed("event ids are not strictly increasing from 1")
         try:
             data = json.loads(raw.data)
         except (ValueError, RecursionError) as exc:
             raise _malformed("event data is not JSON") from exc
         if not isinstance(data, dict):
             raise _malformed("event data is not an object")
+        text = raw.id
+        if raw.event == "error" and (not text or text == str(self.last_id)):
+            # docs/lmsp.md 2.3: the `error` event is not tied to the response
+            # and has no `id:` (SSE then repeats the last id, if any)
+            return LmspEvent(id=None, event=raw.event, data=data)
+        if not text.isascii() or not text.isdigit():
+            raise _malformed("event id is not an integer")
+        event_id = int(text)
+        if event_id <= self.last_id or (self.last_id == 0 and event_id != 1):
+            raise _malformed("event ids are not strictly increasing from 1")
         self.last_id = event_id
         return LmspEvent(id=event_id, event=raw.event, data=data)
 
@@ -571,7 +576,6 @@ class LmspProvider:
                 "POST",
                 task_url + "/cancel",
                 headers=_headers(self._credential, Accept="application/json"),
-                json_body={},
                 timeout_s=10.0,
             )
             await response.aclose()
