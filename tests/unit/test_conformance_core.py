@@ -1,0 +1,1389 @@
+"""NAP-LLM conformance cases LLM-C01..LLM-C23 against the core shell.
+
+Each test drives `napllm.shell.Shell` through `harness.Harness` (recording
+transport per endpoint, scriptable chooser and consent, the controllable
+`FixtureProvider`) and asserts the *required observation* of the NAP-LLM
+Conformance Cases table: correlation, exact error codes, provider
+submission counts, delta lifecycle and ordering, one terminal result per
+request id and no cross-endpoint delivery. The browser suite repeats the
+same cases inside Pyodide under the same test names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from typing import Any
+
+import pytest
+from harness import PNG, WEATHER_TOOL, Harness, generate, user
+from napcheck import (
+    assert_not_leaked,
+    assert_safe_error,
+    check_generation,
+    code,
+    delta_blocks,
+    error_code,
+    terminal,
+)
+
+from napllm.connections import Capabilities
+from napllm.errors import SAFE_MESSAGES, ErrorCode
+from napllm.lmsp import FunctionCallIn, FunctionCallOutputIn, LmspEvent, MessageItemIn
+from napllm.providers.fixture import (
+    Crash,
+    Fail,
+    Stall,
+    call_events,
+    completed,
+    incomplete,
+    text_events,
+    text_script,
+    tool_call_script,
+)
+from napllm.shell import ShellPolicy
+from napllm.translate import TOOL_FAILED_PREFIX
+
+TEXT_ONLY = Capabilities()
+# 25 bytes, so the standard encoding ends in "==" padding
+PADDED_PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(17)).decode()
+assert PADDED_PNG.endswith("==")
+AUTO_NONE = Capabilities(tools=True, tool_choice_modes=("auto", "none"))
+CREATED = LmspEvent(
+    event="response.created", data={"response_id": "resp_fixture", "status": "in_progress"}
+)
+CALL = {
+    "type": "toolCall",
+    "toolCallId": "call_1",
+    "name": "get_weather",
+    "arguments": {"city": "B"},
+}
+CALL_2 = {**CALL, "toolCallId": "call_2", "arguments": {"city": "P"}}
+
+
+def result_msg(call_id: str, text: str = "18 C", **extra: Any) -> dict[str, Any]:
+    return {
+        "role": "toolResult",
+        "toolCallId": call_id,
+        "toolName": "get_weather",
+        "content": [{"type": "text", "text": text}],
+        **extra,
+    }
+
+
+def assistant(*parts: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "assistant", "content": list(parts)}
+
+
+async def ready(caps: Capabilities | None = None, **policy: Any) -> tuple[Harness, Any, str, str]:
+    """A harness with one connection, one endpoint and a live handle."""
+    h = Harness(policy=ShellPolicy(delta_interval_s=0.0, **policy))
+    fx = h.connect(caps=caps) if caps is not None else h.connect()
+    ep = h.endpoint()
+    handle = await h.select(ep)
+    return h, fx, ep, handle
+
+
+async def run(h: Harness, ep: str, envelope: dict[str, Any]) -> dict[str, Any]:
+    """Send one generate, settle, and return its checked terminal result."""
+    h.send(ep, envelope)
+    await h.settle()
+    return check_generation(h, ep, envelope["id"])
+
+
+async def until(predicate: Any, limit: int = 200) -> None:
+    """Yield to the loop until `predicate()` holds (bounded)."""
+    for _ in range(limit):
+        if predicate():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition never held")
+
+
+# --------------------------------------------------------------------------
+# LLM-C01: select, describe, generate; also omit the optional domain
+
+
+async def test_llm_c01_select_describe_generate_correlate() -> None:
+    h = Harness()
+    fx = h.connect()
+    ep = h.endpoint()
+    # no `shell` handshake: the first message is llm.select
+    h.send(ep, {"type": "llm.select", "id": "s1", "requirements": {"json": True}})
+    await h.settle()
+    selected = terminal(h, ep, "s1", "llm.select.result")
+    model = selected["model"]
+    assert model["model"] == "fixture-model" and model["json"] is True
+    assert set(model) == {
+        "handle",
+        "name",
+        "model",
+        "route",
+        "images",
+        "json",
+        "tools",
+        "toolChoiceModes",
+    }
+    h.send(ep, {"type": "llm.describe", "id": "d1", "handle": model["handle"]})
+    await h.settle()
+    assert terminal(h, ep, "d1", "llm.describe.result")["model"] == model
+    fx.queue(text_script(['{"greeting"', ':"Hello"}']))
+    result = await run(h, ep, generate("g1", model["handle"], format="json", maxTokens=128))
+    assert result["result"]["finish"] == "stop"
+    assert json.loads(result["result"]["content"][0]["text"]) == {"greeting": "Hello"}
+    assert fx.submissions == 1
+    assert [e.get("id", e.get("requestId")) for e in h.out(ep)][:2] == ["s1", "d1"]
+
+
+async def test_llm_c01_absent_domain_gets_no_replies_and_no_dialogs() -> None:
+    h = Harness()
+    fx = h.connect()
+    ep = h.endpoint(domains=frozenset())
+    h.send(ep, {"type": "llm.select", "id": "s1"})
+    h.send(ep, generate("g1", "h-guess"))
+    h.send(ep, {"type": "llm.cancel", "id": "c1", "requestId": "g1"})
+    await h.settle()
+    assert h.out(ep) == []
+    assert h.chooser.requests == [] and h.consent.asked == []
+    assert fx.submissions == 0
+    assert len(h.observer.drops) == 3
+
+
+async def test_llm_c01_domain_absence_does_not_affect_other_endpoints() -> None:
+    h = Harness()
+    h.connect()
+    without = h.endpoint("plain", domains=frozenset())
+    with_llm = h.endpoint("chat")
+    h.send(without, {"type": "llm.select", "id": "s1"})
+    handle = await h.select(with_llm)
+    assert handle and h.out(without) == []
+
+
+# --------------------------------------------------------------------------
+# LLM-C02: malformed record, base64, enum or explicit null -> invalid-request
+
+
+MALFORMED_REQUESTS: dict[str, Any] = {
+    "unknown request field": {"stream": True},
+    "explicit null temperature": {"temperature": None},
+    "explicit null format": {"format": None},
+    "enum format": {"format": "xml"},
+    "wrong type maxTokens": {"maxTokens": "128"},
+    "float maxTokens": {"maxTokens": 1.5},
+    "bool temperature": {"temperature": True},
+    "role enum": {"messages": [{"role": "robot", "content": [{"type": "text", "text": "x"}]}]},
+    "unknown part type": {"messages": [{"role": "user", "content": [{"type": "audio"}]}]},
+    "unknown part field": {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "x", "lang": "en"}]}]
+    },
+    "null part text": {"messages": [{"role": "user", "content": [{"type": "text", "text": None}]}]},
+    "empty messages": {"messages": []},
+    "empty content": {"messages": [{"role": "user", "content": []}]},
+    "base64 unpadded": {
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image", "mimeType": "image/png", "data": PADDED_PNG.rstrip("=")}
+                ],
+            }
+        ]
+    },
+    "base64 whitespace": {
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image", "mimeType": "image/png", "data": PNG[:8] + "\n" + PNG[8:]}
+                ],
+            }
+        ]
+    },
+    "base64 data uri": {
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "image",
+                        "mimeType": "image/png",
+                        "data": "data:image/png;base64," + PNG,
+                    }
+                ],
+            }
+        ]
+    },
+    "base64 urlsafe": {
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "image", "mimeType": "image/png", "data": "_-__"}],
+            }
+        ]
+    },
+    "image mime enum": {
+        "messages": [
+            {"role": "user", "content": [{"type": "image", "mimeType": "image/gif", "data": PNG}]}
+        ]
+    },
+    "image mime mismatch": {
+        "messages": [
+            {"role": "user", "content": [{"type": "image", "mimeType": "image/jpeg", "data": PNG}]}
+        ]
+    },
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_REQUESTS))
+async def test_llm_c02_malformed_request_is_invalid_without_generation(case: str) -> None:
+    h, fx, ep, handle = await ready()
+    envelope = generate("g1", handle)
+    envelope["request"].update(MALFORMED_REQUESTS[case])
+    h.send(ep, envelope)
+    await h.settle()
+    assert error_code(h, ep, "g1") == "invalid-request"
+    assert fx.submissions == 0 and h.consent.asked == []
+
+
+@pytest.mark.parametrize(
+    "envelope",
+    [
+        {"type": "llm.generate", "id": "g1", "request": None},
+        {"type": "llm.generate", "id": "g1", "request": "text"},
+        {"type": "llm.generate", "id": "g1", "request": {"handle": None, "messages": []}},
+        {"type": "llm.generate", "id": "g1", "request": {}, "extra": 1},
+        {"type": "llm.select", "id": "g1", "requirements": None},
+        {"type": "llm.select", "id": "g1", "requirements": {"images": "yes"}},
+        {"type": "llm.select", "id": "g1", "requirements": {"model": ""}},
+        {"type": "llm.select", "id": "g1", "requirements": {"vision": True}},
+        {"type": "llm.describe", "id": "g1", "handle": None},
+        {"type": "llm.cancel", "id": "g1", "requestId": 7},
+    ],
+)
+async def test_llm_c02_malformed_envelope_is_invalid(envelope: dict[str, Any]) -> None:
+    h, fx, ep, _ = await ready()
+    h.send(ep, envelope)
+    await h.settle()
+    assert error_code(h, ep, "g1", envelope["type"] + ".result") == "invalid-request"
+    assert fx.submissions == 0 and len(h.chooser.requests) == 1  # only the setup select
+
+
+# --------------------------------------------------------------------------
+# LLM-C03: unsupported images/JSON/tools/exact model or provider input
+
+
+@pytest.mark.parametrize(
+    "requirements",
+    [{"images": True}, {"json": True}, {"tools": True}, {"model": "other-model"}],
+)
+async def test_llm_c03_select_unmet_requirement_is_unsupported(
+    requirements: dict[str, Any],
+) -> None:
+    h = Harness()
+    fx = h.connect(caps=TEXT_ONLY)
+    ep = h.endpoint()
+    h.send(ep, {"type": "llm.select", "id": "s1", "requirements": requirements})
+    await h.settle()
+    assert error_code(h, ep, "s1", "llm.select.result") == "unsupported"
+    assert h.chooser.requests == [] and fx.submissions == 0
+
+
+async def test_llm_c03_select_offers_only_exact_model_no_substitution() -> None:
+    h = Harness()
+    h.connect("a", model="model-a")
+    h.connect("b", model="model-b")
+    h.connect("c", caps=TEXT_ONLY, model="model-b")
+    ep = h.endpoint()
+    h.send(
+        ep, {"type": "llm.select", "id": "s1", "requirements": {"model": "model-b", "json": True}}
+    )
+    await h.settle()
+    assert [c.id for c in h.chooser.requests[0].candidates] == ["b"]
+    assert terminal(h, ep, "s1", "llm.select.result")["model"]["model"] == "model-b"
+
+
+UNSUPPORTED_INPUT: dict[str, dict[str, Any]] = {
+    "image": {
+        "messages": [
+            {"role": "user", "content": [{"type": "image", "mimeType": "image/png", "data": PNG}]}
+        ]
+    },
+    "json": {"format": "json"},
+    "tools": {"tools": [WEATHER_TOOL]},
+    "tool history": {
+        "messages": [user("weather?"), assistant(CALL), result_msg("call_1"), user("thanks")]
+    },
+    "temperature": {"temperature": 0.5},
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNSUPPORTED_INPUT))
+async def test_llm_c03_generate_unsupported_input_before_submission(case: str) -> None:
+    h, fx, ep, handle = await ready(Capabilities(temperature=None))
+    envelope = generate("g1", handle)
+    envelope["request"].update(UNSUPPORTED_INPUT[case])
+    h.send(ep, envelope)
+    await h.settle()
+    assert error_code(h, ep, "g1") == "unsupported"
+    assert fx.submissions == 0 and h.consent.asked == []
+
+
+async def test_llm_c03_temperature_out_of_range_is_unsupported() -> None:
+    h, fx, ep, handle = await ready(Capabilities(temperature=(0.0, 1.0)))
+    h.send(ep, generate("g1", handle, temperature=1.5))
+    await h.settle()
+    assert error_code(h, ep, "g1") == "unsupported"
+    assert fx.submissions == 0
+    result = await run(h, ep, generate("g2", handle, temperature=1.0))
+    assert "result" in result and fx.requests[0].temperature == 1.0
+
+
+# --------------------------------------------------------------------------
+# LLM-C04: decline consent after selecting a valid model
+
+
+async def test_llm_c04_declined_consent_is_user_cancelled_without_generation() -> None:
+    h, fx, ep, handle = await ready()
+    h.consent.decision = h.consent.decision.__class__(allow=False)
+    h.send(ep, generate("g1", handle))
+    await h.settle()
+    assert error_code(h, ep, "g1") == "user-cancelled"
+    assert len(h.consent.asked) == 1 and fx.submissions == 0
+    assert h.observer.submissions == []
+
+
+async def test_llm_c04_declined_selection_is_user_cancelled() -> None:
+    h = Harness()
+    fx = h.connect()
+    ep = h.endpoint()
+    h.chooser.answer = lambda request: None
+    h.send(ep, {"type": "llm.select", "id": "s1"})
+    await h.settle()
+    assert error_code(h, ep, "s1", "llm.select.result") == "user-cancelled"
+    assert fx.submissions == 0
+
+
+# --------------------------------------------------------------------------
+# LLM-C05: two endpoints reuse ids and attempt each other's handles/cancel
+
+
+async def test_llm_c05_foreign_handles_rejected_and_ids_scoped() -> None:
+    h = Harness()
+    fx = h.connect()
+    a = h.endpoint("alpha")
+    b = h.endpoint("beta")
+    handle_a = await h.select(a, rid="s1")
+    handle_b = await h.select(b, rid="s1")
+    assert handle_a != handle_b
+    h.send(b, {"type": "llm.describe", "id": "d1", "handle": handle_a})
+    h.send(b, generate("g1", handle_a, [user("beta steals")]))
+    await h.settle()
+    assert error_code(h, b, "d1", "llm.describe.result") == "selection-expired"
+    assert error_code(h, b, "g1") == "selection-expired"
+    assert fx.submissions == 0
+    # the same ids on each endpoint are independent
+    h.send(a, generate("g2", handle_a, [user("alpha words")]))
+    h.send(b, generate("g2", handle_b, [user("beta words")]))
+    await h.settle()
+    result_a = check_generation(h, a, "g2")
+    result_b = check_generation(h, b, "g2")
+    assert "alpha" in json.dumps(result_a) and "beta" not in json.dumps(result_a)
+    assert "beta" in json.dumps(result_b) and "alpha" not in json.dumps(result_b)
+    assert fx.submissions == 2
+
+
+async def test_llm_c05_foreign_cancel_is_false_and_original_continues() -> None:
+    h = Harness()
+    fx = h.connect()
+    a = h.endpoint("alpha")
+    b = h.endpoint("beta")
+    handle_a = await h.select(a)
+    await h.select(b)
+    fx.queue([CREATED, *text_events(["alpha ", "done"]), Stall(0.02), completed()])
+    h.send(a, generate("g1", handle_a, [user("alpha secret prompt")]))
+    await until(lambda: fx.submissions == 1)
+    h.send(b, {"type": "llm.cancel", "id": "c1", "requestId": "g1"})
+    await h.settle()
+    assert terminal(h, b, "c1", "llm.cancel.result")["cancelled"] is False
+    assert check_generation(h, a, "g1")["result"]["finish"] == "stop"
+    # nothing of alpha's generation reached beta
+    assert [e["type"] for e in h.out(b)] == ["llm.select.result", "llm.cancel.result"]
+    assert "alpha" not in json.dumps(h.out(b))
+    assert not any(e.get("id") == "c1" for e in h.out(a))
+
+
+# --------------------------------------------------------------------------
+# LLM-C06: duplicate an active generation id
+
+
+async def test_llm_c06_duplicate_active_id_during_provider_run() -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue([CREATED, *text_events("first"), Stall(0.02), completed()])
+    h.send(ep, generate("g1", handle, [user("one")]))
+    await until(lambda: fx.submissions == 1)
+    h.send(ep, generate("g1", handle, [user("two")]))
+    await h.settle()
+    results = h.results(ep, "g1")
+    assert [code(r) for r in results] == ["invalid-request", None]
+    assert results[1]["result"]["content"] == [{"type": "text", "text": "first"}]
+    assert fx.submissions == 1 and len(h.consent.asked) == 1
+
+
+async def test_llm_c06_duplicate_active_id_during_consent() -> None:
+    h, fx, ep, handle = await ready()
+    h.consent.hold = True
+    h.send(ep, generate("g1", handle))
+    await until(lambda: len(h.consent.asked) == 1)
+    h.send(ep, generate("g1", handle))
+    await until(lambda: len(h.results(ep, "g1")) == 1)
+    assert error_code(h, ep, "g1") == "invalid-request"
+    assert len(h.consent.asked) == 1
+    h.consent.release()
+    await h.settle()
+    assert [code(r) for r in h.results(ep, "g1")] == ["invalid-request", None]
+    assert fx.submissions == 1
+
+
+async def test_llm_c06_finished_id_may_be_reused() -> None:
+    h, fx, ep, handle = await ready()
+    await run(h, ep, generate("g1", handle))
+    h.send(ep, generate("g1", handle))
+    await h.settle()
+    assert [code(r) for r in h.results(ep, "g1")] == [None, None]
+    assert fx.submissions == 2
+
+
+# --------------------------------------------------------------------------
+# LLM-C07: cancel or time out during revalidation, consent or a stalled provider
+
+
+async def test_llm_c07_cancel_during_consent_prevents_submission() -> None:
+    h, fx, ep, handle = await ready()
+    h.consent.hold = True
+    h.send(ep, generate("g1", handle))
+    await until(lambda: len(h.consent.asked) == 1)
+    h.send(ep, {"type": "llm.cancel", "id": "c1", "requestId": "g1"})
+    assert terminal(h, ep, "c1", "llm.cancel.result")["cancelled"] is True
+    assert_safe_error(terminal(h, ep, "g1"), ErrorCode.CANCELLED)
+    h.consent.release()
+    await h.settle()
+    assert h.consent.cancelled == 1 and fx.submissions == 0
+    assert len(h.results(ep, "g1")) == 1
+
+
+async def test_llm_c07_timeout_during_consent_prevents_submission() -> None:
+    h, fx, ep, handle = await ready(deadline_s=0.02)
+    h.consent.hold = True
+    h.send(ep, generate("g1", handle))
+    await asyncio.wait_for(h.settle(), 2)
+    assert_safe_error(terminal(h, ep, "g1"), ErrorCode.TIMEOUT)
+    assert h.consent.cancelled == 1
+    h.consent.release()
+    await h.settle()
+    assert fx.submissions == 0 and len(h.results(ep, "g1")) == 1
+
+
+async def test_llm_c07_cancel_stalled_provider_settles_and_suppresses_late_output() -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue([CREATED, *text_events(["early "]), Stall(None), *text_events("late"), completed()])
+    h.send(ep, generate("g1", handle))
+    await until(lambda: len(h.deltas(ep, "g1")) >= 2)
+    h.send(ep, {"type": "llm.cancel", "id": "c1", "requestId": "g1"})
+    # settled at once, without waiting for the provider
+    assert terminal(h, ep, "c1", "llm.cancel.result")["cancelled"] is True
+    assert_safe_error(terminal(h, ep, "g1"), ErrorCode.CANCELLED)
+    await asyncio.wait_for(h.settle(), 2)
+    check_generation(h, ep, "g1")
+    assert "late" not in json.dumps(h.out(ep))
+    assert fx.closed_early == 1
+
+
+async def test_llm_c07_timeout_stalled_provider() -> None:
+    h, fx, ep, handle = await ready(deadline_s=0.03)
+    fx.queue([CREATED, *text_events("early"), Stall(None), completed()])
+    h.send(ep, generate("g1", handle))
+    await asyncio.wait_for(h.settle(), 2)
+    result = check_generation(h, ep, "g1")
+    assert_safe_error(result, ErrorCode.TIMEOUT)
+    assert fx.submissions == 1 and fx.closed_early == 1
+
+
+async def test_llm_c07_timeout_with_slow_but_finite_provider_discards_late_output() -> None:
+    h, fx, ep, handle = await ready(deadline_s=0.02)
+    fx.queue([CREATED, Stall(0.1), *text_events("late"), completed()])
+    h.send(ep, generate("g1", handle))
+    await asyncio.sleep(0.15)
+    await h.settle()
+    assert_safe_error(check_generation(h, ep, "g1"), ErrorCode.TIMEOUT)
+    assert h.deltas(ep, "g1") == []
+
+
+async def test_llm_c07_revalidation_after_consent_refuses_edited_connection() -> None:
+    h, fx, ep, handle = await ready()
+    h.consent.hold = True
+    h.send(ep, generate("g1", handle))
+    await until(lambda: len(h.consent.asked) == 1)
+    h.registry.edit("fx", name="Renamed")
+    assert error_code(h, ep, "g1") == "selection-expired"
+    h.consent.release()
+    await h.settle()
+    assert fx.submissions == 0 and h.consent.cancelled == 1
+
+
+# --------------------------------------------------------------------------
+# LLM-C08: switch account, revoke endpoint or change connection during consent
+
+
+async def test_llm_c08_account_switch_during_consent() -> None:
+    h, fx, ep, handle = await ready()
+    h.consent.hold = True
+    h.send(ep, generate("g1", handle))
+    await until(lambda: len(h.consent.asked) == 1)
+    h.shell.switch_account("second")
+    assert_safe_error(terminal(h, ep, "g1"), ErrorCode.CANCELLED)
+    h.consent.release()
+    await h.settle()
+    assert h.consent.cancelled == 1 and fx.submissions == 0
+    before = len(h.out(ep))
+    h.send(ep, {"type": "llm.describe", "id": "d1", "handle": handle})
+    h.send(ep, generate("g2", handle))
+    await h.settle()
+    assert error_code(h, ep, "d1", "llm.describe.result") == "selection-expired"
+    assert error_code(h, ep, "g2") == "selection-expired"
+    assert len(h.out(ep)) == before + 2 and fx.submissions == 0
+
+
+async def test_llm_c08_account_switch_during_generation_and_select() -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue([CREATED, *text_events("first account"), Stall(None), completed()])
+    h.send(ep, generate("g1", handle))
+    await until(lambda: len(h.deltas(ep, "g1")) >= 1)
+    h.chooser.hold = True
+    h.send(ep, {"type": "llm.select", "id": "s2"})
+    await until(lambda: len(h.chooser.requests) == 2)
+    h.shell.switch_account("second")
+    h.chooser.release()
+    await h.settle()
+    assert_safe_error(check_generation(h, ep, "g1"), ErrorCode.CANCELLED)
+    assert error_code(h, ep, "s2", "llm.select.result") == "cancelled"
+    assert fx.closed_early == 1 and h.chooser.cancelled == 1
+    # a fresh selection under the new account works and is a new handle
+    h.chooser.hold = False
+    fresh = await h.select(ep, rid="s3")
+    assert fresh != handle
+
+
+async def test_llm_c08_endpoint_closed_during_consent() -> None:
+    h, fx, ep, handle = await ready()
+    other = h.endpoint("other")
+    h.consent.hold = True
+    h.send(ep, generate("g1", handle))
+    await until(lambda: len(h.consent.asked) == 1)
+    before = list(h.out(ep))
+    h.shell.close_endpoint(ep)
+    h.consent.release()
+    await h.settle()
+    assert h.out(ep) == before  # nothing after destruction
+    assert h.consent.cancelled == 1 and fx.submissions == 0
+    h.send(other, {"type": "llm.describe", "id": "d1", "handle": handle})
+    await h.settle()
+    assert error_code(h, other, "d1", "llm.describe.result") == "selection-expired"
+
+
+@pytest.mark.parametrize("change", ["edit", "remove"])
+async def test_llm_c08_connection_changed_during_consent(change: str) -> None:
+    h, fx, ep, handle = await ready()
+    h.consent.hold = True
+    h.send(ep, generate("g1", handle))
+    await until(lambda: len(h.consent.asked) == 1)
+    if change == "edit":
+        h.registry.edit("fx", model="replacement-model")
+    else:
+        h.registry.remove("fx")
+    assert error_code(h, ep, "g1") == "selection-expired"
+    h.consent.release()
+    await h.settle()
+    assert fx.submissions == 0 and h.consent.cancelled == 1
+    h.send(ep, {"type": "llm.describe", "id": "d1", "handle": handle})
+    await h.settle()
+    assert error_code(h, ep, "d1", "llm.describe.result") == "selection-expired"
+
+
+async def test_llm_c08_connection_removed_during_generation_cancels() -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue([CREATED, *text_events("partial"), Stall(None), completed()])
+    h.send(ep, generate("g1", handle))
+    await until(lambda: len(h.deltas(ep, "g1")) >= 1)
+    h.registry.remove("fx")
+    await h.settle()
+    assert_safe_error(check_generation(h, ep, "g1"), ErrorCode.CANCELLED)
+    assert fx.closed_early == 1
+
+
+# --------------------------------------------------------------------------
+# LLM-C09: buffered and streamed responses; cancellation/completion race
+
+
+async def test_llm_c09_streamed_deltas_are_ordered_and_match_result() -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue(text_script(["Hel", "lo, ", "wor", "ld"]))
+    result = await run(h, ep, generate("g1", handle))
+    deltas = h.deltas(ep, "g1")
+    assert [d["event"] for d in deltas] == ["start", "delta", "delta", "delta", "delta", "end"]
+    assert result["result"]["content"] == [{"type": "text", "text": "Hello, world"}]
+    assert h.out(ep)[-1] is result
+
+
+async def test_llm_c09_buffered_provider_output() -> None:
+    h, fx, ep, handle = await ready()
+    buffered = [
+        CREATED,
+        LmspEvent(
+            event="response.output_item.done",
+            data={
+                "response_id": "resp_fixture",
+                "output_index": 0,
+                "item": {
+                    "id": "m",
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "all at once"}],
+                },
+            },
+        ),
+        completed(),
+    ]
+    fx.queue(buffered)
+    result = await run(h, ep, generate("g1", handle))
+    assert result["result"]["content"] == [{"type": "text", "text": "all at once"}]
+
+
+async def test_llm_c09_completion_wins_then_cancel_is_false() -> None:
+    h, _fx, ep, handle = await ready()
+    await run(h, ep, generate("g1", handle))
+    h.send(ep, {"type": "llm.cancel", "id": "c1", "requestId": "g1"})
+    assert terminal(h, ep, "c1", "llm.cancel.result")["cancelled"] is False
+    assert code(terminal(h, ep, "g1")) is None
+
+
+@pytest.mark.parametrize("ticks", range(0, 24))
+async def test_llm_c09_cancel_completion_race(ticks: int) -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue(text_script(["a", "b", "c"]))
+    h.send(ep, generate("g1", handle))
+    for _ in range(ticks):
+        await asyncio.sleep(0)
+    h.send(ep, {"type": "llm.cancel", "id": "c1", "requestId": "g1"})
+    await h.settle()
+    cancelled = terminal(h, ep, "c1", "llm.cancel.result")["cancelled"]
+    result = check_generation(h, ep, "g1")
+    if cancelled:
+        assert_safe_error(result, ErrorCode.CANCELLED)
+    else:
+        assert result["result"]["content"] == [{"type": "text", "text": "abc"}]
+    assert h.out(ep).index(result) > max(
+        (h.out(ep).index(d) for d in h.deltas(ep, "g1")), default=-1
+    )
+
+
+# --------------------------------------------------------------------------
+# LLM-C10: limit/refusal, missing finish marker, invalid JSON-object output
+
+
+async def test_llm_c10_length_is_partial() -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue([CREATED, *text_events(["Incomplete ", "answer"]), incomplete("max_output_tokens")])
+    result = await run(h, ep, generate("g1", handle, maxTokens=3))
+    assert result["result"]["finish"] == "length"
+    assert result["result"]["content"] == [{"type": "text", "text": "Incomplete answer"}]
+    assert fx.requests[0].max_output_tokens == 3
+
+
+async def test_llm_c10_refusal_is_partial() -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue([CREATED, *text_events("I can"), incomplete("content_filter")])
+    result = await run(h, ep, generate("g1", handle))
+    assert result["result"]["finish"] == "refusal"
+
+
+async def test_llm_c10_length_with_json_format_is_not_validated_as_complete() -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue([CREATED, *text_events('{"a": '), incomplete("max_output_tokens")])
+    result = await run(h, ep, generate("g1", handle, format="json"))
+    assert result["result"]["finish"] == "length"
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        [CREATED, *text_events("no marker")],
+        [CREATED, *text_events("no marker"), Stall(0.001)],
+        [
+            CREATED,
+            LmspEvent(
+                event="response.output_item.added",
+                data={
+                    "output_index": 0,
+                    "item": {"id": "m", "type": "message", "role": "assistant", "content": []},
+                },
+            ),
+            completed(),
+        ],
+    ],
+    ids=["ended", "ended-after-wait", "item-never-completed"],
+)
+async def test_llm_c10_missing_completion_marker_is_provider_error(script: list[Any]) -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue(script)
+    assert_safe_error(await run(h, ep, generate("g1", handle)), ErrorCode.PROVIDER_ERROR)
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '"scalar"', "42", "not json", '{"a": 1} trailing'])
+async def test_llm_c10_json_format_needs_an_object(text: str) -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue(text_script(text))
+    result = await run(h, ep, generate("g1", handle, format="json"))
+    assert_safe_error(result, ErrorCode.PROVIDER_ERROR)
+    assert text not in json.dumps(result)
+
+
+# --------------------------------------------------------------------------
+# LLM-C11: provider failure containing input or credentials
+
+
+SECRET_KEY = "sk-live-4f9a8b7c6d5e4f3a2b1c"
+CREDENTIAL = "cred-3e1f-very-private-token"
+OTHER_PROMPT = "the other napplet's confidential diary"
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        Fail(detail=f"401 body: invalid key {SECRET_KEY} for {CREDENTIAL}: {OTHER_PROMPT}"),
+        Fail(detail=SECRET_KEY, user_hint=f"Your key {SECRET_KEY} was rejected"),
+        Crash(f"Traceback ... Authorization: Bearer {CREDENTIAL} {SECRET_KEY} {OTHER_PROMPT}"),
+        LmspEvent(
+            event="response.failed",
+            data={
+                "response_id": "resp_fixture",
+                "status": "failed",
+                "error": {
+                    "type": "about:blank",
+                    "title": f"bad key {SECRET_KEY}",
+                    "status": 500,
+                    "detail": f"{CREDENTIAL} {OTHER_PROMPT}",
+                },
+            },
+        ),
+        LmspEvent(event="error", data={"message": f"{SECRET_KEY} {OTHER_PROMPT}"}),
+    ],
+    ids=["fail-detail", "fail-hint", "crash", "response-failed", "error-event"],
+)
+async def test_llm_c11_provider_failure_leaks_nothing(failure: Any) -> None:
+    h = Harness()
+    fx = h.connect(credential=CREDENTIAL, settings={"baseUrl": "http://127.0.0.1:9/" + SECRET_KEY})
+    victim = h.endpoint("victim")
+    attacker = h.endpoint("attacker")
+    victim_handle = await h.select(victim)
+    attacker_handle = await h.select(attacker)
+    fx.queue([CREATED, Stall(0.01), *text_events("fine"), completed()])
+    h.send(victim, generate("g1", victim_handle, [user(OTHER_PROMPT)]))
+    fx.queue([CREATED, *text_events("half"), failure])
+    h.send(attacker, generate("g1", attacker_handle, [user("hello")]))
+    await h.settle()
+    assert_safe_error(check_generation(h, attacker, "g1"), ErrorCode.PROVIDER_ERROR)
+    assert code(check_generation(h, victim, "g1")) is None
+    assert_not_leaked(h, SECRET_KEY, CREDENTIAL)
+    assert OTHER_PROMPT not in json.dumps(h.out(attacker))
+
+
+# --------------------------------------------------------------------------
+# LLM-C12: multiple toolCall parts; the next request omits one result
+
+
+async def test_llm_c12_missing_result_of_parallel_calls_is_invalid() -> None:
+    h, fx, ep, handle = await ready()
+    messages = [user("weather in B and P?"), assistant(CALL, CALL_2), result_msg("call_2")]
+    h.send(ep, generate("g1", handle, messages, tools=[WEATHER_TOOL]))
+    messages_later = [*messages, user("and now?")]
+    h.send(ep, generate("g2", handle, messages_later, tools=[WEATHER_TOOL]))
+    await h.settle()
+    assert error_code(h, ep, "g1") == "invalid-request"
+    assert error_code(h, ep, "g2") == "invalid-request"
+    assert fx.submissions == 0 and h.consent.asked == []
+
+
+async def test_llm_c12_all_results_in_any_order_are_accepted() -> None:
+    h, fx, ep, handle = await ready()
+    messages = [
+        user("weather in B and P?"),
+        assistant(CALL, CALL_2),
+        result_msg("call_2", "sunny"),
+        result_msg("call_1", "rain"),
+    ]
+    result = await run(h, ep, generate("g1", handle, messages, tools=[WEATHER_TOOL]))
+    assert "result" in result and fx.submissions == 1
+    outputs = [i for i in fx.requests[0].input if isinstance(i, FunctionCallOutputIn)]
+    assert [(o.call_id, o.output) for o in outputs] == [("call_2", "sunny"), ("call_1", "rain")]
+
+
+# --------------------------------------------------------------------------
+# LLM-C13: toolChoice forcing a named tool; the provider ignores it
+
+
+FORCED = {"type": "tool", "name": "get_weather"}
+OTHER_TOOL = {"name": "get_time", "parameters": {"type": "object"}}
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        text_script("I'd rather just chat."),
+        tool_call_script([("get_time", {}, "call_9")]),
+        tool_call_script([("get_weather", {"city": "B"}, "c1"), ("get_time", {}, "c2")]),
+    ],
+    ids=["plain-text", "other-tool", "forced-plus-other"],
+)
+async def test_llm_c13_ignored_forced_tool_is_provider_error(script: list[Any]) -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue(script)
+    envelope = generate("g1", handle, tools=[WEATHER_TOOL, OTHER_TOOL], toolChoice=FORCED)
+    result = await run(h, ep, envelope)
+    assert_safe_error(result, ErrorCode.PROVIDER_ERROR)
+    choice = fx.requests[0].tool_choice
+    assert choice is not None and not isinstance(choice, str) and choice.name == "get_weather"
+
+
+async def test_llm_c13_forced_tool_obeyed() -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue(tool_call_script([("get_weather", {"city": "B"}, "c1")]))
+    envelope = generate("g1", handle, tools=[WEATHER_TOOL, OTHER_TOOL], toolChoice=FORCED)
+    result = await run(h, ep, envelope)
+    assert result["result"]["finish"] == "toolUse"
+
+
+@pytest.mark.parametrize(
+    ("choice", "script"),
+    [
+        ("required", text_script("no call")),
+        ("none", tool_call_script([("get_weather", {"city": "B"}, "c1")])),
+    ],
+)
+async def test_llm_c13_violated_mode_is_provider_error(choice: str, script: list[Any]) -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue(script)
+    result = await run(h, ep, generate("g1", handle, tools=[WEATHER_TOOL], toolChoice=choice))
+    assert_safe_error(result, ErrorCode.PROVIDER_ERROR)
+
+
+# --------------------------------------------------------------------------
+# LLM-C14: the provider returns no tool call id
+
+
+@pytest.mark.parametrize("stream_arguments", [True, False])
+async def test_llm_c14_synthesized_call_id_is_stable_and_round_trips(
+    stream_arguments: bool,
+) -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue(
+        tool_call_script([("get_weather", {"city": "B"}, None)], stream_arguments=stream_arguments)
+    )
+    result = await run(h, ep, generate("g1", handle, [user("w?")], tools=[WEATHER_TOOL]))
+    call = result["result"]["content"][0]
+    call_id = call["toolCallId"]
+    assert call_id and result["result"]["finish"] == "toolUse"
+    start = h.deltas(ep, "g1")[0]
+    assert start["event"] == "start" and start["toolCallId"] == call_id
+    history = [user("w?"), assistant(call), result_msg(call_id, "18 C")]
+    fx.queue(text_script("It is 18 C."))
+    second = await run(h, ep, generate("g2", handle, history, tools=[WEATHER_TOOL]))
+    assert second["result"]["finish"] == "stop"
+    items = fx.requests[1].input
+    calls = [i for i in items if isinstance(i, FunctionCallIn)]
+    outputs = [i for i in items if isinstance(i, FunctionCallOutputIn)]
+    assert [c.call_id for c in calls] == [call_id] and [o.call_id for o in outputs] == [call_id]
+
+
+async def test_llm_c14_empty_provider_id_is_synthesized() -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue(tool_call_script([("get_weather", {"city": "B"}, "")]))
+    result = await run(h, ep, generate("g1", handle, tools=[WEATHER_TOOL]))
+    assert result["result"]["content"][0]["toolCallId"] != ""
+
+
+async def test_llm_c14_parallel_calls_without_ids_get_distinct_ids() -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue(tool_call_script([("get_weather", {"city": "B"}, None)] * 2))
+    result = await run(h, ep, generate("g1", handle, tools=[WEATHER_TOOL]))
+    ids = [p["toolCallId"] for p in result["result"]["content"]]
+    assert len(ids) == 2 and len(set(ids)) == 2
+
+
+# --------------------------------------------------------------------------
+# LLM-C15: completed calls under different stop labels; truncated parallel turn
+
+
+@pytest.mark.parametrize("label", [None, "stop", "end_turn", "tool_calls", "tool_use"])
+async def test_llm_c15_completed_calls_normalize_to_tool_use(label: str | None) -> None:
+    h, fx, ep, handle = await ready()
+    final = completed()
+    if label is not None:
+        final = LmspEvent(event=final.event, data={**final.data, "stop_reason": label})
+    script = [*tool_call_script([("get_weather", {"city": "B"}, "c1")])[:-1], final]
+    fx.queue(script)
+    result = await run(h, ep, generate("g1", handle, tools=[WEATHER_TOOL]))
+    assert result["result"]["finish"] == "toolUse"
+
+
+async def test_llm_c15_text_and_call_turn_is_tool_use() -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue(
+        [
+            CREATED,
+            *text_events("Let me check.", output_index=0),
+            *call_events(
+                "get_weather", {"city": "B"}, output_index=1, fragments=['{"ci', 'ty":"B"}']
+            ),
+            completed(),
+        ]
+    )
+    result = await run(h, ep, generate("g1", handle, tools=[WEATHER_TOOL]))
+    assert result["result"]["finish"] == "toolUse"
+    assert [p["type"] for p in result["result"]["content"]] == ["text", "toolCall"]
+
+
+@pytest.mark.parametrize(
+    ("reason", "finish"), [("max_output_tokens", "length"), ("content_filter", "refusal")]
+)
+async def test_llm_c15_truncated_parallel_turn_keeps_finish_without_calls(
+    reason: str, finish: str
+) -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue(
+        [
+            CREATED,
+            *text_events("Checking both.", output_index=0),
+            *call_events("get_weather", {"city": "B"}, call_id="c1", output_index=1),
+            *call_events("get_weather", '{"city": "P"}', call_id="c2", output_index=2)[:1],
+            LmspEvent(
+                event="response.function_call_arguments.delta",
+                data={"item_id": "fc_2", "output_index": 2, "delta": '{"city": "P'},
+            ),
+            incomplete(reason),
+        ]
+    )
+    result = await run(h, ep, generate("g1", handle, tools=[WEATHER_TOOL]))
+    assert result["result"]["finish"] == finish
+    assert result["result"]["content"] == [{"type": "text", "text": "Checking both."}]
+    # the provisional call blocks were streamed but are not executable content
+    kinds = {d["block"] for d in h.deltas(ep, "g1")}
+    assert "toolCall" in kinds
+
+
+# --------------------------------------------------------------------------
+# LLM-C16: malformed / non-object arguments; unknown tool name
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments"),
+    [
+        ("get_weather", '{"city": "B"'),
+        ("get_weather", "{'city': 'B'}"),
+        ("get_weather", '["B"]'),
+        ("get_weather", '"B"'),
+        ("get_weather", '{"city": "B"}} extra'),
+        ("launch_missiles", '{"city": "B"}'),
+    ],
+    ids=["truncated", "single-quotes", "array", "string", "trailing", "unknown-name"],
+)
+async def test_llm_c16_invalid_completed_call_is_provider_error(name: str, arguments: str) -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue(tool_call_script([(name, arguments, "c1")], stream_arguments=False))
+    result = await run(h, ep, generate("g1", handle, tools=[WEATHER_TOOL]))
+    assert_safe_error(result, ErrorCode.PROVIDER_ERROR)
+    assert arguments not in json.dumps(result)
+
+
+# --------------------------------------------------------------------------
+# LLM-C17: replayed thinking; connection requires opaque reasoning state
+
+
+THINKING_HISTORY = [
+    user("2+2?"),
+    assistant(
+        {"type": "thinking", "text": "PRIVATE-CHAIN add two and two"}, {"type": "text", "text": "4"}
+    ),
+    user("and 3+3?"),
+]
+
+
+async def test_llm_c17_thinking_omitted_from_provider_input() -> None:
+    h, fx, ep, handle = await ready()
+    result = await run(h, ep, generate("g1", handle, THINKING_HISTORY))
+    assert "result" in result
+    sent = json.dumps(fx.requests[0].to_json())
+    assert "PRIVATE-CHAIN" not in sent
+    assistant_items = [
+        i for i in fx.requests[0].input if isinstance(i, MessageItemIn) and i.role == "assistant"
+    ]
+    assert [[c.text for c in i.content] for i in assistant_items] == [["4"]]  # type: ignore[union-attr]
+
+
+async def test_llm_c17_required_reasoning_state_is_unsupported() -> None:
+    caps = Capabilities(requires_reasoning_state=True)
+    h, fx, ep, handle = await ready(caps)
+    h.send(ep, generate("g1", handle, THINKING_HISTORY))
+    await h.settle()
+    assert error_code(h, ep, "g1") == "unsupported"
+    assert fx.submissions == 0 and h.consent.asked == []
+    # the same connection without replayed thinking works
+    assert "result" in await run(h, ep, generate("g2", handle))
+
+
+async def test_llm_c17_thinking_in_user_message_is_invalid() -> None:
+    h, fx, ep, handle = await ready()
+    messages = [{"role": "user", "content": [{"type": "thinking", "text": "x"}]}]
+    h.send(ep, generate("g1", handle, messages))
+    await h.settle()
+    assert error_code(h, ep, "g1") == "invalid-request" and fx.submissions == 0
+
+
+# --------------------------------------------------------------------------
+# LLM-C18: stream interleaved tool-call blocks
+
+
+def interleaved_calls() -> list[Any]:
+    a = call_events("get_weather", '{"city": "Berlin"}', call_id="ca", output_index=0)
+    b = call_events("get_weather", '{"city": "Paris"}', call_id="cb", output_index=1)
+
+    def frag(index: int, text: str) -> LmspEvent:
+        return LmspEvent(
+            event="response.function_call_arguments.delta",
+            data={"item_id": f"fc_{index}", "output_index": index, "delta": text},
+        )
+
+    return [
+        CREATED,
+        a[0],
+        frag(0, '{"ci'),
+        b[0],
+        frag(1, '{"city": '),
+        frag(0, 'ty": "Ber'),
+        frag(1, '"Paris"}'),
+        frag(0, 'lin"}'),
+        b[-1],
+        a[-1],
+        completed(),
+    ]
+
+
+async def test_llm_c18_interleaved_tool_call_blocks() -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue(interleaved_calls())
+    result = await run(h, ep, generate("g1", handle, tools=[WEATHER_TOOL]))
+    assert result["result"]["finish"] == "toolUse"
+    assert [(p["toolCallId"], p["arguments"]) for p in result["result"]["content"]] == [
+        ("ca", {"city": "Berlin"}),
+        ("cb", {"city": "Paris"}),
+    ]
+    blocks = delta_blocks(h, ep, "g1")
+    for index, call_id in ((0, "ca"), (1, "cb")):
+        events = blocks[index]
+        assert events[0]["event"] == "start"
+        assert (events[0]["toolCallId"], events[0]["name"]) == (call_id, "get_weather")
+        assert events[-1]["event"] == "end"
+        assert {e["event"] for e in events[1:-1]} == {"delta"}
+    # the blocks really interleave on the wire
+    order = [d["blockIndex"] for d in h.deltas(ep, "g1")]
+    assert order != sorted(order)
+    # the runtime executes nothing: exactly one provider submission, no further requests
+    assert fx.submissions == 1 and len(fx.requests) == 1
+
+
+async def test_llm_c18_provisional_block_then_failure_is_not_executable() -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue([*interleaved_calls()[:-3], Fail(detail="stream reset")])
+    result = await run(h, ep, generate("g1", handle, tools=[WEATHER_TOOL]))
+    assert_safe_error(result, ErrorCode.PROVIDER_ERROR)
+    assert any(d["block"] == "toolCall" for d in h.deltas(ep, "g1"))
+
+
+# --------------------------------------------------------------------------
+# LLM-C19: an unlisted tool-choice mode
+
+
+@pytest.mark.parametrize("choice", ["required", FORCED])
+async def test_llm_c19_unlisted_mode_is_unsupported(choice: Any) -> None:
+    h, fx, ep, handle = await ready(AUTO_NONE)
+    model = terminal(h, ep, "s1", "llm.select.result")["model"]
+    assert model["toolChoiceModes"] == ["auto", "none"]
+    h.send(ep, generate("g1", handle, tools=[WEATHER_TOOL], toolChoice=choice))
+    await h.settle()
+    assert error_code(h, ep, "g1") == "unsupported"
+    assert fx.submissions == 0 and h.consent.asked == []
+
+
+async def test_llm_c19_listed_modes_pass_through_unchanged() -> None:
+    h, fx, ep, handle = await ready(AUTO_NONE)
+    for rid, choice in (("g1", "auto"), ("g2", "none")):
+        await run(h, ep, generate(rid, handle, tools=[WEATHER_TOOL], toolChoice=choice))
+    assert [r.tool_choice for r in fx.requests] == ["auto", "none"]
+
+
+# --------------------------------------------------------------------------
+# LLM-C20: invalid tool definitions and choices
+
+
+INVALID_TOOLS: dict[str, dict[str, Any]] = {
+    "duplicate names": {"tools": [WEATHER_TOOL, WEATHER_TOOL]},
+    "invalid name": {"tools": [{**WEATHER_TOOL, "name": "get weather"}]},
+    "long name": {"tools": [{**WEATHER_TOOL, "name": "x" * 65}]},
+    "empty name": {"tools": [{**WEATHER_TOOL, "name": ""}]},
+    "choice without tools": {"toolChoice": "auto"},
+    "choice with empty tools": {"tools": [], "toolChoice": "required"},
+    "unknown forced name": {"tools": [WEATHER_TOOL], "toolChoice": {"type": "tool", "name": "x"}},
+    "non-object schema": {"tools": [{**WEATHER_TOOL, "parameters": {"type": "array"}}]},
+    "schema without type": {"tools": [{**WEATHER_TOOL, "parameters": {"properties": {}}}]},
+    "malformed schema": {
+        "tools": [{**WEATHER_TOOL, "parameters": {"type": "object", "properties": 3}}]
+    },
+    "unknown choice mode": {"tools": [WEATHER_TOOL], "toolChoice": "any"},
+    "zero maxTokens": {"maxTokens": 0},
+    "negative maxTokens": {"maxTokens": -5},
+}
+
+
+@pytest.mark.parametrize("case", sorted(INVALID_TOOLS))
+async def test_llm_c20_invalid_tools_and_limits(case: str) -> None:
+    h, fx, ep, handle = await ready()
+    envelope = generate("g1", handle)
+    envelope["request"].update(INVALID_TOOLS[case])
+    h.send(ep, envelope)
+    await h.settle()
+    assert error_code(h, ep, "g1") == "invalid-request"
+    assert fx.submissions == 0 and h.consent.asked == []
+
+
+async def test_llm_c20_schema_keywords_are_not_unknown_fields() -> None:
+    h, fx, ep, handle = await ready()
+    tool = {
+        "name": "search",
+        "parameters": {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "properties": {"q": {"type": ["string", "null"], "default": None}},
+            "$defs": {"x": {"type": "integer"}},
+        },
+    }
+    result = await run(h, ep, generate("g1", handle, tools=[tool]))
+    assert "result" in result and fx.submissions == 1
+
+
+# --------------------------------------------------------------------------
+# LLM-C21: misplaced/duplicate/orphaned results; history without current tools
+
+
+INVALID_HISTORIES: dict[str, list[dict[str, Any]]] = {
+    "orphaned": [user("q"), result_msg("call_1")],
+    "orphaned unknown id": [user("q"), assistant(CALL), result_msg("call_9"), result_msg("call_1")],
+    "misplaced after user": [user("q"), assistant(CALL), user("wait"), result_msg("call_1")],
+    "duplicate": [user("q"), assistant(CALL), result_msg("call_1"), result_msg("call_1")],
+    "name mismatch": [
+        user("q"),
+        assistant(CALL),
+        {**result_msg("call_1"), "toolName": "get_time"},
+    ],
+    "earlier turn": [
+        user("q"),
+        assistant(CALL),
+        result_msg("call_1"),
+        assistant({"type": "text", "text": "done"}),
+        result_msg("call_1"),
+    ],
+    "duplicate call ids": [
+        user("q"),
+        assistant(CALL),
+        result_msg("call_1"),
+        assistant(CALL),
+        result_msg("call_1"),
+    ],
+    "call outside assistant": [{"role": "user", "content": [CALL]}],
+    "image-free toolResult with toolCall": [
+        user("q"),
+        assistant(CALL),
+        {**result_msg("call_1"), "content": [CALL]},
+    ],
+    "isError on user": [{**user("q"), "isError": False}],
+    "unanswered last turn": [user("q"), assistant(CALL)],
+}
+
+
+@pytest.mark.parametrize("case", sorted(INVALID_HISTORIES))
+async def test_llm_c21_invalid_histories_rejected(case: str) -> None:
+    h, fx, ep, handle = await ready()
+    h.send(ep, generate("g1", handle, INVALID_HISTORIES[case], tools=[WEATHER_TOOL]))
+    await h.settle()
+    assert error_code(h, ep, "g1") == "invalid-request"
+    assert fx.submissions == 0
+
+
+HISTORY = [user("weather?"), assistant(CALL), result_msg("call_1"), user("thanks, summarize")]
+
+
+async def test_llm_c21_history_without_current_tools_accepted() -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue(text_script("It was 18 C."))
+    result = await run(h, ep, generate("g1", handle, HISTORY))
+    assert result["result"]["finish"] == "stop"
+    request = fx.requests[0]
+    assert request.tools is None and request.tool_choice is None
+    assert [type(i).__name__ for i in request.input] == [
+        "MessageItemIn",
+        "FunctionCallIn",
+        "FunctionCallOutputIn",
+        "MessageItemIn",
+    ]
+
+
+async def test_llm_c21_no_new_calls_without_current_tools() -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue(tool_call_script([("get_weather", {"city": "B"}, "c2")]))
+    assert_safe_error(await run(h, ep, generate("g1", handle, HISTORY)), ErrorCode.PROVIDER_ERROR)
+
+
+async def test_llm_c21_history_on_connection_without_tools_is_unsupported() -> None:
+    h, fx, ep, handle = await ready(TEXT_ONLY)
+    h.send(ep, generate("g1", handle, HISTORY))
+    await h.settle()
+    assert error_code(h, ep, "g1") == "unsupported" and fx.submissions == 0
+
+
+# --------------------------------------------------------------------------
+# LLM-C22: image tool result; error result with no provider-native flag
+
+
+IMAGE_RESULT = [
+    user("screenshot?"),
+    assistant({**CALL, "name": "get_weather"}),
+    {
+        **result_msg("call_1"),
+        "content": [
+            {"type": "text", "text": "here"},
+            {"type": "image", "mimeType": "image/png", "data": PNG},
+        ],
+    },
+]
+
+
+async def test_llm_c22_image_in_tool_result_unsupported_before_submission() -> None:
+    caps = Capabilities(images=True, tools=True, tool_choice_modes=("auto", "none"))
+    h, fx, ep, handle = await ready(caps)
+    h.send(ep, generate("g1", handle, IMAGE_RESULT, tools=[WEATHER_TOOL]))
+    await h.settle()
+    assert error_code(h, ep, "g1") == "unsupported"
+    assert fx.submissions == 0 and h.consent.asked == []
+
+
+async def test_llm_c22_image_in_tool_result_accepted_where_supported() -> None:
+    h, fx, ep, handle = await ready()
+    result = await run(h, ep, generate("g1", handle, IMAGE_RESULT, tools=[WEATHER_TOOL]))
+    assert "result" in result
+    output = next(i for i in fx.requests[0].input if isinstance(i, FunctionCallOutputIn))
+    assert output.images is not None and output.images[0].data == PNG
+
+
+async def test_llm_c22_error_flag_maps_to_prefix() -> None:
+    h, fx, ep, handle = await ready()
+    messages = [
+        user("weather?"),
+        assistant(CALL),
+        result_msg("call_1", "service unreachable", isError=True),
+    ]
+    await run(h, ep, generate("g1", handle, messages, tools=[WEATHER_TOOL]))
+    output = next(i for i in fx.requests[0].input if isinstance(i, FunctionCallOutputIn))
+    assert TOOL_FAILED_PREFIX == "Tool execution failed."
+    assert output.output.startswith("Tool execution failed.")
+    assert output.output == "Tool execution failed.\nservice unreachable"
+
+
+async def test_llm_c22_error_flag_false_has_no_prefix() -> None:
+    h, fx, ep, handle = await ready()
+    messages = [user("weather?"), assistant(CALL), result_msg("call_1", "18 C", isError=False)]
+    await run(h, ep, generate("g1", handle, messages, tools=[WEATHER_TOOL]))
+    output = next(i for i in fx.requests[0].input if isinstance(i, FunctionCallOutputIn))
+    assert output.output == "18 C"
+
+
+# --------------------------------------------------------------------------
+# LLM-C23: consent declined with sensitive tool definitions/results
+
+
+async def test_llm_c23_disclosure_names_tools_and_results_then_decline() -> None:
+    h, fx, ep, handle = await ready()
+    h.consent.decision = h.consent.decision.__class__(allow=False)
+    secret_result = "account balance 12,345.67 EUR"
+    messages = [
+        user("weather and balance?"),
+        assistant(CALL, {**CALL_2, "name": "get_balance", "arguments": {}}),
+        result_msg("call_1", "18 C"),
+        {**result_msg("call_2", secret_result), "toolName": "get_balance", "isError": True},
+    ]
+    balance_tool = {
+        "name": "get_balance",
+        "description": "Read the user's bank balance",
+        "parameters": {"type": "object", "properties": {}},
+    }
+    h.send(ep, generate("g1", handle, messages, tools=[WEATHER_TOOL, balance_tool]))
+    await h.settle()
+    assert error_code(h, ep, "g1") == "user-cancelled"
+    assert fx.submissions == 0 and h.observer.submissions == []
+    (disclosure,) = h.consent.asked
+    assert disclosure.napplet.name == "napplet"
+    assert disclosure.connection.id == "fx" and disclosure.connection.route
+    assert disclosure.tool_definitions == [
+        {
+            "name": "get_weather",
+            "description": "Look up current weather",
+            "parameters": WEATHER_TOOL["parameters"],
+        },
+        {
+            "name": "get_balance",
+            "description": "Read the user's bank balance",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    ]
+    results = [
+        (r.tool_name, r.tool_call_id, r.characters, r.is_error) for r in disclosure.tool_results
+    ]
+    assert results == [
+        ("get_weather", "call_1", len("18 C"), False),
+        ("get_balance", "call_2", len(secret_result), True),
+    ]
+    shown = disclosure.to_json()
+    assert [t["name"] for t in shown["disclosed"]["toolDefinitions"]] == [
+        "get_weather",
+        "get_balance",
+    ]
+    assert len(shown["disclosed"]["toolResults"]) == 2
+    assert shown["model"] == "fixture-model" and "charges" in shown
+    assert secret_result not in json.dumps(h.out(ep))
+
+
+async def test_llm_c23_disclosure_of_default_tool_schema_and_images() -> None:
+    h, fx, ep, handle = await ready()
+    h.consent.decision = h.consent.decision.__class__(allow=False)
+    h.send(ep, generate("g1", handle, IMAGE_RESULT, tools=[{"name": "get_weather"}]))
+    await h.settle()
+    (disclosure,) = h.consent.asked
+    assert disclosure.tool_definitions[0]["parameters"] == {
+        "type": "object",
+        "properties": {},
+        "additionalProperties": False,
+    }
+    assert disclosure.images == 1 and disclosure.tool_results[0].images == 1
+    assert fx.submissions == 0
+
+
+def test_safe_messages_cover_every_code() -> None:
+    assert set(SAFE_MESSAGES) == set(ErrorCode)
