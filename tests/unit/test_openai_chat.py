@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from napllm.errors import ErrorCode, ProviderFailure
 from napllm.lmsp import LmspEvent, LmspRequest
@@ -958,3 +960,51 @@ def test_other_choices_are_ignored_and_finish_is_idempotent() -> None:
     assert state.finish() == []
     assert state.feed(chunk({"content": "late"})) == []
     assert items(events)[0]["content"][0]["text"] == "mine"
+
+
+# --------------------------------------------------------------------------
+# any chunking of the content yields the same output
+
+
+_pieces = st.lists(
+    st.one_of(
+        st.text(alphabet='ab <>_/\n{}"', max_size=8),
+        st.sampled_from(["<tool_call>", "</tool_call>", "<tool", "_call>", "</tool_c"]),
+        st.builds(
+            lambda city: (
+                "<tool_call>"
+                + json.dumps({"name": "f", "arguments": {"city": city}})
+                + "</tool_call>"
+            ),
+            st.sampled_from(["Oslo", "Rome", "Zürich"]),
+        ),
+    ),
+    max_size=8,
+)
+
+
+def _normalised(events: list[LmspEvent]) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for item in items(events):
+        if item["type"] == "message":
+            out.append(("message", item["content"]))
+        else:
+            out.append(("call", (item["name"], item["arguments"])))
+    return [*out, ("end", terminal(events).event)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=_pieces, data=st.data())
+def test_any_chunking_of_the_content_gives_the_same_items(
+    pieces: list[str], data: st.DataObject
+) -> None:
+    content = "".join(pieces)
+    whole = run([chunk({"content": content}), chunk({}, "stop")], parse_tool_call_blocks=True)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(content)), max_size=12)))
+    parts = [content[a:b] for a, b in zip([0, *cuts], [*cuts, len(content)], strict=True)]
+    split = run([*text_chunks(*parts), chunk({}, "stop")], parse_tool_call_blocks=True)
+    assert _normalised(split) == _normalised(whole)
+    # nothing of a well-formed block ever leaks into the text
+    for kind, value in _normalised(whole):
+        if kind == "message":
+            assert all("<tool_call>{" not in part["text"] for part in value)
