@@ -239,5 +239,5 @@ def capabilities_for_spec(spec: ConnectionSpec) -> Capabilities:
     caps = spec.capabilities
     modes: tuple[ToolChoiceMode, ...] = ("auto", "none", "required", "tool") if caps.tools else ()
     return Capabilities(
-        images=caps.images, json=caps.json_output, tools=caps.tools, tool_choice_modes=modes
+        images=caps.images, json_output=caps.json_output, tools=caps.tools, tool_choice_modes=modes
     )

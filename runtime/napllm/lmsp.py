@@ -272,11 +272,12 @@ def parse_output_item(raw: object) -> OutputItem:
     if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
         raise ValueError("output item is not an object with a type")
     kind = raw["type"]
-    model: type[_In] = {
+    models: dict[str, type[_In]] = {
         "message": MessageItem,
         "function_call": FunctionCallItem,
         "reasoning": ReasoningItem,
-    }.get(kind, UnknownItem)
+    }
+    model = models.get(kind, UnknownItem)
     try:
         item = model.model_validate(raw)
     except ValidationError as exc:

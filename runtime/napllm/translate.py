@@ -161,7 +161,7 @@ def nap_to_lmsp(request: GenerationRequest, model: str) -> LmspRequest:
     if request.output_format == "json":
         body["response_format"] = ResponseFormat(
             type="json_schema",
-            json_schema=JsonSchemaSpec(name="json_object", schema={"type": "object"}),
+            json_schema=JsonSchemaSpec(name="json_object", schema_={"type": "object"}),
         )
     tools = request.active_tools
     if tools:
@@ -504,7 +504,7 @@ class OutputAssembler:
                 raise _fail("streamed text differs from the completed item")
             rest = final[len(streamed) :]
             blocks[-1].text.append(rest)
-            self._stream.append(blocks[-1].index, rest)  # type: ignore[arg-type]
+            self._stream.append(blocks[-1].index, rest)
         for block in blocks:
             block.final = "".join(block.text)
             block.done = True

@@ -18,10 +18,10 @@ import logging
 from typing import Any
 
 import pytest
+from harness import PNG, WEATHER_TOOL, Harness
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import PNG, WEATHER_TOOL, Harness
 from napllm.providers.fixture import text_script
 from napllm.wire import Generate, parse_envelope, usable_id
 

@@ -13,11 +13,11 @@ import itertools
 from typing import Any
 
 import pytest
-
 from harness import Harness, ManualClock, generate
+
+from napllm.lmsp import LmspEvent
 from napllm.providers.fixture import Stall, completed, text_events
 from napllm.shell import ShellPolicy
-from napllm.lmsp import LmspEvent
 
 
 def terminal(h: Harness, ep: str, rid: str) -> list[dict[str, Any]]:

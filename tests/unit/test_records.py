@@ -7,8 +7,8 @@ import copy
 from typing import Any
 
 import pytest
-
 from harness import PNG, WEATHER_TOOL
+
 from napllm.errors import ErrorCode
 from napllm.records import (
     Delta,

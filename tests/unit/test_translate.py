@@ -6,11 +6,11 @@ import json
 from typing import Any
 
 import pytest
-
 from harness import FULL_CAPS, PNG, WEATHER_TOOL
+
 from napllm.connections import Capabilities
 from napllm.errors import ErrorCode, NapError
-from napllm.lmsp import LmspEvent
+from napllm.lmsp import LmspEvent, Problem
 from napllm.providers.fixture import (
     call_events,
     completed,
@@ -29,7 +29,6 @@ from napllm.translate import (
     map_usage,
     nap_to_lmsp,
 )
-from napllm.lmsp import Problem
 
 
 def req(messages: list[dict[str, Any]] | None = None, **fields: Any) -> GenerationRequest:

@@ -15,6 +15,7 @@ Rules
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -64,10 +65,8 @@ class FetchResponse:
                     return
                 yield chunk.value.to_bytes()
         finally:
-            try:
+            with contextlib.suppress(JsException):
                 reader.releaseLock()
-            except JsException:
-                pass
 
     async def aclose(self) -> None:
         """Abort the fetch (stops a body still streaming)."""
