@@ -192,3 +192,9 @@ def test_any_chunking_yields_the_same_events(stream: bytes, data: st.DataObject)
     pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
     assert parse(*pieces) == whole
     assert parse(*[stream[i : i + 1] for i in range(len(stream))]) == whole
+
+
+def test_long_line_in_many_small_chunks() -> None:
+    payload = b"id: 9\ndata: " + b"x" * 100_000 + b"\r\n\r\n"
+    events = parse(*[payload[i : i + 7] for i in range(0, len(payload), 7)])
+    assert events == [SseEvent(event="message", data="x" * 100_000, id="9")]

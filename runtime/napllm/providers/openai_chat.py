@@ -278,8 +278,10 @@ class _Item:
     kind: Literal["message", "reasoning", "function_call"]
     item_id: str
     output_index: int = -1  # assigned when announced
-    parts: list[dict[str, Any]] | None = None  # message content parts
-    text: str = ""  # reasoning summary text
+    # message content parts as (type, pieces) and reasoning text pieces:
+    # joined only for snapshots, so long outputs are not copied per delta
+    parts: list[tuple[str, list[str]]] | None = None
+    text: list[str] | None = None
     raw_id: str | None = None  # the server's tool call id
     call_id: str = ""
     name: str = ""
@@ -289,10 +291,14 @@ class _Item:
 
     def snapshot(self) -> dict[str, Any]:
         if self.kind == "message":
-            parts = [dict(p) for p in self.parts or []]
-            return {"id": self.item_id, "type": "message", "role": "assistant", "content": parts}
+            content = [
+                {"type": kind, "text" if kind == "output_text" else "refusal": "".join(pieces)}
+                for kind, pieces in self.parts or []
+            ]
+            return {"id": self.item_id, "type": "message", "role": "assistant", "content": content}
         if self.kind == "reasoning":
-            summary = [{"type": "summary_text", "text": self.text}] if self.text else []
+            text = "".join(self.text or [])
+            summary = [{"type": "summary_text", "text": text}] if text else []
             return {"id": self.item_id, "type": "reasoning", "summary": summary}
         return {
             "id": self.item_id,
@@ -417,10 +423,9 @@ class ChatStreamToLmsp:
             self._announce(self._message)
         parts = self._message.parts
         assert parts is not None
-        field = "text" if kind == "output_text" else "refusal"
-        if not parts or parts[-1]["type"] != kind:
-            parts.append({"type": kind, field: ""})
-        parts[-1][field] += delta
+        if not parts or parts[-1][0] != kind:
+            parts.append((kind, []))
+        parts[-1][1].append(delta)
         event = "response.output_text.delta" if kind == "output_text" else "response.refusal.delta"
         self._emit(
             event,
@@ -452,7 +457,9 @@ class ChatStreamToLmsp:
         while buf:
             if self._in_block:
                 joined = self._block + buf
-                end = joined.find(TOOL_CALL_CLOSE)
+                end = joined.find(
+                    TOOL_CALL_CLOSE, max(0, len(self._block) - len(TOOL_CALL_CLOSE) + 1)
+                )
                 if end < 0:
                     self._block = joined
                     return
@@ -495,9 +502,10 @@ class ChatStreamToLmsp:
             return
         self._close(self._message)
         if self._reasoning is None:
-            self._reasoning = _Item("reasoning", self._new_id("rs"))
+            self._reasoning = _Item("reasoning", self._new_id("rs"), text=[])
             self._announce(self._reasoning)
-        self._reasoning.text += text
+        assert self._reasoning.text is not None
+        self._reasoning.text.append(text)
         self._emit(
             "response.reasoning_summary_text.delta",
             {

@@ -62,7 +62,7 @@ class SseParser:
 
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._buffer = ""  # decoded text not yet ending in a line end
+        self._partial: list[str] = []  # decoded text of the line not yet ended
         self._skip_lf = False  # the previous text ended in CR
         self._bom_checked = False
         self._event_type = ""
@@ -88,7 +88,7 @@ class SseParser:
             return []
         events = self._feed_text(self._decoder.decode(b"", final=True))
         self._closed = True
-        self._buffer = ""
+        self._partial = []
         self._reset_event()
         return events
 
@@ -105,7 +105,13 @@ class SseParser:
             self._skip_lf = False
             if text.startswith("\n"):
                 text = text[1:]
-        buffer = self._buffer + text
+        if _LINE_END.search(text) is None:
+            # no line end: keep the piece (joining only when a line completes
+            # keeps a long line arriving in many chunks linear, not quadratic)
+            self._partial.append(text)
+            return []
+        buffer = "".join(self._partial) + text
+        self._partial = []
         events: list[SseEvent] = []
         start = 0
         for match in _LINE_END.finditer(buffer):
@@ -116,7 +122,8 @@ class SseParser:
             if match.group() == "\r" and start == len(buffer):
                 # a CR ending this text may be the first half of a CRLF
                 self._skip_lf = True
-        self._buffer = buffer[start:]
+        if start < len(buffer):
+            self._partial.append(buffer[start:])
         return events
 
     def _process_line(self, line: str) -> SseEvent | None:
