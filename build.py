@@ -225,7 +225,8 @@ class DistWriter:
         self.written.add(dst)
         if dst.is_file():
             s, d = src.stat(), dst.stat()
-            if s.st_size == d.st_size and int(s.st_mtime) == int(d.st_mtime):
+            # copy2 keeps the source's mtime (in ns), so equal size and mtime mean "same file".
+            if s.st_size == d.st_size and s.st_mtime_ns == d.st_mtime_ns:
                 return dst
         dst.parent.mkdir(parents=True, exist_ok=True)
         tmp = dst.with_name(dst.name + ".tmp")
@@ -551,8 +552,10 @@ def copy_web(out: DistWriter) -> int:
         rel = path.relative_to(WEB)
         if not path.is_file() or rel.parts[0] == "vendor-entry" or "__pycache__" in rel.parts:
             continue
-        out.copy(path, rel.as_posix())
-        count += 1
+        # web/ may be edited while we build: a file that vanished is simply not copied.
+        with contextlib.suppress(FileNotFoundError):
+            out.copy(path, rel.as_posix())
+            count += 1
     return count
 
 
@@ -603,7 +606,8 @@ def copy_napplets(out: DistWriter) -> list[dict[str, str]]:
             for path in sorted(folder.rglob("*")):
                 rel = path.relative_to(NAPPLETS)
                 if path.is_file() and "__pycache__" not in rel.parts:
-                    out.copy(path, f"napplets/{rel.as_posix()}")
+                    with contextlib.suppress(FileNotFoundError):  # edited while we build
+                        out.copy(path, f"napplets/{rel.as_posix()}")
             index.append(
                 {
                     "name": folder.name,

@@ -1,0 +1,164 @@
+"""build.py's own logic, without npm, PyPI or a browser.
+
+Covers the pieces whose mistakes would break dist/ silently: lock entries made
+from wheel metadata (dependencies, extras, markers, imports, hashes), the
+napplet index, SHA256SUMS parsing, incremental copying and pruning, and the
+development server's headers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import sys
+import threading
+import time
+import urllib.request
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load_build() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("napllm_build", ROOT / "build.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+build = sys.modules.get("napllm_build") or _load_build()
+
+
+def _wheel(path: Path, name: str, version: str, requires: list[str], files: list[str]) -> Path:
+    dist_info = f"{name.replace('-', '_')}-{version}.dist-info"
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta += [f"Requires-Dist: {r}" for r in requires]
+    with zipfile.ZipFile(path, "w") as zf:
+        for f in files:
+            zf.writestr(f, "")
+        zf.writestr(f"{dist_info}/METADATA", "\n".join(meta) + "\n")
+        zf.writestr(f"{dist_info}/RECORD", "")
+    return path
+
+
+def test_lock_entry_takes_dependencies_from_metadata_without_extras(tmp_path: Path) -> None:
+    wheel = _wheel(
+        tmp_path / "Demo_Pkg-1.2.3-py3-none-any.whl",
+        "Demo_Pkg",
+        "1.2.3",
+        [
+            "Pydantic_Core==2.50.5",
+            "typing.extensions>=4.16",
+            "email-validator>=2.0.0; extra == 'email'",
+            "tzdata; (platform_system == 'Windows') and extra == 'timezone'",
+            'old-backport; python_version < "3.8"',
+            'emscripten-only; sys_platform == "emscripten"',
+            "annotated-types[extra1] >=0.6",
+        ],
+        ["demo_pkg/__init__.py", "demo_single.py", "Demo_Pkg-1.2.3.data/scripts/x"],
+    )
+    entry = build.wheel_lock_entry(wheel)
+    assert entry["name"] == "demo-pkg"
+    assert entry["version"] == "1.2.3"
+    assert entry["file_name"] == wheel.name
+    assert entry["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert entry["depends"] == [
+        "annotated-types",
+        "emscripten-only",
+        "pydantic-core",
+        "typing-extensions",
+    ]
+    assert entry["imports"] == ["demo_pkg", "demo_single"]
+    assert entry["package_type"] == "package"
+    assert entry["install_dir"] == "site"
+
+
+def test_napplet_titles_are_read_from_the_page(tmp_path: Path) -> None:
+    page = tmp_path / "index.html"
+    page.write_text("<html><head><title>\n  Weather   agent </title></head><title>x</title>")
+    assert build.html_title(page) == "Weather agent"
+    page.write_text("<p>no title</p>")
+    assert build.html_title(page) == ""
+    page.write_text("<title>Caf&eacute; &amp; more")
+    assert build.html_title(page) == "Café & more"
+
+
+def test_sha256sums_parser_accepts_both_sha256sum_modes(tmp_path: Path) -> None:
+    sums = tmp_path / "SHA256SUMS"
+    a, b = "a" * 64, "B" * 64
+    sums.write_text(f"{a}  model.gguf\n{b} *binary.bin\nnot a line\n\n")
+    assert build.read_sha256sums(sums) == {"model.gguf": a, "binary.bin": "b" * 64}
+
+
+def test_dist_writer_copies_only_changes_and_prunes_the_rest(tmp_path: Path) -> None:
+    src, dist = tmp_path / "src.txt", tmp_path / "dist"
+    src.write_text("one")
+    (dist / "old" / "deep").mkdir(parents=True)
+    (dist / "old" / "deep" / "stale.js").write_text("stale")
+    writer = build.DistWriter(dist)
+    copied = writer.copy(src, "a/b.txt")
+    writer.write_json("info.json", {"x": 1})
+    assert writer.prune() == 1
+    assert not (dist / "old").exists()
+    assert copied.read_text() == "one"
+    assert json.loads((dist / "info.json").read_text()) == {"x": 1}
+
+    # Same size, changed content within the same second: still copied again.
+    before = copied.stat().st_mtime_ns
+    src.write_text("two")
+    time.sleep(0.01)
+    src.touch()
+    assert src.stat().st_mtime_ns != before
+    build.DistWriter(dist).copy(src, "a/b.txt")
+    assert copied.read_text() == "two"
+
+    # Unchanged content is not rewritten.
+    mtime = (dist / "info.json").stat().st_mtime_ns
+    build.DistWriter(dist).write_json("info.json", {"x": 1})
+    assert (dist / "info.json").stat().st_mtime_ns == mtime
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[str]:
+    (tmp_path / "a.wasm").write_bytes(b"\0asm")
+    (tmp_path / "m.mjs").write_text("export {}")
+    (tmp_path / "app.webmanifest").write_text("{}")
+    server = build.make_server(tmp_path, quiet=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+def test_dev_server_headers(served: str) -> None:
+    for name, mime in [
+        ("a.wasm", "application/wasm"),
+        ("m.mjs", "text/javascript"),
+        ("app.webmanifest", "application/manifest+json"),
+    ]:
+        with urllib.request.urlopen(served + name) as resp:
+            assert resp.headers["Content-Type"] == mime
+            assert resp.headers["Cross-Origin-Opener-Policy"] == "same-origin"
+            assert resp.headers["Cross-Origin-Embedder-Policy"] == "require-corp"
+            assert resp.headers["Cross-Origin-Resource-Policy"] == "same-origin"
+            assert resp.headers["Cache-Control"] == "no-cache"
+
+
+def test_main_reports_a_failed_build_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def fail(**_: object) -> None:
+        raise build.BuildError("npm is not installed")
+
+    monkeypatch.setattr(build, "build", fail)
+    assert build.main([]) == 1
+    assert "build failed: npm is not installed" in capsys.readouterr().err
