@@ -755,6 +755,38 @@ def test_wllama_non_streamed_tool_calls_without_id() -> None:
     assert terminal(events).data["usage"]["input_tokens"] == 71
 
 
+def test_wllama_streamed_tool_call_with_empty_id_and_timings() -> None:
+    # wllama 3 runs llama-server's chat code in WebAssembly: index-keyed
+    # fragments, an empty id, extra members such as `timings`
+    fragments = ['{"city"', ': "Berlin"}']
+    chunks = [
+        chunk({"role": "assistant", "content": None}),
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": ""},
+                    }
+                ]
+            }
+        ),
+        *[chunk({"tool_calls": [{"index": 0, "function": {"arguments": f}}]}) for f in fragments],
+        {
+            **chunk({}, "tool_calls"),
+            "timings": {"prompt_n": 71, "predicted_n": 10},
+            "usage": {"prompt_tokens": 71, "completion_tokens": 10, "total_tokens": 81},
+        },
+    ]
+    events = run(chunks)
+    [call] = call_items(events)
+    assert call["call_id"].startswith("call_")
+    assert json.loads(call["arguments"]) == {"city": "Berlin"}
+    assert terminal(events).data["usage"]["total_tokens"] == 81
+
+
 def test_non_streamed_text_response() -> None:
     body = {
         "id": "chatcmpl-1",
