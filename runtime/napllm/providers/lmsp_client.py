@@ -238,8 +238,15 @@ class _EventCheck:
         return LmspEvent(id=event_id, event=raw.event, data=data)
 
 
-class _Seen:
-    """What was yielded of one response, to resume from a final response object."""
+class SeenEvents:
+    """What was yielded of one response, to resume from its final response object.
+
+    `note(event)` records each yielded event; `remaining(response)` returns
+    the events of `events_from_response(response)` not yet yielded:
+    `response.created` once, `output_item.added` only for unseen items,
+    `output_item.done` for items not yet done, and the terminal event
+    (6.4 and docs/lmsp.md 5.3; see the module rules).
+    """
 
     def __init__(self) -> None:
         self.created = False
@@ -473,7 +480,7 @@ class LmspProvider:
 
     async def _follow_task(self, task_url: str) -> AsyncIterator[LmspEvent]:
         check = _EventCheck()
-        seen = _Seen()
+        seen = SeenEvents()
         failures = 0
         while True:
             after = check.last_id
@@ -525,7 +532,7 @@ class LmspProvider:
                 return
             await self._sleep(self._backoff(failures))
 
-    async def _final_events(self, task_url: str, seen: _Seen) -> list[LmspEvent]:
+    async def _final_events(self, task_url: str, seen: SeenEvents) -> list[LmspEvent]:
         """After 410: the task's final response as the events not yet yielded."""
         attempt = 0
         while True:
