@@ -454,3 +454,25 @@ def test_context_too_long(lmsp_service: LmspServiceHandle, client: httpx.Client)
     answer = client.post("/responses", json=body(lmsp_service, "Hello! " * lmsp_service.n_ctx))
     assert answer.status_code == 400
     assert answer.json()["code"] == "context_length_exceeded"
+
+
+def test_sync_client_disconnect_stops_generation(
+    lmsp_service: LmspServiceHandle, client: httpx.Client
+) -> None:
+    # A 4000-token generation takes seconds; the client gives up after 0.3 s.
+    limit = 4000
+    payload = body(
+        lmsp_service, "Hello!", max_output_tokens=limit, extensions={"min_output_tokens": limit}
+    )
+    headers = {"Idempotency-Key": "sync-disconnect-1"}
+    with pytest.raises(httpx.ReadTimeout):
+        client.post("/responses", json=payload, headers=headers, timeout=0.3)
+    # Had the generation gone on, the same key would now be 409 (in progress).
+    # It was stopped and forgotten, so the retry generates anew (and is
+    # abandoned the same way).
+    time.sleep(0.3)
+    with pytest.raises(httpx.ReadTimeout):
+        client.post("/responses", json=payload, headers=headers, timeout=0.3)
+    # The service is free for the next request.
+    answer = client.post("/responses", json=body(lmsp_service, "Hello!"))
+    assert answer.json()["output"][0]["content"][0]["text"] == "Hello! How can I help you today?"
