@@ -762,7 +762,10 @@ class DistRequestHandler(http.server.SimpleHTTPRequestHandler):
     ``Cross-Origin-Embedder-Policy: require-corp``,
     ``Cross-Origin-Resource-Policy: same-origin`` and ``Cache-Control:
     no-cache`` to every response. Set the class attribute ``quiet`` to
-    silence the access log (errors are still printed).
+    silence the access log (errors are still printed), and ``overlays`` to
+    serve extra folders under URL prefixes (``{"/_test/": "/tmp/pages"}``:
+    test and benchmark pages that sit one level below dist/'s root without
+    being part of it; a request cannot climb out of an overlay folder).
     """
 
     # typeshed declares extensions_map an instance attribute, hence no ClassVar.
@@ -771,6 +774,16 @@ class DistRequestHandler(http.server.SimpleHTTPRequestHandler):
         **MIME_TYPES,
     }
     quiet: ClassVar[bool] = False
+    overlays: ClassVar[dict[str, str]] = {}
+
+    def translate_path(self, path: str) -> str:
+        for prefix, folder in self.overlays.items():
+            if path.startswith(prefix):
+                # The parent resolves "..", "." and escapes against dist/; the
+                # result is then re-rooted in the overlay folder.
+                inside = super().translate_path("/" + path[len(prefix) :])
+                return os.path.join(folder, os.path.relpath(inside, self.directory))
+        return super().translate_path(path)
 
     def end_headers(self) -> None:
         self.send_header("Cross-Origin-Opener-Policy", "same-origin")
@@ -799,10 +812,20 @@ class DistServer(http.server.ThreadingHTTPServer):
 
 
 def make_server(
-    directory: Path = DIST, host: str = "127.0.0.1", port: int = 0, *, quiet: bool = False
+    directory: Path = DIST,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    quiet: bool = False,
+    overlays: dict[str, Path] | None = None,
 ) -> DistServer:
-    """Create (not start) a server for ``directory``; port 0 picks a free port."""
-    handler = type("Handler", (DistRequestHandler,), {"quiet": quiet})
+    """Create (not start) a server for ``directory``; port 0 picks a free port.
+
+    ``overlays`` maps URL prefixes such as ``"/_test/"`` to extra folders
+    (see :class:`DistRequestHandler`).
+    """
+    extra = {prefix: str(folder) for prefix, folder in (overlays or {}).items()}
+    handler = type("Handler", (DistRequestHandler,), {"quiet": quiet, "overlays": extra})
     return DistServer((host, port), functools.partial(handler, directory=str(directory)))
 
 

@@ -191,18 +191,7 @@ def test_pages_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def dist_url(dist_dir: Path, test_pages_dir: Path) -> Iterator[str]:
     """Base URL (ending in ``/``) of dist/ served on a free 127.0.0.1 port with COOP/COEP."""
 
-    class Handler(build_module.DistRequestHandler):  # type: ignore[name-defined,misc]
-        quiet = True
-
-        def translate_path(self, path: str) -> str:
-            if not path.startswith(TEST_PREFIX):
-                return str(super().translate_path(path))
-            inside = super().translate_path("/" + path[len(TEST_PREFIX) :])
-            return os.path.join(test_pages_dir, os.path.relpath(inside, self.directory))
-
-    server = build_module.DistServer(
-        ("127.0.0.1", 0), lambda *a: Handler(*a, directory=str(dist_dir))
-    )
+    server = build_module.make_server(dist_dir, quiet=True, overlays={TEST_PREFIX: test_pages_dir})
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
