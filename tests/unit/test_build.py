@@ -14,6 +14,7 @@ import json
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 import zipfile
 from collections.abc import Iterator
@@ -162,3 +163,32 @@ def test_main_reports_a_failed_build_without_a_traceback(
     monkeypatch.setattr(build, "build", fail)
     assert build.main([]) == 1
     assert "build failed: npm is not installed" in capsys.readouterr().err
+
+
+def test_overlay_folders_are_served_and_contained(tmp_path: Path) -> None:
+    dist, pages = tmp_path / "dist", tmp_path / "pages"
+    dist.mkdir()
+    pages.mkdir()
+    (dist / "secret.txt").write_text("dist file")
+    (pages / "page.html").write_text("<title>t</title>")
+    server = build.make_server(dist, quiet=True, overlays={"/_t/": pages})
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+
+    def status(path: str) -> int:
+        try:
+            with urllib.request.urlopen(base + path) as resp:
+                return int(resp.status)
+        except urllib.error.HTTPError as err:
+            return err.code
+
+    try:
+        assert status("/_t/page.html") == 200
+        assert status("/secret.txt") == 200
+        assert status("/_t/secret.txt") == 404
+        assert status("/_t/../secret.txt") == 404
+        assert status("/_t/%2e%2e/secret.txt") == 404
+        assert status("/page.html") == 404
+    finally:
+        server.shutdown()
+        server.server_close()
