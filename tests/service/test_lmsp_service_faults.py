@@ -1,0 +1,89 @@
+"""Failures inside the LMSP service: engine errors and bugs become problems, never tracebacks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, cast
+
+import pytest
+
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+
+import httpx
+
+from napllm.lmsp_service.app import LmspService, ServiceConfig, build_app
+from napllm.lmsp_service.engine import GenerationEnd, GenerationJob, TextPiece
+
+SECRET = "internal detail /srv/model.gguf"
+
+
+class FaultyEngine:
+    """An engine double: `render` raises on the prompt "bug", generation fails midway."""
+
+    model_id = "faulty"
+    n_ctx = 256
+    supports_tools = False
+
+    def render(self, messages: list[dict[str, Any]], tools: object) -> str:
+        if messages[-1]["content"] == "bug":
+            raise RuntimeError(SECRET)
+        return str(messages[-1]["content"])
+
+    def tokenize(self, prompt: str) -> list[int]:
+        return list(range(len(prompt)))
+
+    def submit(self, job: GenerationJob, sink: Callable[[Any], None]) -> Future[None]:
+        sink(TextPiece("partial "))
+        sink(GenerationEnd("error", 1))
+        future: Future[None] = Future()
+        future.set_exception(RuntimeError(SECRET))
+        return future
+
+
+def request(text: str, **fields: Any) -> dict[str, Any]:
+    message = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    return {"model": "faulty", "input": [message], **fields}
+
+
+@pytest.fixture
+async def client() -> Any:
+    service = LmspService(cast(Any, FaultyEngine()), ServiceConfig())
+    app = build_app(service, "tok")
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(
+        transport=transport,
+        base_url="http://127.0.0.1/lmsp/v1",
+        headers={"Authorization": "Bearer tok"},
+    ) as http:
+        yield http
+
+
+async def test_a_bug_is_a_generic_500_problem(client: httpx.AsyncClient) -> None:
+    answer = await client.post("/responses", json=request("bug"))
+    assert answer.status_code == 500
+    assert answer.headers["content-type"] == "application/problem+json"
+    assert answer.json()["code"] == "internal_error"
+    assert SECRET not in answer.text and "Traceback" not in answer.text
+
+
+async def test_engine_failure_fails_the_sync_response(client: httpx.AsyncClient) -> None:
+    answer = await client.post("/responses", json=request("hi"))
+    assert answer.status_code == 500
+    assert answer.json()["code"] == "generation_failed"
+    assert SECRET not in answer.text
+
+
+async def test_engine_failure_in_a_stream_is_response_failed(client: httpx.AsyncClient) -> None:
+    answer = await client.post("/responses", json=request("hi", stream=True, store=True))
+    assert answer.status_code == 200
+    blocks = [b for b in answer.text.replace("\r\n", "\n").split("\n\n") if b.strip()]
+    last = dict(line.split(": ", 1) for line in blocks[-1].splitlines() if ": " in line)
+    assert last["event"] == "response.failed"
+    data = json.loads(last["data"])
+    assert data["status"] == "failed" and data["error"]["code"] == "generation_failed"
+    stored = (await client.get(f"/responses/{data['response_id']}")).json()
+    assert stored["status"] == "failed"
+    assert stored["output"][0]["content"][0]["text"] == "partial "
+    assert SECRET not in answer.text
