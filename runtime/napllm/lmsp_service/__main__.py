@@ -83,17 +83,6 @@ def main(argv: list[str] | None = None) -> int:
     """Run the service until interrupted; returns the exit status."""
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    token_path: Path = args.token_file or default_token_path()
-    try:
-        token, created = load_or_create_token(token_path)
-    except (TokenFileError, OSError) as exc:
-        print(f"napllm-lmsp: cannot use token file {token_path}: {exc}", file=sys.stderr)
-        return 1
-    if created:
-        print(f"napllm-lmsp: created access token (stored in {token_path}): {token}", flush=True)
-    else:
-        print(f"napllm-lmsp: using the access token stored in {token_path}", flush=True)
-
     if not args.model.is_file():
         print(f"napllm-lmsp: no model file at {args.model}", file=sys.stderr)
         return 1
@@ -103,6 +92,18 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"napllm-lmsp: cannot load the model: {exc}", file=sys.stderr)
         return 1
+    token_path: Path = args.token_file or default_token_path()
+    try:
+        token, created = load_or_create_token(token_path)
+    except (TokenFileError, OSError) as exc:
+        print(f"napllm-lmsp: cannot use token file {token_path}: {exc}", file=sys.stderr)
+        engine.close()
+        return 1
+    if created:
+        print(f"napllm-lmsp: created access token (stored in {token_path}): {token}", flush=True)
+    else:
+        print(f"napllm-lmsp: using the access token stored in {token_path}", flush=True)
+
     config = ServiceConfig(
         retention_s=args.retention_seconds,
         max_body_bytes=args.max_body_bytes,
