@@ -418,15 +418,19 @@ def build_app(service: LmspService, token: str) -> Starlette:
 
     async def begin(
         request: Request, scope_name: str
-    ) -> tuple[
-        _Idempotent | None, tuple[str, str] | None, Checked | None, list[int], Response | None
-    ]:
-        """Shared start of POST /responses and POST /tasks, with idempotency."""
+    ) -> tuple[_Idempotent | None, tuple[str, str] | None, Checked | None, list[int]]:
+        """Shared start of POST /responses and POST /tasks, with idempotency.
+
+        Returns `(entry, store_key, checked, tokens)`: `checked` is `None`
+        when `entry` holds a finished outcome to replay; `entry` and
+        `store_key` are `None` without an `Idempotency-Key`. Raises
+        `ProblemError`.
+        """
         body = await _read_body(request, config.max_body_bytes)
         key = _idempotency_key(request)
         if key is None:
             checked, tokens, _raw = await service.prepare(body)
-            return None, None, checked, tokens, None
+            return None, None, checked, tokens
         store_key = (scope_name, key)
         try:
             raw_for_print = json.loads(body)
@@ -442,7 +446,7 @@ def build_app(service: LmspService, token: str) -> Starlette:
             finished = existing.run is not None and existing.run.done.is_set()
             if existing.task is None and not finished:
                 raise ProblemError("idempotency_in_progress")
-            return existing, store_key, None, [], None
+            return existing, store_key, None, []
         entry = _Idempotent(fingerprint=fingerprint)
         service.idempotency.put(store_key, entry)
         try:
@@ -453,10 +457,10 @@ def build_app(service: LmspService, token: str) -> Starlette:
         except BaseException:
             service.idempotency.pop(store_key)
             raise
-        return entry, store_key, checked, tokens, None
+        return entry, store_key, checked, tokens
 
     async def create_response(request: Request) -> Response:
-        entry, store_key, checked, tokens, _ = await begin(request, "responses")
+        entry, store_key, checked, tokens = await begin(request, "responses")
         if checked is None:
             # A replay of a finished request with the same key and body.
             assert entry is not None and entry.run is not None
@@ -505,7 +509,8 @@ def build_app(service: LmspService, token: str) -> Starlette:
                     service.idempotency.pop(store_key)
                 waiter.cancel()
         if not run.done.is_set():
-            return Response(status_code=499)  # the client is gone; nobody reads this
+            # The client is gone and generation was cancelled; nobody reads this.
+            return Response(status_code=204)
         return _final_answer(run, request.url.path)
 
     async def get_response(request: Request) -> Response:
@@ -515,7 +520,7 @@ def build_app(service: LmspService, token: str) -> Starlette:
         return JSONResponse(run.snapshot())
 
     async def create_task(request: Request) -> Response:
-        entry, store_key, checked, tokens, _ = await begin(request, "tasks")
+        entry, store_key, checked, tokens = await begin(request, "tasks")
         if checked is None:
             assert entry is not None and entry.task is not None
             task = entry.task

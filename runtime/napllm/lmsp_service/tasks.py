@@ -86,7 +86,10 @@ class ResponseRun:
     # -- producing -----------------------------------------------------------
 
     def emit(self, event: str, data: dict[str, Any]) -> LmspEvent:
-        """Append one event with the next id; returns it. No-op after the final event."""
+        """Append one event with the next id and return it.
+
+        Raises `RuntimeError` after the final event (6.3: it is the last one).
+        """
         if self.done.is_set():
             raise RuntimeError("event after the final event")
         record = LmspEvent(id=self._next_id, event=event, data=data)
