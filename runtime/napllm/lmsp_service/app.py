@@ -318,6 +318,8 @@ class LmspService:
 
 
 def _log_engine_failure(future: Any) -> None:
+    if future.cancelled():  # dropped from the queue at shutdown
+        return
     exc = future.exception()
     if exc is not None:
         log.error("generation failed", exc_info=exc)
