@@ -36,6 +36,7 @@ from ..shell import (
     ShellPolicy,
 )
 from ..wire import Unclonable, loads_strict
+from .engines import register_engines
 from .providers import BrowserProviders, connection_from_spec, default_connections, test_connections
 
 log = logging.getLogger("napllm.browser")
@@ -117,6 +118,7 @@ class Runtime:
         self.test_mode = test_mode
         self.registry = ConnectionRegistry()
         self.providers = BrowserProviders()
+        register_engines(self.providers.engines, test_mode=test_mode)
         self.shell = Shell(
             self.registry,
             BridgeTransport(),

@@ -115,10 +115,15 @@ async def connection_from_spec(
 
 
 async def default_connections(providers: BrowserProviders) -> list[Connection]:
-    """The built-in connections (the engines register theirs)."""
+    """The built-in connections (the engines register theirs).
+
+    Ordered by `settings.rank` (lower first, stable): a model ready on the
+    device comes before TinyChat, which comes before models still to fetch.
+    """
     found: list[Connection] = []
     for engine in providers.engines.values():
         found.extend(await engine.default_connections())
+    found.sort(key=lambda c: int(c.settings.get("rank", 100)))
     return found
 
 

@@ -1,0 +1,299 @@
+"""Engine ports in the page: the wasm (wllama) and webllm (WebLLM) providers.
+
+Rules (DESIGN.md "The data path"; providers/base.py; pitfalls.md)
+- Each engine is a JS module under web/engines/ (copied to dist/engines/),
+  imported with a dynamic `import()` of an absolute URL built from the
+  page's base URL, so the shell works under any sub-path. The module is
+  imported again for every use (the browser keeps one instance per URL);
+  Python holds no JS object beyond one call.
+- Everything crossing the bridge is JSON text or a plain string: the chat
+  body goes in as JSON, chunks come back in batches of JSON text
+  (web/engines/streams.js) and are mapped with `openai_chat.ChatStreamToLmsp`.
+  No proxy is created (JS never calls back into Python).
+- Cancellation is task cancellation: the provider's iterator is closed, and
+  its `finally` aborts the JS stream (wllama: AbortSignal; WebLLM:
+  `interruptGenerate` with a per-request guard and the stream drained).
+- Failures are `ProviderFailure`s built from an error kind reported by the
+  JS side (`providers.engines.engine_failure`): a fixed user hint in the
+  shell UI, `provider-error` (or `quota-exceeded`) to the napplet.
+- Test mode only (`?test=1`): `engineDelayMs=N` in the page's query makes
+  the JS side hand chunks over one at a time N ms apart, so cancellation is
+  testable with a model faster than the test. Without test mode it is 0.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import parse_qs, urljoin
+
+from js import document, location  # type: ignore[import-not-found]
+from pyodide.code import run_js  # type: ignore[import-not-found]
+from pyodide.ffi import JsException  # type: ignore[import-not-found]
+
+from ..connections import Capabilities, Connection
+from ..errors import ProviderFailure
+from ..lmsp import LmspEvent, LmspRequest
+from ..providers.base import Provider
+from ..providers.engines import (
+    GpuReport,
+    WebLLMRecord,
+    engine_failure,
+    tinychat_connection,
+    wasm_capabilities,
+    wasm_chat_body,
+    wasm_load_params,
+    webllm_capabilities,
+    webllm_chat_body,
+    webllm_connection,
+    webllm_recommended,
+)
+from ..providers.openai_chat import ChatStreamToLmsp
+
+log = logging.getLogger("napllm.browser.engines")
+
+WLLAMA_MODULE = "engines/wllama-engine.js"
+WEBLLM_MODULE = "engines/webllm-engine.js"
+
+
+def test_delay_ms(test_mode: bool) -> int:
+    """The per-chunk delivery delay of test mode (`engineDelayMs`), else 0."""
+    if not test_mode:
+        return 0
+    query = parse_qs(str(location.search).lstrip("?"))
+    try:
+        value = int(query.get("engineDelayMs", ["0"])[0])
+    except ValueError:
+        return 0
+    return max(0, min(value, 10_000))
+
+
+async def import_module(path: str) -> Any:
+    """The JS module at `path` (relative to the shell page)."""
+    url = urljoin(str(document.baseURI), path)
+    return await run_js(f"import({json.dumps(url)})")
+
+
+async def stream_chunks(
+    module_path: str,
+    stream_id: str,
+    state: ChatStreamToLmsp,
+    engine: str,
+) -> AsyncIterator[LmspEvent]:
+    """LMSP events of JS stream `stream_id`; aborts it unless read to the end.
+
+    Raises `ProviderFailure` for an engine error or a malformed batch.
+    """
+    api = await import_module(module_path)
+    finished = False
+    try:
+        while True:
+            try:
+                batch = json.loads(str(await api.nextChunks(stream_id)))
+            except (ValueError, JsException) as exc:
+                raise ProviderFailure(detail=f"{engine}: unreadable chunk batch") from exc
+            if not isinstance(batch, dict) or not isinstance(batch.get("chunks"), list):
+                raise ProviderFailure(detail=f"{engine}: malformed chunk batch")
+            for chunk in batch["chunks"]:
+                for event in state.feed(chunk):
+                    yield event
+            if batch.get("done") is True:
+                error = batch.get("error")
+                if isinstance(error, dict):
+                    finished = True
+                    raise engine_failure(error.get("kind"), engine)
+                break
+        finished = True
+        for event in state.finish():
+            yield event
+    finally:
+        if not finished:
+            try:
+                api.abort(stream_id)
+            except JsException:
+                log.warning("%s: the stream could not be aborted", engine)
+
+
+# --------------------------------------------------------------------------
+# wasm
+
+
+class WasmProvider:
+    """`Provider` for one wasm connection: llama.cpp through wllama."""
+
+    def __init__(self, engine: WasmEngine, connection: Connection) -> None:
+        self._engine = engine
+        self._connection = connection
+
+    def respond(self, request: LmspRequest) -> AsyncIterator[LmspEvent]:
+        """Stream one chat completion as LMSP events (6.3). Raises `ProviderFailure`."""
+        return self._respond(request)
+
+    async def _respond(self, request: LmspRequest) -> AsyncIterator[LmspEvent]:
+        key = await self._engine.ensure_model(self._connection)
+        body = wasm_chat_body(request)
+        state = ChatStreamToLmsp(parse_tool_call_blocks=bool(request.tools))
+        api = await import_module(WLLAMA_MODULE)
+        try:
+            stream_id = str(api.startChat(key, json.dumps(body), self._engine.delay_ms))
+        except JsException as exc:
+            raise engine_failure("inference", "wasm") from exc
+        async for event in stream_chunks(WLLAMA_MODULE, stream_id, state, "wasm"):
+            yield event
+
+
+class WasmEngine:
+    """The `wasm` engine: TinyChat built in, any GGUF URL on request."""
+
+    kind = "wasm"
+
+    def __init__(self, *, test_mode: bool = False) -> None:
+        self.delay_ms = test_delay_ms(test_mode)
+        self._environment: dict[str, Any] | None = None
+
+    async def _env(self) -> dict[str, Any]:
+        if self._environment is None:
+            api = await import_module(WLLAMA_MODULE)
+            data = json.loads(str(api.environment()))
+            self._environment = data if isinstance(data, dict) else {}
+        return self._environment
+
+    async def ensure_model(self, connection: Connection) -> str:
+        """Load the connection's GGUF (once); returns its model key.
+
+        Raises `ProviderFailure` (`download` or `load` hint) when it fails.
+        """
+        env = await self._env()
+        params = wasm_load_params(
+            connection.settings,
+            cross_origin_isolated=env.get("crossOriginIsolated") is True,
+            hardware_concurrency=int(env.get("hardwareConcurrency") or 1),
+        )
+        url = str(connection.settings.get("url", ""))
+        key = json.dumps([url, params], sort_keys=True)
+        api = await import_module(WLLAMA_MODULE)
+        try:
+            text = await api.ensureModel(
+                key, url, json.dumps(params), connection.id, connection.name
+            )
+            result = json.loads(str(text))
+        except (JsException, ValueError) as exc:
+            raise engine_failure("load", "wasm") from exc
+        if not isinstance(result, dict) or result.get("ok") is not True:
+            kind = result.get("kind") if isinstance(result, dict) else None
+            raise engine_failure(kind, "wasm")
+        return key
+
+    def provider_for(self, connection: Connection) -> Provider:
+        """A provider for `connection` (kind `wasm`)."""
+        return WasmProvider(self, connection)
+
+    def capabilities_for(self, model: str, settings: dict[str, Any]) -> Capabilities:
+        """Capabilities of a user-chosen GGUF; `ValueError` without a usable URL."""
+        return wasm_capabilities(model, settings)
+
+    async def default_connections(self) -> list[Connection]:
+        """TinyChat, always available (it ranks after a WebLLM model in cache)."""
+        return [tinychat_connection()]
+
+
+# --------------------------------------------------------------------------
+# webllm
+
+
+class WebLLMProvider:
+    """`Provider` for one WebLLM model (WebGPU, in a worker)."""
+
+    def __init__(self, engine: WebLLMEngine, connection: Connection) -> None:
+        self._engine = engine
+        self._connection = connection
+
+    def respond(self, request: LmspRequest) -> AsyncIterator[LmspEvent]:
+        """Stream one chat completion as LMSP events (6.3). Raises `ProviderFailure`."""
+        return self._respond(request)
+
+    async def _respond(self, request: LmspRequest) -> AsyncIterator[LmspEvent]:
+        connection = self._connection
+        if not connection.available:
+            raise engine_failure("webgpu", "webllm")
+        api = await import_module(WEBLLM_MODULE)
+        try:
+            text = await api.ensureEngine(connection.model, connection.id, connection.name)
+            result = json.loads(str(text))
+        except (JsException, ValueError) as exc:
+            raise engine_failure("unknown", "webllm") from exc
+        if not isinstance(result, dict) or result.get("ok") is not True:
+            raise engine_failure(result.get("kind") if isinstance(result, dict) else None, "webllm")
+        body = webllm_chat_body(request)
+        state = ChatStreamToLmsp(tool_text_in_content="tools" in body)
+        try:
+            stream_id = str(
+                api.startChat(connection.model, json.dumps(body), self._engine.delay_ms)
+            )
+        except JsException as exc:
+            raise engine_failure("inference", "webllm") from exc
+        async for event in stream_chunks(WEBLLM_MODULE, stream_id, state, "webllm"):
+            yield event
+
+
+class WebLLMEngine:
+    """The `webllm` engine: a handful of recommended prebuilt models, any other by id."""
+
+    kind = "webllm"
+
+    def __init__(self, *, test_mode: bool = False) -> None:
+        self.delay_ms = test_delay_ms(test_mode)
+        self._records: dict[str, WebLLMRecord] = {}
+        self._function_calling: tuple[str, ...] = ()
+        self.gpu = GpuReport()
+
+    async def default_connections(self) -> list[Connection]:
+        """Recommended models for this device (unavailable ones say why)."""
+        try:
+            api = await import_module(WEBLLM_MODULE)
+            data = json.loads(str(await api.catalog()))
+        except (JsException, ValueError):
+            log.warning("webllm: the WebLLM catalogue could not be read")
+            return []
+        if not isinstance(data, dict):
+            return []
+        self.gpu = GpuReport.from_json(data.get("gpu"))
+        raw_records = data.get("records")
+        records = [
+            r for r in (WebLLMRecord.from_json(x) for x in (raw_records or [])) if r is not None
+        ]
+        self._records = {r.model_id: r for r in records}
+        ids = data.get("functionCallingIds")
+        self._function_calling = (
+            tuple(i for i in ids if isinstance(i, str)) if isinstance(ids, list) else ()
+        )
+        cached_raw = data.get("cached")
+        cached = (
+            {c for c in cached_raw if isinstance(c, str)} if isinstance(cached_raw, list) else set()
+        )
+        return [
+            webllm_connection(r, self.gpu, self._function_calling, cached=r.model_id in cached)
+            for r in webllm_recommended(records, self.gpu)
+        ]
+
+    def capabilities_for(self, model: str, settings: dict[str, Any]) -> Capabilities:
+        """Capabilities of a prebuilt model id; `ValueError` for an unknown id."""
+        record = self._records.get(model)
+        if record is None or not record.is_chat:
+            raise ValueError("not a WebLLM prebuilt chat model id")
+        return webllm_capabilities(record, self._function_calling)
+
+    def provider_for(self, connection: Connection) -> Provider:
+        """A provider for `connection` (kind `webllm`)."""
+        return WebLLMProvider(self, connection)
+
+
+def register_engines(engines: dict[str, Any], *, test_mode: bool) -> None:
+    """Add the wasm and webllm engines to `BrowserProviders.engines`."""
+    engines["wasm"] = WasmEngine(test_mode=test_mode)
+    engines["webllm"] = WebLLMEngine(test_mode=test_mode)
+
+
+__all__ = ["ProviderFailure", "WasmEngine", "WebLLMEngine", "register_engines"]

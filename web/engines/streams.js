@@ -1,0 +1,102 @@
+/**
+ * Chunk streams shared by the in-browser engines (wllama, WebLLM): how a
+ * chat stream produced in JS is read from Python without holding JS objects.
+ *
+ * Rules
+ * - A stream is identified by a string id. Its producer pushes OpenAI chat
+ *   chunks (`push`) and finally ends it (`end`, with an error kind or none).
+ * - `next(id)` resolves with JSON text `{"chunks": [...], "done": bool,
+ *   "error": null | {"kind": text}}` holding every chunk queued since the
+ *   previous read (one bridge crossing per batch, not per token); once
+ *   `done` has been reported the stream is forgotten.
+ * - `cancel(id)` marks the stream aborted, drops queued chunks, wakes a
+ *   pending read (which reports `done`) and forgets it; the producer learns
+ *   it through `stream.aborted` and its AbortSignal.
+ * - A delivery delay (test mode only) hands chunks over one at a time.
+ */
+
+const streams = new Map();
+let counter = 0;
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function wake(stream) {
+  const waiter = stream.waiter;
+  stream.waiter = null;
+  if (waiter) waiter();
+}
+
+/** Create a stream; returns its state object (`id`, `controller`, `aborted`). */
+export function open(prefix, deliveryDelayMs = 0) {
+  counter += 1;
+  const stream = {
+    id: `${prefix}-${counter}`,
+    queue: [],
+    done: false,
+    error: null,
+    waiter: null,
+    controller: new AbortController(),
+    delayMs: Math.max(0, Number(deliveryDelayMs) || 0),
+    get aborted() {
+      return this.controller.signal.aborted;
+    },
+  };
+  streams.set(stream.id, stream);
+  return stream;
+}
+
+/** Queue one chunk (ignored once the stream is aborted or ended). */
+export function push(stream, chunk) {
+  if (stream.done || stream.aborted) return;
+  stream.queue.push(chunk);
+  wake(stream);
+}
+
+/** End the stream; `errorKind` names a failure (see the Python side's hints). */
+export function end(stream, errorKind = null) {
+  if (stream.done) return;
+  stream.done = true;
+  if (errorKind && !stream.aborted) stream.error = { kind: String(errorKind) };
+  wake(stream);
+}
+
+/** The next batch of stream `id` as JSON text (module rules). */
+export async function next(id) {
+  const stream = streams.get(String(id));
+  if (!stream) return JSON.stringify({ chunks: [], done: true, error: { kind: "unknown" } });
+  for (;;) {
+    if (stream.aborted) break;
+    if (stream.queue.length > 0) {
+      if (stream.delayMs > 0) {
+        await sleep(stream.delayMs);
+        if (stream.aborted) break;
+        return JSON.stringify({ chunks: [stream.queue.shift()], done: false, error: null });
+      }
+      const chunks = stream.queue.splice(0, stream.queue.length);
+      return JSON.stringify({ chunks, done: false, error: null });
+    }
+    if (stream.done) break;
+    await new Promise((resolve) => {
+      stream.waiter = resolve;
+    });
+  }
+  streams.delete(stream.id);
+  return JSON.stringify({ chunks: [], done: true, error: stream.error });
+}
+
+/** Abort stream `id`; returns false when it was already gone. */
+export function cancel(id) {
+  const stream = streams.get(String(id));
+  if (!stream) return false;
+  streams.delete(stream.id);
+  stream.controller.abort();
+  stream.queue.length = 0;
+  stream.done = true;
+  wake(stream);
+  return true;
+}
+
+/** Number of streams not yet read to the end or cancelled. */
+export function openCount() {
+  return streams.size;
+}

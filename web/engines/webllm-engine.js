@@ -1,0 +1,264 @@
+/**
+ * The webllm engine: @mlc-ai/web-llm (dist/vendor/web-llm/) on WebGPU, in a
+ * Web Worker (webllm-worker.js), driven by napllm.browser.engines (Python).
+ *
+ * Rules (DESIGN.md "The data path", provider kind `webllm`; pitfalls.md)
+ * - `catalog()` reports, as JSON text, what WebGPU offers (`gpu`: adapter,
+ *   features, buffer limits, fallback adapter, `navigator.deviceMemory`),
+ *   WebLLM's prebuilt model records (`records`), its function-calling model
+ *   ids and which recommended models are already in the browser cache. The
+ *   Python side decides availability and capabilities from that data.
+ * - One engine (one worker, one model) at a time: loading another model
+ *   unloads the previous one, which frees the GPU memory. Concurrent loads
+ *   of one model share one promise; a failed load is forgotten.
+ * - Load progress goes to `napllmHost.engineProgress(connectionId, label,
+ *   fraction)` when the page has it (WebLLM's `initProgressCallback`),
+ *   otherwise one `napllmHost.notice` says the model is being loaded.
+ * - Requests run one at a time per engine (WebLLM holds one generation
+ *   lock). Cancel is per request: `interruptGenerate()` is called only while
+ *   the cancelled request is the one generating, and the cancelled stream is
+ *   drained to its end before the next request starts, because an
+ *   interrupted stream keeps the engine's lock until it is read out
+ *   (mlc-ai/web-llm #447).
+ * - Errors become kinds (`webgpu`, `feature`, `network`, `storage`,
+ *   `context`, `inference`, `unknown`); the engine's own text never leaves
+ *   this module except in the console.
+ * - Streams are read from Python through streams.js (JSON text batches).
+ * - Test mode only (`?test=1`): `setEngineFactoryForTests(factory)` replaces
+ *   `CreateWebWorkerMLCEngine` with a test double implementing WebLLM's
+ *   documented `chat.completions.create` / `interruptGenerate` interface.
+ */
+
+import * as streams from "./streams.js";
+
+const RECOMMENDED_PREFIXES = [
+  "SmolLM2-360M-Instruct",
+  "Qwen2.5-0.5B-Instruct",
+  "Llama-3.2-1B-Instruct",
+  "Hermes-3-Llama-3.1-8B",
+  "Phi-3.5-vision-instruct",
+];
+
+let webllmModule = null;
+async function webllm() {
+  if (!webllmModule) webllmModule = import("../vendor/web-llm/web-llm.js");
+  return webllmModule;
+}
+
+const testMode = new URLSearchParams(location.search).get("test") === "1";
+let testFactory = null;
+
+/** Test mode only: `factory(modelId, {initProgressCallback}) -> Promise<engine>`. */
+export function setEngineFactoryForTests(factory) {
+  if (!testMode) throw new Error("engine factories can only be replaced in test mode");
+  testFactory = typeof factory === "function" ? factory : null;
+  current = null;
+}
+
+function host() {
+  return globalThis.napllmHost;
+}
+
+function progress(connectionId, label, fraction) {
+  const page = host();
+  if (page && typeof page.engineProgress === "function") {
+    try {
+      page.engineProgress(String(connectionId), String(label), Number(fraction));
+    } catch {
+      /* the page's UI must not break a load */
+    }
+  }
+}
+
+function notice(text, connectionId) {
+  const page = host();
+  if (page && typeof page.engineProgress !== "function" && typeof page.notice === "function") {
+    page.notice(JSON.stringify({ level: "info", text, connectionId: String(connectionId) }));
+  }
+}
+
+async function probeGpu() {
+  const memory = Number(navigator.deviceMemory) || null;
+  if (!navigator.gpu) return { adapter: false, reason: "This browser has no WebGPU.", deviceMemory: memory };
+  let adapter = null;
+  try {
+    adapter = await navigator.gpu.requestAdapter({ powerPreference: "high-performance" });
+  } catch {
+    adapter = null;
+  }
+  if (!adapter) {
+    return { adapter: false, reason: "WebGPU is enabled but no GPU adapter is available.", deviceMemory: memory };
+  }
+  const info = adapter.info || {};
+  return {
+    adapter: true,
+    features: [...adapter.features],
+    maxBufferSize: Number(adapter.limits.maxBufferSize) || 0,
+    maxStorageBufferBindingSize: Number(adapter.limits.maxStorageBufferBindingSize) || 0,
+    fallback: info.isFallbackAdapter === true || adapter.isFallbackAdapter === true,
+    vendor: typeof info.vendor === "string" ? info.vendor : "",
+    deviceMemory: memory,
+  };
+}
+
+const RECORD_FIELDS = [
+  "model_id",
+  "vram_required_MB",
+  "required_features",
+  "model_type",
+  "low_resource_required",
+  "buffer_size_required_bytes",
+];
+
+/** WebGPU facts and WebLLM's model catalogue, as JSON text (module rules). */
+export async function catalog() {
+  const gpu = await probeGpu();
+  const lib = await webllm();
+  const records = lib.prebuiltAppConfig.model_list.map((record) =>
+    Object.fromEntries(RECORD_FIELDS.filter((key) => key in record).map((key) => [key, record[key]])),
+  );
+  const cached = [];
+  for (const record of records) {
+    if (!RECOMMENDED_PREFIXES.some((prefix) => record.model_id.startsWith(prefix))) continue;
+    try {
+      if (await lib.hasModelInCache(record.model_id)) cached.push(record.model_id);
+    } catch {
+      /* no cache access: not cached */
+    }
+  }
+  return JSON.stringify({
+    gpu,
+    records,
+    functionCallingIds: [...(lib.functionCallingModelIds || [])],
+    cached,
+  });
+}
+
+function errorKind(error) {
+  const name = String((error && (error.name || error.constructor?.name)) || "");
+  const text = String((error && error.message) || "");
+  if (name === "WebGPUNotAvailableError" || text.includes("compatible GPU")) return "webgpu";
+  if (name === "ShaderF16SupportError" || name === "FeatureSupportError") return "feature";
+  if (name === "QuotaExceededError" || text.includes("Quota")) return "storage";
+  if (name === "ContextWindowSizeExceededError" || text.includes("context window")) return "context";
+  if (name === "TypeError" && /fetch|network|Cache/i.test(text)) return "network";
+  if (/fetch|network/i.test(text)) return "network";
+  return "unknown";
+}
+
+/** The engine in use: {modelId, promise, engine, chain, active}. */
+let current = null;
+
+async function createEngine(modelId, connectionId, label) {
+  const initProgressCallback = (report) => {
+    const fraction = Number(report && report.progress);
+    progress(connectionId, `Loading ${label}`, Number.isFinite(fraction) ? fraction : 0);
+  };
+  if (testFactory) return testFactory(modelId, { initProgressCallback });
+  const lib = await webllm();
+  const worker = new Worker(new URL("./webllm-worker.js", import.meta.url), { type: "module" });
+  try {
+    return await lib.CreateWebWorkerMLCEngine(worker, modelId, { initProgressCallback });
+  } catch (error) {
+    worker.terminate();
+    throw error;
+  }
+}
+
+/**
+ * Load (or reuse) the engine for `modelId`. Resolves with JSON text
+ * `{"ok": true}` or `{"ok": false, "kind"}`; never rejects.
+ */
+export async function ensureEngine(modelId, connectionId, label) {
+  modelId = String(modelId);
+  if (!current || current.modelId !== modelId) {
+    const previous = current;
+    const entry = { modelId, engine: null, chain: Promise.resolve(), active: null, promise: null };
+    current = entry;
+    entry.promise = (async () => {
+      if (previous && previous.engine) {
+        try {
+          await previous.engine.unload();
+        } catch {
+          /* already gone */
+        }
+      }
+      notice(`Loading ${label} on this device…`, connectionId);
+      progress(connectionId, `Loading ${label}`, 0);
+      try {
+        entry.engine = await createEngine(modelId, connectionId, String(label));
+        progress(connectionId, `${label} is ready`, 1);
+        return { ok: true };
+      } catch (error) {
+        console.error("napllm webllm engine: the model could not be loaded", error);
+        if (current === entry) current = null;
+        progress(connectionId, `${label} could not be loaded`, 0);
+        return { ok: false, kind: errorKind(error) };
+      }
+    })();
+  }
+  return JSON.stringify(await current.promise);
+}
+
+async function run(entry, body, stream) {
+  let failure = null;
+  let chunks = null;
+  try {
+    if (stream.aborted) return;
+    entry.active = stream;
+    chunks = await entry.engine.chat.completions.create(body);
+    for await (const chunk of chunks) {
+      // After a cancel the stream is still read to its end (pitfalls.md).
+      streams.push(stream, chunk);
+    }
+  } catch (error) {
+    if (!stream.aborted) {
+      console.error("napllm webllm engine: generation failed", error);
+      failure = errorKind(error);
+      if (failure === "unknown") failure = "inference";
+    }
+  } finally {
+    if (entry.active === stream) entry.active = null;
+    streams.end(stream, failure);
+  }
+}
+
+/**
+ * Start a streamed chat completion with body `bodyJson` on the loaded
+ * engine of `modelId`; returns the stream id. Requests queue behind the
+ * one generating (module rules).
+ */
+export function startChat(modelId, bodyJson, deliveryDelayMs = 0) {
+  const entry = current;
+  if (!entry || entry.modelId !== String(modelId) || !entry.engine) throw new Error("model not loaded");
+  const body = JSON.parse(String(bodyJson));
+  const stream = streams.open("webllm", deliveryDelayMs);
+  stream.entry = entry;
+  entry.chain = entry.chain.then(() => run(entry, body, stream));
+  return stream.id;
+}
+
+/** The chunks queued for stream `id` since the last call (see streams.js). */
+export function nextChunks(id) {
+  return streams.next(id);
+}
+
+/** Cancel stream `id`: interrupt it only if it is the one generating. */
+export function abort(id) {
+  const entry = current;
+  const active = entry && entry.active && entry.active.id === String(id) ? entry.active : null;
+  const found = streams.cancel(id);
+  if (active && entry.engine && typeof entry.engine.interruptGenerate === "function") {
+    try {
+      entry.engine.interruptGenerate();
+    } catch {
+      /* the stream ends on its own */
+    }
+  }
+  return found;
+}
+
+/** Streams not yet read to the end or cancelled. */
+export function openStreams() {
+  return streams.openCount();
+}

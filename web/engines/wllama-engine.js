@@ -1,0 +1,219 @@
+/**
+ * The wasm engine: llama.cpp compiled to WebAssembly through @wllama/wllama
+ * (dist/vendor/wllama/), driven by napllm.browser.engines (Python).
+ *
+ * Rules (DESIGN.md "The data path", provider kind `wasm`)
+ * - One Wllama instance (llama.cpp in its own worker) per loaded model key
+ *   (model URL + load parameters). Concurrent loads of one key share one
+ *   promise; a failed load is forgotten so the next request tries again.
+ * - `loadModel()` resolves even when llama.cpp fails to read the file; the
+ *   load is checked through `getLoadedContextInfo().success` (and a model
+ *   without a vocabulary counts as a failure too).
+ * - Download progress goes to the page through
+ *   `napllmHost.engineProgress(connectionId, label, fraction)` when the page
+ *   has that hook; otherwise one `napllmHost.notice` says the model is being
+ *   loaded. Errors are classified into kinds (`download`, `load`, `context`,
+ *   `inference`, `unknown`); the Python side turns a kind into a fixed
+ *   message, so no engine text reaches a napplet.
+ * - Every value crossing to Python is JSON text or a plain string: a chat
+ *   stream is started with `startChat` (returns a stream id), read with
+ *   `nextChunks(id)` and stopped with `abort(id)`, which aborts the wllama
+ *   request through its AbortSignal (streams.js has the batch format).
+ * - `deliveryDelayMs` (test mode only, set by the Python side from
+ *   `?test=1&engineDelayMs=N`) hands chunks over one at a time, N ms apart,
+ *   so cancellation tests can stop a stream of a model that is faster than
+ *   the test. It is 0 otherwise.
+ */
+
+import { Wllama, wasmPaths } from "../vendor/wllama/wllama.js";
+import * as streams from "./streams.js";
+
+/** key -> {promise: Promise<info>, wllama: Wllama|null} */
+const models = new Map();
+
+const quietLogger = {
+  debug() {},
+  log() {},
+  warn() {},
+  error(...args) {
+    console.error("wllama:", ...args);
+  },
+};
+
+function host() {
+  return globalThis.napllmHost;
+}
+
+function progress(connectionId, label, fraction) {
+  const page = host();
+  if (page && typeof page.engineProgress === "function") {
+    try {
+      page.engineProgress(String(connectionId), String(label), Number(fraction));
+    } catch {
+      /* the page's UI must not break a load */
+    }
+  }
+}
+
+function notice(level, text, connectionId) {
+  const page = host();
+  if (page && typeof page.engineProgress !== "function" && typeof page.notice === "function") {
+    page.notice(JSON.stringify({ level, text, connectionId: String(connectionId) }));
+  }
+}
+
+/** The environment facts the Python side needs to pick load parameters. */
+export function environment() {
+  return JSON.stringify({
+    crossOriginIsolated: globalThis.crossOriginIsolated === true,
+    hardwareConcurrency: Number(navigator.hardwareConcurrency) || 1,
+  });
+}
+
+function errorKind(error, stage) {
+  const type = error && typeof error.type === "string" ? error.type : "";
+  if (type === "kv_cache_full") return "context";
+  if (type === "download_error") return "download";
+  if (type === "load_error" || type === "version_mismatch") return "load";
+  if (stage === "download") return "download";
+  if (stage === "load") return "load";
+  if (type === "inference_error") return "inference";
+  return stage === "chat" ? "inference" : "unknown";
+}
+
+async function load(url, params, connectionId, label) {
+  const absolute = new URL(url, document.baseURI);
+  const sameOrigin = absolute.origin === location.origin;
+  const wllama = new Wllama(wasmPaths, { logger: quietLogger, suppressNativeLog: true });
+  let stage = "download";
+  let lastReport = 0;
+  notice("info", `Loading ${label} on this device…`, connectionId);
+  progress(connectionId, `Downloading ${label}`, 0);
+  try {
+    await wllama.loadModelFromUrl(absolute.href, {
+      ...params,
+      // Same-origin files are revalidated by the HTTP cache; only models
+      // from elsewhere are kept in wllama's own (OPFS) cache.
+      useCache: !sameOrigin,
+      progressCallback: ({ loaded, total }) => {
+        const now = performance.now();
+        if (total > 0 && (now - lastReport > 100 || loaded >= total)) {
+          lastReport = now;
+          progress(connectionId, `Downloading ${label}`, Math.min(1, loaded / total));
+        }
+        if (total > 0 && loaded >= total) stage = "load";
+      },
+    });
+    stage = "load";
+    const info = wllama.getLoadedContextInfo();
+    if (!info || info.success === false || !(info.n_vocab > 0)) {
+      throw new Error("llama.cpp could not load the model");
+    }
+    progress(connectionId, `${label} is ready`, 1);
+    return {
+      wllama,
+      info: {
+        ok: true,
+        threads: wllama.getNumThreads(),
+        multithread: wllama.isMultithread(),
+        nCtx: info.n_ctx,
+        nVocab: info.n_vocab,
+      },
+    };
+  } catch (error) {
+    console.error("napllm wasm engine: the model could not be loaded", error);
+    try {
+      await wllama.exit();
+    } catch {
+      /* already gone */
+    }
+    if (!sameOrigin) {
+      try {
+        await wllama.cacheManager.delete(absolute.href);
+      } catch {
+        /* nothing cached */
+      }
+    }
+    progress(connectionId, `${label} could not be loaded`, 0);
+    return { wllama: null, info: { ok: false, kind: errorKind(error, stage) } };
+  }
+}
+
+/**
+ * Load (or reuse) the model for `key`. Resolves with JSON text:
+ * `{"ok": true, "threads", "multithread", "nCtx", "nVocab"}` or
+ * `{"ok": false, "kind"}`. Never rejects.
+ */
+export async function ensureModel(key, url, paramsJson, connectionId, label) {
+  let entry = models.get(key);
+  if (!entry) {
+    entry = { wllama: null, promise: null };
+    entry.promise = load(String(url), JSON.parse(String(paramsJson)), connectionId, label).then(
+      (result) => {
+        if (result.wllama) entry.wllama = result.wllama;
+        else if (models.get(key) === entry) models.delete(key);
+        return result.info;
+      },
+    );
+    models.set(key, entry);
+  }
+  return JSON.stringify(await entry.promise);
+}
+
+/** Unload the model of `key` (frees its worker and memory). */
+export async function unloadModel(key) {
+  const entry = models.get(key);
+  models.delete(key);
+  if (entry && entry.wllama) await entry.wllama.exit();
+}
+
+async function pump(wllama, body, stream) {
+  let failure = null;
+  try {
+    const chunks = await wllama.createChatCompletion({
+      ...body,
+      stream: true,
+      abortSignal: stream.controller.signal,
+    });
+    for await (const chunk of chunks) {
+      if (stream.aborted) break;
+      streams.push(stream, chunk);
+    }
+  } catch (error) {
+    if (!stream.aborted) {
+      console.error("napllm wasm engine: generation failed", error);
+      failure = errorKind(error, "chat");
+    }
+  } finally {
+    streams.end(stream, failure);
+  }
+}
+
+/**
+ * Start a streamed chat completion on the loaded model `key` with the
+ * OpenAI chat body `bodyJson`; returns the stream id. Throws when the
+ * model is not loaded (the Python side calls `ensureModel` first).
+ */
+export function startChat(key, bodyJson, deliveryDelayMs = 0) {
+  const entry = models.get(key);
+  if (!entry || !entry.wllama) throw new Error("model not loaded");
+  const body = JSON.parse(String(bodyJson));
+  const stream = streams.open("wasm", deliveryDelayMs);
+  pump(entry.wllama, body, stream);
+  return stream.id;
+}
+
+/** The chunks queued for stream `id` since the last call (see streams.js). */
+export function nextChunks(id) {
+  return streams.next(id);
+}
+
+/** Abort stream `id` (its wllama request stops at the next token) and forget it. */
+export function abort(id) {
+  return streams.cancel(id);
+}
+
+/** Streams still open (tests use it to prove cancelled streams are released). */
+export function openStreams() {
+  return streams.openCount();
+}
