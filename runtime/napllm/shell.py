@@ -704,16 +704,18 @@ class Shell:
         """Send the one terminal result (None: endpoint gone, send nothing)."""
         if gen.settled:
             return
+        if isinstance(outcome, Generation) and gen.stream is not None:
+            # flush coalesced deltas while still unsettled: `_deliver_delta`
+            # drops everything once settled, and a completed block must end
+            # before the terminal result (NAP-LLM, Delta; Wire Protocol)
+            gen.stream.finish()
         gen.settled = True
         if gen.timer is not None:
             gen.timer.cancel()
         endpoint = self._endpoints.get(gen.endpoint_id)
         if endpoint is not None and endpoint.generations.get(gen.id) is gen:
             del endpoint.generations[gen.id]
-        if isinstance(outcome, Generation):
-            if gen.stream is not None:
-                gen.stream.finish()
-        elif gen.stream is not None:
+        if not isinstance(outcome, Generation) and gen.stream is not None:
             gen.stream.abort()
         current = asyncio.current_task()
         if gen.task is not None and gen.task is not current and not gen.task.done():
