@@ -353,7 +353,8 @@ class _Endpoint:
     napplet: NappletIdentity
     open: bool = True
     generations: dict[str, _Generation] = field(default_factory=dict)
-    selects: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    # unique key -> (the napplet's select id, the chooser task); ids may repeat
+    selects: dict[str, tuple[str, asyncio.Task[None]]] = field(default_factory=dict)
 
 
 class Shell:
@@ -413,7 +414,7 @@ class Shell:
         endpoint.open = False
         for gen in list(endpoint.generations.values()):
             self._settle(gen, None)
-        for task in endpoint.selects.values():
+        for _, task in endpoint.selects.values():
             task.cancel()
         endpoint.selects.clear()
         for handle, sel in list(self._handles.items()):
@@ -442,9 +443,10 @@ class Shell:
         for endpoint in self._endpoints.values():
             for gen in list(endpoint.generations.values()):
                 self._settle(gen, NapError(ErrorCode.CANCELLED))
-            for rid, task in list(endpoint.selects.items()):
+            for rid, task in list(endpoint.selects.values()):
                 task.cancel()
-                self._send(endpoint, error_result("llm.select", rid, NapError(ErrorCode.CANCELLED)))
+                error = NapError(ErrorCode.CANCELLED, "The account changed; select again.")
+                self._send(endpoint, error_result("llm.select", rid, error))
             endpoint.selects.clear()
         self._handles.clear()
         self._account = account
@@ -532,7 +534,7 @@ class Shell:
         while key in endpoint.selects:  # a reused id still gets its own answer
             key += "\x00"
         task = self._spawn(self._select(endpoint, msg, candidates, key))
-        endpoint.selects[key] = task
+        endpoint.selects[key] = (msg.id, task)
 
     async def _select(
         self, endpoint: _Endpoint, msg: Select, candidates: list[Connection], key: str

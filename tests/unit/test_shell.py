@@ -1038,6 +1038,25 @@ async def test_reused_select_ids_each_get_an_answer() -> None:
     assert answers[0]["model"]["handle"] != answers[1]["model"]["handle"]
 
 
+async def test_account_switch_answers_pending_selects_with_their_own_ids() -> None:
+    h = Harness()
+    h.connect()
+    ep = h.endpoint()
+    h.chooser.hold = True
+    for rid in ("s1", "s1", "s2"):
+        h.send(ep, {"type": "llm.select", "id": rid})
+    await until(lambda: len(h.chooser.requests) == 3)
+    h.shell.switch_account("second")
+    h.chooser.release()
+    await h.settle()
+    assert [(r["id"], code(r)) for r in h.results(ep)] == [
+        ("s1", "cancelled"),
+        ("s1", "cancelled"),
+        ("s2", "cancelled"),
+    ]
+    assert h.chooser.cancelled == 3
+
+
 async def test_describe_revalidates_without_chooser_or_generation() -> None:
     h, fx, ep, handle = await ready()
     h.send(ep, {"type": "llm.describe", "id": "d1", "handle": handle})
