@@ -659,7 +659,11 @@ class Shell:
         grant_key = _grant_key(endpoint.napplet, connection.id, gen.account)
         if grant_key not in self._grants:
             gen.phase = "consent"
-            decision = await self._consent.ask(disclosure)
+            try:
+                decision = await self._consent.ask(disclosure)
+            except Exception:  # a dialog that failed authorised nothing
+                log.exception("consent dialog failed")
+                decision = ConsentDecision(allow=False)
             if gen.settled:
                 raise asyncio.CancelledError
             if not decision.allow:

@@ -759,6 +759,19 @@ async def test_nothing_is_sent_to_the_provider_before_consent() -> None:
     assert fx.submissions == 1
 
 
+async def test_failed_consent_dialog_is_no_authorization() -> None:
+    h, fx, ep, handle = await ready()
+
+    async def broken(disclosure: Any) -> ConsentDecision:
+        raise RuntimeError("dialog could not be shown")
+
+    h.consent.ask = broken  # type: ignore[method-assign]
+    h.send(ep, generate("g1", handle))
+    await h.settle()
+    assert_safe_error(terminal(h, ep, "g1"), ErrorCode.USER_CANCELLED)
+    assert fx.submissions == 0 and h.shell.grants() == []
+
+
 async def test_stored_selection_is_not_authorization() -> None:
     h, fx, ep, handle = await ready()
     h.consent.decision = DECLINE
