@@ -358,6 +358,37 @@ async def test_deltas_ordered_and_only_to_requesting_endpoint() -> None:
     assert text_a == "a1a2a3" and text_b == "b1b2b3"
 
 
+async def test_interleaved_thinking_and_text_blocks_keep_index_and_kind() -> None:
+    h, fx, ep, handle = await ready()
+
+    def ev(name: str, **data: Any) -> LmspEvent:
+        return LmspEvent(event=name, data={"response_id": "resp_fixture", **data})
+
+    reasoning = {"id": "rs", "type": "reasoning"}
+    fx.queue(
+        [
+            CREATED,
+            ev("response.output_item.added", output_index=0, item={**reasoning, "summary": []}),
+            ev("response.reasoning_summary_text.delta", item_id="rs", delta="think "),
+            *text_events(["hi", " there"], output_index=1),
+            ev("response.reasoning_summary_text.delta", item_id="rs", delta="more"),
+            ev(
+                "response.output_item.done",
+                output_index=0,
+                item={**reasoning, "summary": [{"type": "summary_text", "text": "think more"}]},
+            ),
+            completed(),
+        ]
+    )
+    result = await generated(h, ep, generate("g1", handle))
+    assert result["result"]["content"] == [
+        {"type": "thinking", "text": "think more"},
+        {"type": "text", "text": "hi there"},
+    ]
+    order = [(d["blockIndex"], d["event"]) for d in h.deltas(ep, "g1")]
+    assert order.index((1, "end")) < order.index((0, "end"))  # blocks interleaved
+
+
 async def test_no_delta_after_terminal_even_when_provider_continues() -> None:
     h, fx, ep, handle = await ready()
     fx.queue([CREATED, *text_events("done"), completed(), *text_events("extra", output_index=1)])
