@@ -32,6 +32,9 @@ Page = Any
 BOOT_TIMEOUT_MS = 120_000
 STEP_TIMEOUT_MS = 60_000
 TINYCHAT = "builtin-tinychat"
+#: Frame waits poll by timer: Chromium throttles requestAnimationFrame in a
+#: frame scrolled out of view (the connection form can push it there).
+POLL_MS = 20
 
 #: The test napplet: records every delta and the settled outcome per run.
 DRIVER_NAPPLET = """<!doctype html>
@@ -104,14 +107,14 @@ class Shell:
         handle = self.page.query_selector("iframe.napplet-frame")
         frame = handle.content_frame()
         frame.wait_for_load_state("load")
-        frame.wait_for_function("() => typeof window.start === 'function'")
+        frame.wait_for_function("() => typeof window.start === 'function'", polling=POLL_MS)
         return frame
 
     def choose(self, frame: Any, requirements: dict[str, Any], cid: str = TINYCHAT) -> Any:
         """select() in the napplet, then a click on the connection in the chooser."""
         frame.evaluate("(r) => window.selectModel(r)", requirements)
         self.page.click(f".chooser-dialog button.candidate[data-candidate-id='{cid}']")
-        frame.wait_for_function("() => window.selected !== null")
+        frame.wait_for_function("() => window.selected !== null", polling=POLL_MS)
         selected = frame.evaluate("window.selected")
         assert "model" in selected, selected
         return selected["model"]
@@ -128,6 +131,7 @@ class Shell:
             "(n) => window.runs[n].result !== null || window.runs[n].error !== null",
             arg=name,
             timeout=STEP_TIMEOUT_MS,
+            polling=POLL_MS,
         )
         view: dict[str, Any] = frame.evaluate("(n) => window.view(n)", name)
         return view
@@ -266,10 +270,11 @@ def test_cancel_mid_stream_stops_the_engine_and_the_shell_stays_usable(shell: Sh
     )
     shell.allow()
     frame.wait_for_function(
-        "() => window.runs.slow.deltas.filter((d) => d.event === 'delta').length >= 2"
+        "() => window.runs.slow.deltas.filter((d) => d.event === 'delta').length >= 2",
+        polling=POLL_MS,
     )
     frame.evaluate("window.runs.slow.handle.cancel()")
-    frame.wait_for_function("() => window.runs.slow.error !== null")
+    frame.wait_for_function("() => window.runs.slow.error !== null", polling=POLL_MS)
     view = frame.evaluate("window.view('slow')")
     assert view["result"] is None
     assert view["error"]["code"] == "cancelled"
@@ -306,8 +311,9 @@ def test_corrupt_gguf_is_a_clear_error_and_the_shell_stays_usable(
         ".some((li) => li.textContent.includes('Broken model'))"
     )
     frame.evaluate("() => window.selectModel({})")
-    shell.page.click(".chooser-dialog button.candidate >> text=Broken model")
-    frame.wait_for_function("() => window.selected !== null")
+    shell.page.wait_for_selector(".chooser-dialog button.candidate")
+    shell.page.click(".chooser-dialog button.candidate:has-text('Broken model')")
+    frame.wait_for_function("() => window.selected !== null", polling=POLL_MS)
     view = shell.generate(frame, "broken", {"messages": [user("Hello!")], "temperature": 0})
     assert view["result"] is None
     assert view["error"]["code"] == "provider-error"
