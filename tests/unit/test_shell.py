@@ -100,6 +100,18 @@ async def test_no_substitution_of_requested_model_or_capability() -> None:
     assert h.chooser.requests == []
 
 
+async def test_false_requirements_impose_nothing() -> None:
+    h = Harness()
+    h.connect(caps=Capabilities())
+    ep = h.endpoint()
+    requirements = {"images": False, "json": False, "tools": False}
+    h.send(ep, {"type": "llm.select", "id": "s1", "requirements": requirements})
+    h.send(ep, {"type": "llm.select", "id": "s2", "requirements": {}})
+    await h.settle()
+    assert "model" in terminal(h, ep, "s1", "llm.select.result")
+    assert "model" in terminal(h, ep, "s2", "llm.select.result")
+
+
 async def test_chooser_answer_outside_candidates_is_refused() -> None:
     h = Harness()
     h.connect("text", caps=Capabilities())
@@ -216,6 +228,14 @@ async def test_unlisted_mode_unsupported_no_substitution(choice: Any) -> None:
     await h.settle()
     assert error_code(h, ep, "g1") == "unsupported"
     assert fx.submissions == 0 and h.consent.asked == []
+
+
+async def test_empty_tools_list_is_equivalent_to_omission() -> None:
+    h, fx, ep, handle = await ready(Capabilities())
+    result = await generated(h, ep, generate("g1", handle, tools=[]))
+    assert result["result"]["finish"] == "stop"
+    assert fx.requests[0].tools is None and fx.requests[0].tool_choice is None
+    assert h.consent.asked[0].tool_definitions == []
 
 
 async def test_tools_unsupported_by_connection_before_submission() -> None:
@@ -1109,7 +1129,9 @@ async def test_describe_revalidates_without_chooser_or_generation() -> None:
     assert len(h.chooser.requests) == 1 and h.consent.asked == [] and fx.submissions == 0
 
 
-@pytest.mark.parametrize("change", ["foreign", "edited", "removed", "account", "unknown"])
+@pytest.mark.parametrize(
+    "change", ["foreign", "edited", "credential", "removed", "account", "account-back", "unknown"]
+)
 async def test_describe_of_invalid_handle_is_selection_expired(change: str) -> None:
     h, fx, ep, handle = await ready()
     target = ep
@@ -1119,8 +1141,13 @@ async def test_describe_of_invalid_handle_is_selection_expired(change: str) -> N
         h.registry.edit("fx", route="This browser -> another proxy -> fixture")
     elif change == "removed":
         h.registry.remove("fx")
+    elif change == "credential":
+        h.registry.edit("fx", credential="rotated-token")
     elif change == "account":
         h.shell.switch_account("second")
+    elif change == "account-back":
+        h.shell.switch_account("second")
+        h.shell.switch_account("default")
     else:
         handle = "h-" + "A" * 24
     h.send(target, {"type": "llm.describe", "id": "d1", "handle": handle})
