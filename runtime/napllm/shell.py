@@ -631,7 +631,14 @@ class Shell:
         try:
             result = await self._run(endpoint, gen, request)
         except asyncio.CancelledError:
-            return  # settled by cancel, deadline, close or account switch
+            # The shell settles before it cancels (cancel, deadline, close,
+            # account switch). Unsettled means a provider or port raised
+            # CancelledError by itself (an aborted fetch): answer now rather
+            # than leave the request open until the deadline.
+            if not gen.settled:
+                log.warning("provider raised CancelledError without being cancelled")
+                self._settle(gen, NapError(ErrorCode.PROVIDER_ERROR))
+            return
         except NapError as error:
             self._settle(gen, error)
             return

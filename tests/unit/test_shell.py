@@ -628,6 +628,27 @@ async def test_provider_ignoring_cancellation_does_not_block_settlement() -> Non
     await h.settle()
 
 
+async def test_provider_raising_cancelled_error_by_itself_still_settles() -> None:
+    # an aborted fetch or an engine port may surface as CancelledError
+    # although nobody cancelled the generation; it must not stay unanswered
+    class Aborting:
+        submissions = 0
+
+        async def respond(self, request: Any) -> Any:
+            self.submissions += 1
+            yield CREATED
+            raise asyncio.CancelledError
+
+    h, _fx, ep, handle = await ready()
+    h.providers["fx"] = Aborting()  # type: ignore[assignment]
+    h.send(ep, generate("g1", handle))
+    await h.settle()
+    assert_safe_error(check_generation(h, ep, "g1"), ErrorCode.PROVIDER_ERROR)
+    h.send(ep, generate("g1", handle))  # the id is free again
+    await h.settle()
+    assert len(h.results(ep, "g1")) == 2
+
+
 async def test_runtime_never_retries_after_timeout_or_failure() -> None:
     h, fx, ep, handle = await ready(deadline_s=0.02)
     fx.queue([CREATED, Stall(None)], [Fail(detail="boom")], [Crash("bang")])
