@@ -413,6 +413,30 @@ async def test_llm_c05_foreign_cancel_is_false_and_original_continues() -> None:
     assert not any(e.get("id") == "c1" for e in h.out(a))
 
 
+async def test_llm_c05_same_id_on_two_endpoints_cancels_only_own() -> None:
+    h = Harness()
+    fx = h.connect()
+    a = h.endpoint("alpha")
+    b = h.endpoint("beta")
+    handle_a = await h.select(a)
+    handle_b = await h.select(b)
+    fx.queue(
+        [CREATED, *text_events("alpha text"), Stall(0.02), completed()],
+        [CREATED, *text_events("beta text"), Stall(None), completed()],
+    )
+    h.send(a, generate("g1", handle_a))
+    h.send(b, generate("g1", handle_b))
+    await until(lambda: fx.submissions == 2)
+    h.send(b, {"type": "llm.cancel", "id": "c1", "requestId": "g1"})
+    await h.settle()
+    assert terminal(h, b, "c1", "llm.cancel.result")["cancelled"] is True
+    assert_safe_error(check_generation(h, b, "g1"), ErrorCode.CANCELLED)
+    assert check_generation(h, a, "g1")["result"]["content"] == [
+        {"type": "text", "text": "alpha text"}
+    ]
+    assert "beta" not in json.dumps(h.out(a)) and "alpha" not in json.dumps(h.out(b))
+
+
 # --------------------------------------------------------------------------
 # LLM-C06: duplicate an active generation id
 
