@@ -28,9 +28,12 @@ Rules
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from .errors import ErrorCode, ProviderFailure
 
 LMSP_VERSION = "1.0"
 
@@ -444,6 +447,52 @@ class Task(_In):
 
 
 _problem_adapter: TypeAdapter[Problem] = TypeAdapter(Problem)
+
+
+# --------------------------------------------------------------------------
+# Problems -> failures (docs/lmsp.md, problem codes)
+
+CONTEXT_TOO_LONG = "The conversation is too long for the selected model's context window."
+TOKEN_REJECTED_HINT = "The LMSP service rejected the access token; check the connection's token."
+MODEL_MISSING_HINT = "The LMSP service does not serve the selected model."
+BUSY_HINT = "The LMSP service is busy; try again later."
+
+_CODE_SHAPE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
+def _safe_code(code: object) -> str:
+    """An LMSP error code fit for a log line, or `other`."""
+    return code if isinstance(code, str) and _CODE_SHAPE.fullmatch(code) else "other"
+
+
+def failure_from_problem(status: int | None, problem: Problem | None) -> ProviderFailure:
+    """The failure for an HTTP error answer of an LMSP service (docs/lmsp.md, problems).
+
+    `status`: the HTTP status (or `None` for an `error` event); `problem`: the
+    parsed RFC 9457 document, if the body was one. Mapping:
+    `unsupported_capability` -> `unsupported`; `context_length_exceeded` ->
+    `unsupported` with `CONTEXT_TOO_LONG` as its message; 401/403 (or
+    `unauthorized`/`forbidden`) -> `provider-error` with `TOKEN_REJECTED_HINT`
+    for the shell; 429 / `rate_limited`, `model_not_found` and 503 /
+    `server_busy` -> `provider-error` with a hint; anything else ->
+    `provider-error`. The problem's text members are never used.
+    """
+    code = _safe_code(problem.code if problem else None)
+    detail = f"LMSP status={status} code={code}"
+    if code == "unsupported_capability":
+        return ProviderFailure(ErrorCode.UNSUPPORTED, detail=detail)
+    if code == "context_length_exceeded":
+        return ProviderFailure(ErrorCode.UNSUPPORTED, detail=detail, safe_message=CONTEXT_TOO_LONG)
+    if status in (401, 403) or code in ("unauthorized", "forbidden"):
+        return ProviderFailure(detail=detail, user_hint=TOKEN_REJECTED_HINT)
+    if status == 429 or code == "rate_limited":
+        # a service's rate limit is not the runtime's policy (quota-exceeded)
+        return ProviderFailure(detail=detail, user_hint=BUSY_HINT)
+    if code == "model_not_found":
+        return ProviderFailure(detail=detail, user_hint=MODEL_MISSING_HINT)
+    if status == 503 or code == "server_busy":
+        return ProviderFailure(detail=detail, user_hint=BUSY_HINT)
+    return ProviderFailure(detail=detail)
 
 
 def parse_problem(raw: object) -> Problem | None:

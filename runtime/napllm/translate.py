@@ -47,7 +47,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from .connections import Capabilities
-from .errors import ErrorCode, NapError, ProviderFailure, unsupported
+from .errors import ErrorCode, NapError, unsupported
 from .lmsp import (
     FunctionCallIn,
     FunctionCallItem,
@@ -63,11 +63,11 @@ from .lmsp import (
     MessageItemIn,
     NamedToolChoice,
     OutputText,
-    Problem,
     ReasoningItem,
     Refusal,
     ResponseFormat,
     SummaryText,
+    failure_from_problem,
     parse_output_item,
     parse_problem,
 )
@@ -86,7 +86,6 @@ from .records import (
 from .streaming import BlockKind, DeltaStream
 
 TOOL_FAILED_PREFIX = "Tool execution failed."
-CONTEXT_TOO_LONG = "The conversation is too long for the selected model's context window."
 
 
 # --------------------------------------------------------------------------
@@ -218,32 +217,6 @@ def _message_items(message: Message) -> list[Any]:
         # thinking parts are display-only: omitted on replay (NAP-LLM, Part)
     close_run()
     return items
-
-
-# --------------------------------------------------------------------------
-# LMSP problems -> failures
-
-
-def failure_from_problem(problem: Problem | None, status: int | None = None) -> ProviderFailure:
-    """Map an LMSP problem (docs/lmsp.md) to the failure the shell reports.
-
-    `unsupported_capability` -> `unsupported`; `context_length_exceeded` ->
-    `unsupported` with a fixed sentence; 401/403 -> `provider-error` with a
-    hint for the user; anything else -> `provider-error`. The problem's
-    `detail` is kept only as developer detail, never as a napplet message.
-    """
-    code = problem.code if problem else None
-    detail = f"status={status} code={code}"
-    if code == "unsupported_capability":
-        return ProviderFailure(ErrorCode.UNSUPPORTED, detail=detail)
-    if code == "context_length_exceeded":
-        return ProviderFailure(ErrorCode.UNSUPPORTED, detail=detail, safe_message=CONTEXT_TOO_LONG)
-    if status in (401, 403) or code in ("unauthorized", "forbidden"):
-        return ProviderFailure(
-            detail=detail,
-            user_hint="The service rejected the connection's credential; check it in Connections.",
-        )
-    return ProviderFailure(detail=detail)
 
 
 # --------------------------------------------------------------------------
@@ -527,7 +500,7 @@ class OutputAssembler:
             return self._partial("refusal" if refusal else "length")
         if name == "response.failed" or name == "error":
             problem = parse_problem(data.get("error"))
-            failure = failure_from_problem(problem)
+            failure = failure_from_problem(None, problem)
             raise failure.to_nap_error()
         raise _fail(f"terminal event {name}")
 

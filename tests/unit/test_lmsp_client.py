@@ -12,12 +12,17 @@ import httpx
 import pytest
 
 from napllm.errors import SAFE_MESSAGES, ErrorCode, ProviderFailure
-from napllm.lmsp import LmspEvent, LmspRequest, ModelEntry
+from napllm.lmsp import (
+    BUSY_HINT,
+    CONTEXT_TOO_LONG,
+    TOKEN_REJECTED_HINT,
+    LmspEvent,
+    LmspRequest,
+    ModelEntry,
+)
 from napllm.providers.http_httpx import HttpxPort
 from napllm.providers.lmsp_client import (
     CONNECTION_LOST_HINT,
-    CONTEXT_TOO_LONG,
-    TOKEN_REJECTED_HINT,
     UNREACHABLE_HINT,
     LmspProvider,
     api_root,
@@ -331,9 +336,9 @@ async def test_malformed_sync_response_is_a_provider_error() -> None:
         (
             429,
             "rate_limited",
-            ErrorCode.QUOTA_EXCEEDED,
-            SAFE_MESSAGES[ErrorCode.QUOTA_EXCEEDED],
-            None,
+            ErrorCode.PROVIDER_ERROR,
+            SAFE_MESSAGES[ErrorCode.PROVIDER_ERROR],
+            BUSY_HINT,
         ),
         (
             400,

@@ -10,7 +10,7 @@ from harness import FULL_CAPS, PNG, WEATHER_TOOL
 
 from napllm.connections import Capabilities
 from napllm.errors import ErrorCode, NapError
-from napllm.lmsp import LmspEvent, Problem
+from napllm.lmsp import LmspEvent, Problem, failure_from_problem
 from napllm.providers.fixture import (
     call_events,
     completed,
@@ -25,7 +25,6 @@ from napllm.translate import (
     TOOL_FAILED_PREFIX,
     OutputAssembler,
     check_supported,
-    failure_from_problem,
     map_usage,
     nap_to_lmsp,
 )
@@ -530,13 +529,14 @@ def test_usage_mapping() -> None:
 
 def test_problem_mapping() -> None:
     assert (
-        failure_from_problem(Problem(code="unsupported_capability")).code is ErrorCode.UNSUPPORTED
+        failure_from_problem(None, Problem(code="unsupported_capability")).code
+        is ErrorCode.UNSUPPORTED
     )
-    ctx = failure_from_problem(Problem(code="context_length_exceeded", detail="SECRET"))
+    ctx = failure_from_problem(None, Problem(code="context_length_exceeded", detail="SECRET"))
     assert ctx.code is ErrorCode.UNSUPPORTED and "SECRET" not in ctx.to_nap_error().message
-    auth = failure_from_problem(Problem(code="unauthorized"), 401)
+    auth = failure_from_problem(401, Problem(code="unauthorized"))
     assert auth.code is ErrorCode.PROVIDER_ERROR and auth.user_hint
     assert (
-        failure_from_problem(None, 500).to_nap_error().message
+        failure_from_problem(500, None).to_nap_error().message
         == "The model provider failed or returned invalid output."
     )
