@@ -12,11 +12,9 @@ import httpx
 import pytest
 
 from napllm.errors import SAFE_MESSAGES, ErrorCode, ProviderFailure
-from napllm.lmsp import LmspEvent, LmspRequest
+from napllm.lmsp import CONTEXT_TOO_LONG, TOKEN_REJECTED_HINT, LmspEvent, LmspRequest
 from napllm.providers.http_httpx import HttpxPort, HttpxResponse
 from napllm.providers.lmsp_client import (
-    CONTEXT_TOO_LONG,
-    TOKEN_REJECTED_HINT,
     LmspProvider,
     capabilities_from_entry,
     discover_models,
