@@ -219,7 +219,7 @@ def secret_connection() -> Connection:
         route="This browser -> OpenAI-compatible server at 127.0.0.1:8080",
         capabilities=Capabilities(tools=True, tool_choice_modes=("auto", "none")),
         settings={"baseUrl": "http://127.0.0.1:8080/v1"},
-        credential=CREDENTIAL,  # type: ignore[arg-type]
+        credential=CREDENTIAL,
     )
 
 

@@ -148,7 +148,7 @@ async def test_supplied_messages_roles_and_images_all_reach_the_provider() -> No
     await generated(h, ep, generate("g1", handle, messages))
     items = fx.requests[0].input
     assert all(isinstance(i, MessageItemIn) for i in items)
-    assert [i.role for i in items] == ["system", "user", "assistant", "user"]  # type: ignore[union-attr]
+    assert [i.role for i in items] == ["system", "user", "assistant", "user"]
     last = items[-1]
     assert isinstance(last, MessageItemIn)
     assert [p.type for p in last.content] == ["input_text", "input_image"]
@@ -748,9 +748,9 @@ async def test_over_limit_request_fails_explicitly_instead_of_truncating() -> No
     assert fx.submissions == 0 and h.consent.asked == []
     await generated(h, ep, generate("g2", handle, [user("y" * 92), IMAGE_USER]))
     sent = fx.requests[0]
-    texts = [p.text for i in sent.input for p in i.content if p.type == "input_text"]  # type: ignore[union-attr]
+    texts = [p.text for i in sent.input for p in i.content if p.type == "input_text"]
     assert texts[0] == "y" * 92
-    assert sum(1 for i in sent.input for p in i.content if p.type == "input_image") == 1  # type: ignore[union-attr]
+    assert sum(1 for i in sent.input for p in i.content if p.type == "input_image") == 1
 
 
 async def test_concurrency_quota_per_endpoint() -> None:
