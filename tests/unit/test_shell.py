@@ -16,7 +16,9 @@ import json
 from typing import Any
 
 import pytest
-from harness import FULL_CAPS, PNG, WEATHER_TOOL, Harness, generate, user
+from harness import FULL_CAPS, PNG, WEATHER_TOOL, Harness, ManualClock, generate, user
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from napcheck import (
     assert_safe_error,
     check_generation,
@@ -1211,3 +1213,156 @@ def test_route_texts_name_destination_and_never_credentials() -> None:
 
 def test_safe_messages_are_fixed_sentences() -> None:
     assert all(m.endswith(".") and len(m) < 120 for m in SAFE_MESSAGES.values())
+
+
+# ==========================================================================
+# Random operation sequences (hypothesis): the rules hold in every order
+
+
+# names repeated to weight them: mostly generations, fewer disruptions
+OP_NAMES = [
+    *["generate"] * 8,
+    *["ticks"] * 4,
+    *["cancel"] * 3,
+    *["consent"] * 2,
+    "duplicate",
+    "release",
+    "select",
+    "deadline",
+    "switch",
+    "edit",
+    "close",
+]
+SCRIPT_KINDS = ["text", "stall", "slow", "fail", "crash", "tool", "bad-json"]
+OPS = st.lists(
+    st.tuples(st.sampled_from(OP_NAMES), st.integers(0, 2), st.integers(0, 20)),
+    max_size=40,
+)
+
+SCRIPTS: dict[str, Any] = {
+    "text": lambda: text_script(["one ", "two"]),
+    "stall": lambda: [CREATED, *text_events("x"), Stall(None), completed()],
+    "slow": lambda: [CREATED, *text_events(["a", "b"]), Stall(0.001), completed()],
+    "fail": lambda: [CREATED, *text_events("y"), Fail(detail="SECRET-DETAIL")],
+    "crash": lambda: [Crash("SECRET-CRASH")],
+    "tool": lambda: tool_call_script([("get_weather", {"city": "B"}, None)]),
+    "bad-json": lambda: tool_call_script([("get_weather", "{", "c1")]),
+}
+
+
+async def run_operations(ops: list[tuple[str, int, int]]) -> None:
+    clock = ManualClock()
+    # a real coalescing interval, so pending deltas exist when generations end
+    h = Harness(policy=ShellPolicy(deadline_s=60.0, delta_interval_s=0.01), clock=clock)
+    fx = h.connect()
+    allowed = [0]
+    real_ask = h.consent.ask
+
+    async def counting_ask(disclosure: Any) -> ConsentDecision:
+        decision = await real_ask(disclosure)
+        allowed[0] += decision.allow
+        return decision
+
+    h.consent.ask = counting_ask  # type: ignore[method-assign]
+    eps = [h.endpoint(f"n{i}") for i in range(3)]
+    closed: set[str] = set()
+    handles: dict[str, str] = {}
+    sent: dict[str, list[str]] = {ep: [] for ep in eps}  # generate ids per endpoint
+    cancels: dict[str, list[tuple[str, str]]] = {ep: [] for ep in eps}
+    counter = 0
+
+    async def select(ep: str) -> None:
+        nonlocal counter
+        counter += 1
+        rid = f"{ep}-s{counter}"
+        h.send(ep, {"type": "llm.select", "id": rid})
+        for _ in range(5):
+            await asyncio.sleep(0)
+        result = [r for r in h.results(ep, rid) if "model" in r]
+        if result:
+            handles[ep] = result[0]["model"]["handle"]
+
+    for ep in eps:
+        await select(ep)
+    for op, n, k in ops:
+        ep = eps[n % len(eps)]
+        if op == "generate":
+            counter += 1
+            rid = f"{ep}-g{counter}"
+            fx.queue(SCRIPTS[SCRIPT_KINDS[k % len(SCRIPT_KINDS)]]())
+            sent[ep].append(rid)
+            h.send(ep, generate(rid, handles.get(ep, "h-none"), tools=[WEATHER_TOOL]))
+        elif op == "duplicate" and sent[ep]:
+            rid = sent[ep][-1]
+            sent[ep].append(rid)
+            h.send(ep, generate(rid, handles.get(ep, "h-none"), tools=[WEATHER_TOOL]))
+        elif op == "cancel":
+            counter += 1
+            target = sent[ep][-1] if k % 4 and sent[ep] else f"{ep}-unknown"
+            cid = f"{ep}-c{counter}"
+            cancels[ep].append((cid, target))
+            h.send(ep, {"type": "llm.cancel", "id": cid, "requestId": target})
+        elif op == "select" and ep not in closed:
+            h.chooser.hold = False
+            await select(ep)
+        elif op == "ticks":
+            for _ in range(k % 8):
+                await asyncio.sleep(0)
+        elif op == "consent":
+            h.consent.decision = DECLINE if k % 3 == 1 else ALLOW
+            h.consent.hold = k % 3 == 2
+        elif op == "release":
+            h.consent.release()
+        elif op == "deadline":
+            clock.advance(61.0)
+        elif op == "switch":
+            h.shell.switch_account("other" if h.shell.account == "default" else "default")
+            if k % 2:
+                for other in eps:
+                    if other not in closed:
+                        await select(other)
+        elif op == "edit":
+            h.registry.edit("fx", name=f"renamed {counter}")
+            if k % 2:
+                for other in eps:
+                    if other not in closed:
+                        await select(other)
+        elif op == "close":
+            h.shell.close_endpoint(ep)
+            closed.add(ep)
+    h.consent.release()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    clock.advance(61.0)
+    await h.settle()
+
+    everything = json.dumps(h.transport.sent)
+    assert "SECRET-" not in everything
+    assert fx.submissions <= allowed[0]
+    for ep in eps:
+        out = h.out(ep)
+        # no cross-delivery: every envelope names one of this endpoint's ids
+        for envelope in out:
+            assert str(envelope.get("id", envelope.get("requestId"))).startswith(ep)
+        for rid in set(sent[ep]):
+            results = h.results(ep, rid)
+            if ep in closed:
+                assert len(results) <= sent[ep].count(rid)
+            else:
+                assert len(results) == sent[ep].count(rid)
+            if sent[ep].count(rid) == 1 and len(results) == 1:
+                check_generation(h, ep, rid)
+            deltas = h.deltas(ep, rid)
+            if sent[ep].count(rid) == 1:
+                assert [d["sequence"] for d in deltas] == list(range(len(deltas)))
+        for cid, target in cancels[ep]:
+            answers = h.results(ep, cid)
+            assert len(answers) == (0 if ep in closed and not answers else 1)
+            if answers and answers[0].get("cancelled") is True:
+                assert any(code(r) == "cancelled" for r in h.results(ep, target))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(OPS)
+def test_random_operation_sequences_keep_the_rules(ops: list[tuple[str, int, int]]) -> None:
+    asyncio.run(run_operations(ops))
