@@ -46,6 +46,7 @@ import functools
 import gzip
 import hashlib
 import html.parser
+import importlib.util
 import http.server
 import json
 import os
@@ -844,8 +845,43 @@ def serve(host: str, port: int) -> None:
         server.server_close()
 
 
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's package; tests never download a browser
+
+
+def ensure_test_dependencies() -> None:
+    """Install what the test suite needs, skipping what is already there.
+
+    Debian's ``chromium`` (``apt-get``, as root), the project with its test and
+    service extras (``pip install -e``), which pulls ``llama-cpp-python`` only
+    when it is missing (it compiles for minutes on a fresh machine).
+    """
+    if not CHROMIUM.exists():
+        if os.geteuid() != 0:
+            raise BuildError("Debian's chromium is missing; install it: apt-get install chromium")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], check=True, env=env)
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    if importlib.util.find_spec("llama_cpp") is None:
+        log("installing llama-cpp-python (it compiles llama.cpp: about five minutes)")
+    run([*pip, "-e", ".[test,service,cpython]"])
+
+
+def run_tests(pytest_args: list[str]) -> int:
+    """Set up, build dist/, run pytest; "no tests collected" counts as a failure."""
+    ensure_test_dependencies()
+    build()
+    command = [sys.executable, "-m", "pytest", *pytest_args]
+    log("running " + " ".join(command[1:]))
+    status = subprocess.call(command, cwd=ROOT)
+    if status == 5:
+        print("pytest collected no tests: treating this as a failure", file=sys.stderr)
+        return 1
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Command line: ``build.py [build|serve|clean]``; returns the exit status."""
+    """Command line: ``build.py [build|serve|test|clean]``; returns the exit status."""
     parser = argparse.ArgumentParser(description="Build dist/ for the napllm shell.")
     sub = parser.add_subparsers(dest="command")
     b = sub.add_parser("build", help="build dist/ (the default)")
@@ -855,8 +891,12 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--no-build", action="store_true", help="serve the existing dist/")
     sub.add_parser("clean", help="remove dist/ and build/")
+    t = sub.add_parser("test", help="install test dependencies, build, run the whole test suite")
+    t.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments")
     args = parser.parse_args(argv)
     try:
+        if args.command == "test":
+            return run_tests(list(args.pytest_args))
         if args.command == "clean":
             clean()
         elif args.command == "serve":
