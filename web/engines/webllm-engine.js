@@ -135,8 +135,9 @@ export async function catalog() {
 }
 
 function errorKind(error) {
-  const name = String((error && (error.name || error.constructor?.name)) || "");
-  const text = String((error && error.message) || "");
+  // Errors from the worker may arrive as plain strings ("TypeError: Failed to fetch").
+  const name = String((error && typeof error === "object" && (error.name || error.constructor?.name)) || "");
+  const text = typeof error === "string" ? error : String((error && error.message) || "");
   if (name === "WebGPUNotAvailableError" || text.includes("compatible GPU")) return "webgpu";
   if (name === "ShaderF16SupportError" || name === "FeatureSupportError") return "feature";
   if (name === "QuotaExceededError" || text.includes("Quota")) return "storage";
