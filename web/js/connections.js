@@ -1,0 +1,389 @@
+/**
+ * The connections panel: the user's connections, the standing consent
+ * grants and the shell's notices (DESIGN.md "Connection", "Consent").
+ *
+ * Rules
+ * - The list is whatever the runtime last sent (`connectionsChanged`); it
+ *   never contains a credential, only `hasCredential`.
+ * - The secret field (token / API key) is a password input that is never
+ *   filled back: blank on edit means "keep the saved one" (`credential:
+ *   null`). Its value is never logged or kept after the form closes.
+ * - Add / edit / remove call the runtime with JSON text
+ *   `{"name","kind","model","settings","credential","capabilities","charges"}`.
+ * - Only connections the user made (`settings.userDefined`) can be edited
+ *   or removed; built-in ones belong to the runtime.
+ * - Every value is inserted as text, never as markup.
+ */
+
+const KINDS = {
+  lmsp: { label: "LMSP service", baseUrl: true, secret: "Access token", capabilities: false, charges: false },
+  openai: { label: "OpenAI-compatible server", baseUrl: true, secret: "API key", capabilities: true, charges: true },
+  wasm: { label: "llama.cpp in this browser (WebAssembly)", modelUrl: true, capabilities: false, charges: false },
+  webllm: { label: "WebLLM on WebGPU", capabilities: false, charges: false },
+};
+
+function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props)) {
+    if (key === "class") node.className = value;
+    else if (key === "dataset") Object.assign(node.dataset, value);
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) {
+    if (child !== null && child !== undefined) node.append(child);
+  }
+  return node;
+}
+
+const str = (value, fallback = "") => (typeof value === "string" ? value : fallback);
+
+function parseList(text) {
+  try {
+    const value = JSON.parse(text);
+    return Array.isArray(value) ? value.filter((item) => item && typeof item === "object") : [];
+  } catch {
+    return [];
+  }
+}
+
+/** The model id a GGUF URL implies when none was typed: its file name without `.gguf`. */
+export function modelFromGgufUrl(url) {
+  try {
+    const segments = new URL(url).pathname.split("/").filter(Boolean);
+    const file = decodeURIComponent(segments[segments.length - 1] ?? "");
+    return file.replace(/\.gguf$/i, "");
+  } catch {
+    return "";
+  }
+}
+
+/** The text of a runtime failure safe to show in the form (never a traceback). */
+function failureText(result) {
+  if (typeof result === "string") {
+    try {
+      const value = JSON.parse(result);
+      if (value && typeof value === "object" && typeof value.error === "string") return value.error;
+    } catch {
+      // Not a structured answer: nothing to show.
+    }
+  }
+  return null;
+}
+
+export class ConnectionsPanel {
+  /**
+   * @param {HTMLElement} root the connections section (ids in index.html).
+   * @param {() => object|null} runtime the attached runtime API or null.
+   */
+  constructor(root, runtime) {
+    this.root = root;
+    this.runtime = runtime;
+    this.connections = [];
+    this.grants = [];
+    this.editing = null;
+    this.list = root.querySelector("#connection-list");
+    this.grantList = root.querySelector("#grant-list");
+    this.addButton = root.querySelector("#connection-add");
+    this.form = root.querySelector("#connection-form");
+    this.formTitle = root.querySelector("#connection-form-title");
+    this.formError = root.querySelector("#connection-form-error");
+    this.fields = {
+      name: this.form.querySelector("#connection-name"),
+      kind: this.form.querySelector("#connection-kind"),
+      baseUrl: this.form.querySelector("#connection-base-url"),
+      modelUrl: this.form.querySelector("#connection-model-url"),
+      model: this.form.querySelector("#connection-model"),
+      secret: this.form.querySelector("#connection-secret"),
+      json: this.form.querySelector("#connection-cap-json"),
+      tools: this.form.querySelector("#connection-cap-tools"),
+      images: this.form.querySelector("#connection-cap-images"),
+      charges: this.form.querySelector("#connection-charges"),
+    };
+    this.secretLabel = this.form.querySelector("#connection-secret-label");
+    this.secretHint = this.form.querySelector("#connection-secret-hint");
+    this.addButton.addEventListener("click", () => this.openForm(null));
+    this.fields.kind.addEventListener("change", () => this.applyKind());
+    this.form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      this.submit();
+    });
+    this.form.querySelector("#connection-cancel").addEventListener("click", () => this.closeForm());
+    this.form.addEventListener("keydown", (event) => {
+      if (event.key === "Escape") {
+        event.preventDefault();
+        this.closeForm();
+      }
+    });
+    this.setReady(false);
+    this.renderConnections();
+    this.renderGrants();
+  }
+
+  /** Enable editing once the runtime is attached. */
+  setReady(ready) {
+    this.addButton.disabled = !ready;
+    this.root.querySelector("#connections-waiting").hidden = ready;
+  }
+
+  /** `napllmHost.connectionsChanged`. */
+  update(listJson) {
+    this.connections = parseList(listJson);
+    this.renderConnections();
+  }
+
+  /** `napllmHost.grantsChanged`. */
+  updateGrants(listJson) {
+    this.grants = parseList(listJson);
+    this.renderGrants();
+  }
+
+  renderConnections() {
+    if (this.connections.length === 0) {
+      this.list.replaceChildren(el("li", { class: "empty" }, "No connections yet."));
+      return;
+    }
+    this.list.replaceChildren(...this.connections.map((item) => this.renderConnection(item)));
+  }
+
+  renderConnection(item) {
+    const id = str(item.id);
+    const caps = item.capabilities && typeof item.capabilities === "object" ? item.capabilities : {};
+    const badges = el("ul", { class: "badges", "aria-label": "Capabilities" });
+    const badge = (text, on) => badges.append(el("li", { class: on ? "badge on" : "badge off" }, on ? text : `no ${text}`));
+    badge("images", caps.images === true);
+    badge("JSON", caps.json === true);
+    badge("tools", caps.tools === true);
+    if (item.charges === true) badges.append(el("li", { class: "badge warn" }, "may charge"));
+    if (item.hasCredential === true) badges.append(el("li", { class: "badge info" }, "credential saved"));
+    const availability = item.available === false
+      ? el("p", { class: "unavailable" }, `Unavailable: ${str(item.unavailableReason ?? item.unavailable_reason, "not supported on this device")}`)
+      : el("p", { class: "available" }, "Available");
+    const headingId = `connection-${id.replace(/[^A-Za-z0-9_-]/g, "_")}-name`;
+    const edit = el("button", { type: "button", class: "edit", "aria-describedby": headingId }, "Edit");
+    edit.addEventListener("click", () => this.openForm(item));
+    const remove = el("button", { type: "button", class: "remove danger", "aria-describedby": headingId }, "Remove");
+    const actions = el("div", { class: "row-actions" }, edit, remove);
+    remove.addEventListener("click", () => this.confirmRemove(item, actions));
+    if (!this.runtime()) {
+      edit.disabled = true;
+      remove.disabled = true;
+    }
+    const settings = item.settings && typeof item.settings === "object" ? item.settings : {};
+    if (settings.userDefined !== true) {
+      // Built-in and test connections belong to the runtime, not the user.
+      actions.replaceChildren(el("p", { class: "muted" }, "Provided by napllm"));
+    }
+    const kindLabel = KINDS[item.kind]?.label ?? str(item.kind);
+    return el(
+      "li",
+      { class: "connection", dataset: { connectionId: id } },
+      el("h3", { id: headingId }, str(item.name, id)),
+      el("p", { class: "kind" }, kindLabel),
+      el("p", {}, "Model: ", el("code", {}, str(item.model))),
+      el("p", { class: "route" }, `Route: ${str(item.route)}`),
+      badges,
+      availability,
+      actions,
+    );
+  }
+
+  confirmRemove(item, actions) {
+    const yes = el("button", { type: "button", class: "danger confirm-remove" }, "Remove");
+    const no = el("button", { type: "button", class: "secondary" }, "Keep");
+    const question = el("p", { class: "confirm", role: "group", "aria-label": "Confirm removal" },
+      `Remove “${str(item.name)}”? Napplets using it must select again. `, yes, " ", no);
+    const saved = [...actions.childNodes];
+    actions.replaceChildren(question);
+    no.focus();
+    no.addEventListener("click", () => {
+      actions.replaceChildren(...saved);
+      saved[1].focus();
+    });
+    yes.addEventListener("click", async () => {
+      const runtime = this.runtime();
+      if (!runtime) return;
+      try {
+        await runtime.removeConnection(str(item.id));
+      } catch (err) {
+        console.error("napllm: removeConnection failed");
+        actions.replaceChildren(...saved);
+      }
+    });
+  }
+
+  renderGrants() {
+    if (this.grants.length === 0) {
+      this.grantList.replaceChildren(el("li", { class: "empty" }, "No standing permissions."));
+      return;
+    }
+    this.grantList.replaceChildren(
+      ...this.grants.map((grant) => {
+        const napplet = grant.napplet && typeof grant.napplet === "object" ? grant.napplet : {};
+        const text = `${str(napplet.name, "napplet")} (#${str(napplet.shortHash)}) may use ${str(grant.connectionName, str(grant.connectionId))} in profile ${str(grant.account)}`;
+        const revoke = el("button", { type: "button", class: "revoke" }, "Revoke");
+        revoke.setAttribute("aria-label", `Revoke: ${text}`);
+        revoke.addEventListener("click", async () => {
+          const runtime = this.runtime();
+          if (!runtime) return;
+          revoke.disabled = true;
+          try {
+            await runtime.revokeGrant(str(grant.key));
+          } catch {
+            console.error("napllm: revokeGrant failed");
+            revoke.disabled = false;
+          }
+        });
+        return el("li", { class: "grant", dataset: { grantKey: str(grant.key) } }, el("span", {}, text), " ", revoke);
+      }),
+    );
+  }
+
+  openForm(item) {
+    this.editing = item;
+    this.form.reset();
+    this.formError.textContent = "";
+    this.fields.kind.disabled = item !== null;
+    if (item) {
+      this.formTitle.textContent = `Edit “${str(item.name)}”`;
+      const settings = item.settings && typeof item.settings === "object" ? item.settings : {};
+      const caps = item.capabilities && typeof item.capabilities === "object" ? item.capabilities : {};
+      this.fields.name.value = str(item.name);
+      this.fields.kind.value = KINDS[item.kind] ? item.kind : "lmsp";
+      this.fields.baseUrl.value = str(settings.baseUrl);
+      this.fields.modelUrl.value = str(settings.url);
+      this.fields.model.value = str(item.model);
+      this.fields.json.checked = caps.json === true;
+      this.fields.tools.checked = caps.tools === true;
+      this.fields.images.checked = caps.images === true;
+      this.fields.charges.checked = item.charges === true;
+    } else {
+      this.formTitle.textContent = "Add a connection";
+    }
+    this.applyKind();
+    this.form.hidden = false;
+    this.addButton.setAttribute("aria-expanded", "true");
+    this.fields.name.focus();
+  }
+
+  closeForm() {
+    this.form.reset();
+    this.form.hidden = true;
+    this.addButton.setAttribute("aria-expanded", "false");
+    this.editing = null;
+    if (!this.addButton.disabled) this.addButton.focus();
+  }
+
+  /** Show only the fields of the chosen kind (hidden ones are disabled, so never validated). */
+  applyKind() {
+    const kind = KINDS[this.fields.kind.value] ?? KINDS.lmsp;
+    const show = (field, on) => {
+      const group = field.closest(".field");
+      group.hidden = !on;
+      field.disabled = !on;
+    };
+    show(this.fields.baseUrl, Boolean(kind.baseUrl));
+    show(this.fields.modelUrl, Boolean(kind.modelUrl));
+    show(this.fields.secret, Boolean(kind.secret));
+    this.fields.baseUrl.required = Boolean(kind.baseUrl);
+    this.fields.modelUrl.required = Boolean(kind.modelUrl);
+    this.fields.model.required = !kind.modelUrl;
+    const capGroup = this.form.querySelector("#connection-capabilities");
+    capGroup.hidden = !kind.capabilities;
+    capGroup.disabled = !kind.capabilities;
+    const chargeGroup = this.fields.charges.closest(".field");
+    chargeGroup.hidden = !kind.charges;
+    this.fields.charges.disabled = !kind.charges;
+    if (kind.secret) {
+      this.secretLabel.textContent = kind.secret;
+      const saved = this.editing && this.editing.hasCredential === true;
+      this.secretHint.textContent = saved
+        ? "A secret is saved. Leave blank to keep it."
+        : "Optional. Stored only in this browser's shell storage, never given to napplets.";
+    }
+  }
+
+  /** The JSON text sent to `addConnection` / `editConnection`. */
+  formJson() {
+    const kindName = this.editing ? this.editing.kind : this.fields.kind.value;
+    const kind = KINDS[kindName] ?? KINDS.lmsp;
+    const settings = {};
+    if (kind.baseUrl) settings.baseUrl = this.fields.baseUrl.value.trim();
+    if (kind.modelUrl) settings.url = this.fields.modelUrl.value.trim();
+    let model = this.fields.model.value.trim();
+    if (!model && kind.modelUrl) model = modelFromGgufUrl(settings.url);
+    const secret = kind.secret ? this.fields.secret.value : "";
+    const capabilities = kind.capabilities
+      ? { json: this.fields.json.checked, tools: this.fields.tools.checked, images: this.fields.images.checked }
+      : {};
+    return JSON.stringify({
+      name: this.fields.name.value.trim(),
+      kind: kindName,
+      model,
+      settings,
+      credential: secret === "" ? null : secret,
+      capabilities,
+      charges: kind.charges ? this.fields.charges.checked : false,
+    });
+  }
+
+  async submit() {
+    const runtime = this.runtime();
+    if (!runtime) return;
+    if (!this.form.reportValidity()) return;
+    const kind = KINDS[this.editing ? this.editing.kind : this.fields.kind.value] ?? KINDS.lmsp;
+    if (kind.modelUrl && !this.fields.model.value.trim() && !modelFromGgufUrl(this.fields.modelUrl.value.trim())) {
+      this.formError.textContent = "Enter a model id: the GGUF URL has no file name.";
+      return;
+    }
+    const json = this.formJson();
+    this.formError.textContent = "";
+    const save = this.form.querySelector("#connection-save");
+    save.disabled = true;
+    try {
+      const result = this.editing
+        ? await runtime.editConnection(str(this.editing.id), json)
+        : await runtime.addConnection(json);
+      const failure = failureText(result);
+      if (failure) {
+        this.formError.textContent = failure;
+        return;
+      }
+      this.closeForm();
+    } catch {
+      // The exception text may carry a traceback; show a fixed sentence.
+      this.formError.textContent = "The connection could not be saved. Check the fields and try again.";
+    } finally {
+      save.disabled = false;
+    }
+  }
+}
+
+/** The shell's notices (`napllmHost.notice`), in an aria-live region. */
+export class Notices {
+  /** @param {HTMLElement} list the aria-live list element. */
+  constructor(list, connectionName, limit = 6) {
+    this.list = list;
+    this.connectionName = connectionName;
+    this.limit = limit;
+  }
+
+  /** Show `{level, text, connectionId?}`. */
+  show(notice) {
+    const level = ["info", "warning", "error"].includes(notice?.level) ? notice.level : "info";
+    const text = str(notice?.text);
+    if (!text) return;
+    const about = typeof notice.connectionId === "string" ? this.connectionName(notice.connectionId) : null;
+    const dismiss = el("button", { type: "button", class: "dismiss", "aria-label": "Dismiss notice" }, "×");
+    const item = el(
+      "li",
+      { class: `notice ${level}`, dataset: { level } },
+      el("span", { class: "level" }, level === "info" ? "Note" : level === "warning" ? "Warning" : "Error"),
+      " ",
+      el("span", { class: "text" }, about ? `${about}: ${text}` : text),
+      dismiss,
+    );
+    dismiss.addEventListener("click", () => item.remove());
+    this.list.append(item);
+    while (this.list.children.length > this.limit) this.list.firstElementChild.remove();
+  }
+}

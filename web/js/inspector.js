@@ -1,0 +1,227 @@
+/**
+ * The envelope inspector: every envelope in and out, per endpoint, for
+ * napplet developers.
+ *
+ * Rules
+ * - A bounded ring buffer (`capacity` entries); the oldest entry is dropped.
+ * - "in" entries are recorded by the page when it hands a message to the
+ *   runtime; "out" entries when `napllmHost.post` delivers one. When the
+ *   runtime also reports an envelope through `napllmHost.inspect`, it is
+ *   joined to the page's entry (its converted view is kept alongside)
+ *   instead of being listed twice.
+ * - The runtime may also report notes (direction "note", e.g. a dropped
+ *   message); they are listed as entries of their own.
+ * - Only envelope text is shown. Connection settings and credentials never
+ *   pass through here; the runtime never puts them in envelopes.
+ * - Rendering is batched to one animation frame and skipped while the
+ *   panel is collapsed.
+ */
+
+import { envelopeLabel, unwrapWire } from "./wire.js";
+
+const PENDING_LIMIT = 64;
+
+/** Pretty-print JSON text for display; invalid text is shown as is. */
+function pretty(text) {
+  try {
+    return JSON.stringify(JSON.parse(text), null, 2);
+  } catch {
+    return text;
+  }
+}
+
+export class Inspector {
+  /**
+   * @param {HTMLElement} root the inspector section (see index.html ids).
+   * @param {(endpointId: string) => string} describeEndpoint label for an endpoint.
+   * @param {number} [capacity] ring-buffer size in entries.
+   */
+  constructor(root, describeEndpoint, capacity = 500) {
+    this.root = root;
+    this.describeEndpoint = describeEndpoint;
+    this.capacity = capacity;
+    this.entries = [];
+    this.serial = 0;
+    this.pendingIn = new Map();
+    this.pendingOut = new Map();
+    this.knownEndpoints = new Map();
+    this.renderQueued = false;
+    this.list = root.querySelector("#inspector-list");
+    this.count = root.querySelector("#inspector-count");
+    this.endpointFilter = root.querySelector("#inspector-endpoint");
+    this.directionFilter = root.querySelector("#inspector-direction");
+    this.textFilter = root.querySelector("#inspector-text");
+    this.details = root.closest("details");
+    for (const control of [this.endpointFilter, this.directionFilter]) {
+      control.addEventListener("change", () => this.scheduleRender());
+    }
+    this.textFilter.addEventListener("input", () => this.scheduleRender());
+    root.querySelector("#inspector-clear").addEventListener("click", () => this.clear());
+    if (this.details) this.details.addEventListener("toggle", () => this.scheduleRender());
+  }
+
+  /**
+   * Record an envelope seen by the page.
+   *
+   * @param {string} endpointId
+   * @param {"in"|"out"} direction
+   * @param {string} json envelope text (for "in": the wireJson handed to the runtime,
+   *   shown unwrapped).
+   */
+  record(endpointId, direction, json) {
+    const entry = this.push(endpointId, direction, json, "page");
+    const pendingMap = direction === "in" ? this.pendingIn : this.pendingOut;
+    let queue = pendingMap.get(endpointId);
+    if (!queue) {
+      queue = [];
+      pendingMap.set(endpointId, queue);
+    }
+    queue.push(entry);
+    if (queue.length > PENDING_LIMIT) queue.shift();
+  }
+
+  /**
+   * Record an envelope reported by the runtime (`napllmHost.inspect`).
+   * An "in" report joins the oldest page "in" entry not yet joined; an
+   * "out" report joins the page entry with the same text.
+   */
+  recordFromRuntime(endpointId, direction, json) {
+    if (direction !== "in" && direction !== "out") {
+      this.push(endpointId, "note", json, "runtime");
+      return;
+    }
+    const queue = (direction === "in" ? this.pendingIn : this.pendingOut).get(endpointId);
+    if (queue && queue.length > 0) {
+      let index = 0;
+      if (direction === "out") index = queue.findIndex((entry) => entry.json === json);
+      if (index >= 0) {
+        const [entry] = queue.splice(index, 1);
+        if (entry.json !== json) {
+          entry.runtimeJson = json;
+          entry.element = null;
+        }
+        this.scheduleRender();
+        return;
+      }
+    }
+    this.push(endpointId, direction, json, "runtime");
+  }
+
+  push(endpointId, direction, json, source) {
+    const entry = {
+      serial: (this.serial += 1),
+      time: new Date(),
+      endpointId,
+      direction,
+      json,
+      text: unwrapWire(json),
+      label: envelopeLabel(json),
+      source,
+      runtimeJson: null,
+      element: null,
+    };
+    this.entries.push(entry);
+    if (this.entries.length > this.capacity) this.entries.splice(0, this.entries.length - this.capacity);
+    if (!this.knownEndpoints.has(endpointId)) {
+      this.knownEndpoints.set(endpointId, this.describeEndpoint(endpointId));
+      this.renderEndpointOptions();
+    }
+    this.scheduleRender();
+    return entry;
+  }
+
+  /** Forget every entry (the Clear button). */
+  clear() {
+    this.entries = [];
+    this.pendingIn.clear();
+    this.pendingOut.clear();
+    this.scheduleRender();
+  }
+
+  /** Re-read endpoint labels (a tab was renamed, closed or reloaded). */
+  refreshEndpoints() {
+    for (const id of this.knownEndpoints.keys()) this.knownEndpoints.set(id, this.describeEndpoint(id));
+    for (const entry of this.entries) entry.element = null;
+    this.renderEndpointOptions();
+    this.scheduleRender();
+  }
+
+  renderEndpointOptions() {
+    const select = this.endpointFilter;
+    const current = select.value;
+    select.replaceChildren(new Option("All endpoints", ""));
+    for (const [id, label] of this.knownEndpoints) select.add(new Option(label, id));
+    select.value = [...this.knownEndpoints.keys()].includes(current) ? current : "";
+  }
+
+  /** Entries that pass the current filters, oldest first. */
+  filtered() {
+    const endpoint = this.endpointFilter.value;
+    const direction = this.directionFilter.value;
+    const text = this.textFilter.value.trim().toLowerCase();
+    return this.entries.filter(
+      (entry) =>
+        (!endpoint || entry.endpointId === endpoint) &&
+        (!direction || entry.direction === direction) &&
+        (!text ||
+          entry.label.toLowerCase().includes(text) ||
+          entry.text.toLowerCase().includes(text)),
+    );
+  }
+
+  scheduleRender() {
+    if (this.renderQueued) return;
+    this.renderQueued = true;
+    requestAnimationFrame(() => {
+      this.renderQueued = false;
+      this.render();
+    });
+  }
+
+  render() {
+    const shown = this.filtered();
+    this.count.textContent = `${shown.length} of ${this.entries.length} envelopes`;
+    if (this.details && !this.details.open) return;
+    const rows = shown.map((entry) => this.renderEntry(entry));
+    this.list.replaceChildren(...rows);
+  }
+
+  renderEntry(entry) {
+    // Rendered rows are reused so that an expanded entry stays expanded.
+    if (entry.element) return entry.element;
+    const item = document.createElement("li");
+    item.className = `inspector-entry dir-${entry.direction}`;
+    item.dataset.direction = entry.direction;
+    item.dataset.endpoint = entry.endpointId;
+    item.dataset.type = entry.label;
+    const details = document.createElement("details");
+    const summary = document.createElement("summary");
+    const time = document.createElement("time");
+    time.dateTime = entry.time.toISOString();
+    time.textContent = entry.time.toLocaleTimeString([], { hour12: false }) +
+      "." + String(entry.time.getMilliseconds()).padStart(3, "0");
+    const direction = document.createElement("span");
+    direction.className = "badge direction";
+    direction.textContent = entry.direction === "in" ? "in ←" : entry.direction === "out" ? "out →" : "note";
+    const endpoint = document.createElement("span");
+    endpoint.className = "endpoint";
+    endpoint.textContent = this.knownEndpoints.get(entry.endpointId) ?? entry.endpointId;
+    const type = document.createElement("code");
+    type.className = "type";
+    type.textContent = entry.label;
+    summary.append(time, " ", direction, " ", endpoint, " ", type);
+    const body = document.createElement("pre");
+    body.textContent = pretty(entry.text);
+    details.append(summary, body);
+    if (entry.runtimeJson) {
+      const heading = document.createElement("p");
+      heading.textContent = "As converted by the runtime:";
+      const converted = document.createElement("pre");
+      converted.textContent = pretty(entry.runtimeJson);
+      details.append(heading, converted);
+    }
+    item.append(details);
+    entry.element = item;
+    return item;
+  }
+}

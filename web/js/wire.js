@@ -1,0 +1,199 @@
+/**
+ * Converting a napplet's postMessage data into the bridge's `wireJson` text.
+ *
+ * Rules (bridge contract, "wireJson"; NAP-LLM, Schemas: explicit null and
+ * invalid types are `invalid-request`)
+ * - postMessage uses structured clone, which carries values JSON cannot
+ *   (undefined, Map, Set, Date, RegExp, ArrayBuffer and typed arrays, Blob,
+ *   BigInt, cyclic objects, NaN/Infinity, sparse arrays). Plain JSON data
+ *   becomes `{"json": "<the data as JSON text>"}` (a string, which the
+ *   runtime parses strictly itself); anything else becomes
+ *   `{"unclonable": true, "type", "id"}` so the runtime can still answer
+ *   `invalid-request` to a usable id. `null` stays `null`.
+ * - Data larger than `MAX_WIRE_CHARS` of JSON text, or nested deeper than
+ *   `MAX_DEPTH`, becomes `{"tooLarge": true, "type", "id"}` instead.
+ * - The walk is iterative and stops as soon as a limit is passed, so a
+ *   hostile message cannot exhaust the shell's stack or memory.
+ *
+ * Own code rather than a library: the check is specific to what structured
+ * clone can produce in this realm, and it must never throw.
+ */
+
+/** Largest accepted envelope, in UTF-16 code units of JSON text (8 MiB). */
+export const MAX_WIRE_CHARS = 8 * 1024 * 1024;
+/** Deepest accepted nesting of arrays/objects. */
+export const MAX_DEPTH = 128;
+/** Longest `type`/`id` copied into a marker; longer ones are not usable. */
+const MAX_MARKER_FIELD = 256;
+
+const OK = 0;
+const UNCLONABLE = 1;
+const TOO_LARGE = 2;
+
+function isPlainObject(value) {
+  const proto = Object.getPrototypeOf(value);
+  return proto === Object.prototype || proto === null;
+}
+
+/**
+ * Classify `data` without throwing: OK, UNCLONABLE or TOO_LARGE.
+ *
+ * `budget` is a lower bound of the JSON text length; passing it proves the
+ * text would be too large.
+ */
+function classify(data, maxChars, maxDepth) {
+  let budget = 0;
+  // Each frame: [value, depth, ancestorsAtThisLevel]; `path` holds the
+  // current ancestor chain to detect cycles (shared, non-cyclic references
+  // are legal JSON and are simply walked again).
+  const stack = [[data, 0, false]];
+  const path = [];
+  while (stack.length > 0) {
+    const [value, depth, leaving] = stack.pop();
+    if (leaving) {
+      path.pop();
+      continue;
+    }
+    if (value === null) {
+      budget += 4;
+    } else {
+      switch (typeof value) {
+        case "string":
+          budget += value.length + 2;
+          break;
+        case "boolean":
+          budget += 4;
+          break;
+        case "number":
+          if (!Number.isFinite(value)) return UNCLONABLE;
+          break;
+        case "object": {
+          if (depth >= maxDepth) return TOO_LARGE;
+          if (path.includes(value)) return UNCLONABLE;
+          if (Array.isArray(value)) {
+            if (Object.getPrototypeOf(value) !== Array.prototype) return UNCLONABLE;
+            // Brackets and commas; each element counts its own text when visited.
+            budget += 2 + Math.max(0, value.length - 1);
+            if (budget > maxChars) return TOO_LARGE;
+            const keys = Object.keys(value);
+            // A hole or an extra named property would be lost or changed by JSON.
+            if (keys.length !== value.length) return UNCLONABLE;
+            path.push(value);
+            stack.push([value, depth, true]);
+            for (let i = value.length - 1; i >= 0; i -= 1) {
+              if (!Object.prototype.hasOwnProperty.call(value, i)) return UNCLONABLE;
+              stack.push([value[i], depth + 1, false]);
+            }
+          } else {
+            if (!isPlainObject(value)) return UNCLONABLE;
+            const keys = Object.keys(value);
+            budget += 2 + keys.length * 3; // quotes and colon per key
+            if (budget > maxChars) return TOO_LARGE;
+            path.push(value);
+            stack.push([value, depth, true]);
+            for (let i = keys.length - 1; i >= 0; i -= 1) {
+              const key = keys[i];
+              const descriptor = Object.getOwnPropertyDescriptor(value, key);
+              if (!descriptor || !("value" in descriptor)) return UNCLONABLE;
+              budget += key.length;
+              stack.push([descriptor.value, depth + 1, false]);
+            }
+          }
+          break;
+        }
+        default:
+          // undefined, bigint, symbol, function.
+          return UNCLONABLE;
+      }
+    }
+    if (budget > maxChars) return TOO_LARGE;
+  }
+  return OK;
+}
+
+function markerField(data, name) {
+  if (typeof data !== "object" || data === null || Array.isArray(data)) return null;
+  let value;
+  try {
+    value = data[name];
+  } catch {
+    return null;
+  }
+  return typeof value === "string" && value.length <= MAX_MARKER_FIELD ? value : null;
+}
+
+function marker(kind, data) {
+  return JSON.stringify({ [kind]: true, type: markerField(data, "type"), id: markerField(data, "id") });
+}
+
+/**
+ * The bridge's `wireJson` for one received message.
+ *
+ * @param {*} data `MessageEvent.data` as received from a napplet frame.
+ * @param {{maxChars?: number, maxDepth?: number}} [limits] for tests.
+ * @returns {string} `{"json": "..."}`, `{"unclonable": true, ...}` or
+ *   `{"tooLarge": true, ...}`, always valid JSON text.
+ */
+export function toWireJson(data, limits = {}) {
+  const maxChars = limits.maxChars ?? MAX_WIRE_CHARS;
+  const maxDepth = limits.maxDepth ?? MAX_DEPTH;
+  let verdict;
+  try {
+    verdict = classify(data, maxChars, maxDepth);
+  } catch {
+    verdict = UNCLONABLE;
+  }
+  if (verdict === UNCLONABLE) return marker("unclonable", data);
+  if (verdict === TOO_LARGE) return marker("tooLarge", data);
+  let text;
+  try {
+    text = JSON.stringify(data);
+  } catch {
+    return marker("unclonable", data);
+  }
+  // Escapes can make the text longer than the walk's estimate.
+  if (text.length > maxChars) return marker("tooLarge", data);
+  return JSON.stringify({ json: text });
+}
+
+/**
+ * A short label for an envelope in the inspector: its `type`, or a marker name.
+ *
+ * @param {string} wireOrEnvelopeJson JSON text.
+ * @returns {string}
+ */
+export function envelopeLabel(wireOrEnvelopeJson) {
+  try {
+    const value = JSON.parse(wireOrEnvelopeJson);
+    if (value && typeof value === "object") {
+      if (value.unclonable) return "(unclonable" + (typeof value.type === "string" ? " " + value.type : "") + ")";
+      if (value.tooLarge) return "(too large" + (typeof value.type === "string" ? " " + value.type : "") + ")";
+      let inner = value;
+      if (typeof value.json === "string" && Object.keys(value).length === 1) inner = JSON.parse(value.json);
+      if (inner && typeof inner === "object" && typeof inner.type === "string") return inner.type;
+      if (inner && typeof inner === "object" && typeof inner.dropped === "string") return "(dropped)";
+    }
+  } catch {
+    // Fall through.
+  }
+  return "(no type)";
+}
+
+/**
+ * The envelope text inside a `wireJson` (`{"json": "..."}`), or `text` itself
+ * for anything else (markers, runtime envelopes).
+ *
+ * @param {string} text
+ * @returns {string}
+ */
+export function unwrapWire(text) {
+  try {
+    const value = JSON.parse(text);
+    if (value && typeof value === "object" && typeof value.json === "string" && Object.keys(value).length === 1) {
+      return value.json;
+    }
+  } catch {
+    // Not JSON: shown as is.
+  }
+  return text;
+}

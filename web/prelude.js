@@ -1,0 +1,276 @@
+/**
+ * The napplet prelude: the script the shell places in every napplet frame,
+ * right after the CSP <meta> and before any napplet byte (NIP-5D web
+ * projection; NAP-LLM, API Surface and Wire Protocol).
+ *
+ * Rules
+ * - `installNappletPrelude` must be self-contained: the shell inlines its
+ *   source text into the frame's srcdoc (`preludeSource`), so it may not use
+ *   anything from this module's scope.
+ * - `window.napplet` is defined non-writable and non-configurable and is
+ *   frozen. It holds only the domains granted to this frame: `llm` when the
+ *   llm domain is granted, nothing otherwise (presence = availability).
+ * - Messages are accepted only from `window.parent` (`event.source`).
+ *   Results match a pending request by `id` *and* result type; deltas match
+ *   an active generation by `requestId`; unknown types are ignored; deltas
+ *   after a generation's terminal result are ignored.
+ * - No whole-request timeout: selection waits on a person and streams can
+ *   run for minutes. The runtime bounds generation time (NAP-LLM,
+ *   Cancellation and deadlines).
+ * - Errors reject with `LlmError` carrying the Error record's `code` and
+ *   `message` (NAP-LLM, Error Handling).
+ */
+
+/**
+ * Install `window.napplet` in the current (frame) window.
+ *
+ * @param {string[]} domains granted domains; only "llm" is known here.
+ */
+export function installNappletPrelude(domains) {
+  "use strict";
+  const win = window;
+  const parentWindow = win.parent;
+  // Captured at install so that napplet code replacing globals later cannot
+  // redirect or observe the prelude's traffic.
+  const postToParent = parentWindow.postMessage.bind(parentWindow);
+  const addListener = win.addEventListener.bind(win);
+  const getRandomValues = win.crypto.getRandomValues.bind(win.crypto);
+  const freeze = Object.freeze;
+  const defineProperty = Object.defineProperty;
+  const PromiseCtor = Promise;
+  const MapCtor = Map;
+  const report =
+    typeof win.reportError === "function"
+      ? win.reportError.bind(win)
+      : (err) => setTimeout(() => { throw err; }, 0);
+
+  const namespace = {};
+
+  if (domains.indexOf("llm") !== -1) {
+    /** An NAP-LLM failure: `code` is the Error record's code (NAP-LLM, Error Handling). */
+    class LlmError extends Error {
+      constructor(code, message) {
+        super(typeof message === "string" ? message : String(code));
+        this.name = "LlmError";
+        this.code = code;
+      }
+    }
+    freeze(LlmError.prototype);
+    freeze(LlmError);
+
+    const hex = (bytes) => {
+      let out = "";
+      for (let i = 0; i < bytes.length; i += 1) out += bytes[i].toString(16).padStart(2, "0");
+      return out;
+    };
+    /** A fresh request id: 128 random bits, never reused (NAP-LLM, Wire Protocol). */
+    const freshId = (prefix) => prefix + "-" + hex(getRandomValues(new Uint8Array(16)));
+
+    const isRecord = (v) => typeof v === "object" && v !== null && !Array.isArray(v);
+    const errorFrom = (record) => {
+      if (isRecord(record) && typeof record.code === "string") {
+        return new LlmError(record.code, typeof record.message === "string" ? record.message : record.code);
+      }
+      return new LlmError("invalid-response", "The runtime sent a malformed error.");
+    };
+
+    // id -> { resultType, onResult(message) }: one entry per request awaiting its terminal result.
+    const pending = new MapCtor();
+    // requestId -> generation state, for routing llm.delta (active generations only).
+    const generations = new MapCtor();
+
+    const send = (message) => {
+      try {
+        postToParent(message, "*");
+        return null;
+      } catch (err) {
+        // A value structured clone cannot carry (a function, a DOM node...).
+        return new LlmError("invalid-request", "The request cannot be sent: " + (err && err.name ? err.name : "DataCloneError") + ".");
+      }
+    };
+
+    /** Send a request and resolve with `pick(result)` or reject with its Error record. */
+    const request = (type, fields, pick) => new PromiseCtor((resolve, reject) => {
+      const id = freshId(type.slice(4));
+      pending.set(id, {
+        resultType: type + ".result",
+        onResult(message) {
+          if ("error" in message) reject(errorFrom(message.error));
+          else {
+            const value = pick(message);
+            if (value === undefined) reject(new LlmError("invalid-response", "The runtime sent a malformed result."));
+            else resolve(value);
+          }
+        },
+      });
+      const failure = send(Object.assign({ type, id }, fields));
+      if (failure) {
+        pending.delete(id);
+        reject(failure);
+      }
+    });
+
+    const pickModel = (message) => (isRecord(message.model) ? message.model : undefined);
+    const pickCancelled = (message) => (typeof message.cancelled === "boolean" ? message.cancelled : undefined);
+
+    const cancel = (requestId) => request("llm.cancel", { requestId }, pickCancelled);
+
+    /**
+     * The generation handle: `{id, result, deltas, cancel(), then, catch, finally}`.
+     * `deltas` is an async iterable over every Delta of this generation (buffered
+     * from the start), ending after the terminal result (throwing its error).
+     */
+    const generate = (req, options) => {
+      const onDelta = options && typeof options.onDelta === "function" ? options.onDelta : null;
+      const id = freshId("generate");
+      const buffered = [];
+      const waiters = [];
+      let finished = false;
+      let failure = null;
+      let settleResult;
+      const result = new PromiseCtor((resolve, reject) => {
+        settleResult = { resolve, reject };
+      });
+      // The handle's own bookkeeping must not report an unhandled rejection
+      // when the napplet consumes deltas only; its own awaits still see it.
+      result.catch(() => {});
+
+      const wake = () => {
+        while (waiters.length > 0) {
+          const waiter = waiters.shift();
+          if (buffered.length > 0) waiter.resolve({ value: buffered.shift(), done: false });
+          else if (failure) waiter.reject(failure);
+          else waiter.resolve({ value: undefined, done: true });
+        }
+      };
+      const finish = (error) => {
+        finished = true;
+        failure = error;
+        generations.delete(id);
+        wake();
+      };
+
+      generations.set(id, {
+        onDelta(delta) {
+          if (finished) return;
+          if (onDelta) {
+            try {
+              onDelta(delta);
+            } catch (err) {
+              report(err);
+            }
+          }
+          buffered.push(delta);
+          if (waiters.length > 0) wake();
+        },
+      });
+      pending.set(id, {
+        resultType: "llm.generate.result",
+        onResult(message) {
+          if ("error" in message) {
+            const err = errorFrom(message.error);
+            finish(err);
+            settleResult.reject(err);
+          } else if (isRecord(message.result)) {
+            finish(null);
+            settleResult.resolve(message.result);
+          } else {
+            const err = new LlmError("invalid-response", "The runtime sent a malformed result.");
+            finish(err);
+            settleResult.reject(err);
+          }
+        },
+      });
+      const sendFailure = send({ type: "llm.generate", id, request: req });
+      if (sendFailure) {
+        pending.delete(id);
+        finish(sendFailure);
+        settleResult.reject(sendFailure);
+      }
+
+      const deltas = freeze({
+        [Symbol.asyncIterator]() {
+          return freeze({
+            next() {
+              if (buffered.length > 0) return PromiseCtor.resolve({ value: buffered.shift(), done: false });
+              if (finished) {
+                return failure ? PromiseCtor.reject(failure) : PromiseCtor.resolve({ value: undefined, done: true });
+              }
+              return new PromiseCtor((resolve, reject) => waiters.push({ resolve, reject }));
+            },
+            return() {
+              return PromiseCtor.resolve({ value: undefined, done: true });
+            },
+          });
+        },
+      });
+
+      return freeze({
+        id,
+        result,
+        deltas,
+        cancel: () => cancel(id),
+        then: (onFulfilled, onRejected) => result.then(onFulfilled, onRejected),
+        catch: (onRejected) => result.catch(onRejected),
+        finally: (onFinally) => result.finally(onFinally),
+      });
+    };
+
+    addListener("message", (event) => {
+      if (event.source !== parentWindow) return;
+      const message = event.data;
+      if (!isRecord(message) || typeof message.type !== "string") return;
+      if (message.type === "llm.delta") {
+        if (typeof message.requestId !== "string") return;
+        const generation = generations.get(message.requestId);
+        if (generation) generation.onDelta(message);
+        return;
+      }
+      if (typeof message.id !== "string") return;
+      const entry = pending.get(message.id);
+      if (!entry || entry.resultType !== message.type) return;
+      pending.delete(message.id);
+      entry.onResult(message);
+    });
+
+    namespace.llm = freeze({
+      /** NAP-LLM `select`: resolves with a Model record; `requirements` omitted when undefined. */
+      select(requirements) {
+        return request("llm.select", requirements === undefined ? {} : { requirements }, pickModel);
+      },
+      /** NAP-LLM `describe`: revalidates a handle, resolves with a Model record. */
+      describe(handle) {
+        return request("llm.describe", { handle }, pickModel);
+      },
+      /** NAP-LLM `generate`: returns a thenable handle (see above). */
+      generate(req, options) {
+        return generate(req, options);
+      },
+      /** NAP-LLM `cancel`: resolves `true` when an active generation of this frame was cancelled. */
+      cancel(requestId) {
+        return cancel(requestId);
+      },
+      LlmError,
+    });
+  }
+
+  defineProperty(win, "napplet", {
+    value: freeze(namespace),
+    writable: false,
+    configurable: false,
+    enumerable: true,
+  });
+}
+
+/**
+ * The prelude as inline script text for a frame granted `domains`.
+ *
+ * @param {string[]} domains e.g. ["llm"] or [].
+ * @returns {string} JavaScript source (contains no "</script").
+ */
+export function preludeSource(domains) {
+  const text = "(" + installNappletPrelude.toString() + ")(" + JSON.stringify(domains) + ");";
+  // Never possible with the source above, but a premature end tag would let
+  // the napplet's bytes run before the prelude finished.
+  return text.replace(/<\/(script)/gi, "<\\/$1");
+}

@@ -1,0 +1,262 @@
+/**
+ * The napllm host page: defines `window.napllmHost` (the bridge the Python
+ * runtime calls), wires the UI modules and boots the runtime in Pyodide.
+ *
+ * Rules (bridge contract; NAP-LLM, Shell Behavior; NIP-5D web projection)
+ * - Every value crossing the bridge is JSON text (or a promise of it); the
+ *   page never hands JS objects to Python.
+ * - `napllmHost` exists before Python starts. Until `attachRuntime` is
+ *   called the boot indicator is visible and napplet messages are queued
+ *   per frame.
+ * - Only relative URLs: the page works under any sub-path.
+ * - `?napplet=<http(s) url>` opens that napplet at start (development);
+ *   `?test=1` is left in the URL for the runtime to read.
+ */
+
+import { AccountSwitcher } from "./js/accounts.js";
+import { ConnectionsPanel, Notices } from "./js/connections.js";
+import { DialogQueue } from "./js/dialogs.js";
+import { NappletArea, isHttpUrl, nameFromUrl } from "./js/frames.js";
+import { Inspector } from "./js/inspector.js";
+import { loadConnections, saveConnections } from "./js/storage.js";
+
+const $ = (selector) => document.querySelector(selector);
+
+let runtime = null;
+const getRuntime = () => runtime;
+
+const notices = new Notices($("#notice-list"), (id) => {
+  const found = connections.connections.find((item) => item.id === id);
+  return found && typeof found.name === "string" ? found.name : null;
+});
+const notify = (level, text) => notices.show({ level, text });
+
+let area = null;
+const inspector = new Inspector($("#inspector"), (endpointId) => (area ? area.describeEndpoint(endpointId) : endpointId));
+area = new NappletArea({
+  tablist: $("#napplet-tabs"),
+  panels: $("#napplet-panels"),
+  empty: $("#napplet-empty"),
+  runtime: getRuntime,
+  inspector,
+  notify,
+});
+const connections = new ConnectionsPanel($("#connections"), getRuntime);
+const accounts = new AccountSwitcher($("#account"), getRuntime);
+const dialogs = new DialogQueue($("#dialog-host"));
+
+window.addEventListener("message", (event) => area.onMessage(event));
+
+// ---------------------------------------------------------------- boot UI
+
+const bootPanel = $("#boot");
+const bootLabel = $("#boot-label");
+const bootBar = $("#boot-progress");
+
+/** Update the boot indicator: `fraction` in 0..1. */
+function bootProgress(label, fraction) {
+  if (runtime) return;
+  if (typeof label === "string" && label) bootLabel.textContent = label;
+  const value = Number(fraction);
+  if (Number.isFinite(value)) bootBar.value = Math.min(1, Math.max(0, value));
+}
+
+function bootFailed(error, details) {
+  bootPanel.hidden = true;
+  const panel = $("#boot-error");
+  panel.hidden = false;
+  $("#boot-error-message").textContent = error && error.message ? error.message : String(error);
+  const extra = details.filter(Boolean).join("\n");
+  $("#boot-error-details").textContent = extra;
+  $("#boot-error-details-wrap").hidden = extra.length === 0;
+  $("#boot-error-retry").focus();
+  document.body.dataset.boot = "failed";
+}
+
+$("#boot-error-retry").addEventListener("click", () => location.reload());
+
+// ---------------------------------------------------------------- the bridge
+
+/**
+ * The runtime's view of the page. See the module docstring and the bridge
+ * contract for shapes; every argument is JSON text unless named otherwise.
+ */
+const napllmHost = Object.freeze({
+  /** Deliver an envelope to an endpoint's frame (dropped when it is gone). */
+  post(endpointId, envelopeJson) {
+    area.post(String(endpointId), String(envelopeJson));
+  },
+  /** Show the chooser; resolves with a candidate id or null. */
+  openChooser(token, requestJson) {
+    return dialogs.openChooser(token, String(requestJson));
+  },
+  /** Show the consent dialog; resolves with `{"allow","remember"}` JSON text. */
+  openConsent(token, disclosureJson) {
+    return dialogs.openConsent(token, String(disclosureJson));
+  },
+  /** Close or drop a chooser/consent dialog, resolving it as cancel/deny. */
+  closeDialog(token) {
+    dialogs.closeDialog(token);
+  },
+  /** Record an envelope reported by the runtime ("in", "out", or a "note"). */
+  inspect(endpointId, direction, envelopeJson) {
+    const dir = direction === "out" || direction === "in" ? direction : "note";
+    inspector.recordFromRuntime(String(endpointId), dir, String(envelopeJson));
+  },
+  /** Re-render the connections panel. */
+  connectionsChanged(listJson) {
+    connections.update(String(listJson));
+  },
+  /** Re-render the standing grants. */
+  grantsChanged(listJson) {
+    connections.updateGrants(String(listJson));
+  },
+  /** Show a notice in the shell UI: `{"level","text","connectionId"?}`. */
+  notice(noticeJson) {
+    let value = null;
+    try {
+      value = JSON.parse(String(noticeJson));
+    } catch {
+      return;
+    }
+    notices.show(value);
+  },
+  /** Persist the connection list in IndexedDB. */
+  saveConnections(json) {
+    return saveConnections(String(json));
+  },
+  /** The persisted connection list, "[]" when empty. */
+  loadConnections() {
+    return loadConnections();
+  },
+  bootProgress,
+  /** Called once by the runtime when it accepts envelopes. */
+  attachRuntime(api) {
+    if (runtime) return;
+    // A Python object handed over as an argument is released after the
+    // call returns unless it is copied.
+    runtime = api && typeof api.copy === "function" ? api.copy() : api;
+    bootProgress("Ready", 1);
+    bootPanel.hidden = true;
+    document.body.dataset.boot = "ready";
+    if (runtime.testMode === true) document.body.dataset.testMode = "true";
+    connections.setReady(true);
+    connections.renderConnections();
+    accounts.apply();
+    area.runtimeAttached();
+    refreshRuntimeLists();
+  },
+});
+
+async function refreshRuntimeLists() {
+  try {
+    const list = await runtime.listConnections();
+    if (typeof list === "string") connections.update(list);
+    const grants = await runtime.listGrants();
+    if (typeof grants === "string") connections.updateGrants(grants);
+  } catch {
+    console.error("napllm: could not read the connection list from the runtime");
+  }
+}
+
+Object.defineProperty(window, "napllmHost", { value: napllmHost, writable: false, configurable: false });
+
+// ---------------------------------------------------------------- napplets
+
+async function loadNappletIndex() {
+  const select = $("#napplet-select");
+  const indexUrl = new URL("./napplets/index.json", location.href);
+  let entries = [];
+  try {
+    const response = await fetch(indexUrl, { cache: "no-cache" });
+    if (response.ok) {
+      const parsed = await response.json();
+      if (Array.isArray(parsed)) entries = parsed;
+    }
+  } catch {
+    entries = [];
+  }
+  const usable = entries.filter(
+    (entry) => entry && typeof entry.name === "string" && typeof entry.path === "string" && entry.name,
+  );
+  select.replaceChildren(
+    ...usable.map((entry) => {
+      const option = new Option(typeof entry.title === "string" && entry.title ? entry.title : entry.name, entry.name);
+      // Index paths are relative to the shell's own folder (dist/).
+      option.dataset.url = new URL(entry.path, new URL("./", location.href)).href;
+      option.dataset.title = option.text;
+      return option;
+    }),
+  );
+  $("#napplet-open").disabled = usable.length === 0;
+  if (usable.length === 0) select.append(new Option("No napplets found", ""));
+}
+
+$("#napplet-list-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const option = $("#napplet-select").selectedOptions[0];
+  if (!option || !option.dataset.url) return;
+  area.open({ url: option.dataset.url, name: option.value, title: option.dataset.title });
+});
+
+$("#napplet-url-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const input = $("#napplet-url");
+  let url;
+  try {
+    url = new URL(input.value.trim(), location.href).href;
+  } catch {
+    url = "";
+  }
+  if (!isHttpUrl(url)) {
+    notify("error", "Enter an http or https URL of a napplet page.");
+    input.focus();
+    return;
+  }
+  area.open({ url, name: nameFromUrl(url) });
+  input.value = "";
+});
+
+function openFromQuery() {
+  const requested = new URLSearchParams(location.search).get("napplet");
+  if (!requested) return;
+  let url = "";
+  try {
+    url = new URL(requested, location.href).href;
+  } catch {
+    url = "";
+  }
+  if (!isHttpUrl(url)) {
+    notify("error", "The napplet parameter must be an http or https URL.");
+    return;
+  }
+  area.open({ url, name: nameFromUrl(url) });
+}
+
+// ---------------------------------------------------------------- boot
+
+async function boot() {
+  const messages = [];
+  try {
+    bootProgress("Loading the Python runtime…", 0.05);
+    const { loadPyodide } = await import("./pyodide/pyodide.mjs");
+    bootProgress("Starting Python…", 0.15);
+    const py = await loadPyodide({ indexURL: new URL("./pyodide/", location.href).href });
+    bootProgress("Loading napllm…", 0.5);
+    // loadPackage reports failures through errorCallback instead of rejecting.
+    await py.loadPackage("napllm", {
+      messageCallback: () => {},
+      errorCallback: (message) => messages.push(String(message)),
+    });
+    bootProgress("Starting the runtime…", 0.7);
+    await py.runPythonAsync("from napllm.browser.app import start\nawait start()");
+    if (!runtime) bootProgress("Waiting for the runtime…", 0.95);
+  } catch (error) {
+    console.error("napllm: boot failed", error);
+    bootFailed(error, messages);
+  }
+}
+
+document.body.dataset.boot = "booting";
+loadNappletIndex().finally(openFromQuery);
+boot();
