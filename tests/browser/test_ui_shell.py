@@ -123,6 +123,12 @@ window.report = {
 """
 
 
+@pytest.fixture(scope="session")
+def browser_context_args(browser_context_args: dict[str, Any]) -> dict[str, Any]:
+    """No service worker: it would answer pyodide.mjs before the double's route."""
+    return {**browser_context_args, "service_workers": "block"}
+
+
 @pytest.fixture
 def shell(page: Page, request_log: Any, test_page: TestPage, base_url: str) -> Iterator[Any]:
     """Open the host page with the runtime double; ``shell.goto(query)``."""
@@ -527,7 +533,8 @@ def test_two_tabs_of_one_napplet_are_separate_endpoints(shell: Any) -> None:
 
 def test_only_http_napplet_urls_open(shell: Any) -> None:
     shell.goto("?napplet=" + quote("javascript:alert(1)", safe=""))
-    shell.page.wait_for_selector(".notice.error")
+    notice = shell.page.wait_for_selector("#notice-list .notice.error")
+    assert "http or https" in notice.text_content()
     assert shell.page.query_selector_all("iframe.napplet-frame") == []
     shell.page.fill("#napplet-url", "data:text/html,hi")
     shell.page.click("#napplet-url-open")
