@@ -148,12 +148,14 @@ const napllmHost = Object.freeze({
   },
 });
 
+/** Read the lists once at attach, unless the runtime has pushed newer ones meanwhile. */
 async function refreshRuntimeLists() {
+  const seen = [connections.connectionsVersion, connections.grantsVersion];
   try {
     const list = await runtime.listConnections();
-    if (typeof list === "string") connections.update(list);
+    if (typeof list === "string" && connections.connectionsVersion === seen[0]) connections.update(list);
     const grants = await runtime.listGrants();
-    if (typeof grants === "string") connections.updateGrants(grants);
+    if (typeof grants === "string" && connections.grantsVersion === seen[1]) connections.updateGrants(grants);
   } catch {
     console.error("napllm: could not read the connection list from the runtime");
   }

@@ -63,9 +63,15 @@ FAKE_RUNTIME = """
     nextId: 0,
     // Optional scripted answers: (endpointId, envelope) => void.
     responder: null,
+    // Lists the runtime pushes right after attaching (as the real one does).
+    pushOnAttach: null,
     attach() {
       fake.attached = true;
       window.napllmHost.attachRuntime(fake.api);
+      if (fake.pushOnAttach) {
+        window.napllmHost.connectionsChanged(fake.pushOnAttach.connections);
+        window.napllmHost.grantsChanged(fake.pushOnAttach.grants);
+      }
     },
     log(...entry) { fake.calls.push(entry); },
     envelopes(endpointId) {
@@ -99,9 +105,9 @@ FAKE_RUNTIME = """
     addConnection(json) { fake.log('addConnection', json); return Promise.resolve('{}'); },
     editConnection(id, json) { fake.log('editConnection', id, json); return Promise.resolve('{}'); },
     removeConnection(id) { fake.log('removeConnection', id); return Promise.resolve(); },
-    listConnections() { return '[]'; },
+    listConnections() { return JSON.stringify([{id: 'stale', name: 'Stale list', kind: 'lmsp', model: 'm', route: 'r'}]); },
     revokeGrant(key) { fake.log('revokeGrant', key); },
-    listGrants() { return '[]'; },
+    listGrants() { return JSON.stringify([{key: 'stale', napplet: {name: 'old', shortHash: '0'}, connectionId: 'stale', connectionName: '', account: 'Default'}]); },
     testMode: false,
   };
   window.__fake = fake;
@@ -1333,3 +1339,42 @@ def test_examples_work_as_pages_without_the_llm_domain(shell: Any, name: str) ->
     assert "no language-model access" in frame.text_content("#status")
     assert frame.is_disabled("#send")
     assert frame.is_disabled("#choose")
+
+
+def test_lists_read_at_attach_never_overwrite_newer_pushes(shell: Any) -> None:
+    shell.goto("?hold=1", wait_attached=False)
+    shell.page.wait_for_function("window.__fake.booted")
+    pushed = {
+        "connections": json.dumps(CONNECTIONS),
+        "grants": json.dumps(
+            [
+                {
+                    "key": "g1",
+                    "napplet": {"name": "chat", "shortHash": "0123456789ab"},
+                    "connectionId": "u-1",
+                    "connectionName": "",
+                    "account": "Default",
+                }
+            ]
+        ),
+    }
+    shell.page.evaluate(
+        "(p) => { window.__fake.pushOnAttach = p; window.__fake.attach(); }", pushed
+    )
+    shell.page.wait_for_timeout(200)
+    names = shell.page.eval_on_selector_all(
+        "#connection-list h3", "(hs) => hs.map((h) => h.textContent)"
+    )
+    assert names == ["My server", "WebGPU model"]
+    # A grant without a connection name shows the connection id instead.
+    assert (
+        shell.page.text_content("#grant-list li")
+        == "chat (#0123456789ab) may use u-1 in profile Default Revoke"
+    )
+
+
+def test_lists_are_read_at_attach(shell: Any) -> None:
+    shell.goto()
+    shell.page.wait_for_function("document.querySelectorAll('#connection-list h3').length === 1")
+    assert shell.page.text_content("#connection-list h3") == "Stale list"
+    assert "may use stale" in shell.page.text_content("#grant-list")

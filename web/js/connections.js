@@ -80,6 +80,9 @@ export class ConnectionsPanel {
     this.runtime = runtime;
     this.connections = [];
     this.grants = [];
+    // Bumped by every push, so a slower read at attach never overwrites a newer list.
+    this.connectionsVersion = 0;
+    this.grantsVersion = 0;
     this.editing = null;
     this.list = root.querySelector("#connection-list");
     this.grantList = root.querySelector("#grant-list");
@@ -127,12 +130,14 @@ export class ConnectionsPanel {
 
   /** `napllmHost.connectionsChanged`. */
   update(listJson) {
+    this.connectionsVersion += 1;
     this.connections = parseList(listJson);
     this.renderConnections();
   }
 
   /** `napllmHost.grantsChanged`. */
   updateGrants(listJson) {
+    this.grantsVersion += 1;
     this.grants = parseList(listJson);
     this.renderGrants();
   }
@@ -219,7 +224,8 @@ export class ConnectionsPanel {
     this.grantList.replaceChildren(
       ...this.grants.map((grant) => {
         const napplet = grant.napplet && typeof grant.napplet === "object" ? grant.napplet : {};
-        const text = `${str(napplet.name, "napplet")} (#${str(napplet.shortHash)}) may use ${str(grant.connectionName, str(grant.connectionId))} in profile ${str(grant.account)}`;
+        const connection = str(grant.connectionName) || str(grant.connectionId);
+        const text = `${str(napplet.name, "napplet")} (#${str(napplet.shortHash)}) may use ${connection} in profile ${str(grant.account)}`;
         const revoke = el("button", { type: "button", class: "revoke" }, "Revoke");
         revoke.setAttribute("aria-label", `Revoke: ${text}`);
         revoke.addEventListener("click", async () => {
