@@ -160,6 +160,12 @@ export async function ensureModel(key, url, paramsJson, connectionId, label) {
   return JSON.stringify(await entry.promise);
 }
 
+/** Whether the model of `key` is loaded and ready (synchronous). */
+export function isLoaded(key) {
+  const entry = models.get(String(key));
+  return Boolean(entry && entry.wllama);
+}
+
 /** Unload the model of `key` (frees its worker and memory). */
 export async function unloadModel(key) {
   const entry = models.get(key);

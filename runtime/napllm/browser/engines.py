@@ -77,16 +77,17 @@ async def import_module(path: str) -> Any:
 
 
 async def stream_chunks(
-    module_path: str,
+    api: Any,
     stream_id: str,
     state: ChatStreamToLmsp,
     engine: str,
 ) -> AsyncIterator[LmspEvent]:
-    """LMSP events of JS stream `stream_id`; aborts it unless read to the end.
+    """LMSP events of stream `stream_id` of engine module `api`.
 
-    Raises `ProviderFailure` for an engine error or a malformed batch.
+    Aborts the stream unless it was read to the end (cancellation, a
+    failure). Raises `ProviderFailure` for an engine error or a malformed
+    batch. `api` is held only while this generation runs.
     """
-    api = await import_module(module_path)
     finished = False
     try:
         while True:
@@ -132,15 +133,15 @@ class WasmProvider:
         return self._respond(request)
 
     async def _respond(self, request: LmspRequest) -> AsyncIterator[LmspEvent]:
-        key = await self._engine.ensure_model(self._connection)
+        api = await import_module(WLLAMA_MODULE)
+        key = await self._engine.ensure_model(self._connection, api)
         body = wasm_chat_body(request)
         state = ChatStreamToLmsp(parse_tool_call_blocks=bool(request.tools))
-        api = await import_module(WLLAMA_MODULE)
         try:
             stream_id = str(api.startChat(key, json.dumps(body), self._engine.delay_ms))
         except JsException as exc:
             raise engine_failure("inference", "wasm") from exc
-        async for event in stream_chunks(WLLAMA_MODULE, stream_id, state, "wasm"):
+        async for event in stream_chunks(api, stream_id, state, "wasm"):
             yield event
 
 
@@ -153,19 +154,18 @@ class WasmEngine:
         self.delay_ms = test_delay_ms(test_mode)
         self._environment: dict[str, Any] | None = None
 
-    async def _env(self) -> dict[str, Any]:
+    def _env(self, api: Any) -> dict[str, Any]:
         if self._environment is None:
-            api = await import_module(WLLAMA_MODULE)
             data = json.loads(str(api.environment()))
             self._environment = data if isinstance(data, dict) else {}
         return self._environment
 
-    async def ensure_model(self, connection: Connection) -> str:
-        """Load the connection's GGUF (once); returns its model key.
+    async def ensure_model(self, connection: Connection, api: Any) -> str:
+        """Load the connection's GGUF (once) through module `api`; returns its model key.
 
         Raises `ProviderFailure` (`download` or `load` hint) when it fails.
         """
-        env = await self._env()
+        env = self._env(api)
         params = wasm_load_params(
             connection.settings,
             cross_origin_isolated=env.get("crossOriginIsolated") is True,
@@ -173,7 +173,8 @@ class WasmEngine:
         )
         url = str(connection.settings.get("url", ""))
         key = json.dumps([url, params], sort_keys=True)
-        api = await import_module(WLLAMA_MODULE)
+        if api.isLoaded(key) is True:
+            return key  # no promise to await: this is on every request's path
         try:
             text = await api.ensureModel(
                 key, url, json.dumps(params), connection.id, connection.name
@@ -234,7 +235,7 @@ class WebLLMProvider:
             )
         except JsException as exc:
             raise engine_failure("inference", "webllm") from exc
-        async for event in stream_chunks(WEBLLM_MODULE, stream_id, state, "webllm"):
+        async for event in stream_chunks(api, stream_id, state, "webllm"):
             yield event
 
 
