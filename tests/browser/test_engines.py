@@ -107,10 +107,15 @@ async () => {
 
 
 @pytest.fixture
-def shell(page: Any, request_log: Any, test_page: TestPage, base_url: str) -> Iterator[Shell]:
-    """The real shell (test mode) with the driver napplet of test_e2e_tinychat."""
+def shell(webgpu_session: Any, test_page: TestPage, base_url: str) -> Iterator[Shell]:
+    """The real shell (test mode) in the WebGPU browser, with the driver napplet.
+
+    WebGPU is needed because the provider refuses to start a model the
+    device cannot run, before any engine (real or double) is created.
+    """
+    page = webgpu_session.page
     page.set_default_timeout(STEP_TIMEOUT_MS)
-    yield Shell(page, base_url, test_page("driver.html", DRIVER_NAPPLET), request_log)
+    yield Shell(page, base_url, test_page("driver.html", DRIVER_NAPPLET), webgpu_session.log)
 
 
 def add_webllm_connection(shell: Shell, name: str, model: str) -> None:
@@ -170,11 +175,24 @@ def test_without_webgpu_webllm_models_are_listed_unavailable(
     )
     assert "builtin-tinychat" in offered
     assert not [c for c in offered if c.startswith("webllm-")]
+    page.click(".chooser-dialog button.candidate[data-candidate-id='builtin-tinychat']")
+    frame.wait_for_function("() => window.selected !== null", polling=POLL_MS)
+    # A model added by id is refused before WebLLM would fetch anything.
+    add_webllm_connection(shell, "Added WebLLM", "SmolLM2-360M-Instruct-q4f32_1-MLC")
+    choose_by_name(shell, frame, {}, "Added WebLLM")
+    view = shell.generate(frame, "added", {"messages": [user("Hello!")]})
+    assert view["error"]["code"] == "provider-error"
+    page.wait_for_function(
+        "[...document.querySelectorAll('#notice-list li')]"
+        ".some((li) => li.textContent.includes('WebGPU is not available'))"
+    )
+    assert not request_log.external()
 
 
 # --------------------------------------------------------------------------- the test double
 
 
+@pytest.mark.webgpu
 def test_webllm_mapping_streams_tools_json_and_usage(shell: Shell) -> None:
     frame = shell.open()
     shell.page.evaluate(WEBLLM_DOUBLE)
@@ -253,6 +271,7 @@ def test_webllm_mapping_streams_tools_json_and_usage(shell: Shell) -> None:
     assert plain["error"] is None and plain["result"]["finish"] == "stop"
 
 
+@pytest.mark.webgpu
 def test_webllm_cancel_interrupts_once_and_drains_the_stream(shell: Shell) -> None:
     frame = shell.open()
     shell.page.evaluate(WEBLLM_DOUBLE)

@@ -29,6 +29,7 @@ from napllm.providers.engines import (
     wasm_capabilities,
     wasm_chat_body,
     wasm_load_params,
+    webllm_blocker,
     webllm_capabilities,
     webllm_chat_body,
     webllm_connection,
@@ -238,6 +239,20 @@ def test_availability_checks_features_buffers_and_memory() -> None:
     assert "4876 MB" in (webllm_unavailable_reason(hermes, low_memory) or "")
     embed = record("snowflake-arctic-embed-s-q0f32-MLC-b4")
     assert "embedding" in (webllm_unavailable_reason(embed, F16_GPU) or "")
+
+
+def test_blocker_kinds_stop_a_model_before_any_download() -> None:
+    f16 = record("SmolLM2-360M-Instruct-q4f16_1-MLC")
+    f32 = record("SmolLM2-360M-Instruct-q4f32_1-MLC")
+    assert webllm_blocker(f32, GpuReport()) == "webgpu"
+    assert webllm_blocker(None, GpuReport()) == "webgpu"
+    assert webllm_blocker(f16, SWIFTSHADER) == "feature"
+    assert webllm_blocker(f32, SWIFTSHADER) is None
+    assert webllm_blocker(None, SWIFTSHADER) is None  # not in the catalogue: WebLLM decides
+    tiny = GpuReport(adapter=True, max_buffer_size=2**20, max_storage_buffer_binding_size=2**20)
+    assert webllm_blocker(f32, tiny) == "device"
+    for kind in ("webgpu", "feature", "device"):
+        assert kind in ENGINE_HINTS
 
 
 def test_capabilities_per_model() -> None:

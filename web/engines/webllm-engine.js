@@ -184,7 +184,7 @@ export async function ensureEngine(modelId, connectionId, label) {
           /* already gone */
         }
       }
-      notice(`Loading ${label} on this device…`, connectionId);
+      notice(`Loading the model of ${label}…`, connectionId);
       progress(connectionId, `Loading ${label}`, 0);
       try {
         entry.engine = await createEngine(modelId, connectionId, String(label));

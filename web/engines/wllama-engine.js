@@ -87,7 +87,7 @@ async function load(url, params, connectionId, label) {
   const wllama = new Wllama(wasmPaths, { logger: quietLogger, suppressNativeLog: true });
   let stage = "download";
   let lastReport = 0;
-  notice("info", `Loading ${label} on this device…`, connectionId);
+  notice("info", `Loading the model of ${label}…`, connectionId);
   progress(connectionId, `Downloading ${label}`, 0);
   try {
     await wllama.loadModelFromUrl(absolute.href, {

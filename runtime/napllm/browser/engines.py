@@ -45,6 +45,7 @@ from ..providers.engines import (
     wasm_capabilities,
     wasm_chat_body,
     wasm_load_params,
+    webllm_blocker,
     webllm_capabilities,
     webllm_chat_body,
     webllm_connection,
@@ -217,8 +218,9 @@ class WebLLMProvider:
 
     async def _respond(self, request: LmspRequest) -> AsyncIterator[LmspEvent]:
         connection = self._connection
-        if not connection.available:
-            raise engine_failure("webgpu", "webllm")
+        blocker = self._engine.blocker(connection.model)
+        if blocker is not None:
+            raise engine_failure(blocker, "webllm")
         api = await import_module(WEBLLM_MODULE)
         try:
             text = await api.ensureEngine(connection.model, connection.id, connection.name)
@@ -278,6 +280,10 @@ class WebLLMEngine:
             webllm_connection(r, self.gpu, self._function_calling, cached=r.model_id in cached)
             for r in webllm_recommended(records, self.gpu)
         ]
+
+    def blocker(self, model: str) -> str | None:
+        """Why `model` cannot start on this device (an engine error kind), or `None`."""
+        return webllm_blocker(self._records.get(model), self.gpu)
 
     def capabilities_for(self, model: str, settings: dict[str, Any]) -> Capabilities:
         """Capabilities of a prebuilt model id; `ValueError` for an unknown id."""

@@ -296,6 +296,23 @@ def webllm_unavailable_reason(record: WebLLMRecord, gpu: GpuReport) -> str | Non
     return None
 
 
+def webllm_blocker(record: WebLLMRecord | None, gpu: GpuReport) -> str | None:
+    """The engine error kind that stops `record` on `gpu` before any download.
+
+    `webgpu` without an adapter, `feature` for a missing WebGPU feature,
+    `device` when buffers or memory fall short, `None` when it may run. An
+    id without a record (not in WebLLM's catalogue) is judged by the adapter
+    alone.
+    """
+    if not gpu.adapter:
+        return "webgpu"
+    if record is None or webllm_unavailable_reason(record, gpu) is None:
+        return None
+    if any(f not in gpu.features for f in record.required_features):
+        return "feature"
+    return "device"
+
+
 def webllm_capabilities(record: WebLLMRecord, function_calling_ids: Iterable[str]) -> Capabilities:
     """Capabilities of one WebLLM model (module rules)."""
     tools = record.model_id in set(function_calling_ids)
@@ -384,6 +401,7 @@ ENGINE_HINTS: dict[str, str] = {
     "load": "The model file could not be loaded; it may be corrupt or not a GGUF model.",
     "webgpu": "WebGPU is not available in this browser, so this model cannot run here.",
     "feature": "This GPU lacks a WebGPU feature the model needs (shader-f16).",
+    "device": "This model needs more GPU memory or buffer space than this device offers.",
     "network": (
         "The model could not be fetched; a WebLLM model needs its model host "
         "(or weights already in the browser cache)."
