@@ -1,0 +1,425 @@
+"""Benchmarks of the napllm shell: boot, bytes, per-generate overhead, relay rate, concurrency.
+
+Usage: ``python bench/bench_shell.py [--runs 3] [--only a,b,c,d,e]``. Builds dist/
+when it is missing, serves it on 127.0.0.1 with build.py's handler (COOP/COEP)
+and drives Debian's Chromium; nothing leaves the machine. Prints one table
+per benchmark:
+
+a. time to "shell ready" (the runtime attached, ``body[data-boot=ready]``),
+   cold (a fresh profile) and warm (a reload in the same profile: HTTP cache,
+   and for the shell its service worker), against a bare page that loads
+   Pyodide + pydantic and validates one model, in the same run (goal: shell
+   <= 1.3x bare);
+b. bytes of a first visit: until the shell is ready, and until the service
+   worker has precached everything for offline use; raw and gzip-6 (goal:
+   <= 9 MB compressed for the boot);
+c. shell overhead per ``generate`` under CPython: the shell (envelope
+   parsing, handles, consent port, translation, delta stream, terminal) with
+   a zero-latency fixture provider vs iterating the provider directly;
+d. delta relay rate: one generation of many small text deltas from the
+   fixture provider to one probe napplet in the real page; the napplet's
+   text is compared with what was sent (nothing lost), the rate is provider
+   deltas per second end to end (goal >= 5,000/s);
+e. 50 concurrent generations spread over 10 napplets (50 deltas each):
+   wall time until every napplet has every terminal result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import gzip
+import importlib.util
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from playwright.sync_api import sync_playwright
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [
+    str(ROOT / "runtime"),
+    str(ROOT / "tests" / "unit"),
+    str(ROOT / "tests" / "browser"),
+]
+CHROMIUM = os.environ.get("NAPLLM_CHROMIUM", "/usr/bin/chromium")
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+]
+BENCH = "_bench"
+TEST = "_test"
+TIMEOUT_MS = 180_000
+
+#: The bare page of benchmark (a): Pyodide + pydantic, one model validated.
+BARE_PAGE = """<!doctype html><meta charset="utf-8"><title>bare</title>
+<script type="module">
+import { loadPyodide } from '../pyodide/pyodide.mjs';
+const py = await loadPyodide({ indexURL: new URL('../pyodide/', location.href).href });
+await py.loadPackage('pydantic', { messageCallback: () => {} });
+await py.runPythonAsync(`
+from pydantic import BaseModel
+class M(BaseModel):
+    a: int
+    b: list[str]
+M.model_validate({"a": 1, "b": ["x"]})
+`);
+document.body.dataset.boot = 'ready';
+</script><body></body>"""
+
+#: Records when body[data-boot] becomes "ready" (before any page script runs).
+READY_PROBE = """
+new MutationObserver((_, obs) => {
+  if (document.body && document.body.dataset.boot === 'ready' && !window.__readyAt) {
+    window.__readyAt = performance.now();
+    obs.disconnect();
+  }
+}).observe(document, { subtree: true, attributes: true, attributeFilter: ['data-boot'] });
+"""
+
+
+def load_build() -> ModuleType:
+    """Import the repository's build.py under the name the tests use."""
+    spec = importlib.util.spec_from_file_location("napllm_build", ROOT / "build.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def stats(values: list[float]) -> str:
+    """Median with the range, e.g. ``2900 (2600-3500)``."""
+    return f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
+
+
+class Server:
+    """dist/ on 127.0.0.1 with overlays; records every file it sends."""
+
+    def __init__(self, build: ModuleType, overlays: dict[str, Path]) -> None:
+        self.sent: list[Path] = []
+        sent = self.sent
+
+        def log_request(handler: Any, code: Any = "-", size: Any = "-") -> None:
+            if str(code) == "200":
+                path = Path(handler.translate_path(handler.path.split("?")[0]))
+                if path.is_dir():
+                    path = path / "index.html"
+                sent.append(path)
+
+        extra = {prefix: str(folder) for prefix, folder in overlays.items()}
+        handler = type(
+            "Handler",
+            (build.DistRequestHandler,),
+            {"quiet": True, "overlays": extra, "log_request": log_request},
+        )
+        self.httpd = build.DistServer(
+            ("127.0.0.1", 0), functools.partial(handler, directory=str(build.DIST))
+        )
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def ready_ms(page: Any) -> float:
+    page.wait_for_function("() => window.__readyAt !== undefined", timeout=TIMEOUT_MS)
+    return float(page.evaluate("window.__readyAt"))
+
+
+def boot_times(browser_type: Any, url: str, runs: int) -> tuple[list[float], list[float]]:
+    """Cold (fresh profile) and warm (reload, same profile) ms to ready, `runs` each."""
+    cold: list[float] = []
+    warm: list[float] = []
+    for _ in range(runs):
+        profile = tempfile.mkdtemp(prefix="napllm-bench-profile-")
+        context = browser_type.launch_persistent_context(
+            profile, executable_path=CHROMIUM, args=ARGS
+        )
+        try:
+            context.add_init_script(READY_PROBE)
+            page = context.new_page()
+            page.goto(url)
+            cold.append(ready_ms(page))
+            if "index.html" in url:  # let the service worker finish precaching
+                page.wait_for_function(
+                    "() => document.body.dataset.offline === 'ready'", timeout=TIMEOUT_MS
+                )
+            page.reload()
+            warm.append(ready_ms(page))
+        finally:
+            context.close()
+            shutil.rmtree(profile, ignore_errors=True)
+    return cold, warm
+
+
+def bench_boot(browser_type: Any, server: Server, runs: int) -> None:
+    shell_cold, shell_warm = boot_times(browser_type, server.url + "index.html", runs)
+    bare_cold, bare_warm = boot_times(browser_type, server.url + f"{BENCH}/bare.html", runs)
+    print(f"\n(a) time to ready, ms from navigation start, median (min-max) of {runs}")
+    print(f"{'page':<34}{'cold':>22}{'warm (reload)':>22}")
+    print(f"{'bare Pyodide + pydantic':<34}{stats(bare_cold):>22}{stats(bare_warm):>22}")
+    print(f"{'napllm shell (runtime attached)':<34}{stats(shell_cold):>22}{stats(shell_warm):>22}")
+    ratio_cold = statistics.median(shell_cold) / statistics.median(bare_cold)
+    ratio_warm = statistics.median(shell_warm) / statistics.median(bare_warm)
+    print(f"{'shell / bare':<34}{ratio_cold:>21.2f}x{ratio_warm:>21.2f}x   (goal <= 1.3x)")
+
+
+def sizes(paths: list[Path]) -> tuple[int, int]:
+    raw = sum(p.stat().st_size for p in paths)
+    packed = sum(len(gzip.compress(p.read_bytes(), 6)) for p in paths)
+    return raw, packed
+
+
+def first_visit(browser_type: Any, server: Server, offline: bool) -> list[Path]:
+    """Files sent for one first visit: until ready, or (with the service worker)
+    until the offline precache is complete."""
+    profile = tempfile.mkdtemp(prefix="napllm-bench-profile-")
+    context = browser_type.launch_persistent_context(
+        profile,
+        executable_path=CHROMIUM,
+        args=ARGS,
+        service_workers="allow" if offline else "block",
+    )
+    try:
+        context.add_init_script(READY_PROBE)
+        page = context.new_page()
+        server.sent.clear()
+        page.goto(server.url + "index.html")
+        ready_ms(page)
+        if offline:
+            page.wait_for_function(
+                "() => document.body.dataset.offline === 'ready'", timeout=TIMEOUT_MS
+            )
+        else:
+            page.wait_for_timeout(1000)  # late requests of the boot
+        return list(server.sent)
+    finally:
+        context.close()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def bench_bytes(browser_type: Any, server: Server) -> None:
+    boot = first_visit(browser_type, server, offline=False)
+    everything = first_visit(browser_type, server, offline=True)
+    print("\n(b) bytes of a first visit (files sent by the server; gzip level 6)")
+    print(f"{'visit':<52}{'files':>7}{'raw MB':>10}{'gzip MB':>10}")
+    for label, paths in (
+        ("boot only, until the shell is ready (no worker)", boot),
+        ("boot + offline precache (service worker)", everything),
+    ):
+        raw, packed = sizes(paths)
+        print(f"{label:<52}{len(paths):>7}{raw / 1e6:>10.2f}{packed / 1e6:>10.2f}")
+    print("goal: <= 9 MB compressed for the boot")
+    print("largest files of the boot:")
+    for path in sorted(set(boot), key=lambda p: -p.stat().st_size)[:8]:
+        raw, packed = sizes([path])
+        rel = path.relative_to(ROOT / "dist") if path.is_relative_to(ROOT / "dist") else path
+        print(f"  {rel!s:<50}{'':>7}{raw / 1e6:>10.2f}{packed / 1e6:>10.2f}")
+
+
+def bench_overhead(count: int) -> None:
+    from harness import Harness, generate, user
+
+    from napllm.lmsp import LmspRequest
+    from napllm.providers.fixture import FixtureProvider, text_script
+
+    async def through_shell() -> float:
+        h = Harness()
+        fx = h.connect()
+        fx.default = lambda request: text_script(["Hello", "!"])
+        ep = h.endpoint()
+        handle = await h.select(ep)
+        for i in range(50):  # warm-up
+            h.send(ep, generate(f"w{i}", handle))
+        await h.settle()
+        started = time.perf_counter()
+        for i in range(count):
+            h.send(ep, generate(f"g{i}", handle, [user("Hi")]))
+            await h.settle()
+        elapsed = time.perf_counter() - started
+        assert len(h.results(ep)) == count + 51
+        return elapsed / count
+
+    async def direct() -> float:
+        provider = FixtureProvider(default=lambda request: text_script(["Hello", "!"]))
+        request = LmspRequest.model_validate(
+            {
+                "model": "fixture-model",
+                "input": [
+                    {
+                        "type": "message",
+                        "role": "user",
+                        "content": [{"type": "input_text", "text": "Hi"}],
+                    }
+                ],
+            }
+        )
+        started = time.perf_counter()
+        for _ in range(count):
+            async for _event in provider.respond(request):
+                pass
+        return (time.perf_counter() - started) / count
+
+    shell_s = asyncio.run(through_shell())
+    direct_s = asyncio.run(direct())
+    print(f"\n(c) per-generate cost under CPython, {count} sequential generations (µs each)")
+    print(f"{'path':<52}{'µs':>10}")
+    print(f"{'provider called directly (LMSP events iterated)':<52}{direct_s * 1e6:>10.0f}")
+    print(f"{'through the shell (envelope in -> result out)':<52}{shell_s * 1e6:>10.0f}")
+    print(f"{'shell overhead per generate':<52}{(shell_s - direct_s) * 1e6:>10.0f}")
+
+
+def boot_test_shell(browser: Any, server: Server, pages: Path) -> Any:
+    from shellpage import ShellPage, install_napplets
+
+    page = browser.new_context().new_page()
+    shell = ShellPage(page, server.url, install_napplets(pages, server.url))
+    page.set_default_timeout(TIMEOUT_MS)
+    shell.boot()
+    page.set_default_timeout(TIMEOUT_MS)
+    return shell
+
+
+def bench_relay(browser: Any, server: Server, pages: Path, deltas: int) -> None:
+    from shellpage import deltas_of
+
+    from napllm.providers.fixture import completed, text_events
+
+    shell = boot_test_shell(browser, server, pages)
+    app = shell.open_napplet()
+    handle = app.select("Fixture (all capabilities)")
+    # Warm-up, and the standing permission so the timed run has no dialog.
+    shell.queue("fx-full", [*text_events(["a", "b"]), completed()])
+    app.post({"type": "llm.generate", "id": "warm", "request": _request(handle)})
+    shell.remember()
+    app.wait_for("warm")
+    chunks = [f"{i % 10}" for i in range(deltas)]
+    shell.queue("fx-full", [*text_events(chunks), completed()])
+    app.evaluate("() => { window.probe.received.length = 0; }")
+    started = time.perf_counter()
+    app.post({"type": "llm.generate", "id": "relay", "request": _request(handle)})
+    app.wait_for("relay", timeout_ms=TIMEOUT_MS)
+    elapsed = time.perf_counter() - started
+    envelopes = app.envelopes()
+    got = deltas_of(envelopes, "relay")
+    text = "".join(d.get("text", "") for d in got if d["event"] == "delta")
+    assert text == "".join(chunks), "deltas were lost or changed"
+    shell.page.context.close()
+    print(f"\n(d) delta relay to one napplet, {deltas} provider text deltas of 1 character")
+    print(f"{'measure':<48}{'value':>14}")
+    print(f"{'wall time, post -> terminal in the napplet (s)':<48}{elapsed:>14.2f}")
+    print(f"{'provider deltas relayed per second':<48}{deltas / elapsed:>14.0f}   (goal >= 5,000)")
+    print(f"{'llm.delta envelopes received (coalesced)':<48}{len(got):>14}")
+    print(f"{'text received == text sent':<48}{'yes':>14}")
+
+
+def _request(handle: str) -> dict[str, Any]:
+    return {
+        "handle": handle,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
+    }
+
+
+def bench_concurrent(browser: Any, server: Server, pages: Path, napplets: int, total: int) -> None:
+    from shellpage import check_generation
+
+    from napllm.providers.fixture import completed, text_events
+
+    shell = boot_test_shell(browser, server, pages)
+    apps = []
+    handles = []
+    for i in range(napplets):
+        app = shell.open_napplet()
+        handles.append(app.select("Fixture (all capabilities)", rid=f"s{i}"))
+        shell.queue("fx-full", [*text_events(["a"]), completed()])
+        app.post({"type": "llm.generate", "id": f"warm{i}", "request": _request(handles[i])})
+        if i == 0:
+            shell.remember()
+        app.wait_for(f"warm{i}")
+        apps.append(app)
+    for _ in range(total):
+        shell.queue("fx-full", [*text_events([f"w{k} " for k in range(50)]), completed()])
+    started = time.perf_counter()
+    for n in range(total):
+        i = n % napplets
+        apps[i].post({"type": "llm.generate", "id": f"c{n}", "request": _request(handles[i])})
+    for i, app in enumerate(apps):
+        ids = [f"c{n}" for n in range(total) if n % napplets == i]
+        app.frame.wait_for_function(
+            "(ids) => { const done = new Set(window.probe.envelopes()"
+            ".filter((e) => e && e.type === 'llm.generate.result').map((e) => e.id));"
+            " return ids.every((id) => done.has(id)); }",
+            arg=ids,
+            timeout=TIMEOUT_MS,
+            polling=10,
+        )
+    elapsed = time.perf_counter() - started
+    ok = 0
+    for i, app in enumerate(apps):
+        envelopes = app.envelopes()
+        for n in range(i, total, napplets):
+            result = check_generation(envelopes, f"c{n}")
+            ok += "result" in result
+    shell.page.context.close()
+    print(f"\n(e) {total} concurrent generations over {napplets} napplets, 50 deltas each")
+    print(f"{'measure':<44}{'value':>12}")
+    print(f"{'wall time until every terminal (s)':<44}{elapsed:>12.2f}")
+    print(f"{'generations per second':<44}{total / elapsed:>12.1f}")
+    print(f"{'completed successfully':<44}{ok:>9}/{total}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--only", default="a,b,c,d,e")
+    ap.add_argument("--deltas", type=int, default=20_000)
+    a = ap.parse_args()
+    only = set(a.only.split(","))
+    build = load_build()
+    if build.dist_is_stale():
+        build.build()
+    if "c" in only:
+        bench_overhead(2_000)
+    pages = Path(tempfile.mkdtemp(prefix="napllm-bench-"))
+    (pages / "bare.html").write_text(BARE_PAGE)
+    tests = Path(tempfile.mkdtemp(prefix="napllm-bench-test-"))
+    server = Server(build, {f"/{BENCH}/": pages, f"/{TEST}/": tests})
+    try:
+        with sync_playwright() as p:
+            if "a" in only:
+                bench_boot(p.chromium, server, a.runs)
+            if "b" in only:
+                bench_bytes(p.chromium, server)
+            if only & {"d", "e"}:
+                browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+                if "d" in only:
+                    bench_relay(browser, server, tests, a.deltas)
+                if "e" in only:
+                    bench_concurrent(browser, server, tests, 10, 50)
+                browser.close()
+    finally:
+        server.close()
+        shutil.rmtree(pages, ignore_errors=True)
+        shutil.rmtree(tests, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
