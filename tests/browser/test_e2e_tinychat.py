@@ -192,6 +192,18 @@ def test_chat_hello_streams_the_exact_answer(shell: Shell) -> None:
     text_deltas = [d for d in deltas if d["event"] == "delta"]
     assert len(text_deltas) > 1  # streamed token by token, not in one piece
     assert result["usage"]["outputTokens"] > 0 and result["usage"]["inputTokens"] > 0
+    # The page heard that the model was loading (no progress hook: one notice).
+    assert any("Loading the model of TinyChat (on this device)" in n for n in shell.notices())
+    # dist/ is served with COOP/COEP, so llama.cpp runs with more than one thread.
+    isolated, cores = shell.page.evaluate("[crossOriginIsolated, navigator.hardwareConcurrency]")
+    loaded = json.loads(
+        shell.page.evaluate("import('./engines/wllama-engine.js').then((m) => m.loadedModels())")
+    )
+    assert [m["url"] for m in loaded] == ["models/tinychat/tiny-chat-q8_0.gguf"]
+    assert isolated is True
+    assert loaded[0]["threads"] == max(2, min(8, cores // 2))
+    assert loaded[0]["multithread"] is True
+    assert loaded[0]["nCtx"] == 512
 
 
 def test_json_format_returns_the_object(shell: Shell) -> None:
@@ -327,3 +339,25 @@ def test_corrupt_gguf_is_a_clear_error_and_the_shell_stays_usable(
     ok = shell.generate(frame, "ok", {"messages": [user("Hello!")], "temperature": 0})
     assert ok["error"] is None, ok
     assert text_of(ok["result"]) == "Hello! How can I help you today?"
+
+
+def test_without_cross_origin_isolation_llama_cpp_uses_one_thread(shell: Shell) -> None:
+    def without_isolation(route: Any) -> None:
+        response = route.fetch()
+        headers = {
+            k: v
+            for k, v in response.headers.items()
+            if k.lower() not in ("cross-origin-opener-policy", "cross-origin-embedder-policy")
+        }
+        route.fulfill(response=response, headers=headers)
+
+    shell.page.route("**/index.html?*", without_isolation)
+    frame = shell.open()
+    assert shell.page.evaluate("crossOriginIsolated") is False
+    shell.choose(frame, {})
+    view = shell.generate(frame, "hello", {"messages": [user("Hello!")], "temperature": 0})
+    assert text_of(view["result"]) == "Hello! How can I help you today?"
+    loaded = json.loads(
+        shell.page.evaluate("import('./engines/wllama-engine.js').then((m) => m.loadedModels())")
+    )
+    assert loaded[0]["threads"] == 1 and loaded[0]["multithread"] is False

@@ -150,6 +150,7 @@ export async function ensureModel(key, url, paramsJson, connectionId, label) {
     entry = { wllama: null, promise: null };
     entry.promise = load(String(url), JSON.parse(String(paramsJson)), connectionId, label).then(
       (result) => {
+        entry.info = { url: String(url), ...result.info };
         if (result.wllama) entry.wllama = result.wllama;
         else if (models.get(key) === entry) models.delete(key);
         return result.info;
@@ -164,6 +165,11 @@ export async function ensureModel(key, url, paramsJson, connectionId, label) {
 export function isLoaded(key) {
   const entry = models.get(String(key));
   return Boolean(entry && entry.wllama);
+}
+
+/** JSON text: the loaded models with their threads and context (for the shell UI and tests). */
+export function loadedModels() {
+  return JSON.stringify([...models.values()].filter((e) => e.wllama).map((e) => e.info));
 }
 
 /** Unload the model of `key` (frees its worker and memory). */
