@@ -338,13 +338,13 @@ class Napplet:
 
     def reload(self) -> Frame:
         """The tab's Reload button: a fresh frame (a new endpoint)."""
-        old = self.frame
+        old = self.frame.frame_element()  # before the click: the element goes away
         self.show()
         self.press(self.toolbar("reload"))
         self.page.wait_for_function(
             "([sel, old]) => { const f = document.querySelector(sel);"
             " return f && f !== old && f.srcdoc.length > 0; }",
-            arg=[self.iframe_selector, old.frame_element()],
+            arg=[self.iframe_selector, old],
         )
         return self.wait_ready()
 
