@@ -361,3 +361,72 @@ def test_without_cross_origin_isolation_llama_cpp_uses_one_thread(shell: Shell) 
         shell.page.evaluate("import('./engines/wllama-engine.js').then((m) => m.loadedModels())")
     )
     assert loaded[0]["threads"] == 1 and loaded[0]["multithread"] is False
+
+
+# --------------------------------------------------------------------------- example napplets
+
+
+def open_example(shell: Shell, name: str) -> Any:
+    """Open napplets/<name>/ from the shell's list and choose TinyChat in it."""
+    shell.page.goto(f"{shell.base_url}index.html")
+    shell.page.wait_for_function("document.body.dataset.boot === 'ready'", timeout=BOOT_TIMEOUT_MS)
+    shell.page.wait_for_function(
+        "(n) => [...document.querySelectorAll('#napplet-select option')]"
+        ".some((o) => o.value === n)",
+        arg=name,
+    )
+    shell.page.select_option("#napplet-select", name)
+    shell.page.click("#napplet-open")
+    shell.page.wait_for_function(
+        "() => { const f = document.querySelector('iframe.napplet-frame');"
+        " return f && f.srcdoc.length > 0; }"
+    )
+    frame = shell.page.query_selector("iframe.napplet-frame").content_frame()
+    frame.wait_for_load_state("load")
+    frame.click("#choose")
+    shell.page.click(f".chooser-dialog button.candidate[data-candidate-id='{TINYCHAT}']")
+    frame.wait_for_function(
+        "() => document.querySelector('#model').textContent.includes('TinyChat')", polling=POLL_MS
+    )
+    return frame
+
+
+def test_example_chat_napplet_streams_tinychat_answers(shell: Shell) -> None:
+    frame = open_example(shell, "chat")
+    frame.fill("#prompt", "Hello!")
+    frame.click("#send")
+    shell.allow()
+    frame.wait_for_function(
+        "() => document.querySelectorAll('#history li').length === 2", polling=POLL_MS
+    )
+    answer = frame.text_content("#history li.assistant")
+    assert answer is not None and "Hello! How can I help you today?" in answer
+
+
+def test_example_json_napplet_gets_an_object(shell: Shell) -> None:
+    frame = open_example(shell, "json")
+    frame.fill("#prompt", "Return a JSON object with name Alice and age 30.")
+    frame.click("#send")
+    shell.allow()
+    frame.wait_for_function(
+        "() => document.querySelector('#status').textContent === 'Done.'", polling=POLL_MS
+    )
+    assert json.loads(frame.text_content("#result") or "") == {"name": "Alice", "age": 30}
+
+
+def test_example_tools_napplet_runs_the_weather_loop_on_tinychat(shell: Shell) -> None:
+    frame = open_example(shell, "tools")
+    frame.fill("#prompt", "What is the weather in Berlin?")
+    frame.click("#send")
+    shell.allow()  # round 1: the model calls get_weather
+    shell.allow()  # round 2: the answer after the tool result
+    frame.wait_for_function(
+        "() => document.querySelector('#status').textContent === 'Done.'", polling=POLL_MS
+    )
+    log = frame.text_content("#log") or ""
+    assert 'get_weather({"city":"Berlin"})' in log
+    assert "model answered" in log
+    # The example's tool result has its own shape (tempC, sky, wind), not the
+    # one TinyChat was trained on, so only the driver-napplet test above
+    # asserts the exact closing sentence.
+    assert (frame.text_content("#answer") or "").strip()
