@@ -104,10 +104,29 @@ class Connection(BaseModel):
         }
 
     def public_summary(self) -> dict[str, Any]:
-        """What the shell's own UI may show: everything but the credential."""
-        data = self.model_dump(mode="json", exclude={"credential"}, by_alias=True)
-        data["hasCredential"] = self.credential is not None
-        return data
+        """What the shell's own UI may show (camelCase): everything but the credential."""
+        caps = self.capabilities
+        return {
+            "id": self.id,
+            "name": self.name,
+            "kind": self.kind,
+            "model": self.model,
+            "route": self.route,
+            "capabilities": {
+                "images": caps.images,
+                "imagesInToolResults": caps.images_in_tool_results,
+                "json": caps.json_output,
+                "tools": caps.tools,
+                "toolChoiceModes": list(caps.tool_choice_modes),
+                "temperature": list(caps.temperature) if caps.temperature else None,
+            },
+            "charges": self.charges,
+            "settings": dict(self.settings),
+            "hasCredential": self.credential is not None,
+            "available": self.available,
+            "unavailableReason": self.unavailable_reason,
+            "revision": self.revision,
+        }
 
 
 Listener = Callable[[str, Literal["added", "edited", "removed"]], None]

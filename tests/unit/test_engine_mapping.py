@@ -211,6 +211,10 @@ def test_gpu_report_without_adapter_or_malformed_means_no_webgpu() -> None:
         report = GpuReport.from_json(raw)
         assert report.adapter is False and report.reason == NO_WEBGPU
     assert SWIFTSHADER.fallback is True and "shader-f16" not in SWIFTSHADER.features
+    timeout = GpuReport.from_json({"adapter": False, "reason": "timeout"})
+    assert timeout.reason is not None and "did not answer" in timeout.reason
+    assert GpuReport.from_json({"adapter": False, "reason": "<b>x</b>"}).reason == NO_WEBGPU
+    assert "in this browser" in (GpuReport.from_json({"reason": "no-webgpu"}).reason or "")
 
 
 def test_availability_without_webgpu_gives_the_reason() -> None:
@@ -287,7 +291,7 @@ def test_webllm_connections_show_availability_and_rank() -> None:
     assert none.available is False and none.unavailable_reason == NO_WEBGPU
     assert none.settings["rank"] == 50
     assert none.route == "This browser -> WebLLM on WebGPU (this device)"
-    assert none.public_summary()["unavailable_reason"] == NO_WEBGPU
+    assert none.public_summary()["unavailableReason"] == NO_WEBGPU
     ready = webllm_connection(
         record("Hermes-3-Llama-3.1-8B-q4f16_1-MLC"), F16_GPU, FUNCTION_CALLING, cached=True
     )
