@@ -4,7 +4,8 @@
  *
  * Rules (DESIGN.md "The data path", provider kind `webllm`; pitfalls.md)
  * - `catalog()` reports, as JSON text, what WebGPU offers (`gpu`: adapter,
- *   features, buffer limits, fallback adapter, `navigator.deviceMemory`),
+ *   features, buffer limits, fallback adapter, `navigator.deviceMemory`, or
+ *   why there is no adapter: `no-webgpu`, `no-adapter`, `timeout`),
  *   WebLLM's prebuilt model records (`records`), its function-calling model
  *   ids and which recommended models are already in the browser cache. The
  *   Python side decides availability and capabilities from that data.
@@ -38,6 +39,9 @@ const RECOMMENDED_PREFIXES = [
   "Hermes-3-Llama-3.1-8B",
   "Phi-3.5-vision-instruct",
 ];
+
+/** How long GPU detection may take before WebGPU counts as unavailable. */
+const ADAPTER_TIMEOUT_MS = 3000;
 
 let webllmModule = null;
 async function webllm() {
@@ -79,15 +83,23 @@ function notice(text, connectionId) {
 
 async function probeGpu() {
   const memory = Number(navigator.deviceMemory) || null;
-  if (!navigator.gpu) return { adapter: false, reason: "This browser has no WebGPU.", deviceMemory: memory };
+  if (!navigator.gpu) return { adapter: false, reason: "no-webgpu", deviceMemory: memory };
   let adapter = null;
+  let timedOut = false;
   try {
-    adapter = await navigator.gpu.requestAdapter({ powerPreference: "high-performance" });
+    // Some drivers never answer; the shell must start anyway.
+    const timeout = new Promise((resolve) =>
+      setTimeout(() => {
+        timedOut = true;
+        resolve(null);
+      }, ADAPTER_TIMEOUT_MS),
+    );
+    adapter = await Promise.race([navigator.gpu.requestAdapter({ powerPreference: "high-performance" }), timeout]);
   } catch {
     adapter = null;
   }
   if (!adapter) {
-    return { adapter: false, reason: "WebGPU is enabled but no GPU adapter is available.", deviceMemory: memory };
+    return { adapter: false, reason: timedOut ? "timeout" : "no-adapter", deviceMemory: memory };
   }
   const info = adapter.info || {};
   return {

@@ -222,7 +222,8 @@ class WebLLMRecord:
 class GpuReport:
     """What the page learnt about WebGPU (see web/engines/webllm-engine.js `probe`).
 
-    `adapter`: an adapter was granted; `reason`: why not (text napllm wrote);
+    `adapter`: an adapter was granted; `reason`: why not (a sentence from
+    `NO_ADAPTER_REASONS`, chosen by the probe's reason code);
     `features`: adapter features; `max_buffer_size` and
     `max_storage_buffer_binding_size`: adapter limits in bytes;
     `fallback`: a software adapter (SwiftShader); `device_memory_gb`:
@@ -241,7 +242,9 @@ class GpuReport:
     def from_json(cls, raw: object) -> GpuReport:
         """Parse the probe's JSON; anything malformed reads as "no adapter"."""
         if not isinstance(raw, dict) or raw.get("adapter") is not True:
-            return cls(adapter=False, reason=NO_WEBGPU)
+            code = raw.get("reason") if isinstance(raw, dict) else None
+            reason = NO_ADAPTER_REASONS.get(code, NO_WEBGPU) if isinstance(code, str) else NO_WEBGPU
+            return cls(adapter=False, reason=reason)
 
         def count(key: str) -> int:
             value = raw.get(key)
@@ -266,6 +269,12 @@ class GpuReport:
 
 
 NO_WEBGPU = "WebGPU is not available in this browser (no GPU adapter)."
+#: The probe's reason codes (web/engines/webllm-engine.js) -> user-facing text.
+NO_ADAPTER_REASONS: dict[str, str] = {
+    "no-webgpu": "WebGPU is not available in this browser.",
+    "no-adapter": NO_WEBGPU,
+    "timeout": "WebGPU is not available: GPU detection did not answer in time.",
+}
 
 
 def webllm_unavailable_reason(record: WebLLMRecord, gpu: GpuReport) -> str | None:
