@@ -14,6 +14,8 @@
  *   Delete button each) and the built-in TinyChat (part of the app's
  *   precache, removed only with the app). The total is
  *   `navigator.storage.estimate()` for the whole origin.
+ * - The worker is registered once the shell has booted, so a first visit's
+ *   precache download does not slow the boot down.
  * - `document.body.dataset.offline` says where offline support stands:
  *   "unsupported", "installing", "ready" (the worker controls the page, so
  *   every precached file is stored) or "failed".
@@ -26,6 +28,7 @@ import { Workbox } from "../vendor/workbox-window/workbox-window.prod.mjs";
 export const MODEL_CACHE = "napllm-models";
 const PRECACHE_PREFIX = "workbox-precache";
 const REFRESH_MS = 10_000;
+const BOOT_WAIT_MS = 60_000;
 
 function el(tag, props = {}, ...children) {
   const node = document.createElement(tag);
@@ -215,6 +218,31 @@ function showUpdateBanner(onReload) {
 
 // ---------------------------------------------------------------- start
 
+/**
+ * Resolves once the shell has booted (or failed to), at the latest after
+ * `BOOT_WAIT_MS`: on a first visit the precache download would otherwise
+ * compete with the boot for the network and the CPU.
+ */
+function afterBoot() {
+  const done = () => ["ready", "failed"].includes(document.body.dataset.boot);
+  return new Promise((resolve) => {
+    if (done()) {
+      resolve();
+      return;
+    }
+    const finish = () => {
+      observer.disconnect();
+      clearTimeout(timer);
+      resolve();
+    };
+    const observer = new MutationObserver(() => {
+      if (done()) finish();
+    });
+    const timer = setTimeout(finish, BOOT_WAIT_MS);
+    observer.observe(document.body, { attributes: true, attributeFilter: ["data-boot"] });
+  });
+}
+
 function start() {
   const side = document.querySelector("aside.side") || document.body;
   const storage = new StorageSection(side);
@@ -258,7 +286,8 @@ function start() {
   };
   navigator.serviceWorker.addEventListener("controllerchange", markReady);
   setState("installing", "Storing the shell for offline use…");
-  wb.register()
+  afterBoot()
+    .then(() => wb.register())
     .then(() => {
       markReady();
     })
