@@ -129,7 +129,15 @@ def test_tinychat_connection_is_offline_and_honest() -> None:
 
 @pytest.mark.parametrize(
     ("isolated", "cores", "threads"),
-    [(False, 16, 1), (False, 1, 1), (True, 1, 2), (True, 4, 2), (True, 12, 6), (True, 64, 8)],
+    [
+        (False, 16, 1),
+        (False, 1, 1),
+        (True, 1, 1),
+        (True, 2, 1),
+        (True, 4, 2),
+        (True, 12, 6),
+        (True, 64, 8),
+    ],
 )
 def test_threads_follow_cross_origin_isolation(isolated: bool, cores: int, threads: int) -> None:
     assert wllama_threads(isolated, cores) == threads

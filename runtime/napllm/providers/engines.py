@@ -18,7 +18,7 @@ Rules (wasm / wllama)
 - Temperature 0 means greedy decoding: `top_k: 1` is sent along, so the
   answer does not depend on how the sampler treats a zero temperature.
 - Threads: 1 without cross-origin isolation (no `SharedArrayBuffer`), half
-  the logical cores (2 to 8) with it. No GPU layers (`n_gpu_layers: 0`):
+  the logical cores (at most 8) with it. No GPU layers (`n_gpu_layers: 0`):
   wllama's WebGPU start-up aborts on adapters without `shader-f16`.
 
 Rules (webllm)
@@ -82,11 +82,14 @@ def wllama_threads(cross_origin_isolated: bool, hardware_concurrency: int) -> in
     """llama.cpp threads for wllama: 1 without cross-origin isolation.
 
     With isolation (COOP/COEP, so `SharedArrayBuffer` exists) half the
-    logical cores, at least 2 and at most 8.
+    logical cores, at most 8: 2 or more from 4 cores up. Below 4 cores it
+    stays 1, because the page's own thread (Pyodide, the runtime) needs a
+    core too: on 2 cores, 2 llama.cpp threads made TinyChat slower, not
+    faster (bench/bench_wasm.py).
     """
     if not cross_origin_isolated:
         return 1
-    return max(2, min(8, hardware_concurrency // 2))
+    return max(1, min(8, hardware_concurrency // 2))
 
 
 def wasm_load_params(
