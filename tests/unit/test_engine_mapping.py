@@ -436,3 +436,16 @@ def test_webllm_tool_stream_drops_raw_call_text() -> None:
     calls = [e.data["item"] for e in events if e.event == "response.output_item.done"]
     assert [c["name"] for c in calls] == ["get_weather"]
     assert calls[0]["call_id"]  # synthesised: WebLLM gives none
+
+
+def test_webllm_tool_finish_without_a_call_keeps_the_text() -> None:
+    # WebLLM labels a plain answer `tool_calls` whenever tools were offered
+    # (pitfalls.md): the withheld text is the answer, and the response completes.
+    events = run(
+        [chunk({"content": "It is "}), chunk({"content": "sunny."}, "tool_calls")],
+        tool_text_in_content=True,
+    )
+    text = "".join(e.data["delta"] for e in events if e.event == "response.output_text.delta")
+    assert text == "It is sunny."
+    assert not [e for e in events if e.event == "response.function_call_arguments.delta"]
+    assert events[-1].event == "response.completed"
