@@ -4,6 +4,8 @@ Rules
 - Each block has one `start`, zero or more `delta` events and one `end`, in
   that order; `blockIndex` and the block kind never change; a toolCall
   `start` carries `toolCallId` and `name`.
+- A block's `start` waits (at most one interval) to travel with its first
+  fragment, so coalescing never delays the first text.
 - `sequence` is contiguous from 0 for the generation. Numbers are assigned
   when an envelope is *sent*, so coalescing never leaves a gap.
 - Deltas are optional and postMessage has no backpressure, so pending
@@ -28,9 +30,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
-
-from .records import Delta
-from .wire import delta_envelope
 
 BlockKind = Literal["text", "thinking", "toolCall"]
 
@@ -92,7 +91,12 @@ class DeltaStream:
             raise RuntimeError("toolCall blocks start with an id and a name, others without")
         index = len(self._blocks)
         self._blocks.append(_Block(kind))
-        self._queue(_Pending("start", kind, index, tool_call_id=tool_call_id, name=name))
+        # A start waits (at most one interval) for its first fragment, so the
+        # first text reaches the napplet with its start instead of one
+        # interval later.
+        self._queue(
+            _Pending("start", kind, index, tool_call_id=tool_call_id, name=name), urgent=False
+        )
         return index
 
     def append(self, index: int, text: str) -> None:
@@ -139,24 +143,30 @@ class DeltaStream:
 
     # -- delivery ------------------------------------------------------------
 
-    def _queue(self, item: _Pending) -> None:
+    def _queue(self, item: _Pending, *, urgent: bool = True) -> None:
         if self._closed:
             raise RuntimeError("delta stream closed")
         self._pending.append(item)
-        self._maybe_flush()
+        self._maybe_flush(urgent)
 
-    def _maybe_flush(self) -> None:
+    def _maybe_flush(self, urgent: bool = True) -> None:
         now = self._monotonic()
-        if self._last_flush is None or now - self._last_flush >= self._interval:
+        due = self._last_flush is None or now - self._last_flush >= self._interval
+        if self._interval == 0 or (due and urgent):
             self.flush()
-        elif self._timer is None:
+            return
+        if self._timer is not None:
+            return
+        if due or self._last_flush is None:
+            delay = self._interval  # a lone start waits one interval for its fragment
+        else:
             delay = self._interval - (now - self._last_flush)
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                self.flush()
-                return
-            self._timer = loop.call_later(delay, self._on_timer)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        self._timer = loop.call_later(delay, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -165,23 +175,31 @@ class DeltaStream:
 
     def flush(self) -> None:
         """Send everything pending now, numbering envelopes contiguously."""
-        if self._closed:
+        if self._closed or not self._pending:
             return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         pending, self._pending = self._pending, []
         self._last_flush = self._monotonic()
         for item in pending:
-            delta = Delta(
-                requestId=self.request_id,
-                sequence=self._sequence,
-                event=item.event,
-                block=item.block,
-                blockIndex=item.index,
-                text=item.text,
-                toolCallId=item.tool_call_id,
-                name=item.name,
-            )
+            # Built as a dict on this hot path (one per streamed fragment); the
+            # shape is exactly `records.Delta`'s, which tests check against it.
+            envelope: dict[str, Any] = {
+                "type": "llm.delta",
+                "requestId": self.request_id,
+                "sequence": self._sequence,
+                "event": item.event,
+                "block": item.block,
+                "blockIndex": item.index,
+            }
+            if item.event == "delta":
+                envelope["text"] = item.text
+            elif item.event == "start" and item.block == "toolCall":
+                envelope["toolCallId"] = item.tool_call_id
+                envelope["name"] = item.name
             self._sequence += 1
-            self._send(delta_envelope(delta))
+            self._send(envelope)
 
     def finish(self) -> None:
         """Flush and close: call right before a successful terminal result."""
