@@ -910,11 +910,11 @@ async def test_credentials_and_private_ids_stay_in_the_shell() -> None:
 
 async def test_handles_are_opaque_and_unique() -> None:
     h = Harness()
-    h.connect()
+    h.connect("private-connection-id")
     ep = h.endpoint()
     handles = {await h.select(ep, rid=f"s{i}") for i in range(20)}
     assert len(handles) == 20
-    assert all(len(x) > 20 and "fx" not in x.removeprefix("h-") for x in handles)
+    assert all(len(x) > 20 and "private-connection-id" not in x for x in handles)
 
 
 async def test_requests_bound_to_endpoint_and_identity() -> None:
