@@ -121,6 +121,10 @@ const napllmHost = Object.freeze({
     }
     notices.show(value);
   },
+  /** Model download/load progress of an engine, shown in its connection's entry. */
+  engineProgress(connectionId, label, fraction) {
+    connections.setProgress(String(connectionId), String(label), Number(fraction));
+  },
   /** Persist the connection list in IndexedDB. */
   saveConnections(json) {
     return saveConnections(String(json));

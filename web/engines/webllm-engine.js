@@ -205,7 +205,7 @@ export async function ensureEngine(modelId, connectionId, label) {
       } catch (error) {
         console.error("napllm webllm engine: the model could not be loaded", error);
         if (current === entry) current = null;
-        progress(connectionId, `${label} could not be loaded`, 0);
+        progress(connectionId, `${label} could not be loaded`, -1);
         return { ok: false, kind: errorKind(error) };
       }
     })();

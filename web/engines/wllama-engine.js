@@ -10,7 +10,8 @@
  *   load is checked through `getLoadedContextInfo().success` (and a model
  *   without a vocabulary counts as a failure too).
  * - Download progress goes to the page through
- *   `napllmHost.engineProgress(connectionId, label, fraction)` when the page
+ *   `napllmHost.engineProgress(connectionId, label, fraction)` (fraction 0..1,
+ *   -1 when the load failed) when the page
  *   has that hook; otherwise one `napllmHost.notice` says the model is being
  *   loaded. Errors are classified into kinds (`download`, `load`, `context`,
  *   `inference`, `unknown`); the Python side turns a kind into a fixed
@@ -134,7 +135,7 @@ async function load(url, params, connectionId, label) {
         /* nothing cached */
       }
     }
-    progress(connectionId, `${label} could not be loaded`, 0);
+    progress(connectionId, `${label} could not be loaded`, -1);
     return { wllama: null, info: { ok: false, kind: errorKind(error, stage) } };
   }
 }

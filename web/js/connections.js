@@ -80,6 +80,8 @@ export class ConnectionsPanel {
     this.runtime = runtime;
     this.connections = [];
     this.grants = [];
+    /** connection id -> {label, fraction}: model download/load progress of an engine. */
+    this.progress = new Map();
     // Bumped by every push, so a slower read at attach never overwrites a newer list.
     this.connectionsVersion = 0;
     this.grantsVersion = 0;
@@ -135,6 +137,37 @@ export class ConnectionsPanel {
     this.renderConnections();
   }
 
+  /**
+   * `napllmHost.engineProgress`: a model download or load of a connection.
+   * Shown as a progress bar in that connection's entry; removed when the
+   * fraction reaches 1 (ready) or is negative (the load failed; the runtime
+   * reports the failure itself as a notice).
+   */
+  setProgress(connectionId, label, fraction) {
+    const value = Number.isFinite(fraction) ? fraction : 0;
+    if (value >= 1 || value < 0) this.progress.delete(connectionId);
+    else this.progress.set(connectionId, { label: str(label), fraction: value });
+    const entry = [...this.list.querySelectorAll("li.connection")].find(
+      (node) => node.dataset.connectionId === connectionId,
+    );
+    if (!entry) return;
+    entry.querySelector(".engine-progress")?.remove();
+    const bar = this.renderProgress(connectionId);
+    if (bar) entry.querySelector(".route")?.after(bar);
+  }
+
+  renderProgress(connectionId) {
+    const state = this.progress.get(connectionId);
+    if (!state) return null;
+    const percent = Math.round(state.fraction * 100);
+    return el(
+      "div",
+      { class: "engine-progress", role: "status" },
+      el("span", {}, `${state.label} (${percent}%)`),
+      el("progress", { max: "1", value: String(state.fraction), "aria-label": state.label }),
+    );
+  }
+
   /** `napllmHost.grantsChanged`. */
   updateGrants(listJson) {
     this.grantsVersion += 1;
@@ -186,6 +219,7 @@ export class ConnectionsPanel {
       el("p", { class: "kind" }, kindLabel),
       el("p", {}, "Model: ", el("code", {}, str(item.model))),
       el("p", { class: "route" }, `Route: ${str(item.route)}`),
+      this.renderProgress(id),
       badges,
       availability,
       actions,
