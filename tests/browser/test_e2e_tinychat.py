@@ -181,6 +181,17 @@ def test_tinychat_is_the_default_connection_with_honest_capabilities(shell: Shel
 def test_chat_hello_streams_the_exact_answer(shell: Shell) -> None:
     frame = shell.open()
     shell.choose(frame, {})
+    shell.page.evaluate(
+        """() => {
+          window.progressSeen = [];
+          new MutationObserver(() => {
+            for (const bar of document.querySelectorAll('#connection-list .engine-progress')) {
+              const owner = bar.closest('li.connection');
+              window.progressSeen.push([owner.dataset.connectionId, bar.textContent]);
+            }
+          }).observe(document.querySelector('#connection-list'), {subtree: true, childList: true});
+        }"""
+    )
     view = shell.generate(frame, "hello", {"messages": [user("Hello!")], "temperature": 0})
     assert view["error"] is None, view
     result = view["result"]
@@ -192,8 +203,12 @@ def test_chat_hello_streams_the_exact_answer(shell: Shell) -> None:
     text_deltas = [d for d in deltas if d["event"] == "delta"]
     assert len(text_deltas) > 1  # streamed token by token, not in one piece
     assert result["usage"]["outputTokens"] > 0 and result["usage"]["inputTokens"] > 0
-    # The page heard that the model was loading (no progress hook: one notice).
-    assert any("Loading the model of TinyChat (on this device)" in n for n in shell.notices())
+    # The model download was shown as a progress bar in the connection's
+    # entry, which is gone once the model is ready.
+    seen = shell.page.evaluate("window.progressSeen")
+    assert seen and all(owner == "builtin-tinychat" for owner, _ in seen)
+    assert any(text.startswith("Downloading TinyChat") for _, text in seen)
+    assert shell.page.locator("#connection-list .engine-progress").count() == 0
     # dist/ is served with COOP/COEP: llama.cpp gets half the cores as threads.
     isolated, cores = shell.page.evaluate("[crossOriginIsolated, navigator.hardwareConcurrency]")
     loaded = json.loads(
