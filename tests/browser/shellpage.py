@@ -44,7 +44,7 @@ NAPPLETS = HERE / "napplets"
 #: Folder under the test pages (served as ``/_test/``) that holds ``napplets/``.
 NAPPLET_DIR = "napplets"
 
-TIMEOUT_MS = 10_000
+TIMEOUT_MS = 15_000
 #: How long "nothing more arrives" is observed after a terminal result.
 QUIET_MS = 250
 #: Polling interval of waits inside frames. The default (requestAnimationFrame)
@@ -407,6 +407,11 @@ class ShellPage:
         before = self.page.locator("#napplet-tabs .tab").count()
         self.page.fill("#napplet-url", url)
         self.page.click("#napplet-url-open")
+        return self.adopt(url, before)
+
+    def adopt(self, url: str, before: int = 0) -> Napplet:
+        """The napplet of the newest tab once there are more than `before` tabs (a tab
+        opened by the ``?napplet=<url>`` query, for instance)."""
         self.page.wait_for_function(
             "(n) => document.querySelectorAll('#napplet-tabs .tab').length > n", arg=before
         )

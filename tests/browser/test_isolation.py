@@ -35,6 +35,7 @@ from shellpage import (
     deltas_of,
     generate,
     install_napplets,
+    napplet_query,
     user,
     wait_deltas,
 )
@@ -407,8 +408,9 @@ def test_boot_and_generation_stay_on_loopback(
     log.attach(context)
     try:
         shell = ShellPage(context.new_page(), dist_url, install_napplets(test_pages_dir, dist_url))
-        shell.boot()
-        app = shell.open_napplet()
+        # the development query opens the napplet at start
+        shell.boot("?test=1&" + napplet_query(shell.probe_url).lstrip("?"))
+        app = shell.adopt(shell.probe_url)
         handle = app.select(FULL)
         shell.queue("fx-full", text_script(["Hello", " there"]))
         result = app.run(generate("g1", handle))
