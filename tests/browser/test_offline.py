@@ -98,25 +98,6 @@ def napplet_names(page: Any) -> set[str]:
     return {n for n in names if n}
 
 
-def send(frame: Any) -> None:
-    """Press the Chat napplet's Send button.
-
-    Chromium checks a sandboxed frame's ``allow-forms`` before it fires
-    ``submit``, so in the shell's ``allow-scripts`` frame a click on a form's
-    submit button does nothing; a Send button inside a form is therefore
-    given the ``submit`` event directly, the way the napplet handles it.
-    """
-    in_form = frame.evaluate("() => !!document.querySelector('#send').form")
-    if in_form:
-        frame.evaluate(
-            "() => document.querySelector('#send').form.dispatchEvent("
-            "new SubmitEvent('submit', {cancelable: true, bubbles: true,"
-            " submitter: document.querySelector('#send')}))"
-        )
-    else:
-        frame.click("#send")
-
-
 def chat_hello(page: Any) -> str:
     """Open the Chat example, choose TinyChat, send "Hello!", allow; return the answer."""
     page.select_option("#napplet-select", "chat")
@@ -134,7 +115,7 @@ def chat_hello(page: Any) -> str:
         polling=POLL_MS,
     )
     frame.fill("#prompt", "Hello!")
-    send(frame)
+    frame.click("#send")
     page.click(".consent-dialog button.allow")
     frame.wait_for_function(
         "() => document.querySelectorAll('#history li').length === 2",
