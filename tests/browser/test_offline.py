@@ -11,8 +11,10 @@ TinyChat's exact answer through the real chooser and consent clicks.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import struct
 import sys
 import threading
 from collections.abc import Iterator
@@ -275,3 +277,52 @@ def cached_urls(page: Any) -> list[str]:
         "() => caches.open('napllm-models').then((c) => c.keys()).then((k) => k.map((r) => r.url))"
     )
     return urls
+
+
+def test_precache_manifest_is_relative_and_covers_the_offline_shell(dist_dir: Path) -> None:
+    """sw.js lists (Workbox-generated) every file the offline shell needs, by relative URL."""
+    sw = (dist_dir / "sw.js").read_text()
+    urls = re.findall(r'url:"([^"]+)"', sw)
+    assert urls, "no precache manifest in sw.js"
+    assert len(urls) == len(set(urls))
+    for url in urls:
+        assert not url.startswith("/") and "://" not in url and ".." not in url, url
+        assert (dist_dir / url).is_file(), f"precached but missing: {url}"
+    info = json.loads((dist_dir / "build-info.json").read_text())
+    wheels = {p.name for p in (dist_dir / "pyodide").glob("*.whl")}
+    assert {f"pyodide/{w}" for w in wheels} <= set(urls)
+    needed = {
+        "index.html",
+        "shell.js",
+        "js/pwa.js",
+        "manifest.webmanifest",
+        "napplets/index.json",
+        "pyodide/pyodide.mjs",
+        "pyodide/pyodide.asm.mjs",
+        "pyodide/pyodide.asm.wasm",
+        "pyodide/python_stdlib.zip",
+        "pyodide/pyodide-lock.json",
+        "engines/wllama-engine.js",
+        "vendor/wllama/wllama.js",
+        "vendor/wllama/wllama.wasm",
+        "vendor/workbox-window/workbox-window.prod.mjs",
+        info["model"]["path"],
+    }
+    assert needed <= set(urls), needed - set(urls)
+    for entry in json.loads((dist_dir / "napplets" / "index.json").read_text()):
+        assert entry["path"] in urls
+    # The worker waits for the user: no skipWaiting at install, only on request.
+    assert "SKIP_WAITING" in sw
+
+
+def test_manifest_icons_are_pngs_of_their_stated_size(dist_dir: Path) -> None:
+    manifest = json.loads((dist_dir / "manifest.webmanifest").read_text())
+    assert manifest["start_url"] == "./" and manifest["scope"] == "./"
+    sizes = set()
+    for icon in manifest["icons"]:
+        data = (dist_dir / icon["src"]).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+        width, height = struct.unpack(">II", data[16:24])
+        assert icon["sizes"] == f"{width}x{height}" and icon["type"] == "image/png"
+        sizes.add(width)
+    assert {192, 512} <= sizes
