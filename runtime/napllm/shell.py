@@ -40,6 +40,7 @@ Shell Behavior, Security Considerations)
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
 from collections.abc import Callable, Coroutine
@@ -790,7 +791,7 @@ def _disclose(
             elif isinstance(part, ImagePart):
                 message_images += 1
             elif isinstance(part, ToolCallPart):
-                message_chars += len(part.name) + len(str(part.arguments))
+                message_chars += len(part.name) + len(json.dumps(part.arguments, ensure_ascii=False))
         characters += message_chars
         images += message_images
         if message.role == "toolResult":

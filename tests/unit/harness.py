@@ -29,7 +29,7 @@ from napllm.shell import (
 FULL_CAPS = Capabilities(
     images=True,
     images_in_tool_results=True,
-    json=True,
+    json_output=True,
     tools=True,
     tool_choice_modes=("auto", "none", "required", "tool"),
 )

@@ -126,3 +126,14 @@ async def test_races_during_consent(first: str) -> None:
     code = {"cancel": "cancelled", "deadline": "timeout", "decline": "user-cancelled"}[first]
     assert [r["error"]["code"] for r in terminal(h, ep, "g1")] == [code]
     assert fx.submissions == 0
+
+
+async def test_completion_is_not_counted_as_closed_early() -> None:
+    h = Harness()
+    fx = h.connect()
+    ep = h.endpoint()
+    handle = await h.select(ep)
+    h.send(ep, generate("g1", handle))
+    await h.settle()
+    assert terminal(h, ep, "g1")[0]["result"]["finish"] == "stop"
+    assert fx.submissions == 1 and fx.closed_early == 0

@@ -292,6 +292,7 @@ class Runtime:
                 {
                     "submissions": fx.submissions,
                     "closedEarly": fx.closed_early,
+                    "queued": fx.queued,
                     "requests": [r.to_json() for r in fx.requests],
                 }
             )
@@ -309,8 +310,12 @@ class Runtime:
             self.registry.remove(str(cid))
             self.publish_connections()
 
+        def clear(cid: str) -> int:
+            return self.providers.fixture(str(cid)).clear()
+
         functions = {
             "queue": self._proxy(queue),
+            "clear": self._proxy(clear),
             "stats": self._proxy(stats),
             "setDeadline": self._proxy(set_deadline),
             "editConnection": self._proxy(edit),

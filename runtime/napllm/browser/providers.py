@@ -131,21 +131,29 @@ def test_connections(providers: BrowserProviders) -> list[Connection]:
     """Fixture connections for the conformance suite (test mode only).
 
     `fx-full`: every capability; `fx-text`: text only; `fx-json`: JSON output
-    only; `fx-auto`: tools with `auto` and `none` only; `fx-reasoning`: needs
+    only; `fx-vision`: image input but not in tool results; `fx-auto`: tools
+    with `auto` and `none` only; `fx-reasoning`: needs
     opaque reasoning state; `fx-paid`: may charge.
     """
     route = route_for("fixture", {})
     full = Capabilities(
         images=True,
         images_in_tool_results=True,
-        json=True,
+        json_output=True,
         tools=True,
         tool_choice_modes=("auto", "none", "required", "tool"),
     )
     specs: list[tuple[str, str, str, Capabilities, bool]] = [
         ("fx-full", "Fixture (all capabilities)", "fixture-full", full, False),
         ("fx-text", "Fixture (text only)", "fixture-text", Capabilities(), False),
-        ("fx-json", "Fixture (JSON only)", "fixture-json", Capabilities(json=True), False),
+        ("fx-json", "Fixture (JSON only)", "fixture-json", Capabilities(json_output=True), False),
+        (
+            "fx-vision",
+            "Fixture (images, not in tool results)",
+            "fixture-vision",
+            Capabilities(images=True, tools=True, tool_choice_modes=("auto", "none")),
+            False,
+        ),
         (
             "fx-auto",
             "Fixture (tools, auto/none)",

@@ -8,7 +8,7 @@ Rules
   text may contain secrets). Scripts come from `queue()` (next submissions
   first) or from the default script factory.
 - It counts submissions (`submissions`), keeps every LMSP request it was
-  given (`requests`) and counts streams closed before their end
+  given (`requests`) and counts streams closed before their terminal event
   (`closed_early`), so tests can assert "zero provider generations" and
   "provider cancellation requested".
 - Script builders (`text_script`, `tool_call_script`, ...) produce event
@@ -68,6 +68,17 @@ class FixtureProvider:
     closed_early: int = 0
     _queue: deque[Script] = field(default_factory=deque)
 
+    def clear(self) -> int:
+        """Drop the queued scripts (e.g. of a submission that never happened); returns how many."""
+        dropped = len(self._queue)
+        self._queue.clear()
+        return dropped
+
+    @property
+    def queued(self) -> int:
+        """How many scripts are waiting for a submission."""
+        return len(self._queue)
+
     def queue(self, *scripts: Sequence[Step | dict[str, Any]]) -> None:
         """Use these scripts for the next submissions, in order."""
         for script in scripts:
@@ -96,6 +107,8 @@ class FixtureProvider:
                 elif isinstance(step, Crash):
                     raise RuntimeError(step.message)
                 else:
+                    if step.terminal:
+                        finished = True  # the consumer may stop reading here
                     yield step
                     await asyncio.sleep(0)
             finished = True
