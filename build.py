@@ -1092,12 +1092,20 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--no-build", action="store_true", help="serve the existing dist/")
     sub.add_parser("clean", help="remove dist/ and build/")
-    t = sub.add_parser("test", help="install test dependencies, build, run the whole test suite")
-    t.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments")
+    sub.add_parser(
+        "test",
+        help="install test dependencies, build, run the whole test suite "
+        "(arguments after `test` go to pytest)",
+    )
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["test"]:
+        try:
+            return run_tests(argv[1:])
+        except BuildError as exc:
+            print(f"build failed: {exc}", file=sys.stderr)
+            return 1
     args = parser.parse_args(argv)
     try:
-        if args.command == "test":
-            return run_tests(list(args.pytest_args))
         if args.command == "clean":
             clean()
         elif args.command == "serve":

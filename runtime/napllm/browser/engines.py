@@ -50,6 +50,7 @@ from ..providers.engines import (
     webllm_chat_body,
     webllm_connection,
     webllm_recommended,
+    webllm_unavailable_reason,
 )
 from ..providers.openai_chat import ChatStreamToLmsp
 
@@ -284,6 +285,11 @@ class WebLLMEngine:
     def blocker(self, model: str) -> str | None:
         """Why `model` cannot start on this device (an engine error kind), or `None`."""
         return webllm_blocker(self._records.get(model), self.gpu)
+
+    def unavailable_reason(self, model: str) -> str | None:
+        """Why a prebuilt model cannot run on this device (a sentence), or `None`."""
+        record = self._records.get(model)
+        return webllm_unavailable_reason(record, self.gpu) if record is not None else None
 
     def capabilities_for(self, model: str, settings: dict[str, Any]) -> Capabilities:
         """Capabilities of a prebuilt model id; `ValueError` for an unknown id."""

@@ -80,10 +80,13 @@ async def connection_from_spec(
     """A user connection from the form; discovers LMSP capabilities.
 
     Raises `ProviderFailure` when an LMSP service cannot be reached or does
-    not list the model, `ValueError` for an engine kind the page lacks.
+    not list the model, `ValueError` for an engine kind the page lacks. An
+    engine model this device cannot run is added as unavailable, with the
+    reason, so it is shown but never offered to a napplet.
     """
     settings: dict[str, Any] = dict(spec.settings) | {"userDefined": True}
     caps: Capabilities
+    unavailable: dict[str, Any] = {}
     if spec.kind == "lmsp":
         entries = await discover_models(providers.http, str(settings["baseUrl"]), spec.credential)
         entry = next((e for e in entries if e.id == spec.model), None)
@@ -99,6 +102,10 @@ async def connection_from_spec(
         if engine is None:
             raise ValueError("this engine is not available in this browser")
         caps = engine.capabilities_for(spec.model, settings)
+        check = getattr(engine, "unavailable_reason", None)
+        reason = check(spec.model) if check is not None else None
+        if reason is not None:
+            unavailable = {"available": False, "unavailable_reason": reason}
     return Connection.model_validate(
         {
             "id": cid,
@@ -110,6 +117,7 @@ async def connection_from_spec(
             "charges": spec.charges,
             "settings": settings,
             "credential": spec.credential,
+            **unavailable,
         }
     )
 
