@@ -46,8 +46,8 @@ import functools
 import gzip
 import hashlib
 import html.parser
-import importlib.util
 import http.server
+import importlib.util
 import json
 import os
 import re
