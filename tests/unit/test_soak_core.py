@@ -30,6 +30,7 @@ import random
 import tracemalloc
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -235,7 +236,10 @@ def soak(total: int) -> None:
     logger.setLevel(logging.CRITICAL)
     tracemalloc.start()
     try:
-        report = asyncio.run(run_soak(total, seed=20261130 + total))
+        # A thread of its own: in a full run, Playwright's sync API may already
+        # hold an event loop on the main thread, where asyncio.run() refuses to start.
+        with ThreadPoolExecutor(1) as pool:
+            report = pool.submit(asyncio.run, run_soak(total, seed=20261130 + total)).result()
     finally:
         tracemalloc.stop()
         logger.setLevel(level)
