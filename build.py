@@ -521,6 +521,59 @@ def bundle_js(out: DistWriter) -> None:
     )
 
 
+#: Fields of WebLLM's model records the shell needs to judge a device.
+WEBLLM_RECORD_FIELDS = (
+    "model_id",
+    "vram_required_MB",
+    "required_features",
+    "model_type",
+    "low_resource_required",
+    "buffer_size_required_bytes",
+)
+
+
+def write_webllm_catalog(out: DistWriter) -> None:
+    """Write ``vendor/web-llm/catalog.json``: WebLLM's prebuilt model records.
+
+    The shell lists WebLLM models at boot; reading the records from this
+    small file means the 6 MB web-llm bundle is only loaded on a device with
+    a WebGPU adapter. Node imports the bundle once per bundle version.
+    """
+    bundle = DIST / "vendor" / "web-llm" / "web-llm.js"
+    cache = BUILD / "webllm-catalog.json"
+    digest = sha256_file(bundle)
+    if not (stamp_matches("webllm-catalog", digest) and cache.is_file()):
+        script = (
+            "const lib = await import(process.argv[1]);"
+            "const fields = JSON.parse(process.argv[2]);"
+            "const records = lib.prebuiltAppConfig.model_list.map((r) =>"
+            " Object.fromEntries(fields.filter((k) => k in r).map((k) => [k, r[k]])));"
+            "process.stdout.write(JSON.stringify({records,"
+            " functionCallingIds: [...(lib.functionCallingModelIds || [])]}));"
+        )
+        result = subprocess.run(
+            [
+                "node",
+                "--input-type=module",
+                "-e",
+                script,
+                bundle.as_uri(),
+                json.dumps(WEBLLM_RECORD_FIELDS),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        catalog = json.loads(result.stdout)
+        if not catalog.get("records"):
+            raise BuildError("web-llm's prebuilt model list is empty")
+        BUILD.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(catalog))
+        write_stamp("webllm-catalog", digest)
+    out.write_json("vendor/web-llm/catalog.json", json.loads(cache.read_text()))
+
+
 def copy_pyscript(out: DistWriter) -> None:
     """Copy @pyscript/core's dist/ to dist/vendor/pyscript/ and write its config.
 
@@ -929,6 +982,7 @@ def build(*, gzip_sizes: bool = False) -> dict[str, Any]:
         DIST.mkdir(exist_ok=True)
         pyodide = copy_pyodide(out, [*wheels.values(), napllm])
         bundle_js(out)
+        write_webllm_catalog(out)
         copy_pyscript(out)
         copy_web(out)
         napplets = copy_napplets(out)

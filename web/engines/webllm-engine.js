@@ -3,6 +3,9 @@
  * Web Worker (webllm-worker.js), driven by napllm.browser.engines (Python).
  *
  * Rules (DESIGN.md "The data path", provider kind `webllm`; pitfalls.md)
+ * - The web-llm bundle (6 MB) is loaded only on a device with a WebGPU
+ *   adapter; without one, the model records come from
+ *   `vendor/web-llm/catalog.json`, which build.py extracts from the bundle.
  * - `catalog()` reports, as JSON text, what WebGPU offers (`gpu`: adapter,
  *   features, buffer limits, fallback adapter, `navigator.deviceMemory`, or
  *   why there is no adapter: `no-webgpu`, `no-adapter`, `timeout`),
@@ -125,6 +128,18 @@ const RECORD_FIELDS = [
 /** WebGPU facts and WebLLM's model catalogue, as JSON text (module rules). */
 export async function catalog() {
   const gpu = await probeGpu();
+  if (!gpu.adapter) {
+    // Nothing can run: list the models from the build-time catalogue and
+    // leave the 6 MB web-llm bundle unloaded.
+    const response = await fetch(new URL("../vendor/web-llm/catalog.json", import.meta.url));
+    const data = await response.json();
+    return JSON.stringify({
+      gpu,
+      records: Array.isArray(data.records) ? data.records : [],
+      functionCallingIds: Array.isArray(data.functionCallingIds) ? data.functionCallingIds : [],
+      cached: [],
+    });
+  }
   const lib = await webllm();
   const records = lib.prebuiltAppConfig.model_list.map((record) =>
     Object.fromEntries(RECORD_FIELDS.filter((key) => key in record).map((key) => [key, record[key]])),
