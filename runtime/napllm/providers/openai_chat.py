@@ -380,7 +380,13 @@ class ChatStreamToLmsp:
     # -- helpers ----------------------------------------------------------
 
     def _emit(self, event: str, data: dict[str, Any]) -> None:
-        self._events.append(LmspEvent(event=event, data={"response_id": self.response_id, **data}))
+        # Built without validation: the name is one of ours and `data` a dict
+        # this class assembled (one event per streamed token: the hot path).
+        self._events.append(
+            LmspEvent.model_construct(
+                event=event, data={"response_id": self.response_id, **data}, id=None
+            )
+        )
 
     def _take(self) -> list[LmspEvent]:
         events, self._events = self._events, []
