@@ -1,4 +1,4 @@
-"""Shared pytest configuration: make `runtime/` importable without installing."""
+"""Shared pytest configuration: `runtime/` and the shared test helpers in `tests/` importable."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT / "runtime") not in sys.path:
-    sys.path.insert(0, str(ROOT / "runtime"))
+for folder in (ROOT / "runtime", ROOT / "tests"):  # tests/: shared helpers (envelope_rules)
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from napllm.errors import ErrorCode
+import envelope_rules
 from napllm.lmsp import LmspEvent
 from napllm.providers.fixture import Crash, Fail, Stall, Step
 
@@ -50,14 +50,6 @@ QUIET_MS = 250
 #: Polling interval of waits inside frames. The default (requestAnimationFrame)
 #: never fires in the frame of a hidden tab.
 POLL_MS = 20
-
-SUCCESS_FIELD = {
-    "llm.select.result": "model",
-    "llm.describe.result": "model",
-    "llm.generate.result": "result",
-    "llm.cancel.result": "cancelled",
-}
-ERROR_CODES = frozenset(c.value for c in ErrorCode)
 
 
 def steps_json(script: list[Step | dict[str, Any]]) -> str:
@@ -90,26 +82,8 @@ def install_napplets(test_pages_dir: Path, dist_url: str) -> str:
 # --------------------------------------------------------------------------- checks
 
 
-def terminal(envelopes: list[Any], rid: str, kind: str = "llm.generate.result") -> dict[str, Any]:
-    """The one `kind` envelope with id `rid`; asserts exactly one and its shape."""
-    found = [
-        e for e in envelopes if isinstance(e, dict) and e.get("type") == kind and e.get("id") == rid
-    ]
-    assert len(found) == 1, f"expected one {kind} for {rid}, got {found}"
-    envelope: dict[str, Any] = found[0]
-    has_error = "error" in envelope
-    assert has_error != (SUCCESS_FIELD[kind] in envelope), envelope
-    if has_error:
-        assert set(envelope) == {"type", "id", "error"}, envelope
-        assert set(envelope["error"]) == {"code", "message"}, envelope
-        assert envelope["error"]["code"] in ERROR_CODES, envelope
-    return envelope
-
-
-def code(envelope: dict[str, Any]) -> str | None:
-    """The error code of a result envelope, or None for a success."""
-    error = envelope.get("error")
-    return None if error is None else str(error["code"])
+terminal = envelope_rules.terminal
+code = envelope_rules.code
 
 
 def deltas_of(envelopes: list[Any], rid: str) -> list[dict[str, Any]]:
@@ -121,65 +95,7 @@ def deltas_of(envelopes: list[Any], rid: str) -> list[dict[str, Any]]:
     ]
 
 
-def check_generation(envelopes: list[Any], rid: str) -> dict[str, Any]:
-    """Assert the delta lifecycle and terminal rules for `rid`; return its terminal result.
-
-    Sequence contiguous from 0; each block: one `start` first (toolCall
-    starts carry id and name), `delta`s with text, at most one `end`; stable
-    kinds; nothing after the terminal result; for `stop`/`toolUse` every
-    block ended and matching the terminal content at its index.
-    """
-    result = terminal(envelopes, rid)
-    end_at = envelopes.index(result)
-    deltas = [
-        (i, e)
-        for i, e in enumerate(envelopes)
-        if isinstance(e, dict) and e.get("type") == "llm.delta" and e.get("requestId") == rid
-    ]
-    assert all(i < end_at for i, _ in deltas), "a delta followed the terminal result"
-    assert [e["sequence"] for _, e in deltas] == list(range(len(deltas)))
-    blocks: dict[int, dict[str, Any]] = {}
-    for _, delta in deltas:
-        index = delta["blockIndex"]
-        event = delta["event"]
-        if event == "start":
-            assert index not in blocks, f"block {index} started twice"
-            is_call = delta["block"] == "toolCall"
-            assert ("toolCallId" in delta and "name" in delta) == is_call, delta
-            blocks[index] = {
-                "kind": delta["block"],
-                "fragments": [],
-                "ended": False,
-                "toolCallId": delta.get("toolCallId"),
-                "name": delta.get("name"),
-            }
-            continue
-        assert index in blocks, f"{event} before start of block {index}"
-        block = blocks[index]
-        assert block["kind"] == delta["block"], "block kind changed"
-        assert not block["ended"], f"{event} after end of block {index}"
-        if event == "delta":
-            assert isinstance(delta["text"], str)
-            block["fragments"].append(delta["text"])
-        else:
-            assert event == "end" and "text" not in delta, delta
-            block["ended"] = True
-    if "result" in result and result["result"]["finish"] in ("stop", "toolUse"):
-        content = result["result"]["content"]
-        if deltas:
-            assert len(blocks) == len(content)
-        for index, block in blocks.items():
-            assert block["ended"], f"completed block {index} has no end"
-            part = content[index]
-            assert part["type"] == block["kind"]
-            text = "".join(block["fragments"])
-            if block["kind"] == "toolCall":
-                assert json.loads(text) == part["arguments"]
-                assert block["toolCallId"] == part["toolCallId"]
-                assert block["name"] == part["name"]
-            else:
-                assert text == part["text"]
-    return result
+check_generation = envelope_rules.check_generation
 
 
 # --------------------------------------------------------------------------- napplets
