@@ -1019,7 +1019,7 @@ class DistRequestHandler(http.server.SimpleHTTPRequestHandler):
     ``Cross-Origin-Resource-Policy: same-origin`` and ``Cache-Control:
     no-cache`` to every response. Set the class attribute ``quiet`` to
     silence the access log (errors are still printed), and ``overlays`` to
-    serve extra folders under URL prefixes (``{"/_test/": "/tmp/pages"}``:
+    serve extra folders under URL prefixes (``{"/_test/": "<a folder>"}``:
     test and benchmark pages that sit one level below dist/'s root without
     being part of it; a request cannot climb out of an overlay folder).
     """
