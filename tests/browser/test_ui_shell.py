@@ -1322,7 +1322,11 @@ def test_tools_napplet_runs_the_weather_loop(shell: Any) -> None:
     assert roles == ["user", "assistant", "toolResult", "toolResult"]
     berlin, atlantis = second["messages"][2], second["messages"][3]
     assert berlin["toolCallId"] == "call_1" and berlin["toolName"] == "get_weather"
-    assert json.loads(berlin["content"][0]["text"])["tempC"] == 18
+    assert json.loads(berlin["content"][0]["text"]) == {
+        "city": "Berlin",
+        "temperature": 18,
+        "condition": "sunny",
+    }
     assert "isError" not in berlin
     assert atlantis["toolCallId"] == "call_2" and atlantis["isError"] is True
     log = frame.text_content("#log")
