@@ -17,6 +17,10 @@
  * - No whole-request timeout: selection waits on a person and streams can
  *   run for minutes. The runtime bounds generation time (NAP-LLM,
  *   Cancellation and deadlines).
+ * - At install it posts `{"type": "napllm.documentStart"}`, before any
+ *   napplet script runs: the shell gives each later document of the frame a
+ *   new endpoint before that document's first message (a napplet reloading
+ *   itself is a new endpoint).
  * - Errors reject with `LlmError` carrying the Error record's `code` and
  *   `message` (NAP-LLM, Error Handling).
  */
@@ -215,6 +219,12 @@ export function installNappletPrelude(domains) {
         finally: (onFinally) => result.finally(onFinally),
       });
     };
+
+    // Announce this document before any napplet script can post: the shell
+    // gives every document after the frame's first one a new endpoint, from
+    // this message on (a napplet reloading itself). The shell consumes this
+    // message itself; the runtime never sees it.
+    postToParent({ type: "napllm.documentStart" }, "*");
 
     addListener("message", (event) => {
       if (event.source !== parentWindow) return;

@@ -301,6 +301,25 @@ def test_reload_is_a_new_endpoint(shell: ShellPage) -> None:
     assert shell.submissions("fx-full") == before and app.quiet() == []
 
 
+def test_first_message_of_a_reloaded_document_belongs_to_the_new_endpoint(
+    shell: ShellPage,
+) -> None:
+    # The new document posts before its load event: it must already be a new
+    # endpoint, so the old document's handle is foreign to it.
+    app = shell.open_napplet()
+    handle = app.select(FULL)
+    early = json.dumps({"type": "llm.describe", "id": "early", "handle": handle})
+    app.evaluate(
+        f"() => {{ window.name = 'post-at-start:' + {json.dumps(early)}; location.reload(); }}"
+    )
+    app.frame.wait_for_function(
+        "() => window.probe && window.probe.envelopes().length === 1", polling=POLL_MS
+    )
+    (result,) = app.envelopes()
+    assert result["type"] == "llm.describe.result" and result["id"] == "early"
+    assert code(result) == "selection-expired"
+
+
 def test_napplet_navigating_itself_is_a_new_endpoint(shell: ShellPage) -> None:
     app = shell.open_napplet()
     handle = app.select(FULL)

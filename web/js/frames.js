@@ -15,7 +15,9 @@
  * - An endpoint is one loaded document in one frame. It is opened with
  *   `runtime.openEndpoint` before `srcdoc` is set. The shell's Reload and
  *   the LLM toggle build a fresh iframe; a document the napplet navigates to
- *   itself (a `load` event after the first) gets a new endpoint too.
+ *   itself gets a new endpoint too, from the `napllm.documentStart` its
+ *   prelude posts before any napplet script (or, for a document without the
+ *   prelude, at the frame's next `load` event).
  *   Closing a tab closes its endpoint.
  * - Inbound messages are accepted only when `event.source` is the
  *   `contentWindow` of a live frame created here; anything else, including
@@ -49,6 +51,8 @@ export const NAPPLET_CSP = [
 export const MAX_NAPPLET_BYTES = 8 * 1024 * 1024;
 /** Most messages kept per frame while no endpoint is open yet. */
 const MAX_QUEUED_MESSAGES = 1000;
+/** Posted by the prelude before any napplet script (see web/prelude.js); never forwarded. */
+const DOCUMENT_START = "napllm.documentStart";
 
 /**
  * The srcdoc for a napplet document.
@@ -330,6 +334,8 @@ export class NappletArea {
       opening: false,
       queue: [],
       loads: 0,
+      starts: 0,
+      announced: false,
       live: true,
     };
     tab.record = record;
@@ -343,8 +349,17 @@ export class NappletArea {
   onFrameLoad(record) {
     if (!record.live) return;
     record.loads += 1;
-    if (record.loads === 1) return;
-    // The napplet navigated its own frame: a new document is a new endpoint.
+    const announced = record.announced;
+    record.announced = false;
+    // The first document, and any document that announced itself (and got
+    // its endpoint then), are done; a later document without the prelude
+    // gets a new endpoint here.
+    if (record.loads === 1 || announced) return;
+    this.newDocument(record);
+  }
+
+  /** The napplet navigated its own frame: a new document is a new endpoint. */
+  newDocument(record) {
     const old = record.endpointId;
     record.endpointId = null;
     record.queue = [];
@@ -429,6 +444,15 @@ export class NappletArea {
     if (!source || source === window) return;
     const record = this.byWindow.get(source);
     if (!record || !record.live || !record.llm) return;
+    const data = event.data;
+    if (data && typeof data === "object" && data.type === DOCUMENT_START && Object.keys(data).length === 1) {
+      // A document of this frame starts (its prelude says so before any of
+      // its scripts run): every document after the first is a new endpoint.
+      record.starts += 1;
+      record.announced = true;
+      if (record.starts > 1) this.newDocument(record);
+      return;
+    }
     const wire = toWireJson(event.data);
     if (record.endpointId === null) {
       if (record.queue.length < MAX_QUEUED_MESSAGES) record.queue.push(wire);
