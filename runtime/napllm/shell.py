@@ -791,7 +791,9 @@ def _disclose(
             elif isinstance(part, ImagePart):
                 message_images += 1
             elif isinstance(part, ToolCallPart):
-                message_chars += len(part.name) + len(json.dumps(part.arguments, ensure_ascii=False))
+                message_chars += len(part.name) + len(
+                    json.dumps(part.arguments, ensure_ascii=False)
+                )
         characters += message_chars
         images += message_images
         if message.role == "toolResult":
