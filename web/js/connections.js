@@ -15,27 +15,14 @@
  * - Every value is inserted as text, never as markup.
  */
 
+import { el, str } from "./dom.js";
+
 const KINDS = {
   lmsp: { label: "LMSP service", baseUrl: true, secret: "Access token", capabilities: false, charges: false },
   openai: { label: "OpenAI-compatible server", baseUrl: true, secret: "API key", capabilities: true, charges: true },
   wasm: { label: "llama.cpp in this browser (WebAssembly)", modelUrl: true, capabilities: false, charges: false },
   webllm: { label: "WebLLM on WebGPU", capabilities: false, charges: false },
 };
-
-function el(tag, props = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props)) {
-    if (key === "class") node.className = value;
-    else if (key === "dataset") Object.assign(node.dataset, value);
-    else node.setAttribute(key, value);
-  }
-  for (const child of children) {
-    if (child !== null && child !== undefined) node.append(child);
-  }
-  return node;
-}
-
-const str = (value, fallback = "") => (typeof value === "string" ? value : fallback);
 
 function parseList(text) {
   try {

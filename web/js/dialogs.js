@@ -16,21 +16,9 @@
  * - Focus moves into the dialog and returns to where it was afterwards.
  */
 
-const DENY = JSON.stringify({ allow: false, remember: false });
+import { el, str } from "./dom.js";
 
-function el(tag, props = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props)) {
-    if (key === "class") node.className = value;
-    else if (key === "dataset") Object.assign(node.dataset, value);
-    else if (key in node && typeof value !== "string") node[key] = value;
-    else node.setAttribute(key, value);
-  }
-  for (const child of children) {
-    if (child !== null && child !== undefined) node.append(child);
-  }
-  return node;
-}
+const DENY = JSON.stringify({ allow: false, remember: false });
 
 function parseJson(text) {
   try {
@@ -41,7 +29,6 @@ function parseJson(text) {
   }
 }
 
-const str = (value, fallback = "") => (typeof value === "string" ? value : fallback);
 const int = (value) => (Number.isInteger(value) && value >= 0 ? value : 0);
 
 /** "name (#shortHash)" for a napplet record `{name, sha256, shortHash}`. */

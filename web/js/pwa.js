@@ -22,6 +22,7 @@
  * - Values are inserted as text, never as markup.
  */
 
+import { el } from "./dom.js";
 import { Workbox } from "../vendor/workbox-window/workbox-window.prod.mjs";
 
 /** Cache names shared with build.py (MODEL_CACHE, and Workbox's precache prefix). */
@@ -29,19 +30,6 @@ export const MODEL_CACHE = "napllm-models";
 const PRECACHE_PREFIX = "workbox-precache";
 const REFRESH_MS = 10_000;
 const BOOT_WAIT_MS = 60_000;
-
-function el(tag, props = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props)) {
-    if (key === "class") node.className = value;
-    else if (key === "dataset") Object.assign(node.dataset, value);
-    else node.setAttribute(key, value);
-  }
-  for (const child of children) {
-    if (child !== null && child !== undefined) node.append(child);
-  }
-  return node;
-}
 
 /** Bytes as text with a decimal unit: 1234567 -> "1.2 MB". */
 export function formatBytes(bytes) {
