@@ -33,6 +33,7 @@
  *   documented `chat.completions.create` / `interruptGenerate` interface.
  */
 
+import { loadingNotice, progress } from "./page.js";
 import * as streams from "./streams.js";
 
 const RECOMMENDED_PREFIXES = [
@@ -60,28 +61,6 @@ export function setEngineFactoryForTests(factory) {
   if (!testMode) throw new Error("engine factories can only be replaced in test mode");
   testFactory = typeof factory === "function" ? factory : null;
   current = null;
-}
-
-function host() {
-  return globalThis.napllmHost;
-}
-
-function progress(connectionId, label, fraction) {
-  const page = host();
-  if (page && typeof page.engineProgress === "function") {
-    try {
-      page.engineProgress(String(connectionId), String(label), Number(fraction));
-    } catch {
-      /* the page's UI must not break a load */
-    }
-  }
-}
-
-function notice(text, connectionId) {
-  const page = host();
-  if (page && typeof page.engineProgress !== "function" && typeof page.notice === "function") {
-    page.notice(JSON.stringify({ level: "info", text, connectionId: String(connectionId) }));
-  }
 }
 
 async function probeGpu() {
@@ -116,47 +95,33 @@ async function probeGpu() {
   };
 }
 
-const RECORD_FIELDS = [
-  "model_id",
-  "vram_required_MB",
-  "required_features",
-  "model_type",
-  "low_resource_required",
-  "buffer_size_required_bytes",
-];
-
-/** WebGPU facts and WebLLM's model catalogue, as JSON text (module rules). */
+/**
+ * WebGPU facts and WebLLM's model catalogue, as JSON text (module rules).
+ * The records come from the build-time catalogue (the fields build.py
+ * extracts from the bundle); the bundle itself is loaded only on a device
+ * with an adapter, to see which recommended models are already cached.
+ */
 export async function catalog() {
   const gpu = await probeGpu();
-  if (!gpu.adapter) {
-    // Nothing can run: list the models from the build-time catalogue and
-    // leave the 6 MB web-llm bundle unloaded.
-    const response = await fetch(new URL("../vendor/web-llm/catalog.json", import.meta.url));
-    const data = await response.json();
-    return JSON.stringify({
-      gpu,
-      records: Array.isArray(data.records) ? data.records : [],
-      functionCallingIds: Array.isArray(data.functionCallingIds) ? data.functionCallingIds : [],
-      cached: [],
-    });
-  }
-  const lib = await webllm();
-  const records = lib.prebuiltAppConfig.model_list.map((record) =>
-    Object.fromEntries(RECORD_FIELDS.filter((key) => key in record).map((key) => [key, record[key]])),
-  );
+  const response = await fetch(new URL("../vendor/web-llm/catalog.json", import.meta.url));
+  const data = await response.json();
+  const records = Array.isArray(data.records) ? data.records : [];
   const cached = [];
-  for (const record of records) {
-    if (!RECOMMENDED_PREFIXES.some((prefix) => record.model_id.startsWith(prefix))) continue;
-    try {
-      if (await lib.hasModelInCache(record.model_id)) cached.push(record.model_id);
-    } catch {
-      /* no cache access: not cached */
+  if (gpu.adapter) {
+    const lib = await webllm();
+    for (const record of records) {
+      if (!RECOMMENDED_PREFIXES.some((prefix) => record.model_id.startsWith(prefix))) continue;
+      try {
+        if (await lib.hasModelInCache(record.model_id)) cached.push(record.model_id);
+      } catch {
+        /* no cache access: not cached */
+      }
     }
   }
   return JSON.stringify({
     gpu,
     records,
-    functionCallingIds: [...(lib.functionCallingModelIds || [])],
+    functionCallingIds: Array.isArray(data.functionCallingIds) ? data.functionCallingIds : [],
     cached,
   });
 }
@@ -211,7 +176,7 @@ export async function ensureEngine(modelId, connectionId, label) {
           /* already gone */
         }
       }
-      notice(`Loading the model of ${label}…`, connectionId);
+      loadingNotice(`Loading the model of ${label}…`, connectionId);
       progress(connectionId, `Loading ${label}`, 0);
       try {
         entry.engine = await createEngine(modelId, connectionId, String(label));

@@ -27,6 +27,7 @@
  */
 
 import { Wllama, wasmPaths } from "../vendor/wllama/wllama.js";
+import { loadingNotice, progress } from "./page.js";
 import * as streams from "./streams.js";
 
 /** key -> {promise: Promise<info>, wllama: Wllama|null} */
@@ -40,28 +41,6 @@ const quietLogger = {
     console.error("wllama:", ...args);
   },
 };
-
-function host() {
-  return globalThis.napllmHost;
-}
-
-function progress(connectionId, label, fraction) {
-  const page = host();
-  if (page && typeof page.engineProgress === "function") {
-    try {
-      page.engineProgress(String(connectionId), String(label), Number(fraction));
-    } catch {
-      /* the page's UI must not break a load */
-    }
-  }
-}
-
-function notice(level, text, connectionId) {
-  const page = host();
-  if (page && typeof page.engineProgress !== "function" && typeof page.notice === "function") {
-    page.notice(JSON.stringify({ level, text, connectionId: String(connectionId) }));
-  }
-}
 
 /** The environment facts the Python side needs to pick load parameters. */
 export function environment() {
@@ -88,7 +67,7 @@ async function load(url, params, connectionId, label) {
   const wllama = new Wllama(wasmPaths, { logger: quietLogger, suppressNativeLog: true });
   let stage = "download";
   let lastReport = 0;
-  notice("info", `Loading the model of ${label}…`, connectionId);
+  loadingNotice(`Loading the model of ${label}…`, connectionId);
   progress(connectionId, `Downloading ${label}`, 0);
   try {
     await wllama.loadModelFromUrl(absolute.href, {
