@@ -1,0 +1,85 @@
+"""The strict JSON reader (napllm.jsontext): RFC 8259 only, limits before recursion."""
+
+from __future__ import annotations
+
+import pytest
+
+from napllm.jsontext import (
+    MAX_SAFE_INTEGER,
+    JsonTextError,
+    nesting_depth,
+    read_json,
+    read_json_object,
+)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"x":NaN}',
+        '{"x":-Infinity}',
+        '{"x":Infinity}',
+        '{"x":1e400}',
+        '{"x":-1e400}',
+        '{"a":1,"a":2}',
+        '"\\ud83d"',
+        '{"k\\udc00":1}',
+        "9007199254740992",
+        "-9007199254740992",
+        "1 2",
+        "",
+        "[" * 10_000,
+        "[" * 10_000 + "]" * 10_000,
+        '{"d":' + "[" * 49 + "1" + "]" * 49 + "}",
+        '{"a":"unterminated',
+        "[}",
+    ],
+)
+def test_refused(text: str) -> None:
+    with pytest.raises(JsonTextError):
+        read_json(text)
+
+
+def test_values_and_unicode() -> None:
+    assert read_json('{"a":[1,2,{"b":"[[{"}]}') == {"a": [1, 2, {"b": "[[{"}]}
+    assert read_json('"\\ud83d\\ude00"') == "\U0001f600"
+    assert read_json(str(MAX_SAFE_INTEGER)) == MAX_SAFE_INTEGER
+    assert read_json("-1.5e10") == -1.5e10
+    assert read_json(b'{"t":"\xc3\xa9"}') == {"t": "é"}
+
+
+def test_raw_lone_surrogate_in_str_refused() -> None:
+    with pytest.raises(JsonTextError):
+        read_json('"a\ud83d"')
+
+
+def test_invalid_utf8_bytes_refused() -> None:
+    with pytest.raises(JsonTextError):
+        read_json(b'"\xff"')
+
+
+def test_limits() -> None:
+    assert read_json("[" * 40 + "]" * 40, max_depth=40) == read_json("[" * 40 + "]" * 40)
+    with pytest.raises(JsonTextError):
+        read_json("[" * 41 + "]" * 41, max_depth=40)
+    with pytest.raises(JsonTextError):
+        read_json('"' + "x" * 100 + '"', max_chars=50)
+
+
+def test_depth_ignores_brackets_in_strings() -> None:
+    assert nesting_depth('{"a":"[[[[","b":["]"]}', 10) == 2
+    assert nesting_depth("7", 10) == 0
+
+
+def test_object_only() -> None:
+    assert read_json_object('{"a":1}') == {"a": 1}
+    with pytest.raises(JsonTextError):
+        read_json_object("[1]")
+
+
+def test_messages_never_quote_the_text() -> None:
+    canary = "SECRET-CANARY"
+    for text in (f'{{"{canary}":NaN}}', f'{{"{canary}":1,"{canary}":2}}', canary):
+        with pytest.raises(JsonTextError) as info:
+            read_json(text)
+        assert canary not in str(info.value)
