@@ -14,7 +14,12 @@ text from outside ... is read by one strict reader with limits")
   still represents them exactly (Pyodide would otherwise hand a `BigInt`
   to the page).
 - Text must be valid Unicode: a lone UTF-16 surrogate (escaped as
-  `\\ud83d` or already present in the input string) is refused.
+  `\\ud83d` or already present in the input string) is refused, unless the
+  caller asks to keep them (`allow_lone_surrogates`): a napplet's envelope
+  (so the wire layer can answer `invalid-request` with the envelope's id)
+  and streamed provider payloads, whose text fragments may split a UTF-16
+  pair between two events (the pair is joined, or an unpaired half
+  replaced, by `streaming.SurrogateJoiner` before any text is emitted).
 - Limits are checked *before* any recursive parsing: the text's length
   (`max_chars`) first, then the nesting depth (`max_depth`) by an
   iterative scan, so a hostile text cannot exhaust the stack (CPython's
@@ -127,16 +132,20 @@ def read_json(
     *,
     max_chars: int = DEFAULT_MAX_CHARS,
     max_depth: int = DEFAULT_MAX_DEPTH,
+    allow_lone_surrogates: bool = False,
 ) -> Any:
     """Parse `text` as strict JSON within limits; the parsed value.
 
     `text`: a `str`, or `bytes` decoded as strict UTF-8. `max_chars`: the
     largest accepted length in characters; `max_depth`: the deepest
-    accepted nesting of objects and arrays (a scalar has depth 0).
+    accepted nesting of objects and arrays (a scalar has depth 0);
+    `allow_lone_surrogates`: keep lone UTF-16 surrogates in strings (see
+    the module rules) instead of refusing the text.
 
     Raises `JsonTextError` (a `ValueError`) for invalid UTF-8, text over
     `max_chars`, nesting over `max_depth`, non-JSON, `NaN`/`Infinity`,
-    non-finite or unsafe numbers, duplicate keys and lone surrogates.
+    non-finite or unsafe numbers, duplicate keys and (unless allowed) lone
+    surrogates.
     """
     if isinstance(text, bytes | bytearray):
         if len(text) > 4 * max_chars:
@@ -163,7 +172,8 @@ def read_json(
         raise
     except (ValueError, RecursionError):
         raise JsonTextError("The text is not valid JSON.") from None
-    _check_text(value)
+    if not allow_lone_surrogates:
+        _check_text(value)
     return value
 
 
@@ -172,12 +182,18 @@ def read_json_object(
     *,
     max_chars: int = DEFAULT_MAX_CHARS,
     max_depth: int = DEFAULT_MAX_DEPTH,
+    allow_lone_surrogates: bool = False,
 ) -> dict[str, Any]:
     """`read_json`, and the value must be a JSON object (a `dict`).
 
     Raises `JsonTextError` as `read_json` does, and for any other value.
     """
-    value = read_json(text, max_chars=max_chars, max_depth=max_depth)
+    value = read_json(
+        text,
+        max_chars=max_chars,
+        max_depth=max_depth,
+        allow_lone_surrogates=allow_lone_surrogates,
+    )
     if not isinstance(value, dict):
         raise JsonTextError("The text is not a JSON object.")
     return value
