@@ -408,9 +408,8 @@ def _member_position(raw: Any, loc: tuple[int | str, ...]) -> int | None:
     """The 1-based position of the key `loc[-1]` in the object at `loc[:-1]` of `raw`."""
     node = raw
     for item in loc[:-1]:
-        if isinstance(item, int) and isinstance(node, list) and 0 <= item < len(node):
-            node = node[item]
-        elif isinstance(item, str) and isinstance(node, dict) and item in node:
+        in_list = isinstance(item, int) and isinstance(node, list) and 0 <= item < len(node)
+        if in_list or (isinstance(item, str) and isinstance(node, dict) and item in node):
             node = node[item]
         elif isinstance(item, str):
             continue  # a branch label pydantic inserted (tagged union, function)
