@@ -494,14 +494,24 @@ class Shell:
         elif isinstance(parsed, Cancel):
             self._cancel(endpoint, parsed)
 
-    def _send(self, endpoint: _Endpoint, envelope: dict[str, Any]) -> None:
+    def _send(self, endpoint: _Endpoint, envelope: dict[str, Any]) -> bool:
+        """Deliver one envelope; whether the transport took it.
+
+        The observer only watches: its failure is logged and never stops a
+        delivery. A transport that raises is taken as "not delivered".
+        """
         if not endpoint.open:
-            return
-        self._observer.envelope(endpoint.id, "out", envelope)
+            return False
+        try:
+            self._observer.envelope(endpoint.id, "out", envelope)
+        except Exception:
+            log.exception("observer failed")
         try:
             self._transport.send(endpoint.id, envelope)
         except Exception:
             log.exception("transport failed")
+            return False
+        return True
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -711,35 +721,75 @@ class Shell:
     def _deliver_delta(
         self, endpoint: _Endpoint, gen: _Generation, envelope: dict[str, Any]
     ) -> None:
-        if not gen.settled:
-            self._send(endpoint, envelope)
+        if gen.settled:
+            return
+        if not self._send(endpoint, envelope):
+            # a lost delta would leave a gap in `sequence` (NAP-LLM, Wire
+            # Protocol: no text silently dropped): end the generation instead
+            self._settle(gen, NapError(ErrorCode.PROVIDER_ERROR))
 
     def _settle(self, gen: _Generation, outcome: Generation | NapError | None) -> None:
-        """Send the one terminal result (None: endpoint gone, send nothing)."""
+        """End `gen` with exactly one terminal result (None: endpoint gone, send nothing).
+
+        Invariant (NAP-LLM, Wire Protocol: exactly one terminal result): no
+        exception while finishing the delta stream, building the envelope,
+        observing or sending it leaves the request open or unanswered. The
+        generation is marked settled and forgotten first (so a later cancel
+        answers false); a success that cannot be flushed, serialised or
+        delivered is replaced by `provider-error`; nothing raised here
+        escapes.
+        """
         if gen.settled:
             return
         if isinstance(outcome, Generation) and gen.stream is not None:
             # flush coalesced deltas while still unsettled: `_deliver_delta`
             # drops everything once settled, and a completed block must end
             # before the terminal result (NAP-LLM, Delta; Wire Protocol)
-            gen.stream.finish()
+            try:
+                gen.stream.finish()
+            except Exception:
+                log.exception("flushing the deltas failed")
+                outcome = NapError(ErrorCode.PROVIDER_ERROR)
+            if gen.settled:  # a delta that could not be delivered ended it
+                return
         gen.settled = True
-        if gen.timer is not None:
-            gen.timer.cancel()
         endpoint = self._endpoints.get(gen.endpoint_id)
         if endpoint is not None and endpoint.generations.get(gen.id) is gen:
             del endpoint.generations[gen.id]
-        if not isinstance(outcome, Generation) and gen.stream is not None:
+        try:
+            self._release(gen, aborted=not isinstance(outcome, Generation))
+        except Exception:
+            log.exception("releasing a generation failed")
+        if endpoint is None or outcome is None:
+            return
+        self._send_terminal(endpoint, gen.id, outcome)
+
+    def _release(self, gen: _Generation, *, aborted: bool) -> None:
+        if gen.timer is not None:
+            gen.timer.cancel()
+        if aborted and gen.stream is not None:
             gen.stream.abort()
         current = asyncio.current_task()
         if gen.task is not None and gen.task is not current and not gen.task.done():
             gen.task.cancel()  # best effort; late output is discarded
-        if endpoint is None or outcome is None:
+
+    def _send_terminal(self, endpoint: _Endpoint, rid: str, outcome: Generation | NapError) -> None:
+        """Send `outcome`, falling back to `provider-error` when it cannot be sent."""
+        fallback = error_result("llm.generate", rid, NapError(ErrorCode.PROVIDER_ERROR))
+        envelope: dict[str, Any] | None = None
+        try:
+            if isinstance(outcome, Generation):
+                envelope = generation_result(rid, outcome)
+            else:
+                envelope = error_result("llm.generate", rid, outcome)
+        except Exception:
+            log.exception("building the terminal result failed")
+        if envelope is not None and self._send(endpoint, envelope):
             return
-        if isinstance(outcome, Generation):
-            self._send(endpoint, generation_result(gen.id, outcome))
-        else:
-            self._send(endpoint, error_result("llm.generate", gen.id, outcome))
+        already_fallback = envelope is not None and envelope.get("error") == fallback["error"]
+        if not already_fallback and self._send(endpoint, fallback):
+            return
+        log.error("the terminal result could not be delivered")
 
     def _cancel(self, endpoint: _Endpoint, msg: Cancel) -> None:
         gen = endpoint.generations.get(msg.request_id)

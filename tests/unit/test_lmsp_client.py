@@ -247,8 +247,8 @@ async def test_events_after_the_terminal_event_are_not_read() -> None:
         b"id: 1\nevent: response.created\ndata: {oops\n\n",
         b"id: 1\nevent: response.created\ndata: {}\n\n"
         b"id: 3\nevent: response.created\ndata: {}\n\nid: 2\nevent: response.created\ndata: {}\n\n",
-        b"id: 1\nevent: response.created\ndata: {\"d\":" + b"[" * 10_000 + b"]" * 10_000 + b"}\n\n",
-        b"id: 1\nevent: response.created\ndata: {\"x\":NaN}\n\n",
+        b'id: 1\nevent: response.created\ndata: {"d":' + b"[" * 10_000 + b"]" * 10_000 + b"}\n\n",
+        b'id: 1\nevent: response.created\ndata: {"x":NaN}\n\n',
     ],
 )
 async def test_protocol_violations_are_provider_errors(body: bytes) -> None:
