@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import itertools
 import json
 import logging
 import sys
@@ -196,7 +197,7 @@ def corrupted(draw: st.DrawFn, data: bytes) -> bytes:
 
 def pieces(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
-    return [data[a:b] for a, b in zip(points, points[1:], strict=False) if b > a]
+    return [data[a:b] for a, b in itertools.pairwise(points) if b > a]
 
 
 # --------------------------------------------------------------------------
@@ -263,7 +264,7 @@ class FakeEngineApi:
     def __init__(self, batches: list[str]) -> None:
         self.batches = list(batches)
 
-    async def nextChunks(self, stream_id: str) -> str:  # noqa: N802 - the JS name
+    async def nextChunks(self, stream_id: str) -> str:
         if self.batches:
             return self.batches.pop(0)
         return json.dumps({"chunks": [], "done": True})
