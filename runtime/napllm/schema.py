@@ -31,7 +31,6 @@ import functools
 import json
 from typing import Any, Protocol
 
-
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 # 2020-12 keywords whose value is a schema, a list of schemas, or a map of schemas
@@ -161,9 +160,7 @@ class JschonValidator:
 
     def _schema(self, schema: Any) -> Any:
         js = self._jschon
-        return js.JSONSchema(
-            _plain(schema), metaschema_uri=js.URI(DIALECT)
-        )
+        return js.JSONSchema(_plain(schema), metaschema_uri=js.URI(DIALECT))
 
     def check_schema(self, schema: Any) -> bool:
         """Metaschema check, then reference resolution (an unresolvable `$ref` is invalid)."""

@@ -380,3 +380,23 @@ async def test_chunks_that_are_not_strict_json_are_provider_errors(payload: byte
     with pytest.raises(ProviderFailure) as info:
         await collect(provider(streaming(body)))
     assert info.value.code is ErrorCode.PROVIDER_ERROR
+
+
+async def test_local_network_refusal_gets_its_own_hint() -> None:
+    from napllm.providers.base import LOCAL_NETWORK_HINT, LocalNetworkBlocked
+    from napllm.providers.lmsp_client import LmspProvider
+
+    class Blocked:
+        async def request(self, method: str, url: str, **options: Any) -> Any:
+            raise LocalNetworkBlocked("refused by the browser")
+
+    with pytest.raises(ProviderFailure) as info:
+        await collect(OpenAICompatProvider(Blocked(), "http://127.0.0.1:9"))
+    assert info.value.user_hint == LOCAL_NETWORK_HINT
+    assert info.value.code is ErrorCode.PROVIDER_ERROR
+    with pytest.raises(ProviderFailure) as info:
+        await discover_models(Blocked(), "http://127.0.0.1:9", None)
+    assert info.value.user_hint == LOCAL_NETWORK_HINT
+    with pytest.raises(ProviderFailure) as info:
+        [e async for e in LmspProvider(Blocked(), "http://127.0.0.1:9").respond(request())]
+    assert info.value.user_hint == LOCAL_NETWORK_HINT

@@ -68,7 +68,7 @@ from ..lmsp import (
     failure_from_problem,
     parse_problem,
 )
-from .base import HttpPort, HttpResponse, events_from_response
+from .base import HttpPort, HttpResponse, events_from_response, unreachable_hint
 from .sse import SseEvent, SseParser
 
 UNREACHABLE_HINT = (
@@ -83,8 +83,9 @@ def _malformed(what: str) -> ProviderFailure:
     return ProviderFailure(detail=f"LMSP protocol violation: {what}")
 
 
-def _unreachable(what: str) -> ProviderFailure:
-    return ProviderFailure(detail=f"LMSP connection failed: {what}", user_hint=UNREACHABLE_HINT)
+def _unreachable(what: str, exc: BaseException | None = None) -> ProviderFailure:
+    hint = UNREACHABLE_HINT if exc is None else unreachable_hint(exc, UNREACHABLE_HINT)
+    return ProviderFailure(detail=f"LMSP connection failed: {what}", user_hint=hint)
 
 
 def _lost() -> ProviderFailure:
@@ -141,7 +142,7 @@ async def discover_models(
             timeout_s=timeout_s,
         )
     except ConnectionError as exc:
-        raise _unreachable("models") from exc
+        raise _unreachable("models", exc) from exc
     if response.status != 200:
         raise await _error_from(response)
     try:
@@ -362,7 +363,7 @@ class LmspProvider:
             except ConnectionError as exc:
                 attempt += 1
                 if attempt > self._max_reconnects or not self.resumable:
-                    raise _unreachable("submission") from exc
+                    raise _unreachable("submission", exc) from exc
                 await self._sleep(self._backoff(attempt))
 
     async def _read_response_object(self, response: HttpResponse) -> LmspResponse:

@@ -39,7 +39,7 @@ from typing import Any
 from ..errors import ErrorCode, ProviderFailure
 from ..jsontext import JsonTextError, read_json
 from ..lmsp import LmspEvent, LmspRequest
-from .base import HttpPort, HttpResponse
+from .base import HttpPort, HttpResponse, unreachable_hint
 from .openai_chat import (
     ChatStreamToLmsp,
     ResponseFormatStyle,
@@ -129,7 +129,8 @@ async def discover_models(
             timeout_s=timeout_s,
         )
     except ConnectionError as exc:
-        raise ProviderFailure(detail="models: unreachable", user_hint=UNREACHABLE_HINT) from exc
+        hint = unreachable_hint(exc, UNREACHABLE_HINT)
+        raise ProviderFailure(detail="models: unreachable", user_hint=hint) from exc
     try:
         body = await _json(response)
     finally:
@@ -188,7 +189,8 @@ class OpenAICompatProvider:
                 timeout_s=self._timeout_s,
             )
         except ConnectionError as exc:
-            raise ProviderFailure(detail="chat: unreachable", user_hint=UNREACHABLE_HINT) from exc
+            hint = unreachable_hint(exc, UNREACHABLE_HINT)
+            raise ProviderFailure(detail="chat: unreachable", user_hint=hint) from exc
         try:
             if response.status != 200:
                 raise failure_from_error(response.status, await _json(response))
