@@ -50,13 +50,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
         self.send_header("Access-Control-Allow-Private-Network", "true")
 
-    def do_OPTIONS(self) -> None:  # noqa: N802 - the handler's method name
+    def do_OPTIONS(self) -> None:
         self.server.hits.append(f"OPTIONS {self.path}")
         self.send_response(204)
         self._cors()
         self.end_headers()
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self.server.hits.append(f"POST {self.path}")
         length = int(self.headers.get("content-length", "0"))
         self.rfile.read(length)
