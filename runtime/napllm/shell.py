@@ -431,8 +431,8 @@ class Shell:
         endpoint = self._endpoints.get(endpoint_id)
         if endpoint is None or not endpoint.open:
             return
+        self._observe("envelope", endpoint_id, "in", message)
         try:
-            self._observer.envelope(endpoint_id, "in", message)
             self._dispatch(endpoint, message)
         except Exception:  # the shell must survive its own bugs
             log.exception("unexpected failure handling a message")
@@ -460,7 +460,7 @@ class Shell:
         """Remove a standing grant; True if it existed."""
         removed = self._grants.pop(key, None) is not None
         if removed:
-            self._observer.grants_changed()
+            self._observe("grants_changed")
         return removed
 
     async def idle(self) -> None:
@@ -478,11 +478,11 @@ class Shell:
 
     def _dispatch(self, endpoint: _Endpoint, message: object) -> None:
         if "llm" not in endpoint.napplet.domains:
-            self._observer.dropped(endpoint.id, "llm domain not exposed")
+            self._observe("dropped", endpoint.id, "llm domain not exposed")
             return
         parsed = parse_envelope(message)
         if isinstance(parsed, Dropped):
-            self._observer.dropped(endpoint.id, parsed.reason)
+            self._observe("dropped", endpoint.id, parsed.reason)
         elif isinstance(parsed, Malformed):
             self._send(endpoint, error_result(parsed.type, parsed.id, parsed.error))
         elif isinstance(parsed, Select):
@@ -494,6 +494,13 @@ class Shell:
         elif isinstance(parsed, Cancel):
             self._cancel(endpoint, parsed)
 
+    def _observe(self, hook: str, *args: Any) -> None:
+        """Call an `Observer` hook; it only watches, so its failure is logged, never raised."""
+        try:
+            getattr(self._observer, hook)(*args)
+        except Exception:
+            log.exception("observer failed")
+
     def _send(self, endpoint: _Endpoint, envelope: dict[str, Any]) -> bool:
         """Deliver one envelope; whether the transport took it.
 
@@ -502,10 +509,7 @@ class Shell:
         """
         if not endpoint.open:
             return False
-        try:
-            self._observer.envelope(endpoint.id, "out", envelope)
-        except Exception:
-            log.exception("observer failed")
+        self._observe("envelope", endpoint.id, "out", envelope)
         try:
             self._transport.send(endpoint.id, envelope)
         except Exception:
@@ -655,7 +659,7 @@ class Shell:
             return
         except ProviderFailure as failure:
             if failure.user_hint and gen.connection_id:
-                self._observer.notice("error", failure.user_hint, gen.connection_id)
+                self._observe("notice", "error", failure.user_hint, gen.connection_id)
             log.warning("provider failure: %s", failure.detail or failure.code)
             self._settle(gen, failure.to_nap_error())
             return
@@ -690,7 +694,7 @@ class Shell:
                 self._grants[grant_key] = Grant(
                     grant_key, endpoint.napplet, connection.id, gen.account
                 )
-                self._observer.grants_changed()
+                self._observe("grants_changed")
         # the selection must still be the one the user saw (NAP-LLM, Shell Behavior)
         current = self._resolve(endpoint, request.handle)
         if current.revision != connection.revision or current.id != connection.id:
@@ -704,7 +708,7 @@ class Shell:
             interval_s=self.policy.delta_interval_s,
         )
         assembler = OutputAssembler(request, gen.stream)
-        self._observer.submitted(endpoint.id, connection.id)
+        self._observe("submitted", endpoint.id, connection.id)
         events = provider.respond(lmsp_request)
         try:
             async for event in events:
@@ -811,7 +815,7 @@ class Shell:
         for key in removed_grants:
             del self._grants[key]
         if removed_grants:
-            self._observer.grants_changed()
+            self._observe("grants_changed")
         for endpoint in self._endpoints.values():
             for gen in list(endpoint.generations.values()):
                 if gen.connection_id != connection_id:

@@ -22,7 +22,7 @@ from napcheck import assert_safe_error, check_generation
 from napllm import shell as shell_module
 from napllm.errors import ErrorCode
 from napllm.lmsp import LmspEvent
-from napllm.providers.fixture import call_events, completed, incomplete
+from napllm.providers.fixture import Fail, call_events, completed, incomplete
 from napllm.providers.openai_chat import ChatStreamToLmsp
 from napllm.shell import ShellPolicy
 from napllm.streaming import DeltaStream
@@ -227,6 +227,25 @@ async def test_observer_raising_never_blocks_the_result() -> None:
     result = await run(h, ep, generate("g1", handle))
     assert result["result"]["finish"] == "stop"
     await cancel_is_false(h, ep, "g1")
+
+
+@pytest.mark.parametrize("hook", ["envelope", "notice", "submitted", "dropped"])
+async def test_every_observer_hook_raising_never_blocks_an_answer(hook: str) -> None:
+    h, fx, ep, handle = await ready()
+
+    def raising(*args: Any) -> None:
+        raise RuntimeError("inspector broke")
+
+    setattr(h.observer, hook, raising)
+    fx.queue([CREATED, Fail(detail="down", user_hint="Start the server.")])
+    for rid in ("g1", "g2"):  # a provider failure with a user hint, then a success
+        h.send(ep, with_tools(rid, handle))
+        await h.settle()
+        check_generation(h, ep, rid)
+    h.send(ep, {"type": "llm.generate", "id": "g3", "request": {"handle": handle}})
+    h.send(ep, {"type": "nonsense"})
+    await h.settle()
+    assert h.results(ep, "g3")[0]["error"]["code"] == "invalid-request"
 
 
 async def test_a_stream_flush_that_raises_gives_provider_error(

@@ -239,6 +239,7 @@ async def test_events_after_the_terminal_event_are_not_read() -> None:
     "body",
     [
         b"id: 2\nevent: response.created\ndata: {}\n\n",  # does not start at 1
+        b"id: 0\nevent: response.created\ndata: {}\n\n",
         b"id: 1\nevent: response.created\ndata: {}\n\nid: 1\nevent: response.created\ndata: {}\n\n",
         b"id: 1\nevent: response.created\ndata: {}\n\nevent: response.created\ndata: {}\n\n",
         b"event: response.created\ndata: {}\n\n",  # no id at all

@@ -205,7 +205,8 @@ class _EventCheck:
         event_id: int | None = None
         if text.isascii() and text.isdigit() and len(text) <= 16:
             event_id = int(text)
-        if event_id is not None and event_id <= self._replay_floor and raw.event != "error":
+        replayed = event_id is not None and event_id <= self._replay_floor
+        if self._replay_floor and replayed and raw.event != "error":
             return None  # already seen before the reconnection
         self._replay_floor = 0  # new progress: from here on, strictly increasing
         try:
