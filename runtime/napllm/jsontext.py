@@ -38,8 +38,11 @@ import math
 import re
 from typing import Any
 
-#: Default bound on nesting (objects and arrays together). pydantic's
-#: serializer in Pyodide stops at depth 49, so whole envelopes stay below it.
+#: Default bound on nesting (objects and arrays together), used for provider
+#: values such as tool-call arguments. pydantic's serializer in Pyodide stops
+#: at 49 nested values: arguments of depth 40 serialise inside a Generation,
+#: and their replay sits at depth 46 of a napplet envelope, within
+#: `wire.MAX_DEPTH` (48).
 DEFAULT_MAX_DEPTH = 40
 #: Default bound on the text's length, in characters.
 DEFAULT_MAX_CHARS = 16 * 1024 * 1024
