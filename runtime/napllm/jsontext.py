@@ -200,3 +200,16 @@ def read_json_object(
     if not isinstance(value, dict):
         raise JsonTextError("The text is not a JSON object.")
     return value
+
+
+def read_stream_payload(text: str | bytes) -> Any:
+    """`read_json` for one streamed provider payload (an SSE event's data, an
+    engine's chunk batch): every rule and limit applies, but lone UTF-16
+    surrogates are kept, because a text delta may carry one half of a pair
+    whose other half arrives in the next payload. The output assembler joins
+    or replaces them (`streaming.SurrogateJoiner`) before any text reaches a
+    napplet, and refuses them in completed tool-call arguments.
+
+    Raises `JsonTextError` as `read_json` does.
+    """
+    return read_json(text, allow_lone_surrogates=True)

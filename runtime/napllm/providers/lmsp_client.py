@@ -56,7 +56,7 @@ from pydantic import ValidationError
 
 from ..connections import Capabilities, ToolChoiceMode
 from ..errors import ProviderFailure
-from ..jsontext import JsonTextError, read_json
+from ..jsontext import JsonTextError, read_json, read_stream_payload
 from ..lmsp import (
     KNOWN_EVENTS,
     LMSP_VERSION,
@@ -210,7 +210,7 @@ class _EventCheck:
             return None  # already seen before the reconnection
         self._replay_floor = 0  # new progress: from here on, strictly increasing
         try:
-            data = read_json(raw.data, allow_lone_surrogates=True)
+            data = read_stream_payload(raw.data)
         except JsonTextError as exc:
             raise _malformed("event data is not strict JSON") from exc
         if not isinstance(data, dict):

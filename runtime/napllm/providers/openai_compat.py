@@ -37,7 +37,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ..errors import ErrorCode, ProviderFailure
-from ..jsontext import JsonTextError, read_json
+from ..jsontext import JsonTextError, read_json, read_stream_payload
 from ..lmsp import LmspEvent, LmspRequest
 from .base import HttpPort, HttpResponse, unreachable_hint
 from .openai_chat import (
@@ -241,7 +241,7 @@ class OpenAICompatProvider:
         try:
             # lone surrogates are kept: a delta may carry half of a UTF-16
             # pair, joined with the next one by the output assembler
-            chunk = read_json(data, allow_lone_surrogates=True)
+            chunk = read_stream_payload(data)
         except JsonTextError as exc:
             raise ProviderFailure(detail="chat: chunk is not strict JSON") from exc
         if name == "error" or (isinstance(chunk, dict) and chunk.get("error")):
