@@ -26,7 +26,10 @@ Shell Behavior, Security Considerations)
   connection + account, until revoked or the page closes) counts as consent.
   The selection is checked again after consent: a connection edited while
   the dialog was open is never used (`selection-expired`).
-- Exactly one terminal result per request id; no delta after it. Settling is
+- Exactly one terminal result per request id; no delta after it. It holds
+  even when finishing the deltas, building, observing or delivering the
+  result fails: such a failure becomes `provider-error`, and a delta the
+  transport refuses ends the generation (`_settle`). Settling is
   immediate and never waits for the provider: `cancel` (this endpoint's
   active generation only; true/false without revealing others), the policy
   deadline (which includes the consent wait) -> `timeout`, endpoint close,
