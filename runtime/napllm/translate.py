@@ -31,6 +31,15 @@ LMSP -> NAP (`OutputAssembler`; NAP-LLM, Generation, Delta, Tool)
 - `incomplete` with `max_output_tokens` -> `length`; `content_filter` or a
   refusal part -> `refusal`. Truncated and refused results keep their text
   and thinking but carry no toolCall parts.
+- The result follows `output_index`, and the delta blocks start in that
+  order too (a later item waits until every earlier one has started or
+  completed), so `blockIndex` is the index in `content` even when items
+  complete out of order; replays then keep the provider's order.
+- Text fragments pass through `streaming.SurrogateJoiner` (split UTF-16
+  pairs joined, unpaired halves U+FFFD). Completed arguments and call ids
+  with a lone surrogate, and arguments or `format: json` answers that fail
+  the strict reader (`jsontext.read_json`: NaN, 1e400, unsafe integers,
+  duplicate keys, nesting over `DEFAULT_MAX_DEPTH`), are `provider-error`.
 - `failed`, `cancelled` (not asked by us), `error`, a stream that ends
   without a final event, an item never completed, a delta for an unknown
   item, or text deltas contradicting the completed item -> `provider-error`.
