@@ -588,7 +588,12 @@ class Shell:
             return
         handle = "h-" + secrets.token_urlsafe(18)
         self._handles[handle] = _Selection(endpoint.id, account, connection.id, connection.revision)
-        self._send(endpoint, model_result("llm.select", msg.id, self._model(connection, handle)))
+        self._answer(
+            endpoint,
+            "llm.select",
+            msg.id,
+            lambda: model_result("llm.select", msg.id, self._model(connection, handle)),
+        )
 
     def _model(self, connection: Connection, handle: str) -> dict[str, Any]:
         return ModelRecord.model_validate(connection.public_model(handle)).to_json()
@@ -613,8 +618,11 @@ class Shell:
         except NapError as error:
             self._send(endpoint, error_result("llm.describe", msg.id, error))
             return
-        self._send(
-            endpoint, model_result("llm.describe", msg.id, self._model(connection, msg.handle))
+        self._answer(
+            endpoint,
+            "llm.describe",
+            msg.id,
+            lambda: model_result("llm.describe", msg.id, self._model(connection, msg.handle)),
         )
 
     # -- generate -----------------------------------------------------------------------
@@ -782,21 +790,34 @@ class Shell:
 
     def _send_terminal(self, endpoint: _Endpoint, rid: str, outcome: Generation | NapError) -> None:
         """Send `outcome`, falling back to `provider-error` when it cannot be sent."""
-        fallback = error_result("llm.generate", rid, NapError(ErrorCode.PROVIDER_ERROR))
+        if isinstance(outcome, Generation):
+            self._answer(endpoint, "llm.generate", rid, lambda: generation_result(rid, outcome))
+        else:
+            self._answer(
+                endpoint, "llm.generate", rid, lambda: error_result("llm.generate", rid, outcome)
+            )
+
+    def _answer(
+        self, endpoint: _Endpoint, kind: str, rid: str, build: Callable[[], dict[str, Any]]
+    ) -> None:
+        """Send the one terminal result of request `kind`/`rid` that `build` makes.
+
+        A result that cannot be built (a serializer limit, an inconsistent
+        record) or delivered (the transport raised) is replaced by a
+        `provider-error` result, sent once; never raises.
+        """
+        fallback = error_result(kind, rid, NapError(ErrorCode.PROVIDER_ERROR))
         envelope: dict[str, Any] | None = None
         try:
-            if isinstance(outcome, Generation):
-                envelope = generation_result(rid, outcome)
-            else:
-                envelope = error_result("llm.generate", rid, outcome)
+            envelope = build()
         except Exception:
-            log.exception("building the terminal result failed")
+            log.exception("building a result failed")
         if envelope is not None and self._send(endpoint, envelope):
             return
         already_fallback = envelope is not None and envelope.get("error") == fallback["error"]
         if not already_fallback and self._send(endpoint, fallback):
             return
-        log.error("the terminal result could not be delivered")
+        log.error("a result could not be delivered")
 
     def _cancel(self, endpoint: _Endpoint, msg: Cancel) -> None:
         gen = endpoint.generations.get(msg.request_id)

@@ -248,6 +248,37 @@ async def test_every_observer_hook_raising_never_blocks_an_answer(hook: str) -> 
     assert h.results(ep, "g3")[0]["error"]["code"] == "invalid-request"
 
 
+async def test_select_and_describe_results_that_cannot_be_built_still_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h, _fx, ep, handle = await ready()
+
+    def broken(self: Any, connection: Any, handle: str) -> dict[str, Any]:
+        raise ValueError("inconsistent model record")
+
+    monkeypatch.setattr(shell_module.Shell, "_model", broken)
+    h.send(ep, {"type": "llm.describe", "id": "d1", "handle": handle})
+    h.send(ep, {"type": "llm.select", "id": "s2"})
+    await h.settle()
+    for rid, kind in (("d1", "llm.describe.result"), ("s2", "llm.select.result")):
+        [answer] = [e for e in h.results(ep, rid) if e["type"] == kind]
+        assert_safe_error(answer, ErrorCode.PROVIDER_ERROR)
+
+
+async def test_transport_refusing_a_select_result_sends_provider_error() -> None:
+    h, _fx, ep, _handle = await flaky(
+        lambda envelope: (
+            envelope["type"] == "llm.select.result"
+            and "model" in envelope
+            and envelope["id"] == "s2"
+        )
+    )
+    h.send(ep, {"type": "llm.select", "id": "s2"})
+    await h.settle()
+    [answer] = h.results(ep, "s2")
+    assert_safe_error(answer, ErrorCode.PROVIDER_ERROR)
+
+
 async def test_a_stream_flush_that_raises_gives_provider_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
