@@ -761,3 +761,25 @@ def test_api_root() -> None:
     assert api_root("http://h:1") == "http://h:1/lmsp/v1"
     assert api_root("http://h:1/") == "http://h:1/lmsp/v1"
     assert api_root("http://h:1/lmsp/v1/") == "http://h:1/lmsp/v1"
+
+
+async def test_a_resumed_replaying_stream_reaches_the_napplet_once_and_contiguous() -> None:
+    from harness import Harness, generate
+
+    import envelope_rules
+
+    service = TaskService(
+        [lambda after: from_after(after, upto=3, drop=True), lambda after: from_after(0)]
+    )
+    provider = Fake(service).provider(resumable=True)
+    h = Harness()
+    h.connect()
+    h.shell._providers = lambda connection: provider
+    ep = h.endpoint()
+    handle = await h.select(ep)
+    h.send(ep, generate("g1", handle))
+    await h.settle()
+    result = envelope_rules.check_generation(h.out(ep), "g1")  # contiguous sequence
+    assert result["result"]["content"] == [{"type": "text", "text": "Hello there"}]
+    deltas = [e["text"] for e in h.deltas(ep, "g1") if e["event"] == "delta"]
+    assert "".join(deltas) == "Hello there"
