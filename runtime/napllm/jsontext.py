@@ -14,7 +14,12 @@ text from outside ... is read by one strict reader with limits")
   still represents them exactly (Pyodide would otherwise hand a `BigInt`
   to the page).
 - Text must be valid Unicode: a lone UTF-16 surrogate (escaped as
-  `\\ud83d` or already present in the input string) is refused.
+  `\\ud83d` or already present in the input string) is refused, unless the
+  caller asks to keep them (`allow_lone_surrogates`): a napplet's envelope
+  (so the wire layer can answer `invalid-request` with the envelope's id)
+  and streamed provider payloads, whose text fragments may split a UTF-16
+  pair between two events (the pair is joined, or an unpaired half
+  replaced, by `streaming.SurrogateJoiner` before any text is emitted).
 - Limits are checked *before* any recursive parsing: the text's length
   (`max_chars`) first, then the nesting depth (`max_depth`) by an
   iterative scan, so a hostile text cannot exhaust the stack (CPython's
@@ -33,8 +38,11 @@ import math
 import re
 from typing import Any
 
-#: Default bound on nesting (objects and arrays together). pydantic's
-#: serializer in Pyodide stops at depth 49, so whole envelopes stay below it.
+#: Default bound on nesting (objects and arrays together), used for provider
+#: values such as tool-call arguments. pydantic's serializer in Pyodide stops
+#: at 49 nested values: arguments of depth 40 serialise inside a Generation,
+#: and their replay sits at depth 46 of a napplet envelope, within
+#: `wire.MAX_DEPTH` (48).
 DEFAULT_MAX_DEPTH = 40
 #: Default bound on the text's length, in characters.
 DEFAULT_MAX_CHARS = 16 * 1024 * 1024
@@ -127,16 +135,20 @@ def read_json(
     *,
     max_chars: int = DEFAULT_MAX_CHARS,
     max_depth: int = DEFAULT_MAX_DEPTH,
+    allow_lone_surrogates: bool = False,
 ) -> Any:
     """Parse `text` as strict JSON within limits; the parsed value.
 
     `text`: a `str`, or `bytes` decoded as strict UTF-8. `max_chars`: the
     largest accepted length in characters; `max_depth`: the deepest
-    accepted nesting of objects and arrays (a scalar has depth 0).
+    accepted nesting of objects and arrays (a scalar has depth 0);
+    `allow_lone_surrogates`: keep lone UTF-16 surrogates in strings (see
+    the module rules) instead of refusing the text.
 
     Raises `JsonTextError` (a `ValueError`) for invalid UTF-8, text over
     `max_chars`, nesting over `max_depth`, non-JSON, `NaN`/`Infinity`,
-    non-finite or unsafe numbers, duplicate keys and lone surrogates.
+    non-finite or unsafe numbers, duplicate keys and (unless allowed) lone
+    surrogates.
     """
     if isinstance(text, bytes | bytearray):
         if len(text) > 4 * max_chars:
@@ -163,7 +175,8 @@ def read_json(
         raise
     except (ValueError, RecursionError):
         raise JsonTextError("The text is not valid JSON.") from None
-    _check_text(value)
+    if not allow_lone_surrogates:
+        _check_text(value)
     return value
 
 
@@ -172,12 +185,31 @@ def read_json_object(
     *,
     max_chars: int = DEFAULT_MAX_CHARS,
     max_depth: int = DEFAULT_MAX_DEPTH,
+    allow_lone_surrogates: bool = False,
 ) -> dict[str, Any]:
     """`read_json`, and the value must be a JSON object (a `dict`).
 
     Raises `JsonTextError` as `read_json` does, and for any other value.
     """
-    value = read_json(text, max_chars=max_chars, max_depth=max_depth)
+    value = read_json(
+        text,
+        max_chars=max_chars,
+        max_depth=max_depth,
+        allow_lone_surrogates=allow_lone_surrogates,
+    )
     if not isinstance(value, dict):
         raise JsonTextError("The text is not a JSON object.")
     return value
+
+
+def read_stream_payload(text: str | bytes) -> Any:
+    """`read_json` for one streamed provider payload (an SSE event's data, an
+    engine's chunk batch): every rule and limit applies, but lone UTF-16
+    surrogates are kept, because a text delta may carry one half of a pair
+    whose other half arrives in the next payload. The output assembler joins
+    or replaces them (`streaming.SurrogateJoiner`) before any text reaches a
+    napplet, and refuses them in completed tool-call arguments.
+
+    Raises `JsonTextError` as `read_json` does.
+    """
+    return read_json(text, allow_lone_surrogates=True)

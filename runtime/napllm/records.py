@@ -21,7 +21,10 @@ Rules (NAP-LLM, Schemas: "Unknown fields in these input records, explicit
   `thinking` and `isError` may appear, tool choice vs tools) live in
   `conversation.py`.
 - `RecordError` carries a safe message naming the offending field by its
-  path in the napplet's own request, never its value.
+  path in the napplet's own request, never its value. A path contains only
+  list indices and the field names of these records: an unknown or
+  unexpected member is named by its position in its object ("member 3"),
+  never by its key, so no napplet text is ever echoed.
 - Output records (Model, Generation, Usage, Delta, Error) are built by the
   runtime and validated on construction, so an internal mistake fails loudly
   in tests rather than reaching a napplet.
@@ -80,9 +83,9 @@ class _Input(BaseModel):
     @classmethod
     def _no_explicit_null(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            for key, value in data.items():
+            for position, (key, value) in enumerate(data.items(), start=1):
                 if value is None:
-                    raise ValueError(f"explicit null for {key!s:.64}")
+                    raise ValueError(f"explicit null for {_member_name(cls, key, position)}")
         return data
 
 
@@ -367,6 +370,58 @@ class Delta(_Output):
 # Parsing helpers
 
 
+def _field_names(*models: type[BaseModel]) -> frozenset[str]:
+    names: set[str] = set()
+    for model in models:
+        for name, info in model.model_fields.items():
+            names.add(name)
+            if info.alias:
+                names.add(info.alias)
+    return frozenset(names)
+
+
+#: Every field name of the input records: the only words a path may quote.
+_KNOWN_FIELDS = _field_names(
+    TextPart,
+    ThinkingPart,
+    ImagePart,
+    ToolCallPart,
+    Message,
+    Tool,
+    ToolChoice,
+    GenerationRequest,
+    Requirements,
+)
+
+
+def _member_name(model: type[BaseModel], key: object, position: int) -> str:
+    """A field by its name when `model` declares it, else by its position."""
+    fields = model.model_fields
+    if isinstance(key, str) and (
+        key in fields or any(info.alias == key for info in fields.values())
+    ):
+        return key
+    return f"member {position}"
+
+
+def _member_position(raw: Any, loc: tuple[int | str, ...]) -> int | None:
+    """The 1-based position of the key `loc[-1]` in the object at `loc[:-1]` of `raw`."""
+    node = raw
+    for item in loc[:-1]:
+        in_list = isinstance(item, int) and isinstance(node, list) and 0 <= item < len(node)
+        if in_list or (isinstance(item, str) and isinstance(node, dict) and item in node):
+            node = node[item]
+        elif isinstance(item, str):
+            continue  # a branch label pydantic inserted (tagged union, function)
+        else:
+            return None
+    if isinstance(node, dict):
+        for position, key in enumerate(node, start=1):
+            if key == loc[-1]:
+                return position
+    return None
+
+
 def _loc_path(root: str, loc: tuple[int | str, ...]) -> str:
     path = root
     previous: int | str | None = None
@@ -377,17 +432,29 @@ def _loc_path(root: str, loc: tuple[int | str, ...]) -> str:
             pass
         elif isinstance(previous, int) and item in ("text", "image", "thinking", "toolCall"):
             pass  # the discriminated-union branch pydantic inserts after a list index
+        elif item in _KNOWN_FIELDS:
+            path += f".{item}"
         else:
-            path += f".{item[:64]}"
+            path += ".(unknown member)"  # never the napplet's own key
         previous = item
     return path
 
 
-def safe_validation_message(root: str, exc: ValidationError) -> str:
-    """A safe one-line reason for the first error: field path and kind, no values."""
+def safe_validation_message(root: str, exc: ValidationError, raw: Any = None) -> str:
+    """A safe one-line reason for the first error: field path and kind, no values.
+
+    `raw`: the input that failed, used only to name an unknown member by its
+    position in its object. The message never contains napplet text.
+    """
     err = exc.errors(include_url=False, include_input=False, include_context=False)[0]
-    path = _loc_path(root, tuple(err.get("loc", ())))
+    loc = tuple(err.get("loc", ()))
     kind = err.get("type", "invalid")
+    if kind == "extra_forbidden" and loc:
+        position = _member_position(raw, loc)
+        where = _loc_path(root, loc[:-1])
+        member = f"member {position}" if position is not None else "a member"
+        return f"Invalid {where}: {member} is an unknown field."
+    path = _loc_path(root, loc)
     reason = {
         "extra_forbidden": "unknown field",
         "missing": "missing required field",
@@ -395,6 +462,7 @@ def safe_validation_message(root: str, exc: ValidationError) -> str:
         "union_tag_invalid": "unknown part type",
         "union_tag_not_found": "missing part type",
         "string_type": "must be text",
+        "string_unicode": "contains text that is not valid Unicode",
         "int_type": "must be an integer",
         "float_type": "must be a number",
         "bool_type": "must be a boolean",
@@ -419,7 +487,7 @@ def parse_generation_request(raw: Any) -> GenerationRequest:
     try:
         return GenerationRequest.model_validate(raw)
     except ValidationError as exc:
-        raise RecordError(safe_validation_message("request", exc)) from None
+        raise RecordError(safe_validation_message("request", exc, raw)) from None
 
 
 def parse_requirements(raw: Any) -> Requirements:
@@ -427,4 +495,4 @@ def parse_requirements(raw: Any) -> Requirements:
     try:
         return Requirements.model_validate(raw)
     except ValidationError as exc:
-        raise RecordError(safe_validation_message("requirements", exc)) from None
+        raise RecordError(safe_validation_message("requirements", exc, raw)) from None

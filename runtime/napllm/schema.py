@@ -9,6 +9,16 @@ Rules
   under CPython, `jschon` (pure Python) in Pyodide, where `jsonschema`
   cannot load because `rpds-py` has no WebAssembly wheel. Shared test
   vectors (tests/unit/test_schema_port.py) prove both agree.
+- Dialect: a tool schema is a JSON Schema 2020-12 document. `$schema` may
+  appear only at the document's root, and only as
+  `https://json-schema.org/draft/2020-12/schema` (exactly; no fragment).
+  Any other value (draft-07, 2019-09, the URI with `#`, anything else) and
+  `$schema` inside a subschema make the schema invalid (`invalid-request`):
+  the same rule in both validators (`uses_other_dialect`), because
+  jsonschema's `Draft202012Validator` ignores `$schema` while jschon
+  follows it, and a provider may read a declared draft-07 schema by
+  draft-07's rules. The shared vectors (tests/unit/schema_vectors.json,
+  also run in Pyodide) pin it.
 - The port answers two questions: is a schema valid (`check_schema`), and
   does an instance satisfy it (`is_valid`, used for `format: json` checks
   by the LMSP service and tests). It never raises for bad input: it
@@ -20,6 +30,59 @@ from __future__ import annotations
 import functools
 import json
 from typing import Any, Protocol
+
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+# 2020-12 keywords whose value is a schema, a list of schemas, or a map of schemas
+_ONE = frozenset(
+    {
+        "additionalProperties",
+        "contains",
+        "else",
+        "if",
+        "items",
+        "not",
+        "propertyNames",
+        "then",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+        "contentSchema",
+    }
+)
+_LIST = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
+_MAP = frozenset({"$defs", "properties", "patternProperties", "dependentSchemas"})
+
+
+def uses_other_dialect(schema: Any) -> bool:
+    """Whether `schema` declares a dialect other than 2020-12 (module rules).
+
+    True when the root's `$schema` is present and not exactly `DIALECT`, or
+    when any subschema (reached through the 2020-12 applicator keywords,
+    iteratively) carries `$schema` at all.
+    """
+    if not isinstance(schema, dict):
+        return False
+    if "$schema" in schema and schema["$schema"] != DIALECT:
+        return True
+    stack: list[Any] = []
+
+    def children(node: dict[str, Any]) -> None:
+        for key, value in node.items():
+            if key in _ONE:
+                stack.append(value)
+            elif key in _LIST and isinstance(value, list):
+                stack.extend(value)
+            elif key in _MAP and isinstance(value, dict):
+                stack.extend(value.values())
+
+    children(schema)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if "$schema" in node:
+                return True
+            children(node)
+    return False
 
 
 class SchemaValidator(Protocol):
@@ -54,6 +117,8 @@ class JsonschemaValidator:
         a tool schema the provider cannot resolve is malformed, so both
         validators agree on rejecting it.
         """
+        if uses_other_dialect(schema):
+            return False
         try:
             self._cls.check_schema(schema)
             if isinstance(schema, dict):
@@ -95,13 +160,11 @@ class JschonValidator:
 
     def _schema(self, schema: Any) -> Any:
         js = self._jschon
-        return js.JSONSchema(
-            _plain(schema), metaschema_uri=js.URI("https://json-schema.org/draft/2020-12/schema")
-        )
+        return js.JSONSchema(_plain(schema), metaschema_uri=js.URI(DIALECT))
 
     def check_schema(self, schema: Any) -> bool:
         """Metaschema check, then reference resolution (an unresolvable `$ref` is invalid)."""
-        if not isinstance(schema, dict | bool):
+        if not isinstance(schema, dict | bool) or uses_other_dialect(schema):
             return False
         try:
             compiled = self._schema(schema)

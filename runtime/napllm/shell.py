@@ -26,7 +26,10 @@ Shell Behavior, Security Considerations)
   connection + account, until revoked or the page closes) counts as consent.
   The selection is checked again after consent: a connection edited while
   the dialog was open is never used (`selection-expired`).
-- Exactly one terminal result per request id; no delta after it. Settling is
+- Exactly one terminal result per request id; no delta after it. It holds
+  even when finishing the deltas, building, observing or delivering the
+  result fails: such a failure becomes `provider-error`, and a delta the
+  transport refuses ends the generation (`_settle`). Settling is
   immediate and never waits for the provider: `cancel` (this endpoint's
   active generation only; true/false without revealing others), the policy
   deadline (which includes the consent wait) -> `timeout`, endpoint close,
@@ -431,8 +434,8 @@ class Shell:
         endpoint = self._endpoints.get(endpoint_id)
         if endpoint is None or not endpoint.open:
             return
+        self._observe("envelope", endpoint_id, "in", message)
         try:
-            self._observer.envelope(endpoint_id, "in", message)
             self._dispatch(endpoint, message)
         except Exception:  # the shell must survive its own bugs
             log.exception("unexpected failure handling a message")
@@ -460,7 +463,7 @@ class Shell:
         """Remove a standing grant; True if it existed."""
         removed = self._grants.pop(key, None) is not None
         if removed:
-            self._observer.grants_changed()
+            self._observe("grants_changed")
         return removed
 
     async def idle(self) -> None:
@@ -478,11 +481,11 @@ class Shell:
 
     def _dispatch(self, endpoint: _Endpoint, message: object) -> None:
         if "llm" not in endpoint.napplet.domains:
-            self._observer.dropped(endpoint.id, "llm domain not exposed")
+            self._observe("dropped", endpoint.id, "llm domain not exposed")
             return
         parsed = parse_envelope(message)
         if isinstance(parsed, Dropped):
-            self._observer.dropped(endpoint.id, parsed.reason)
+            self._observe("dropped", endpoint.id, parsed.reason)
         elif isinstance(parsed, Malformed):
             self._send(endpoint, error_result(parsed.type, parsed.id, parsed.error))
         elif isinstance(parsed, Select):
@@ -494,14 +497,28 @@ class Shell:
         elif isinstance(parsed, Cancel):
             self._cancel(endpoint, parsed)
 
-    def _send(self, endpoint: _Endpoint, envelope: dict[str, Any]) -> None:
+    def _observe(self, hook: str, *args: Any) -> None:
+        """Call an `Observer` hook; it only watches, so its failure is logged, never raised."""
+        try:
+            getattr(self._observer, hook)(*args)
+        except Exception:
+            log.exception("observer failed")
+
+    def _send(self, endpoint: _Endpoint, envelope: dict[str, Any]) -> bool:
+        """Deliver one envelope; whether the transport took it.
+
+        The observer only watches: its failure is logged and never stops a
+        delivery. A transport that raises is taken as "not delivered".
+        """
         if not endpoint.open:
-            return
-        self._observer.envelope(endpoint.id, "out", envelope)
+            return False
+        self._observe("envelope", endpoint.id, "out", envelope)
         try:
             self._transport.send(endpoint.id, envelope)
         except Exception:
             log.exception("transport failed")
+            return False
+        return True
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -571,7 +588,12 @@ class Shell:
             return
         handle = "h-" + secrets.token_urlsafe(18)
         self._handles[handle] = _Selection(endpoint.id, account, connection.id, connection.revision)
-        self._send(endpoint, model_result("llm.select", msg.id, self._model(connection, handle)))
+        self._answer(
+            endpoint,
+            "llm.select",
+            msg.id,
+            lambda: model_result("llm.select", msg.id, self._model(connection, handle)),
+        )
 
     def _model(self, connection: Connection, handle: str) -> dict[str, Any]:
         return ModelRecord.model_validate(connection.public_model(handle)).to_json()
@@ -596,8 +618,11 @@ class Shell:
         except NapError as error:
             self._send(endpoint, error_result("llm.describe", msg.id, error))
             return
-        self._send(
-            endpoint, model_result("llm.describe", msg.id, self._model(connection, msg.handle))
+        self._answer(
+            endpoint,
+            "llm.describe",
+            msg.id,
+            lambda: model_result("llm.describe", msg.id, self._model(connection, msg.handle)),
         )
 
     # -- generate -----------------------------------------------------------------------
@@ -645,7 +670,7 @@ class Shell:
             return
         except ProviderFailure as failure:
             if failure.user_hint and gen.connection_id:
-                self._observer.notice("error", failure.user_hint, gen.connection_id)
+                self._observe("notice", "error", failure.user_hint, gen.connection_id)
             log.warning("provider failure: %s", failure.detail or failure.code)
             self._settle(gen, failure.to_nap_error())
             return
@@ -680,7 +705,7 @@ class Shell:
                 self._grants[grant_key] = Grant(
                     grant_key, endpoint.napplet, connection.id, gen.account
                 )
-                self._observer.grants_changed()
+                self._observe("grants_changed")
         # the selection must still be the one the user saw (NAP-LLM, Shell Behavior)
         current = self._resolve(endpoint, request.handle)
         if current.revision != connection.revision or current.id != connection.id:
@@ -694,7 +719,7 @@ class Shell:
             interval_s=self.policy.delta_interval_s,
         )
         assembler = OutputAssembler(request, gen.stream)
-        self._observer.submitted(endpoint.id, connection.id)
+        self._observe("submitted", endpoint.id, connection.id)
         events = provider.respond(lmsp_request)
         try:
             async for event in events:
@@ -711,35 +736,88 @@ class Shell:
     def _deliver_delta(
         self, endpoint: _Endpoint, gen: _Generation, envelope: dict[str, Any]
     ) -> None:
-        if not gen.settled:
-            self._send(endpoint, envelope)
+        if gen.settled:
+            return
+        if not self._send(endpoint, envelope):
+            # a lost delta would leave a gap in `sequence` (NAP-LLM, Wire
+            # Protocol: no text silently dropped): end the generation instead
+            self._settle(gen, NapError(ErrorCode.PROVIDER_ERROR))
 
     def _settle(self, gen: _Generation, outcome: Generation | NapError | None) -> None:
-        """Send the one terminal result (None: endpoint gone, send nothing)."""
+        """End `gen` with exactly one terminal result (None: endpoint gone, send nothing).
+
+        Invariant (NAP-LLM, Wire Protocol: exactly one terminal result): no
+        exception while finishing the delta stream, building the envelope,
+        observing or sending it leaves the request open or unanswered. The
+        generation is marked settled and forgotten first (so a later cancel
+        answers false); a success that cannot be flushed, serialised or
+        delivered is replaced by `provider-error`; nothing raised here
+        escapes.
+        """
         if gen.settled:
             return
         if isinstance(outcome, Generation) and gen.stream is not None:
             # flush coalesced deltas while still unsettled: `_deliver_delta`
             # drops everything once settled, and a completed block must end
             # before the terminal result (NAP-LLM, Delta; Wire Protocol)
-            gen.stream.finish()
+            try:
+                gen.stream.finish()
+            except Exception:
+                log.exception("flushing the deltas failed")
+                outcome = NapError(ErrorCode.PROVIDER_ERROR)
+            if gen.settled:  # a delta that could not be delivered ended it
+                return
         gen.settled = True
-        if gen.timer is not None:
-            gen.timer.cancel()
         endpoint = self._endpoints.get(gen.endpoint_id)
         if endpoint is not None and endpoint.generations.get(gen.id) is gen:
             del endpoint.generations[gen.id]
-        if not isinstance(outcome, Generation) and gen.stream is not None:
+        try:
+            self._release(gen, aborted=not isinstance(outcome, Generation))
+        except Exception:
+            log.exception("releasing a generation failed")
+        if endpoint is None or outcome is None:
+            return
+        self._send_terminal(endpoint, gen.id, outcome)
+
+    def _release(self, gen: _Generation, *, aborted: bool) -> None:
+        if gen.timer is not None:
+            gen.timer.cancel()
+        if aborted and gen.stream is not None:
             gen.stream.abort()
         current = asyncio.current_task()
         if gen.task is not None and gen.task is not current and not gen.task.done():
             gen.task.cancel()  # best effort; late output is discarded
-        if endpoint is None or outcome is None:
-            return
+
+    def _send_terminal(self, endpoint: _Endpoint, rid: str, outcome: Generation | NapError) -> None:
+        """Send `outcome`, falling back to `provider-error` when it cannot be sent."""
         if isinstance(outcome, Generation):
-            self._send(endpoint, generation_result(gen.id, outcome))
+            self._answer(endpoint, "llm.generate", rid, lambda: generation_result(rid, outcome))
         else:
-            self._send(endpoint, error_result("llm.generate", gen.id, outcome))
+            self._answer(
+                endpoint, "llm.generate", rid, lambda: error_result("llm.generate", rid, outcome)
+            )
+
+    def _answer(
+        self, endpoint: _Endpoint, kind: str, rid: str, build: Callable[[], dict[str, Any]]
+    ) -> None:
+        """Send the one terminal result of request `kind`/`rid` that `build` makes.
+
+        A result that cannot be built (a serializer limit, an inconsistent
+        record) or delivered (the transport raised) is replaced by a
+        `provider-error` result, sent once; never raises.
+        """
+        fallback = error_result(kind, rid, NapError(ErrorCode.PROVIDER_ERROR))
+        envelope: dict[str, Any] | None = None
+        try:
+            envelope = build()
+        except Exception:
+            log.exception("building a result failed")
+        if envelope is not None and self._send(endpoint, envelope):
+            return
+        already_fallback = envelope is not None and envelope.get("error") == fallback["error"]
+        if not already_fallback and self._send(endpoint, fallback):
+            return
+        log.error("a result could not be delivered")
 
     def _cancel(self, endpoint: _Endpoint, msg: Cancel) -> None:
         gen = endpoint.generations.get(msg.request_id)
@@ -761,7 +839,7 @@ class Shell:
         for key in removed_grants:
             del self._grants[key]
         if removed_grants:
-            self._observer.grants_changed()
+            self._observe("grants_changed")
         for endpoint in self._endpoints.values():
             for gen in list(endpoint.generations.values()):
                 if gen.connection_id != connection_id:

@@ -21,17 +21,90 @@ Rules
   cancellation or timeout. Nothing is sent after either: no delta may
   follow the terminal result.
 - Lifecycle violations are runtime bugs and raise `RuntimeError`.
+
+Text from providers (one rule for every provider and engine path)
+- Providers stream text as fragments that may split a UTF-16 surrogate
+  pair (`"\\ud83d"` in one event, `"\\ude00"` in the next): JSON and
+  JavaScript strings are UTF-16, Python's are code points. Before any
+  fragment is emitted, `SurrogateJoiner` holds back a trailing high
+  surrogate and joins it with the next fragment's leading low surrogate,
+  so U+1F600 arrives as one code point. A surrogate that is never paired
+  (a low one without its high half, a high one followed by anything else,
+  or one still held when its block completes or the stream ends) becomes
+  U+FFFD REPLACEMENT CHARACTER, as a UTF-16 decoder with replacement does.
+  No lone surrogate ever reaches a napplet, so every envelope encodes as
+  UTF-8. (Tool-call arguments are stricter: a lone surrogate left in
+  completed arguments is `provider-error`; see `translate.py`.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 BlockKind = Literal["text", "thinking", "toolCall"]
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """Whether `text` holds a surrogate that is not half of a well-ordered pair."""
+    return _SURROGATE.search(join_surrogates(text, replace=False)) is not None
+
+
+def join_surrogates(text: str, *, replace: bool = True) -> str:
+    """`text` with each well-ordered UTF-16 surrogate pair joined into one code point.
+
+    Every other (lone) surrogate becomes U+FFFD, or stays as it is when
+    `replace` is false (so a caller can refuse it). Text without surrogates
+    is returned unchanged (the common case costs one regex search).
+    """
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode(
+        "utf-16-le", "replace" if replace else "surrogatepass"
+    )
+
+
+class SurrogateJoiner:
+    """Joins UTF-16 surrogate pairs split across streamed fragments (module rules).
+
+    `feed(fragment)` returns the text that may be emitted now (possibly
+    empty); a trailing high surrogate is held back for the next fragment.
+    `flush()` returns what is still held, as U+FFFD. `discard()` drops it.
+    """
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    @property
+    def held(self) -> str:
+        """The high surrogate waiting for its low half (`""` when none)."""
+        return self._held
+
+    def feed(self, fragment: str) -> str:
+        """The emit-ready text of `held + fragment`, holding a trailing high surrogate."""
+        text = self._held + fragment if self._held else fragment
+        self._held = ""
+        if text and "\ud800" <= text[-1] <= "\udbff":
+            self._held = text[-1]
+            text = text[:-1]
+        return join_surrogates(text)
+
+    def flush(self) -> str:
+        """End of the fragments: a held high surrogate becomes U+FFFD."""
+        held, self._held = self._held, ""
+        return join_surrogates(held)
+
+    def discard(self) -> None:
+        """Forget a held surrogate (the completed item's text replaces it)."""
+        self._held = ""
 
 
 @dataclass

@@ -31,6 +31,15 @@ LMSP -> NAP (`OutputAssembler`; NAP-LLM, Generation, Delta, Tool)
 - `incomplete` with `max_output_tokens` -> `length`; `content_filter` or a
   refusal part -> `refusal`. Truncated and refused results keep their text
   and thinking but carry no toolCall parts.
+- The result follows `output_index`, and the delta blocks start in that
+  order too (a later item waits until every earlier one has started or
+  completed), so `blockIndex` is the index in `content` even when items
+  complete out of order; replays then keep the provider's order.
+- Text fragments pass through `streaming.SurrogateJoiner` (split UTF-16
+  pairs joined, unpaired halves U+FFFD). Completed arguments and call ids
+  with a lone surrogate, and arguments or `format: json` answers that fail
+  the strict reader (`jsontext.read_json`: NaN, 1e400, unsafe integers,
+  duplicate keys, nesting over `DEFAULT_MAX_DEPTH`), are `provider-error`.
 - `failed`, `cancelled` (not asked by us), `error`, a stream that ends
   without a final event, an item never completed, a delta for an unknown
   item, or text deltas contradicting the completed item -> `provider-error`.
@@ -48,6 +57,7 @@ from pydantic import ValidationError
 
 from .connections import Capabilities
 from .errors import ErrorCode, NapError, unsupported
+from .jsontext import JsonTextError, read_json
 from .lmsp import (
     FunctionCallIn,
     FunctionCallItem,
@@ -83,7 +93,7 @@ from .records import (
     ToolChoice,
     Usage,
 )
-from .streaming import BlockKind, DeltaStream
+from .streaming import BlockKind, DeltaStream, SurrogateJoiner, has_lone_surrogate, join_surrogates
 
 TOOL_FAILED_PREFIX = "Tool execution failed."
 
@@ -259,12 +269,14 @@ def _fail(reason: str) -> NapError:
 class _Block:
     kind: BlockKind
     index: int | None = None  # block index once started
-    text: list[str] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)  # emit-ready fragments
+    sent: int = 0  # how many of `text` went to the delta stream
     final: str | None = None  # text / arguments of the completed item
     done: bool = False
     call_id: str | None = None
     name: str | None = None
     synthesized: bool = False
+    joiner: SurrogateJoiner = field(default_factory=SurrogateJoiner)
 
 
 @dataclass
@@ -285,6 +297,21 @@ class OutputAssembler:
     handles a stream that ended: without a terminal event it raises
     `provider-error` (missing completion marker). Raises `NapError` from
     `feed` as soon as the output is known to be invalid.
+
+    Order: output items may complete out of order (a function call done
+    before the message that precedes it). The result follows `output_index`,
+    and so do the delta blocks: an item's block starts only once every item
+    with a lower `output_index` has started its block or completed (until
+    then its fragments are buffered), so each `blockIndex` is the block's
+    index in the result's `content` (NAP-LLM, Delta) while blocks already
+    started still interleave. An item added below one whose block already
+    started is `provider-error`.
+    Text: fragments pass through a `streaming.SurrogateJoiner` per block,
+    so split UTF-16 pairs are joined and lone surrogates become U+FFFD;
+    completed tool-call arguments holding a lone surrogate, and call ids
+    that are not valid Unicode, are `provider-error`. A toolCall block starts
+    only when its name is one of the current tools (an unknown name is never
+    streamed; it fails the completed result).
     """
 
     def __init__(self, request: GenerationRequest, stream: DeltaStream) -> None:
@@ -296,6 +323,7 @@ class OutputAssembler:
         self._usage: Usage | None = None
         self._terminal: tuple[str, dict[str, Any]] | None = None
         self._tool_names = {t.name for t in request.active_tools}
+        self._held_back = False  # a ready block waits for an earlier item
 
     # -- events ----------------------------------------------------------------
 
@@ -338,6 +366,13 @@ class OutputAssembler:
         index = self._index_of(data)
         if index in self._items:
             raise _fail("output_index reused")
+        if any(
+            block.index is not None
+            for later, other in self._items.items()
+            if later > index
+            for block in other.blocks
+        ):
+            raise _fail("output item added below one already streaming")
         kind_raw = raw.get("type")
         kind: Literal["message", "function_call", "reasoning", "other"] = (
             kind_raw if kind_raw in ("message", "function_call", "reasoning") else "other"
@@ -352,6 +387,8 @@ class OutputAssembler:
             call_id = raw.get("call_id")
             block = _Block("toolCall")
             if isinstance(call_id, str) and call_id:
+                if has_lone_surrogate(call_id):
+                    raise _fail("call id is not valid Unicode")
                 block.call_id = call_id
             else:
                 block.call_id = _synth_call_id()
@@ -359,7 +396,7 @@ class OutputAssembler:
             item.blocks.append(block)
             if isinstance(name, str) and name:
                 block.name = name
-                self._start(block)
+                self._sync(item, block)
 
     def _lookup(self, data: dict[str, Any]) -> _Item:
         item_id = data.get("item_id")
@@ -370,15 +407,59 @@ class OutputAssembler:
             return self._items[index]
         raise _fail("delta for an unknown item")
 
-    def _start(self, block: _Block) -> None:
-        block.index = self._stream.start(
-            block.kind,
-            tool_call_id=block.call_id if block.kind == "toolCall" else None,
-            name=block.name if block.kind == "toolCall" else None,
+    # -- streaming in output order ---------------------------------------------
+
+    @staticmethod
+    def _settled_order(item: _Item) -> bool:
+        """Whether `item`'s place among the blocks is fixed (started or completed)."""
+        return item.done or any(block.index is not None for block in item.blocks)
+
+    def _streamable(self, item: _Item) -> bool:
+        """Every item before `item` (by output_index) has started or completed."""
+        return all(
+            self._settled_order(other)
+            for index, other in self._items.items()
+            if index < item.output_index
         )
-        self._order.append(block)
-        for fragment in block.text:
-            self._stream.append(block.index, fragment)
+
+    def _ready(self, block: _Block) -> bool:
+        if block.kind == "toolCall":
+            return block.name is not None and block.name in self._tool_names
+        return bool(block.text)
+
+    def _sync(self, item: _Item, block: _Block) -> None:
+        """Start `block` when it may, send its unsent fragments, end it when done."""
+        if block.index is None:
+            if not self._ready(block):
+                return
+            if not self._streamable(item):
+                self._held_back = True
+                return
+            block.index = self._stream.start(
+                block.kind,
+                tool_call_id=block.call_id if block.kind == "toolCall" else None,
+                name=block.name if block.kind == "toolCall" else None,
+            )
+            self._order.append(block)
+            if self._held_back:
+                self._held_back = False
+                self._pump()
+        while block.sent < len(block.text):
+            self._stream.append(block.index, block.text[block.sent])
+            block.sent += 1
+        if block.done and self._stream.is_open(block.index):
+            self._stream.end(block.index)
+
+    def _pump(self) -> None:
+        """Sync every item in output order, up to the first one neither started nor done."""
+        for index in sorted(self._items):
+            item = self._items[index]
+            for block in item.blocks:
+                self._sync(item, block)
+            if not self._settled_order(item):
+                return
+
+    # -- deltas --------------------------------------------------------------------
 
     def _text_delta(self, item: _Item, kind: BlockKind, delta: object) -> None:
         if not isinstance(delta, str):
@@ -393,11 +474,10 @@ class OutputAssembler:
         block = item.blocks[-1]
         if not delta:
             return
-        block.text.append(delta)
-        if block.index is None:
-            self._start(block)  # replays the buffered text, this delta included
-        else:
-            self._stream.append(block.index, delta)
+        piece = block.joiner.feed(delta)
+        if piece:
+            block.text.append(piece)
+            self._sync(item, block)
 
     def _arguments_delta(self, item: _Item, delta: object) -> None:
         if not isinstance(delta, str):
@@ -405,9 +485,10 @@ class OutputAssembler:
         if item.kind != "function_call" or item.done:
             raise _fail("arguments delta for a non-call item")
         block = item.blocks[0]
-        block.text.append(delta)
-        if block.index is not None:
-            self._stream.append(block.index, delta)
+        piece = block.joiner.feed(delta)
+        if piece:
+            block.text.append(piece)
+            self._sync(item, block)
 
     def _done(self, data: dict[str, Any]) -> None:
         index = self._index_of(data)
@@ -423,7 +504,6 @@ class OutputAssembler:
             parsed = parse_output_item(raw)
         except ValueError as exc:
             raise _fail("malformed completed item") from exc
-        item.done = True
         if isinstance(parsed, MessageItem):
             text = "".join(p.text for p in parsed.content if isinstance(p, OutputText))
             if any(isinstance(p, Refusal) for p in parsed.content):
@@ -433,56 +513,58 @@ class OutputAssembler:
             text = "".join(p.text for p in parsed.summary if isinstance(p, SummaryText))
             self._complete_text(item, "thinking", text)
         elif isinstance(parsed, FunctionCallItem):
-            block = item.blocks[0] if item.blocks else None
-            if block is None or block.kind != "toolCall":
-                raise _fail("function call completed for a non-call item")
-            if parsed.call_id and block.call_id != parsed.call_id:
-                if block.index is None:
-                    block.call_id = parsed.call_id
-                elif not block.synthesized:
-                    raise _fail("call id changed after the call started")
-                # else: the id synthesised at start stays, so deltas and
-                # result agree (NAP-LLM, Message: synthesised ids are stable)
-            if block.name is None:
-                block.name = parsed.name
-                self._start(block)
-            elif block.name != parsed.name:
-                raise _fail("tool name changed after the call started")
-            streamed = "".join(block.text)
-            if not streamed:
-                self._stream.append(block.index, parsed.arguments)  # type: ignore[arg-type]
-                block.text.append(parsed.arguments)
-            elif streamed != parsed.arguments and _loads(streamed) != _loads(parsed.arguments):
-                raise _fail("streamed arguments differ from the completed call")
-            block.final = parsed.arguments
-            block.done = True
-            self._stream.end(block.index)  # type: ignore[arg-type]
+            self._complete_call(item, parsed)
         # unknown item types are ignored
+        item.done = True
+        self._pump()
+
+    def _complete_call(self, item: _Item, parsed: FunctionCallItem) -> None:
+        block = item.blocks[0] if item.blocks else None
+        if block is None or block.kind != "toolCall":
+            raise _fail("function call completed for a non-call item")
+        if parsed.call_id and block.call_id != parsed.call_id:
+            if has_lone_surrogate(parsed.call_id):
+                raise _fail("call id is not valid Unicode")
+            if block.index is None:
+                block.call_id = parsed.call_id
+                block.synthesized = False
+            elif not block.synthesized:
+                raise _fail("call id changed after the call started")
+            # else: the id synthesised at start stays, so deltas and
+            # result agree (NAP-LLM, Message: synthesised ids are stable)
+        if block.name is None:
+            block.name = parsed.name
+        elif block.name != parsed.name:
+            raise _fail("tool name changed after the call started")
+        arguments = join_surrogates(parsed.arguments, replace=False)
+        if has_lone_surrogate(arguments):
+            raise _fail("tool call arguments hold a lone surrogate")
+        block.joiner.discard()
+        streamed = "".join(block.text)
+        if not streamed:
+            block.text.append(arguments)
+        elif streamed != arguments and _loads(streamed) != _loads(arguments):
+            raise _fail("streamed arguments differ from the completed call")
+        block.final = arguments
+        block.done = True
 
     def _complete_text(self, item: _Item, kind: BlockKind, final: str) -> None:
+        final = join_surrogates(final)
         blocks = [b for b in item.blocks if b.kind == kind]
-        streamed = "".join("".join(b.text) for b in blocks)
-        if not blocks or blocks[-1].index is None:
-            if final:
-                block = _Block(kind)
-                item.blocks.append(block)
-                self._start(block)
-                block.text.append(final)
-                self._stream.append(block.index, final)  # type: ignore[arg-type]
-                blocks = [block]
-            else:
+        if not blocks:
+            if not final:
                 return
-        elif streamed != final:
+            blocks = [_Block(kind)]
+            item.blocks.append(blocks[0])
+        streamed = "".join("".join(b.text) for b in blocks)
+        if streamed != final:
             if not final.startswith(streamed):
                 raise _fail("streamed text differs from the completed item")
-            rest = final[len(streamed) :]
-            blocks[-1].text.append(rest)
-            self._stream.append(blocks[-1].index, rest)
+            blocks[-1].text.append(final[len(streamed) :])
         for block in blocks:
+            block.joiner.discard()  # the completed text holds the whole pair
             block.final = "".join(block.text)
             block.done = True
-            if block.index is not None and self._stream.is_open(block.index):
-                self._stream.end(block.index)
 
     # -- the terminal result -----------------------------------------------------
 
@@ -504,29 +586,48 @@ class OutputAssembler:
             raise failure.to_nap_error()
         raise _fail(f"terminal event {name}")
 
+    def _blocks_in_order(self) -> list[_Block]:
+        return [block for index in sorted(self._items) for block in self._items[index].blocks]
+
     def _partial(self, finish: Literal["length", "refusal"]) -> Generation:
         parts: list[OutputPart] = []
-        for block in self._order:
+        for block in self._blocks_in_order():
+            if block.kind == "toolCall":
+                continue  # toolCall parts never survive truncation or refusal
+            if not block.done:
+                rest = block.joiner.flush()  # a half pair that never completed
+                if rest:
+                    block.text.append(rest)
+                    if block.index is not None:
+                        self._sync(self._items[self._item_of(block)], block)
             text = "".join(block.text)
             if block.kind == "text" and text:
                 parts.append(TextPart(type="text", text=text))
             elif block.kind == "thinking" and text:
                 parts.append(ThinkingPart(type="thinking", text=text))
-            # toolCall parts never survive truncation or refusal
         return Generation(content=parts, finish=finish, usage=self._usage)
+
+    def _item_of(self, block: _Block) -> int:
+        for index, item in self._items.items():
+            if block in item.blocks:
+                return index
+        raise _fail("block without an item")
 
     def _completed(self) -> Generation:
         if any(not item.done for item in self._items.values()):
             raise _fail("an output item never completed")
         if any(item.refusal for item in self._items.values()):
             return self._partial("refusal")
+        self._pump()
         parts: list[OutputPart] = []
         calls: list[ToolCallPart] = []
-        for block in self._order:
+        for block in self._blocks_in_order():
             if block.kind == "toolCall":
                 call = self._checked_call(block)
                 calls.append(call)
                 parts.append(call)
+            elif block.index is None:
+                continue  # a message or summary that never had text
             elif block.kind == "text":
                 parts.append(TextPart(type="text", text=block.final or ""))
             else:
@@ -547,7 +648,7 @@ class OutputAssembler:
             raise _fail("tool call names an unknown tool")
         arguments = _loads(block.final or "")
         if not isinstance(arguments, dict):
-            raise _fail("tool call arguments are not a JSON object")
+            raise _fail("tool call arguments are not a strict JSON object")
         assert block.call_id is not None and block.name is not None
         return ToolCallPart(
             type="toolCall", toolCallId=block.call_id, name=block.name, arguments=arguments
@@ -570,10 +671,12 @@ _INVALID = object()
 
 
 def _loads(text: str) -> Any:
-    """Parse JSON; returns a sentinel (never equal to a JSON value) on failure."""
+    """Parse provider JSON with the strict reader; a sentinel (never equal to a
+    JSON value) when it fails (`jsontext.read_json`: RFC 8259, finite doubles,
+    safe integers, no lone surrogates, depth at most `DEFAULT_MAX_DEPTH`)."""
     try:
-        return json.loads(text)
-    except (ValueError, TypeError, RecursionError):
+        return read_json(text)
+    except JsonTextError:
         return _INVALID
 
 

@@ -17,6 +17,17 @@ Rules (NAP-LLM, Wire Protocol; NIP-5D)
   with `error.code = "invalid-request"`.
 - Values must be plain JSON: objects with text keys, lists, text (no lone
   surrogates), finite numbers, booleans, null; nesting at most `MAX_DEPTH`.
+- Envelope text is read by the one strict reader (`jsontext.read_json`,
+  through `loads_strict`) with `PARSE_DEPTH` as its pre-parse bound, so a
+  too-deep envelope that still names a usable id gets `invalid-request`
+  from `check_plain_json` instead of vanishing. `MAX_DEPTH` is chosen so
+  that nothing accepted can reach pydantic's serializer limit (49 levels
+  of nested values under Pyodide) when it is serialised again: a tool's
+  `parameters` sit at depth 5 of an envelope (<= 44 levels of their own),
+  and a replayed toolCall's `arguments` at depth 7, which admits every
+  `arguments` object a provider may return (`jsontext.DEFAULT_MAX_DEPTH`).
+- Error messages never quote napplet text: a field is named by its
+  position or a fixed description (NAP-LLM, Security Considerations).
 - Outgoing envelopes are built here, with the field order of the spec's
   examples: results carry `id` and exactly one of the success payload or
   `error`; `llm.delta` carries the Delta fields and no `id`.
@@ -24,13 +35,13 @@ Rules (NAP-LLM, Wire Protocol; NIP-5D)
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from .conversation import validate_conversation
 from .errors import ErrorCode, NapError, invalid
+from .jsontext import DEFAULT_MAX_DEPTH, read_json
 from .records import (
     Delta,
     Generation,
@@ -42,7 +53,14 @@ from .records import (
 )
 
 MAX_ID_LENGTH = 256
-MAX_DEPTH = 64
+#: Deepest accepted envelope nesting (objects and arrays; see module rules).
+MAX_DEPTH = 48
+#: Pre-parse bound of envelope text: deeper text is not parsed at all.
+PARSE_DEPTH = 128
+#: Depth of a replayed toolCall's `arguments` object inside an envelope
+#: (envelope, request, messages, message, content, part, arguments).
+_ARGUMENTS_AT = 7
+assert DEFAULT_MAX_DEPTH + _ARGUMENTS_AT - 1 <= MAX_DEPTH
 
 REQUEST_TYPES = ("llm.select", "llm.describe", "llm.generate", "llm.cancel")
 _FIELDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
@@ -163,23 +181,14 @@ def check_plain_json(value: object, depth: int = 0) -> str | None:
 
 
 def loads_strict(text: str) -> Any:
-    """Parse JSON text, rejecting NaN/Infinity and duplicate object keys.
+    """Parse an envelope's JSON text with the strict reader (`jsontext.read_json`).
 
-    Raises `ValueError` for anything that is not strict JSON.
+    Refuses NaN/Infinity, unsafe numbers, duplicate keys and nesting deeper
+    than `PARSE_DEPTH`; keeps lone surrogates so that `parse_envelope` can
+    answer them with `invalid-request`. Raises `jsontext.JsonTextError`
+    (a `ValueError`) for anything else.
     """
-
-    def no_constants(name: str) -> Any:
-        raise ValueError(f"{name} is not JSON")
-
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in out:
-                raise ValueError("duplicate object key")
-            out[key] = value
-        return out
-
-    return json.loads(text, parse_constant=no_constants, object_pairs_hook=no_duplicates)
+    return read_json(text, max_depth=PARSE_DEPTH, allow_lone_surrogates=True)
 
 
 def parse_envelope(raw: object) -> Parsed:
@@ -214,9 +223,9 @@ def parse_envelope(raw: object) -> Parsed:
 
 def _parse_known(kind: str, rid: str, raw: dict[str, Any]) -> Incoming:
     required, optional = _FIELDS[kind]
-    for key in raw:
+    for position, key in enumerate(raw, start=1):
         if key != "type" and key not in required and key not in optional:
-            raise invalid(f"Invalid envelope: unknown field {key[:64]}.")
+            raise invalid(f"Invalid envelope: member {position} is an unknown field.")
     for key in required:
         if key not in raw:
             raise invalid(f"Invalid envelope: missing field {key}.")

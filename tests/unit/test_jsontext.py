@@ -83,3 +83,13 @@ def test_messages_never_quote_the_text() -> None:
         with pytest.raises(JsonTextError) as info:
             read_json(text)
         assert canary not in str(info.value)
+
+
+def test_stream_payloads_keep_lone_surrogates_and_every_other_rule() -> None:
+    from napllm.jsontext import read_stream_payload
+
+    assert read_stream_payload('{"delta":"\\ud83d"}') == {"delta": "\ud83d"}
+    assert read_stream_payload('{"delta":"\\ud83d\\ude00"}') == {"delta": "\U0001f600"}
+    for text in ('{"x":NaN}', '{"x":1e400}', '{"a":1,"a":2}', "[" * 10_000 + "]" * 10_000):
+        with pytest.raises(JsonTextError):
+            read_stream_payload(text)

@@ -239,13 +239,17 @@ async def test_events_after_the_terminal_event_are_not_read() -> None:
     "body",
     [
         b"id: 2\nevent: response.created\ndata: {}\n\n",  # does not start at 1
+        b"id: 0\nevent: response.created\ndata: {}\n\n",
         b"id: 1\nevent: response.created\ndata: {}\n\nid: 1\nevent: response.created\ndata: {}\n\n",
         b"id: 1\nevent: response.created\ndata: {}\n\nevent: response.created\ndata: {}\n\n",
         b"event: response.created\ndata: {}\n\n",  # no id at all
-        b"id: 1\nevent: x\ndata: {}\n\nid: 0x2\nevent: x\ndata: {}\n\n",
+        b"id: 1\nevent: response.created\ndata: {}\n\nid: 0x2\nevent: error\ndata: {}\n\n",
         b"id: 1\nevent: response.created\ndata: [1]\n\n",
         b"id: 1\nevent: response.created\ndata: {oops\n\n",
-        b"id: 3\nevent: x\ndata: {}\n\nid: 2\nevent: x\ndata: {}\n\n",  # unknown events count too
+        b"id: 1\nevent: response.created\ndata: {}\n\n"
+        b"id: 3\nevent: response.created\ndata: {}\n\nid: 2\nevent: response.created\ndata: {}\n\n",
+        b'id: 1\nevent: response.created\ndata: {"d":' + b"[" * 10_000 + b"]" * 10_000 + b"}\n\n",
+        b'id: 1\nevent: response.created\ndata: {"x":NaN}\n\n',
     ],
 )
 async def test_protocol_violations_are_provider_errors(body: bytes) -> None:
@@ -495,15 +499,41 @@ async def test_task_resumes_after_a_drop_with_last_event_id_and_after() -> None:
     assert provider.sleeps == [0.25, 0.25]  # type: ignore[attr-defined]
 
 
-async def test_resumed_stream_replaying_old_ids_is_a_violation() -> None:
+@pytest.mark.parametrize("replay_from", [0, 2, 3], ids=["all", "some", "last-seen"])
+async def test_resumed_stream_replaying_seen_ids_drops_them_silently(replay_from: int) -> None:
     service = TaskService(
         [
             lambda after: from_after(after, upto=3, drop=True),
-            lambda after: from_after(0),  # ignores the resume point
+            lambda after: from_after(replay_from),  # ignores (part of) the resume point
         ]
+    )
+    events = await collect(Fake(service).provider(resumable=True))
+    assert [e.id for e in events] == [1, 2, 3, 4, 5, 6]
+    text = "".join(e.data["delta"] for e in events if e.event == "response.output_text.delta")
+    assert text == "Hello there"  # not "HelloHello there"
+
+
+async def test_resumed_stream_going_backwards_after_new_progress_is_a_violation() -> None:
+    def replay_after_progress(after: int) -> httpx.Response:
+        events = [STREAM[3], STREAM[2]]  # 4 (new), then 3 again
+        return stream_response(Body(sse(*events), drop=True))
+
+    service = TaskService(
+        [lambda after: from_after(after, upto=3, drop=True), replay_after_progress]
     )
     exc = await failure(Fake(service).provider(resumable=True))
     assert exc.code is ErrorCode.PROVIDER_ERROR
+
+
+async def test_unknown_events_are_skipped_before_any_id_rule() -> None:
+    heartbeat = b"event: heartbeat\ndata: {}\n\n"
+    body = sse(*STREAM[:2]) + heartbeat + b": keep-alive\n\n" + heartbeat + sse(*STREAM[2:])
+
+    async def handler(req: httpx.Request) -> httpx.Response:
+        return stream_response(Body(heartbeat, body))
+
+    events = await collect(Fake(handler).provider())
+    assert without_ids(events) == without_ids(STREAM)
 
 
 async def test_reconnects_are_bounded_with_growing_backoff() -> None:
@@ -731,3 +761,25 @@ def test_api_root() -> None:
     assert api_root("http://h:1") == "http://h:1/lmsp/v1"
     assert api_root("http://h:1/") == "http://h:1/lmsp/v1"
     assert api_root("http://h:1/lmsp/v1/") == "http://h:1/lmsp/v1"
+
+
+async def test_a_resumed_replaying_stream_reaches_the_napplet_once_and_contiguous() -> None:
+    from harness import Harness, generate
+
+    import envelope_rules
+
+    service = TaskService(
+        [lambda after: from_after(after, upto=3, drop=True), lambda after: from_after(0)]
+    )
+    provider = Fake(service).provider(resumable=True)
+    h = Harness()
+    h.connect()
+    h.shell._providers = lambda connection: provider
+    ep = h.endpoint()
+    handle = await h.select(ep)
+    h.send(ep, generate("g1", handle))
+    await h.settle()
+    result = envelope_rules.check_generation(h.out(ep), "g1")  # contiguous sequence
+    assert result["result"]["content"] == [{"type": "text", "text": "Hello there"}]
+    deltas = [e["text"] for e in h.deltas(ep, "g1") if e["event"] == "delta"]
+    assert "".join(deltas) == "Hello there"

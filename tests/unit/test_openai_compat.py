@@ -341,3 +341,62 @@ async def test_discover_models() -> None:
 def test_api_root() -> None:
     assert api_root("http://h:1") == "http://h:1/v1"
     assert api_root("http://h:1/v1/") == "http://h:1/v1"
+
+
+async def test_keep_alives_comments_retry_and_unknown_events_are_ignored() -> None:
+    noise = (
+        b"data: \n\n"  # empty data, as some proxies send before the first chunk
+        b"data:\n\n"
+        b"data:   \n\n"
+        b": keep-alive comment\n\n"
+        b"retry: 3000\n\n"
+        b'event: ping\ndata: {"type": "ping"}\n\n'
+        b"event: heartbeat\ndata: not even json\n\n"
+    )
+    body = Body(noise, sse(chunk({"content": "Hi"}), done=False), noise, sse(chunk({}, "stop")))
+    events = await collect(provider(streaming(body)))
+    assert events[-2].data["item"]["content"] == [{"type": "output_text", "text": "Hi"}]
+    assert events[-1].event == "response.completed"
+
+
+async def test_done_is_never_parsed_as_json() -> None:
+    body = Body(sse(chunk({"content": "Hi"}, "stop"), done=False), b"data:  [DONE]  \n\n", b"{{{")
+    events = await collect(provider(streaming(body)))
+    assert events[-1].event == "response.completed"
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b'{"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": null}], "n": NaN}',
+        b'{"choices": [], "n": 1e400}',
+        b'{"choices": [], "choices": []}',
+        b'{"d": ' + b"[" * 10_000 + b"]" * 10_000 + b"}",
+    ],
+    ids=["nan", "overflow", "duplicate-key", "deep"],
+)
+async def test_chunks_that_are_not_strict_json_are_provider_errors(payload: bytes) -> None:
+    body = Body(sse(chunk({"content": "Hi"}), done=False), b"data: " + payload + b"\n\n")
+    with pytest.raises(ProviderFailure) as info:
+        await collect(provider(streaming(body)))
+    assert info.value.code is ErrorCode.PROVIDER_ERROR
+
+
+async def test_local_network_refusal_gets_its_own_hint() -> None:
+    from napllm.providers.base import LOCAL_NETWORK_HINT, LocalNetworkBlocked
+    from napllm.providers.lmsp_client import LmspProvider
+
+    class Blocked:
+        async def request(self, method: str, url: str, **options: Any) -> Any:
+            raise LocalNetworkBlocked("refused by the browser")
+
+    with pytest.raises(ProviderFailure) as info:
+        await collect(OpenAICompatProvider(Blocked(), "http://127.0.0.1:9"))
+    assert info.value.user_hint == LOCAL_NETWORK_HINT
+    assert info.value.code is ErrorCode.PROVIDER_ERROR
+    with pytest.raises(ProviderFailure) as info:
+        await discover_models(Blocked(), "http://127.0.0.1:9", None)
+    assert info.value.user_hint == LOCAL_NETWORK_HINT
+    with pytest.raises(ProviderFailure) as info:
+        [e async for e in LmspProvider(Blocked(), "http://127.0.0.1:9").respond(request())]
+    assert info.value.user_hint == LOCAL_NETWORK_HINT

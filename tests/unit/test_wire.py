@@ -250,3 +250,55 @@ def test_cancel_and_error_results_match_the_spec_example() -> None:
         '{"type":"llm.generate.result","id":"g7","error":{"code":"timeout",'
         '"message":"Generation deadline reached; provider charges may still apply."}}'
     )
+
+
+def _nested_arguments(depth: int) -> dict[str, Any]:
+    value: Any = 1
+    for _ in range(depth - 1):
+        value = [value]
+    return {"d": value}
+
+
+def _replay(arguments: dict[str, Any]) -> dict[str, Any]:
+    call = {"type": "toolCall", "toolCallId": "c1", "name": "t", "arguments": arguments}
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "x"}]},
+        {"role": "assistant", "content": [call]},
+        {
+            "role": "toolResult",
+            "toolCallId": "c1",
+            "toolName": "t",
+            "content": [{"type": "text", "text": "ok"}],
+        },
+    ]
+    request = {"handle": "h", "messages": messages, "tools": [{"name": "t"}]}
+    return {"type": "llm.generate", "id": "g1", "request": request}
+
+
+def test_every_argument_object_a_provider_may_return_can_be_replayed() -> None:
+    from napllm.jsontext import DEFAULT_MAX_DEPTH
+
+    envelope = _replay(_nested_arguments(DEFAULT_MAX_DEPTH))
+    assert isinstance(parse_envelope(loads_strict(json.dumps(envelope))), Generate)
+
+
+def test_envelopes_deeper_than_the_limit_get_invalid_request_with_their_id() -> None:
+    from napllm.wire import MAX_DEPTH, PARSE_DEPTH
+
+    envelope = _replay(_nested_arguments(MAX_DEPTH))  # arguments at depth 7: too deep
+    parsed = parse_envelope(loads_strict(json.dumps(envelope)))
+    assert isinstance(parsed, Malformed) and parsed.id == "g1"
+    assert parsed.error.code is ErrorCode.INVALID_REQUEST
+    with pytest.raises(ValueError):
+        loads_strict(
+            '{"type":"llm.generate","id":"g1","x":' + "[" * PARSE_DEPTH + "]" * PARSE_DEPTH + "}"
+        )
+    with pytest.raises(ValueError):
+        loads_strict("[" * 100_000)
+
+
+def test_envelope_text_keeps_lone_surrogates_for_an_invalid_request_answer() -> None:
+    raw = loads_strict('{"type":"llm.describe","id":"d1","handle":"h\\ud83d"}')
+    parsed = parse_envelope(raw)
+    assert isinstance(parsed, Malformed) and parsed.id == "d1"
+    assert "\ud83d" not in parsed.error.message

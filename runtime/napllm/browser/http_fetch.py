@@ -9,6 +9,17 @@ Rules
   must not leave the reader hung, so every read is raced against the abort).
 - A network failure, a CORS refusal or an aborted fetch raises
   `ConnectionError` with a generic text (browser messages are not echoed).
+- Local network permission: when the shell is served from a public address
+  (a GitHub Pages site, say) and the model server is on 127.0.0.1 or the
+  home network, Chromium's Local Network Access refuses the request until
+  the user allows it for the site; `fetch` only says "Failed to fetch".
+  After a failed fetch the port asks `navigator.permissions` for the
+  local network permissions (`loopback-network`, `local-network`, and the
+  earlier combined `local-network-access`): one that reads `denied` (which
+  Chromium records when it refused such a request) means the browser
+  blocked it, and `LocalNetworkBlocked` is raised so the shell can tell
+  the user what to allow (`providers.base.LOCAL_NETWORK_HINT`). A browser
+  without these permission names gets the generic `ConnectionError`.
 - Bodies stream through `response.body.getReader()`; chunks arrive as bytes.
 """
 
@@ -20,8 +31,34 @@ import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from js import AbortController, Object, fetch  # type: ignore[import-not-found]
+from js import AbortController, Object, fetch, navigator  # type: ignore[import-not-found]
 from pyodide.ffi import JsException, to_js  # type: ignore[import-not-found]
+
+from ..providers.base import LocalNetworkBlocked
+
+#: Permission names of Chromium's Local Network Access, newest first.
+LOCAL_NETWORK_PERMISSIONS = ("loopback-network", "local-network", "local-network-access")
+
+
+async def local_network_denied() -> bool:
+    """Whether the browser reports a local network permission as `denied`.
+
+    Unknown permission names (other browsers, older versions) count as not
+    denied; never raises.
+    """
+    permissions = getattr(navigator, "permissions", None)
+    if permissions is None:
+        return False
+    for name in LOCAL_NETWORK_PERMISSIONS:
+        try:
+            status = await permissions.query(
+                to_js({"name": name}, dict_converter=Object.fromEntries)
+            )
+        except JsException:
+            continue  # this browser does not know the name
+        if str(status.state) == "denied":
+            return True
+    return False
 
 
 class FetchResponse:
@@ -112,5 +149,7 @@ class FetchHttp:
             controller.abort()
             raise
         except JsException as exc:
+            if await local_network_denied():
+                raise LocalNetworkBlocked("the browser blocked a local network request") from exc
             raise ConnectionError("the service could not be reached") from exc
         return FetchResponse(response, controller)

@@ -59,11 +59,38 @@ class HttpResponse(Protocol):
         ...
 
 
+#: Shown in the shell UI (never to a napplet) when the browser refused a
+#: request to a local address (`LocalNetworkBlocked`).
+LOCAL_NETWORK_HINT = (
+    "The browser blocked this page from reaching the model server on your local "
+    "network. Allow local network access for this site (in the site settings, from "
+    "the icon next to the address), then try again."
+)
+
+
+class LocalNetworkBlocked(ConnectionError):
+    """The browser refused a request to a local or loopback address.
+
+    Chromium's Local Network Access (a permission the user grants per site,
+    denied or not yet granted) or its older private-network preflight, when
+    the shell is served from a public address such as a GitHub Pages site
+    and the model server listens on 127.0.0.1 or the home network.
+    Providers turn it into `ProviderFailure` with `LOCAL_NETWORK_HINT`.
+    """
+
+
+def unreachable_hint(exc: BaseException, default: str) -> str:
+    """The user hint for a request that got no response: `LOCAL_NETWORK_HINT`
+    when the browser blocked a local address, else `default`."""
+    return LOCAL_NETWORK_HINT if isinstance(exc, LocalNetworkBlocked) else default
+
+
 class HttpPort(Protocol):
     """The HTTP client a network provider uses (fetch in the browser, httpx here).
 
     Raises `ConnectionError` (or a subclass) when no response arrives:
-    refused, reset, DNS, CORS or an aborted fetch.
+    refused, reset, DNS, CORS or an aborted fetch; `LocalNetworkBlocked`
+    when the browser refused a request to a local address.
     """
 
     async def request(

@@ -7,11 +7,21 @@ Rules
   `Idempotency-Key` (a UUID4), reused only when the same submission is
   retried after a connection failure.
 - Streams are read from the response body through `sse.py` (an
-  `EventSource` cannot send `Authorization`). Event ids must be integers,
-  strictly increasing, the first one of a response being 1 (6.4); a
-  violation is a `provider-error`. Only the final `error` event may come
-  without an id (docs/lmsp.md 2.3). Event data must be JSON objects. Events
-  whose name napllm does not know are skipped, not yielded (6.3).
+  `EventSource` cannot send `Authorization`). Events whose name napllm
+  does not know (a `heartbeat`, a future event) are skipped first, before
+  any id rule (6.3): SSE gives an event without an `id:` line the last id,
+  so such an event must not count as a repeated id. Ids of known events
+  must be integers, strictly increasing, the first one of a response being
+  1 (6.4); a violation is a `provider-error`. Only the final `error` event
+  may come without an id (docs/lmsp.md 2.3). Event data must be JSON
+  objects, read by the strict reader (`jsontext.read_json`; lone surrogates
+  are kept for the output assembler to join or replace), as is every
+  other body.
+- After a reconnection (6.4) a service may replay events the client
+  already has (the last seen id, or ids at or below it): those are dropped
+  silently until the first new id, so text is never doubled and the
+  napplet's sequence stays contiguous. An id at or below the last one
+  *after* new progress on that connection stays a violation.
 - A synchronous answer (6.2) becomes events with `events_from_response`.
 - Resumable mode (`resumable=True`) creates a task, follows
   `GET /lmsp/v1/tasks/{id}/events`, and after a dropped connection reconnects
@@ -37,7 +47,6 @@ Rules
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -47,6 +56,7 @@ from pydantic import ValidationError
 
 from ..connections import Capabilities, ToolChoiceMode
 from ..errors import ProviderFailure
+from ..jsontext import JsonTextError, read_json, read_stream_payload
 from ..lmsp import (
     KNOWN_EVENTS,
     LMSP_VERSION,
@@ -58,7 +68,7 @@ from ..lmsp import (
     failure_from_problem,
     parse_problem,
 )
-from .base import HttpPort, HttpResponse, events_from_response
+from .base import HttpPort, HttpResponse, events_from_response, unreachable_hint
 from .sse import SseEvent, SseParser
 
 UNREACHABLE_HINT = (
@@ -73,8 +83,9 @@ def _malformed(what: str) -> ProviderFailure:
     return ProviderFailure(detail=f"LMSP protocol violation: {what}")
 
 
-def _unreachable(what: str) -> ProviderFailure:
-    return ProviderFailure(detail=f"LMSP connection failed: {what}", user_hint=UNREACHABLE_HINT)
+def _unreachable(what: str, exc: BaseException | None = None) -> ProviderFailure:
+    hint = UNREACHABLE_HINT if exc is None else unreachable_hint(exc, UNREACHABLE_HINT)
+    return ProviderFailure(detail=f"LMSP connection failed: {what}", user_hint=hint)
 
 
 def _lost() -> ProviderFailure:
@@ -100,8 +111,8 @@ async def _json_body(response: HttpResponse) -> Any:
     """The body parsed as JSON, `None` when it is not JSON. Raises `ConnectionError`."""
     raw = await response.read()
     try:
-        return json.loads(raw)
-    except (ValueError, RecursionError):
+        return read_json(raw)
+    except JsonTextError:
         return None
 
 
@@ -131,7 +142,7 @@ async def discover_models(
             timeout_s=timeout_s,
         )
     except ConnectionError as exc:
-        raise _unreachable("models") from exc
+        raise _unreachable("models", exc) from exc
     if response.status != 200:
         raise await _error_from(response)
     try:
@@ -172,26 +183,44 @@ def capabilities_from_entry(entry: ModelEntry) -> Capabilities:
 
 
 class _EventCheck:
-    """Strictly increasing integer event ids from 1 (6.4) and JSON-object data."""
+    """Strictly increasing integer event ids from 1 (6.4) and JSON-object data.
+
+    `accept(raw)` returns the checked event, or `None` for an event to skip
+    silently (an unknown event name, or a replayed id right after
+    `reconnected()`); raises `ProviderFailure` for a violation.
+    """
 
     def __init__(self) -> None:
         self.last_id = 0
+        self._replay_floor = 0  # ids at or below it may be replayed once
 
-    def accept(self, raw: SseEvent) -> LmspEvent:
+    def reconnected(self) -> None:
+        """A new connection for the same response: tolerate replayed ids."""
+        self._replay_floor = self.last_id
+
+    def accept(self, raw: SseEvent) -> LmspEvent | None:
+        if raw.event not in KNOWN_EVENTS:
+            return None  # skipped before any id rule (see the module rules)
+        text = raw.id
+        event_id: int | None = None
+        if text.isascii() and text.isdigit() and len(text) <= 16:
+            event_id = int(text)
+        replayed = event_id is not None and event_id <= self._replay_floor
+        if self._replay_floor and replayed and raw.event != "error":
+            return None  # already seen before the reconnection
+        self._replay_floor = 0  # new progress: from here on, strictly increasing
         try:
-            data = json.loads(raw.data)
-        except (ValueError, RecursionError) as exc:
-            raise _malformed("event data is not JSON") from exc
+            data = read_stream_payload(raw.data)
+        except JsonTextError as exc:
+            raise _malformed("event data is not strict JSON") from exc
         if not isinstance(data, dict):
             raise _malformed("event data is not an object")
-        text = raw.id
         if raw.event == "error" and (not text or text == str(self.last_id)):
             # docs/lmsp.md 2.3: the `error` event is not tied to the response
             # and has no `id:` (SSE then repeats the last id, if any)
             return LmspEvent(id=None, event=raw.event, data=data)
-        if not text.isascii() or not text.isdigit():
+        if event_id is None:
             raise _malformed("event id is not an integer")
-        event_id = int(text)
         if event_id <= self.last_id or (self.last_id == 0 and event_id != 1):
             raise _malformed("event ids are not strictly increasing from 1")
         self.last_id = event_id
@@ -243,8 +272,8 @@ def _is_history_expired(event: SseEvent) -> bool:
     if event.event != "error":
         return False
     try:
-        data = json.loads(event.data)
-    except (ValueError, RecursionError):
+        data = read_json(event.data)
+    except JsonTextError:
         return False
     error = data.get("error") if isinstance(data, dict) else None
     return isinstance(error, dict) and error.get("code") == "event_history_expired"
@@ -335,7 +364,7 @@ class LmspProvider:
             except ConnectionError as exc:
                 attempt += 1
                 if attempt > self._max_reconnects or not self.resumable:
-                    raise _unreachable("submission") from exc
+                    raise _unreachable("submission", exc) from exc
                 await self._sleep(self._backoff(attempt))
 
     async def _read_response_object(self, response: HttpResponse) -> LmspResponse:
@@ -362,7 +391,7 @@ class LmspProvider:
                 if task_stream and _is_history_expired(raw):
                     raise _HistoryExpired
                 event = check.accept(raw)
-                if event.event not in KNOWN_EVENTS:
+                if event is None:
                     continue
                 yield event
                 if event.terminal:
@@ -371,7 +400,7 @@ class LmspProvider:
             if task_stream and _is_history_expired(raw):
                 raise _HistoryExpired
             event = check.accept(raw)
-            if event.event in KNOWN_EVENTS:
+            if event is not None:
                 yield event
                 if event.terminal:
                     return
@@ -470,6 +499,8 @@ class LmspProvider:
                     raise await _error_from(response)
                 else:
                     before = check.last_id
+                    if before:
+                        check.reconnected()
                     try:
                         async for event in self._events(response, check, task_stream=True):
                             seen.note(event)

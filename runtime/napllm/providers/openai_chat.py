@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import ErrorCode, ProviderFailure
+from ..jsontext import JsonTextError, read_json
 from ..lmsp import (
     FunctionCallIn,
     FunctionCallOutputIn,
@@ -232,8 +233,8 @@ def parse_tool_call_block(inner: str) -> tuple[str, str]:
     """
     text = inner.strip()
     try:
-        obj = json.loads(text)
-    except ValueError:
+        obj = read_json(text)
+    except JsonTextError:
         return "", text
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         return "", text
@@ -259,8 +260,8 @@ def _arguments_text(value: object) -> str:
 
 def _is_complete_json(text: str) -> bool:
     try:
-        json.loads(text)
-    except ValueError:
+        read_json(text, allow_lone_surrogates=True)
+    except JsonTextError:
         return False
     return True
 
@@ -339,7 +340,13 @@ class ChatStreamToLmsp:
       and whitespace-only text between blocks is dropped;
     - with `tool_text_in_content` (WebLLM with tools: the engine streams the
       calls' raw JSON as content, then reports them in the last chunk) text is
-      held to the end and dropped if the stream reported tool calls;
+      held to the end and dropped if the stream carried a `tool_calls` list,
+      even an empty one: WebLLM sends that list only after parsing the held
+      text as an array of calls, so held-back tool-call text is never
+      released as the answer (`[` `]`, then `tool_calls: []` with
+      `finish_reason: "tool_calls"`, is a `stop` with no text). Without the
+      list (WebLLM relabels every stop `tool_calls` when tools are offered,
+      pitfalls.md) the held text is the answer;
     - terminal, from the last `finish_reason`: `stop`/`tool_calls` ->
       `response.completed`; `length` -> `response.incomplete`
       (`max_output_tokens`); `content_filter` -> `response.incomplete`
@@ -373,6 +380,7 @@ class ChatStreamToLmsp:
         self._block = ""
         self._ws_hold = ""  # whitespace-only text while no message is open
         self._withheld: list[str] = []
+        self._tool_list_seen = False  # a chunk carried a `tool_calls` list
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
         self._events: list[LmspEvent] = []
@@ -653,6 +661,7 @@ class ChatStreamToLmsp:
         if tool_calls is not None:
             if not isinstance(tool_calls, list):
                 raise _malformed("tool_calls is not a list")
+            self._tool_list_seen = True
             for position, raw in enumerate(tool_calls):
                 self._tool_call_fragment(position, raw)
         reason = choice.get("finish_reason")
@@ -675,7 +684,7 @@ class ChatStreamToLmsp:
         if self._withheld:
             text = "".join(self._withheld)
             self._withheld = []
-            if not self._calls:
+            if not self._calls and not self._tool_list_seen:
                 self._withhold_text = False
                 self._text(text)
         if self._in_block:

@@ -9,7 +9,12 @@ Rules
 - Discovery: `GET /v1/models` lists model ids (`discover_models`).
 - Every submission is `POST /v1/chat/completions` with `stream: true` and
   `stream_options.include_usage`; the SSE body is parsed by `sse.py` and
-  ends at `data: [DONE]` or the end of the body. A server that answers with
+  ends at `data: [DONE]` (never parsed as JSON) or the end of the body.
+  Keep-alives are ignored: comments, `retry:` lines, events whose data is
+  empty or blank (`data: ` as some proxies send before the first chunk) and
+  events with a name other than `message` or `error`. Every other payload
+  is read by the strict reader (`jsontext.read_json`); one that fails it is
+  `provider-error`. A server that answers with
   a JSON completion instead is accepted (`chat_response_to_lmsp`).
 - `Authorization: Bearer <api key>` is sent only when a key is set.
 - Error answers (`{"error": {"message", "type", "code"}}`, Ollama's
@@ -27,14 +32,14 @@ Rules
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 from ..errors import ErrorCode, ProviderFailure
+from ..jsontext import JsonTextError, read_json, read_stream_payload
 from ..lmsp import LmspEvent, LmspRequest
-from .base import HttpPort, HttpResponse
+from .base import HttpPort, HttpResponse, unreachable_hint
 from .openai_chat import (
     ChatStreamToLmsp,
     ResponseFormatStyle,
@@ -103,8 +108,8 @@ async def _json(response: HttpResponse) -> Any:
     except ConnectionError:
         return None
     try:
-        return json.loads(raw)
-    except (ValueError, RecursionError):
+        return read_json(raw)
+    except JsonTextError:
         return None
 
 
@@ -124,7 +129,8 @@ async def discover_models(
             timeout_s=timeout_s,
         )
     except ConnectionError as exc:
-        raise ProviderFailure(detail="models: unreachable", user_hint=UNREACHABLE_HINT) from exc
+        hint = unreachable_hint(exc, UNREACHABLE_HINT)
+        raise ProviderFailure(detail="models: unreachable", user_hint=hint) from exc
     try:
         body = await _json(response)
     finally:
@@ -183,7 +189,8 @@ class OpenAICompatProvider:
                 timeout_s=self._timeout_s,
             )
         except ConnectionError as exc:
-            raise ProviderFailure(detail="chat: unreachable", user_hint=UNREACHABLE_HINT) from exc
+            hint = unreachable_hint(exc, UNREACHABLE_HINT)
+            raise ProviderFailure(detail="chat: unreachable", user_hint=hint) from exc
         try:
             if response.status != 200:
                 raise failure_from_error(response.status, await _json(response))
@@ -214,21 +221,29 @@ class OpenAICompatProvider:
         parser = SseParser()
         async for raw in response.iter_bytes():
             for event in parser.feed(raw):
-                if event.data.strip() == "[DONE]":
+                payload = event.data.strip()
+                if payload == "[DONE]":
                     return
-                for lmsp_event in self._chunk(event.event, event.data, state):
+                if not payload or event.event not in ("message", "error"):
+                    continue  # keep-alive or an event this provider does not use
+                for lmsp_event in self._chunk(event.event, payload, state):
                     yield lmsp_event
         for event in parser.close():
-            if event.data.strip() == "[DONE]":
+            payload = event.data.strip()
+            if payload == "[DONE]":
                 return
-            for lmsp_event in self._chunk(event.event, event.data, state):
+            if not payload or event.event not in ("message", "error"):
+                continue
+            for lmsp_event in self._chunk(event.event, payload, state):
                 yield lmsp_event
 
     def _chunk(self, name: str, data: str, state: ChatStreamToLmsp) -> list[LmspEvent]:
         try:
-            chunk = json.loads(data)
-        except (ValueError, RecursionError) as exc:
-            raise ProviderFailure(detail="chat: chunk is not JSON") from exc
+            # lone surrogates are kept: a delta may carry half of a UTF-16
+            # pair, joined with the next one by the output assembler
+            chunk = read_stream_payload(data)
+        except JsonTextError as exc:
+            raise ProviderFailure(detail="chat: chunk is not strict JSON") from exc
         if name == "error" or (isinstance(chunk, dict) and chunk.get("error")):
             raise failure_from_error(None, chunk)
         return state.feed(chunk)
