@@ -10,10 +10,14 @@ dist/ like the shell's other files.
   answers for every committed prompt (models/tinychat/samples_torch.json)
   equal llama.cpp's greedy answers on the committed GGUF, text and token
   count; a cancel mid-stream stops the worker and the next generation works.
-- Through the shell (Pyodide runtime, chooser, consent): streamed text with
+- Through the shell (Pyodide runtime, chooser, consent): a model added by
+  folder URL in the connections form, streamed text with
   `finish: "stop"`, `maxTokens` giving `finish: "length"`, `format: "json"`,
   a tool call round trip through TinyChat's `<tool_call>` template, and a
   cancel mid-stream followed by a working generation.
+- In the suite's default browser (no WebGPU adapter) the connection is listed
+  as unavailable with the reason, never offered, and nothing of the engine
+  is fetched.
 
 Generations on SwiftShader cost about 0.1-0.3 s per token (plus shader
 compiles on first use), so the shell tests share one page.
@@ -400,3 +404,68 @@ def test_shell_cancel_mid_stream_then_a_next_generation_works(shell: Shell) -> N
     after = shell.generate("after", {"messages": [user("Thanks!")], "temperature": 0})
     assert after["error"] is None, after
     assert text_of(after["result"]) == "You are welcome!"
+
+
+def test_user_added_onnx_model_by_folder_url_generates(shell: Shell, dist_url: str) -> None:
+    # The "add an ONNX model by URL" path of the connections form, with the
+    # shipped export's folder as the URL (so nothing leaves 127.0.0.1).
+    page = shell.page
+    page.click("#connection-add")
+    page.fill("#connection-name", "My ONNX model")
+    page.select_option("#connection-kind", "onnx")
+    page.fill("#connection-model", f"{dist_url}models/tinychat-onnx/")
+    page.click("#connection-form button[type='submit']")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#connection-list > li')]"
+        ".some((li) => li.textContent.includes('My ONNX model'))"
+    )
+    cid = page.eval_on_selector_all(
+        "#connection-list > li",
+        "(items) => items.find((li) => li.textContent.includes('My ONNX model'))"
+        ".dataset.connectionId",
+    )
+    item = page.text_content(f"#connection-list > li[data-connection-id='{cid}']") or ""
+    assert "ONNX model in this browser (WebGPU)" in item and "Unavailable" not in item
+    shell.frame.evaluate("() => window.selectModel({})")
+    page.click(f".chooser-dialog button.candidate[data-candidate-id='{cid}']")
+    shell.frame.wait_for_function("() => window.selected !== null", polling=POLL_MS)
+    model = shell.frame.evaluate("window.selected.model")
+    assert model["name"] == "My ONNX model"
+    view = shell.generate("added", {"messages": [user("Who are you?")], "temperature": 0})
+    assert view["error"] is None, view
+    assert text_of(view["result"]) == "I am TinyChat, a small test model."
+
+
+def test_without_webgpu_the_connection_says_so_and_nothing_is_fetched(
+    page: Any, request_log: Any, test_pages_dir: Path, dist_url: str, base_url: str
+) -> None:
+    # The default browser of the suite has no WebGPU adapter.
+    (test_pages_dir / "onnx-driver.html").write_text(DRIVER_NAPPLET, encoding="utf-8")
+    driver = quote(f"{dist_url}_test/onnx-driver.html", safe="")
+    page.set_default_timeout(STEP_TIMEOUT_MS)
+    page.goto(f"{base_url}index.html?test=1&napplet={driver}")
+    page.wait_for_function("document.body.dataset.boot === 'ready'", timeout=BOOT_TIMEOUT_MS)
+    item = page.text_content(f"#connection-list > li[data-connection-id='{CONNECTION}']") or ""
+    assert "TinyChat (WebGPU, transformers.js)" in item
+    assert "Unavailable" in item and "WebGPU" in item
+    page.wait_for_function(
+        "() => { const f = document.querySelector('iframe.napplet-frame');"
+        " return f && f.srcdoc.length > 0; }"
+    )
+    frame = page.query_selector("iframe.napplet-frame").content_frame()
+    frame.wait_for_function("() => typeof window.selectModel === 'function'", polling=POLL_MS)
+    frame.evaluate("() => window.selectModel({})")
+    page.wait_for_selector(".chooser-dialog button.candidate")
+    offered = page.eval_on_selector_all(
+        ".chooser-dialog button.candidate", "(bs) => bs.map((b) => b.dataset.candidateId)"
+    )
+    assert "builtin-tinychat" in offered and CONNECTION not in offered
+    page.keyboard.press("Escape")
+    fetched = [
+        u
+        for u in request_log.requests
+        if "/vendor/transformers/" in u
+        or "/models/tinychat-onnx/" in u
+        or "transformers-worker" in u
+    ]
+    assert fetched == []
