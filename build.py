@@ -508,8 +508,8 @@ def bundle_js(out: DistWriter) -> None:
 
     ESM, minified. Entries are ``web/vendor-entry/*.js``. The wllama bundle
     gets its ``wllama.wasm`` next to it, the transformers.js bundle
-    onnxruntime-web's ``ort-wasm-simd-threaded.asyncify.{mjs,wasm}``. Skipped when the lock, the entries and the
-    outputs are unchanged.
+    onnxruntime-web's ``ort-wasm-simd-threaded.asyncify.{mjs,wasm}``. Skipped
+    when the lock, the entries and the outputs are unchanged.
     """
     esbuild = NODE_MODULES / ".bin" / "esbuild"
     entries = ROOT / "web" / "vendor-entry"
