@@ -57,7 +57,9 @@ window.probe = async () => JSON.parse(await api.probe());
 window.load = async () => JSON.parse(
   await api.ensureModel("tiny", source, "webgpu", "fp32", "c", "TinyChat"));
 window.chat = async (body, cancelAfter = 0) => {
-  const id = api.startChat("tiny", JSON.stringify(body));
+  // When cancelling, chunks are handed over 50 ms apart (the engine's
+  // delivery delay), so the cancel lands mid-stream on any adapter.
+  const id = api.startChat("tiny", JSON.stringify(body), cancelAfter > 0 ? 50 : 0);
   const run = {text: "", chunks: 0, finish: null, usage: null, error: null, cancelled: false};
   for (;;) {
     const batch = JSON.parse(await api.nextChunks(id));
