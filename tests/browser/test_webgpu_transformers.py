@@ -9,7 +9,8 @@ dist/ like the shell's other files.
 - The engine module called directly (a test page under /_test/): greedy
   answers for every committed prompt (models/tinychat/samples_torch.json)
   equal llama.cpp's greedy answers on the committed GGUF, text and token
-  count; a cancel mid-stream stops the worker and the next generation works.
+  count; a cancel mid-stream stops the worker and the next generation works;
+  a corrupt model folder fails to load with a typed kind.
 - Through the shell (Pyodide runtime, chooser, consent): a model added by
   folder URL in the connections form, streamed text with
   `finish: "stop"`, `maxTokens` giving `finish: "length"`, `format: "json"`,
@@ -56,6 +57,9 @@ const source = JSON.stringify({kind: "path", base: "../models/", model: "tinycha
 window.probe = async () => JSON.parse(await api.probe());
 window.load = async () => JSON.parse(
   await api.ensureModel("tiny", source, "webgpu", "fp32", "c", "TinyChat"));
+const corrupt = JSON.stringify({kind: "path", base: "./", model: "corrupt-onnx"});
+window.loadCorrupt = async () =>
+  JSON.parse(await api.ensureModel("corrupt", corrupt, "webgpu", "", "c", "X"));
 window.chat = async (body, cancelAfter = 0) => {
   // When cancelling, chunks are handed over 50 ms apart (the engine's
   // delivery delay), so the cancel lands mid-stream on any adapter.
@@ -160,7 +164,10 @@ def llama_cpp_answers() -> list[tuple[str, int]]:
 
 
 def test_engine_greedy_answers_equal_llama_cpp_and_cancel_leaves_it_usable(
-    webgpu_session: Any, test_page: TestPage, llama_cpp_answers: list[tuple[str, int]]
+    webgpu_session: Any,
+    test_page: TestPage,
+    test_pages_dir: Path,
+    llama_cpp_answers: list[tuple[str, int]],
 ) -> None:
     page = webgpu_session.page
     page.set_default_timeout(STEP_TIMEOUT_MS)
@@ -168,6 +175,13 @@ def test_engine_greedy_answers_equal_llama_cpp_and_cancel_leaves_it_usable(
     page.wait_for_function("window.ready === true")
     probe = page.evaluate("window.probe()")
     assert probe["webgpu"] is True, probe
+    # A model folder whose graph is not ONNX: a load failure of kind "load".
+    corrupt = test_pages_dir / "corrupt-onnx"
+    (corrupt / "onnx").mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (corrupt / name).write_bytes((TINYCHAT / "onnx" / name).read_bytes())
+    (corrupt / "onnx" / "model.onnx").write_bytes(b"not a protobuf " * 64)
+    assert page.evaluate("window.loadCorrupt()") == {"ok": False, "kind": "load"}
     loaded = page.evaluate("window.load()")
     assert loaded == {"ok": True, "device": "webgpu", "contextSize": 512}
     got = []
