@@ -28,11 +28,14 @@ Layout of ``dist/`` (the contract for the host page and the tests)::
     vendor/wllama/wllama.js           @wllama/wllama ESM bundle (exports wasmPaths)
     vendor/wllama/wllama.wasm
     vendor/web-llm/web-llm.js         @mlc-ai/web-llm ESM bundle
+    vendor/transformers/transformers.js  @huggingface/transformers ESM bundle (exports wasmPaths)
+    vendor/transformers/ort-wasm-simd-threaded.asyncify.{mjs,wasm}  onnxruntime-web's wasm
     vendor/pyscript/core.js, core.css @pyscript/core dist
     vendor/pyscript/config.json       PyScript config: local Pyodide, packages ["napllm"]
     napplets/<name>/index.html        example napplets
     napplets/index.json               [{"name", "title", "path"}]
     models/tinychat/tiny-chat-q8_0.gguf
+    models/tinychat-onnx/             TinyChat as ONNX (config, tokenizer, onnx/model.onnx)
     build-info.json                   versions and file sizes
 """
 
@@ -72,6 +75,9 @@ WEB = ROOT / "web"
 NAPPLETS = ROOT / "napplets"
 MODEL_DIR = ROOT / "models" / "tinychat"
 MODEL_FILE = "tiny-chat-q8_0.gguf"
+#: TinyChat exported to ONNX for the transformers.js engine (models/tinychat/onnx/).
+ONNX_MODEL_DIR = MODEL_DIR / "onnx"
+ONNX_MODEL_DEST = "models/tinychat-onnx"
 
 #: Pyodide's ABI for Python 3.14 (pyodide 314.x): the platform tag of its wheels.
 PYODIDE_PLATFORM = "pyemscripten_2026_0_wasm32"
@@ -153,7 +159,12 @@ PYODIDE_FILES = (
 BUNDLES = (
     ("wllama.js", "vendor/wllama/wllama.js"),
     ("web-llm.js", "vendor/web-llm/web-llm.js"),
+    ("transformers.js", "vendor/transformers/transformers.js"),
 )
+
+#: onnxruntime-web's wasm build that transformers.js loads for WebGPU and WASM
+#: (copied next to its bundle; the library's default would be a CDN).
+ORT_WASM_FILES = ("ort-wasm-simd-threaded.asyncify.mjs", "ort-wasm-simd-threaded.asyncify.wasm")
 
 #: Extra MIME types for the development server (the stdlib map lacks or varies on these).
 MIME_TYPES = {
@@ -164,6 +175,7 @@ MIME_TYPES = {
     ".webmanifest": "application/manifest+json",
     ".whl": "application/octet-stream",
     ".gguf": "application/octet-stream",
+    ".onnx": "application/octet-stream",
     ".zip": "application/zip",
     ".css": "text/css",
     ".html": "text/html",
@@ -492,11 +504,12 @@ def copy_pyodide(out: DistWriter, wheels: list[Path]) -> dict[str, Any]:
 
 
 def bundle_js(out: DistWriter) -> None:
-    """Bundle wllama and web-llm with esbuild into dist/vendor/ (ESM, minified).
+    """Bundle wllama, web-llm and transformers.js with esbuild into dist/vendor/.
 
-    Entries are ``web/vendor-entry/*.js``. The wllama bundle gets its
-    ``wllama.wasm`` next to it. Skipped when the lock, the entries and the
-    outputs are unchanged.
+    ESM, minified. Entries are ``web/vendor-entry/*.js``. The wllama bundle
+    gets its ``wllama.wasm`` next to it, the transformers.js bundle
+    onnxruntime-web's ``ort-wasm-simd-threaded.asyncify.{mjs,wasm}``. Skipped
+    when the lock, the entries and the outputs are unchanged.
     """
     esbuild = NODE_MODULES / ".bin" / "esbuild"
     entries = ROOT / "web" / "vendor-entry"
@@ -519,6 +532,8 @@ def bundle_js(out: DistWriter) -> None:
         NODE_MODULES / "@wllama" / "wllama" / "esm" / "wasm" / "wllama.wasm",
         "vendor/wllama/wllama.wasm",
     )
+    for name in ORT_WASM_FILES:
+        out.copy(NODE_MODULES / "onnxruntime-web" / "dist" / name, f"vendor/transformers/{name}")
 
 
 #: Fields of WebLLM's model records the shell needs to judge a device.
@@ -702,13 +717,39 @@ def copy_model(out: DistWriter) -> dict[str, Any]:
     return {"path": f"models/tinychat/{MODEL_FILE}", "sha256": actual, "bytes": size}
 
 
+def copy_onnx_model(out: DistWriter) -> dict[str, Any]:
+    """Copy TinyChat's ONNX export to dist/models/tinychat-onnx/, checking SHA256SUMS.
+
+    Every file listed in ``models/tinychat/onnx/SHA256SUMS`` is copied under
+    the same relative path (transformers.js reads ``config.json``,
+    ``generation_config.json``, ``tokenizer*.json`` and ``onnx/model.onnx``).
+    Returns ``{path, files: {name: sha256}, bytes}``.
+    Raises: BuildError when a file is missing or does not match its sum.
+    """
+    sums_file = ONNX_MODEL_DIR / "SHA256SUMS"
+    if not sums_file.is_file():
+        raise BuildError(f"{sums_file.relative_to(ROOT)} is missing")
+    sums = read_sha256sums(sums_file)
+    if "onnx/model.onnx" not in sums:
+        raise BuildError("the ONNX SHA256SUMS does not list onnx/model.onnx")
+    size = 0
+    for name, expected in sorted(sums.items()):
+        path = ONNX_MODEL_DIR / name
+        if not path.is_file() or sha256_file(path) != expected:
+            raise BuildError(f"models/tinychat/onnx/{name} is missing or does not match SHA256SUMS")
+        out.copy(path, f"{ONNX_MODEL_DEST}/{name}")
+        size += path.stat().st_size
+    return {"path": ONNX_MODEL_DEST, "files": sums, "bytes": size}
+
+
 def write_build_info(
     out: DistWriter, pyodide: dict[str, Any], model: dict[str, Any], napplets: int
 ) -> dict[str, Any]:
     """Write dist/build-info.json: versions and the size of every file in dist/.
 
     Shape: ``{"pyodide", "python", "packages": {name: version}, "napllm",
-    "wllama", "web-llm", "pyscript", "model": {path, sha256, bytes},
+    "wllama", "web-llm", "transformers", "onnxruntime-web", "pyscript", "model":
+    {path, sha256, bytes},
     "napplets", "files": {relative path: bytes}, "total_bytes"}``.
     """
     files = {
@@ -725,6 +766,8 @@ def write_build_info(
         "napllm": pyodide["packages"].get("napllm"),
         "wllama": npm_version("@wllama/wllama"),
         "web-llm": npm_version("@mlc-ai/web-llm"),
+        "transformers": npm_version("@huggingface/transformers"),
+        "onnxruntime-web": npm_version("onnxruntime-web"),
         "pyscript": npm_version("@pyscript/core"),
         "model": model,
         "napplets": napplets,
@@ -941,6 +984,7 @@ def build_inputs() -> list[Path]:
     """Every source file whose change makes dist/ stale (for the test harness)."""
     files = [ROOT / "build.py", ROOT / "package-lock.json", *napllm_sources()]
     files += [MODEL_DIR / MODEL_FILE, MODEL_DIR / "SHA256SUMS"]
+    files += [p for p in ONNX_MODEL_DIR.rglob("*") if p.is_file() and p.suffix != ".py"]
     for folder in (WEB, NAPPLETS):
         if folder.is_dir():
             files += [p for p in folder.rglob("*") if p.is_file()]
@@ -987,6 +1031,7 @@ def build(*, gzip_sizes: bool = False) -> dict[str, Any]:
         copy_web(out)
         napplets = copy_napplets(out)
         model = copy_model(out)
+        copy_onnx_model(out)
         precache = build_service_worker(out)
         info = write_build_info(out, pyodide, model, len(napplets))
         out.prune()

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-ProviderKind = Literal["webllm", "wasm", "lmsp", "openai", "fixture"]
+ProviderKind = Literal["webllm", "wasm", "onnx", "lmsp", "openai", "fixture"]
 ToolChoiceMode = Literal["auto", "none", "required", "tool"]
 TOOL_CHOICE_ORDER: tuple[ToolChoiceMode, ...] = ("auto", "none", "required", "tool")
 
@@ -213,7 +213,7 @@ class ConnectionSpec(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
     name: str = Field(min_length=1, max_length=200)
-    kind: Literal["lmsp", "openai", "wasm", "webllm"]
+    kind: Literal["lmsp", "openai", "wasm", "webllm", "onnx"]
     model: str = Field(min_length=1, max_length=500)
     settings: dict[str, Any] = Field(default_factory=dict)
     credential: str | None = None
@@ -249,6 +249,8 @@ def route_for(kind: ProviderKind, settings: dict[str, Any]) -> str:
         return "This browser -> llama.cpp on WebAssembly (this device)"
     if kind == "webllm":
         return "This browser -> WebLLM on WebGPU (this device)"
+    if kind == "onnx":
+        return "This browser -> transformers.js (ONNX Runtime) on WebGPU (this device)"
     return "This browser -> fixture provider (this page)"
 
 

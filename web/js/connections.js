@@ -22,6 +22,8 @@ const KINDS = {
   openai: { label: "OpenAI-compatible server", baseUrl: true, secret: "API key", capabilities: true, charges: true },
   wasm: { label: "llama.cpp in this browser (WebAssembly)", modelUrl: true, capabilities: false, charges: false },
   webllm: { label: "WebLLM on WebGPU", capabilities: false, charges: false },
+  // The model id is a Hugging Face hub id (owner/name) or the URL of an ONNX model folder.
+  onnx: { label: "ONNX model in this browser (WebGPU)", capabilities: false, charges: false },
 };
 
 function parseList(text) {

@@ -304,9 +304,13 @@ class WebLLMEngine:
 
 
 def register_engines(engines: dict[str, Any], *, test_mode: bool) -> None:
-    """Add the wasm and webllm engines to `BrowserProviders.engines`."""
+    """Add the wasm, webllm and onnx engines to `BrowserProviders.engines`."""
     engines["wasm"] = WasmEngine(test_mode=test_mode)
     engines["webllm"] = WebLLMEngine(test_mode=test_mode)
+    # The onnx engine (transformers.js on WebGPU) lives in its own module.
+    from .onnx_engine import OnnxEngine
+
+    engines["onnx"] = OnnxEngine(test_mode=test_mode)
 
 
 __all__ = ["ProviderFailure", "WasmEngine", "WebLLMEngine", "register_engines"]

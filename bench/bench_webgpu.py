@@ -1,0 +1,289 @@
+"""Benchmark: TinyChat on WebGPU (transformers.js, ONNX) through the shell vs the
+engine called directly, next to wllama (llama.cpp, WebAssembly) on the same prompts.
+
+One command builds dist/ when it is stale, serves it on 127.0.0.1 with
+COOP/COEP, and drives Debian's Chromium with ``--enable-unsafe-webgpu``
+(offline flags as in the browser tests). Without a GPU the adapter is
+SwiftShader: WGSL compute shaders run on the CPU, so the absolute figures
+are those of a software adapter, for the record; the target is the ratio.
+
+Paths, all greedy (temperature 0) on the same prompts:
+- onnx-shell: a napplet calls ``napplet.llm.generate`` on the built-in
+  "TinyChat (WebGPU, transformers.js)" connection (postMessage envelopes ->
+  the Python runtime in Pyodide -> web/engines/transformers-engine.js -> its
+  worker -> NAP-LLM deltas back to the frame); consent is granted once with
+  "remember", so no dialog is timed;
+- onnx-direct: the page calls transformers-engine.js itself (its own worker
+  with its own copy of the model; the same chat body the runtime sends),
+  reading chunks as the runtime does;
+- wllama-direct: dist/vendor/wllama/wllama.js with the shipped GGUF (one
+  thread), for comparison.
+
+Every prompt runs once per path before timing (ONNX Runtime's WebGPU
+kernels are compiled per input shape on first use). Timed requests alternate
+path by path. Printed per path: median and p90 time to the first text (ms;
+transformers.js streams whole words), tokens/s (output tokens over the
+summed request time), tokens/s after the first text, and the onnx
+shell/direct ratios.
+
+Usage: python bench/bench_webgpu.py [--quick] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+from urllib.parse import quote
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = os.environ.get("NAPLLM_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+    "--enable-unsafe-webgpu",
+]
+PROMPTS = [
+    "Hello!",
+    "Who are you?",
+    "What is the capital of France?",
+    "Return a JSON object with name Alice and age 30.",
+    "Goodbye!",
+]
+CONNECTION = "builtin-tinychat-webgpu"
+
+NAPPLET = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Bench</title></head>
+<body><h1>Bench napplet</h1>
+<script>
+window.selected = null;
+window.selectModel = () => napplet.llm.select({}).then((m) => { window.selected = m; });
+window.runShell = async (prompts) => {
+  const out = [];
+  for (const prompt of prompts) {
+    const messages = [{role: 'user', content: [{type: 'text', text: prompt}]}];
+    let first = null;
+    const t0 = performance.now();
+    const result = await napplet.llm.generate(
+      {handle: window.selected.handle, messages, temperature: 0},
+      {onDelta: (d) => {
+        if (first === null && d.event === 'delta' && d.block === 'text') first = performance.now();
+      }});
+    const t1 = performance.now();
+    out.push({first: first - t0, total: t1 - t0, tokens: result.usage.outputTokens,
+              text: result.content.map((p) => p.text || '').join('')});
+  }
+  return out;
+};
+</script></body></html>
+"""
+
+ONNX_DIRECT = """
+async (prompts) => {
+  const api = await import('./engines/transformers-engine.js');
+  const source = JSON.stringify({kind: 'path', base: 'models/', model: 'tinychat-onnx'});
+  const loaded = JSON.parse(
+    await api.ensureModel('bench', source, 'webgpu', 'fp32', 'bench', 'TinyChat'));
+  if (!loaded.ok) throw new Error('the ONNX model did not load: ' + loaded.kind);
+  const out = [];
+  for (const prompt of prompts) {
+    const body = {model: 'tinychat-onnx', messages: [{role: 'user', content: prompt}],
+      stream: true, stream_options: {include_usage: true}, temperature: 0};
+    let first = null, tokens = 0, text = '';
+    const t0 = performance.now();
+    const id = api.startChat('bench', JSON.stringify(body));
+    for (;;) {
+      const batch = JSON.parse(await api.nextChunks(id));
+      for (const chunk of batch.chunks) {
+        const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta;
+        if (delta && delta.content) {
+          if (first === null) first = performance.now();
+          text += delta.content;
+        }
+        if (chunk.usage) tokens = chunk.usage.completion_tokens;
+      }
+      if (batch.done) break;
+    }
+    out.push({first: first - t0, total: performance.now() - t0, tokens, text});
+  }
+  return out;
+}
+"""
+
+WLLAMA_DIRECT = """
+async (prompts) => {
+  if (!window.__wllama) {
+    const { Wllama, wasmPaths } = await import('./vendor/wllama/wllama.js');
+    const quiet = { debug() {}, log() {}, warn() {}, error() {} };
+    const w = new Wllama(wasmPaths, { logger: quiet, suppressNativeLog: true });
+    await w.loadModelFromUrl(new URL('models/tinychat/tiny-chat-q8_0.gguf', location.href).href,
+      { n_ctx: 512, n_threads: 1, n_gpu_layers: 0, useCache: false });
+    window.__wllama = w;
+  }
+  const w = window.__wllama;
+  const out = [];
+  for (const prompt of prompts) {
+    const body = { model: 'tinychat-q8_0', messages: [{ role: 'user', content: prompt }],
+      stream: true, stream_options: { include_usage: true }, temperature: 0, top_k: 1 };
+    let first = null, tokens = 0, text = '';
+    const t0 = performance.now();
+    for await (const chunk of await w.createChatCompletion(body)) {
+      const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta;
+      if (delta && delta.content) {
+        if (first === null) first = performance.now();
+        text += delta.content;
+      }
+      if (chunk.usage) tokens = chunk.usage.completion_tokens;
+    }
+    out.push({ first: first - t0, total: performance.now() - t0, tokens, text });
+  }
+  return out;
+}
+"""
+
+ADAPTER = """
+async () => {
+  if (!navigator.gpu) return null;
+  const a = await navigator.gpu.requestAdapter();
+  if (!a) return null;
+  const i = a.info || {};
+  return {vendor: i.vendor, architecture: i.architecture, description: i.description,
+          fallback: i.isFallbackAdapter === true};
+}
+"""
+
+
+def load_build() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("napllm_build", ROOT / "build.py")
+    if spec is None or spec.loader is None:
+        raise RuntimeError("cannot import build.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Median/p90 first text (ms), tokens, tokens/s, tokens/s after the first text."""
+    firsts = sorted(r["first"] for r in rows)
+    tokens = sum(r["tokens"] for r in rows)
+    seconds = sum(r["total"] for r in rows) / 1000
+    after_first = sum(r["tokens"] - 1 for r in rows)
+    decode_seconds = sum(r["total"] - r["first"] for r in rows) / 1000
+    return {
+        "runs": len(rows),
+        "first_median": statistics.median(firsts),
+        "first_p90": firsts[min(len(firsts) - 1, int(len(firsts) * 0.9))],
+        "tokens": tokens,
+        "tps": tokens / seconds,
+        "decode_tps": after_first / decode_seconds if decode_seconds > 0 else 0.0,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds over the prompts")
+    parser.add_argument("--quick", action="store_true", help="one timed round (about a minute)")
+    args = parser.parse_args()
+    rounds = 1 if args.quick else args.rounds
+
+    from playwright.sync_api import sync_playwright
+
+    build = load_build()
+    if build.dist_is_stale():
+        build.build()
+    rows: dict[str, list[dict[str, Any]]] = {"onnx-direct": [], "onnx-shell": [], "wllama": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "bench.html").write_text(NAPPLET, encoding="utf-8")
+        server = build.make_server(build.DIST, quiet=True, overlays={"/_bench/": Path(tmp)})
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        base = f"http://127.0.0.1:{server.server_address[1]}/"
+        try:
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                page = browser.new_page()
+                page.set_default_timeout(300_000)
+                napplet = quote(f"{base}_bench/bench.html", safe="")
+                page.goto(f"{base}index.html?napplet={napplet}")
+                page.wait_for_function("document.body.dataset.boot === 'ready'")
+                adapter = page.evaluate(ADAPTER)
+                if not adapter:
+                    raise SystemExit("no WebGPU adapter in this Chromium")
+                page.wait_for_function(
+                    "() => { const f = document.querySelector('iframe.napplet-frame');"
+                    " return f && f.srcdoc.length > 0; }"
+                )
+                frame = page.query_selector("iframe.napplet-frame").content_frame()
+                frame.wait_for_load_state("load")
+                frame.wait_for_function("() => typeof window.runShell === 'function'", polling=20)
+                frame.evaluate("() => { window.selectModel(); }")
+                page.click(f".chooser-dialog button.candidate[data-candidate-id='{CONNECTION}']")
+                frame.wait_for_function("() => window.selected !== null", polling=20)
+                # Warm-up of every prompt on every path, with a standing grant
+                # so no consent dialog is timed.
+                frame.evaluate("(p) => { window.warm = window.runShell(p); }", PROMPTS)
+                page.check(".consent-dialog input.remember")
+                page.click(".consent-dialog button.allow")
+                frame.evaluate("() => window.warm")
+                page.evaluate(ONNX_DIRECT, PROMPTS)
+                page.evaluate(WLLAMA_DIRECT, PROMPTS)
+                for _ in range(rounds):
+                    for prompt in PROMPTS:
+                        rows["onnx-direct"] += page.evaluate(ONNX_DIRECT, [prompt])
+                        rows["onnx-shell"] += frame.evaluate("(p) => window.runShell(p)", [prompt])
+                        rows["wllama"] += page.evaluate(WLLAMA_DIRECT, [prompt])
+                browser.close()
+        finally:
+            server.shutdown()
+            server.server_close()
+
+    stats = {name: summary(r) for name, r in rows.items()}
+    differ = sum(
+        1
+        for a, b, c in zip(rows["onnx-direct"], rows["onnx-shell"], rows["wllama"], strict=True)
+        if not a["text"] == b["text"] == c["text"]
+    )
+    fallback = " (fallback adapter)" if adapter.get("fallback") else ""
+    print(
+        f"TinyChat, greedy; WebGPU adapter: {adapter.get('vendor')} "
+        f"{adapter.get('architecture') or adapter.get('description') or ''}{fallback}; "
+        f"{rounds} round(s) x {len(PROMPTS)} prompts per path, after a warm-up"
+    )
+    header = (
+        f"{'path':<12} {'runs':>5} {'first text median':>18} {'p90':>10} "
+        f"{'tokens':>7} {'tokens/s':>9} {'after 1st':>10}"
+    )
+    print(header)
+    print("-" * len(header))
+    for name, s in stats.items():
+        print(
+            f"{name:<12} {s['runs']:>5} {s['first_median']:>15.1f} ms {s['first_p90']:>7.1f} ms "
+            f"{s['tokens']:>7} {s['tps']:>9.1f} {s['decode_tps']:>10.1f}"
+        )
+    print("-" * len(header))
+    shell, direct = stats["onnx-shell"], stats["onnx-direct"]
+    print(
+        f"onnx shell/direct tokens/s: {shell['tps'] / direct['tps']:.3f}   "
+        f"after the first text: {shell['decode_tps'] / direct['decode_tps']:.3f}   "
+        f"added to first text (median): {shell['first_median'] - direct['first_median']:+.1f} ms"
+    )
+    print(f"wllama/onnx-direct tokens/s: {stats['wllama']['tps'] / direct['tps']:.1f}x")
+    print(f"answers that differ between the paths: {differ} of {len(rows['wllama'])}")
+
+
+if __name__ == "__main__":
+    main()

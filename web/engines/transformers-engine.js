@@ -1,0 +1,194 @@
+/**
+ * The onnx engine: ONNX chat models run by @huggingface/transformers
+ * (onnxruntime-web) on WebGPU, each in its own worker
+ * (transformers-worker.js), driven by napllm.browser.onnx_engine (Python).
+ *
+ * Rules
+ * - `probe()` says whether WebGPU gives an adapter, without loading the
+ *   library: the transformers.js bundle and onnxruntime's wasm (27 MB) are
+ *   fetched only by a worker, only when a model is first used, so a first
+ *   visit does not grow.
+ * - One worker per model key (source + device + dtype). Concurrent loads of
+ *   one key share one promise; a failed load terminates its worker and is
+ *   forgotten, so the next request tries again.
+ * - Load progress goes to `napllmHost.engineProgress` (page.js).
+ * - Chat streams are read from Python through streams.js (JSON text batches):
+ *   `startChat` returns a stream id, `nextChunks(id)` reads, `abort(id)`
+ *   cancels (the worker interrupts the generation and stays usable).
+ * - Errors arrive from the worker as kinds; no library text reaches Python.
+ * - `deliveryDelayMs` (test mode only, set by the Python side) hands chunks
+ *   over one at a time, N ms apart.
+ */
+
+import { loadingNotice, progress } from "./page.js";
+import * as streams from "./streams.js";
+
+/** How long GPU detection may take before WebGPU counts as unavailable. */
+const ADAPTER_TIMEOUT_MS = 3000;
+
+/** key -> {worker, promise, info, streams: Set<id>} */
+const models = new Map();
+/** stream id -> its model entry */
+const owners = new Map();
+
+let probed = null;
+
+/**
+ * JSON text `{"webgpu": bool, "reason"?: "no-webgpu"|"no-adapter"|"timeout",
+ * "fallback"?: bool, "vendor"?: text}` (cached after the first call).
+ */
+export async function probe() {
+  if (!probed) {
+    probed = (async () => {
+      if (!navigator.gpu) return { webgpu: false, reason: "no-webgpu" };
+      let timedOut = false;
+      let adapter = null;
+      try {
+        const timeout = new Promise((resolve) =>
+          setTimeout(() => {
+            timedOut = true;
+            resolve(null);
+          }, ADAPTER_TIMEOUT_MS),
+        );
+        adapter = await Promise.race([navigator.gpu.requestAdapter(), timeout]);
+      } catch {
+        adapter = null;
+      }
+      if (!adapter) return { webgpu: false, reason: timedOut ? "timeout" : "no-adapter" };
+      const info = adapter.info || {};
+      return {
+        webgpu: true,
+        fallback: info.isFallbackAdapter === true || adapter.isFallbackAdapter === true,
+        vendor: typeof info.vendor === "string" ? info.vendor : "",
+      };
+    })();
+  }
+  return JSON.stringify(await probed);
+}
+
+function startWorker(entry, source, device, dtype, connectionId, label) {
+  return new Promise((resolve) => {
+    const worker = new Worker(new URL("./transformers-worker.js", import.meta.url), { type: "module" });
+    entry.worker = worker;
+    let loaded = false;
+    worker.onmessage = (event) => {
+      const message = event.data || {};
+      if (message.type === "progress") {
+        progress(connectionId, `Loading ${label}`, Number(message.fraction) || 0);
+      } else if (message.type === "loaded") {
+        loaded = true;
+        resolve(message);
+      } else if (message.type === "chunk" || message.type === "end") {
+        const stream = entry.open.get(String(message.id));
+        if (!stream) return;
+        if (message.type === "chunk") streams.push(stream, message.chunk);
+        else {
+          entry.open.delete(stream.id);
+          owners.delete(stream.id);
+          streams.end(stream, message.kind || null);
+        }
+      }
+    };
+    worker.onerror = (event) => {
+      console.error("napllm onnx engine: the worker failed", event.message || event);
+      if (!loaded) resolve({ ok: false, kind: "load" });
+      for (const stream of entry.open.values()) streams.end(stream, "inference");
+      entry.open.clear();
+    };
+    worker.postMessage({ type: "load", source, device, dtype });
+  });
+}
+
+/**
+ * Load (or reuse) the model of `key`. `sourceJson`: `{"kind": "path",
+ * "base", "model"}` or `{"kind": "hub", "model"}` (see the worker);
+ * `device`: `webgpu` or `wasm`; `dtype`: a transformers.js dtype or "".
+ * Resolves with JSON text `{"ok": true, "device", "contextSize"}` or
+ * `{"ok": false, "kind"}`; never rejects.
+ */
+export async function ensureModel(key, sourceJson, device, dtype, connectionId, label) {
+  key = String(key);
+  let entry = models.get(key);
+  if (!entry) {
+    entry = { worker: null, promise: null, info: null, open: new Map() };
+    models.set(key, entry);
+    const source = JSON.parse(String(sourceJson));
+    if (source.kind === "path") source.base = new URL(String(source.base), document.baseURI).href;
+    label = String(label);
+    loadingNotice(`Loading the model of ${label}…`, connectionId);
+    progress(connectionId, `Loading ${label}`, 0);
+    entry.promise = startWorker(entry, source, String(device), String(dtype || ""), connectionId, label).then(
+      (result) => {
+        if (result.ok) {
+          entry.info = { key, device: result.device, contextSize: result.contextSize };
+          progress(connectionId, `${label} is ready`, 1);
+          return { ok: true, device: result.device, contextSize: result.contextSize };
+        }
+        entry.worker.terminate();
+        if (models.get(key) === entry) models.delete(key);
+        progress(connectionId, `${label} could not be loaded`, -1);
+        return { ok: false, kind: String(result.kind || "load") };
+      },
+    );
+  }
+  return JSON.stringify(await entry.promise);
+}
+
+/** Whether the model of `key` is loaded and ready (synchronous). */
+export function isLoaded(key) {
+  const entry = models.get(String(key));
+  return Boolean(entry && entry.info);
+}
+
+/** JSON text: the loaded models (key, device, context size). */
+export function loadedModels() {
+  return JSON.stringify([...models.values()].filter((e) => e.info).map((e) => e.info));
+}
+
+/** Unload the model of `key` (terminates its worker; open streams end as failed). */
+export function unloadModel(key) {
+  const entry = models.get(String(key));
+  models.delete(String(key));
+  if (!entry) return;
+  if (entry.worker) entry.worker.terminate();
+  for (const stream of entry.open.values()) streams.end(stream, "inference");
+  entry.open.clear();
+}
+
+/**
+ * Start a streamed chat completion with the OpenAI chat body `bodyJson` on
+ * the loaded model `key`; returns the stream id. Throws when the model is
+ * not loaded (the Python side calls `ensureModel` first).
+ */
+export function startChat(key, bodyJson, deliveryDelayMs = 0) {
+  const entry = models.get(String(key));
+  if (!entry || !entry.info) throw new Error("model not loaded");
+  const body = JSON.parse(String(bodyJson));
+  const stream = streams.open("onnx", deliveryDelayMs);
+  entry.open.set(stream.id, stream);
+  owners.set(stream.id, entry);
+  entry.worker.postMessage({ type: "chat", id: stream.id, body });
+  return stream.id;
+}
+
+/** The chunks queued for stream `id` since the last call (see streams.js). */
+export function nextChunks(id) {
+  return streams.next(id);
+}
+
+/** Cancel stream `id`: the worker interrupts (or skips) its generation. */
+export function abort(id) {
+  id = String(id);
+  const entry = owners.get(id);
+  owners.delete(id);
+  if (entry) {
+    entry.open.delete(id);
+    entry.worker.postMessage({ type: "cancel", id });
+  }
+  return streams.cancel(id);
+}
+
+/** Streams not yet read to the end or cancelled. */
+export function openStreams() {
+  return streams.openCount();
+}

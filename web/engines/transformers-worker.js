@@ -1,0 +1,300 @@
+/**
+ * The transformers.js worker: one ONNX chat model, run by @huggingface/transformers
+ * (onnxruntime-web) off the page's main thread. Driven by transformers-engine.js.
+ *
+ * Rules
+ * - Messages in: `{type: "load", source, device, dtype}` once, then
+ *   `{type: "chat", id, body}` and `{type: "cancel", id}`. Messages out:
+ *   `{type: "progress", fraction}`, `{type: "loaded", ok, kind?, device}`,
+ *   `{type: "chunk", id, chunk}` (an OpenAI chat completion chunk) and
+ *   `{type: "end", id, kind?}` (kind names a failure; none when it finished
+ *   or was cancelled).
+ * - `source`: `{kind: "path", base, model}` reads `<base><model>/...` (`base`
+ *   an absolute URL: the bundled model inside the shell's own folder, or the
+ *   folder above a model folder the user gave by URL); `{kind: "hub", model}`
+ *   reads a Hugging Face hub id. Remote loading is switched on only for a
+ *   folder on another origin or a hub id. The library's CDN default for
+ *   onnxruntime's wasm is replaced by the copy next to the bundle.
+ * - Chats run one at a time, in order. Temperature 0 (or none) is greedy
+ *   decoding (`do_sample: false`). The prompt is the model's own chat
+ *   template with the request's tools. `stop` strings end the answer before
+ *   them. Cancel interrupts the running generation through an
+ *   `InterruptableStoppingCriteria` (it stops after the token being computed)
+ *   or drops a queued one; the model stays loaded and usable.
+ * - Errors become kinds (`download`, `load`, `context`, `inference`); the
+ *   library's own text goes to the console only.
+ */
+
+import {
+  AutoModelForCausalLM,
+  AutoTokenizer,
+  InterruptableStoppingCriteria,
+  TextStreamer,
+  env,
+  wasmPaths,
+} from "../vendor/transformers/transformers.js";
+
+env.backends.onnx.wasm.wasmPaths = { ...wasmPaths };
+// One wasm thread: the work runs on the GPU, and no pthread workers are spawned.
+env.backends.onnx.wasm.numThreads = 1;
+env.useWasmCache = false;
+env.allowRemoteModels = false;
+env.allowLocalModels = false;
+
+let model = null;
+let tokenizer = null;
+let modelName = "onnx";
+let contextSize = 2048;
+let chain = Promise.resolve();
+/** id -> {stopper, cancelled} of the chats queued or running. */
+const chats = new Map();
+let counter = 0;
+
+const post = (message) => self.postMessage(message);
+
+function loadKind(error) {
+  const text = String((error && error.message) || error || "");
+  if (/fetch|network|40\d|50\d|Could not locate file|Unauthorized/i.test(text)) return "download";
+  return "load";
+}
+
+async function load({ source, device, dtype }) {
+  // A same-origin folder is read as a "local" path (transformers.js fetches
+  // `<localModelPath><model>/<file>`); a folder elsewhere as a remote host
+  // with the model's own folder name; a hub id from the Hugging Face hub.
+  const base = source.kind === "hub" ? null : new URL(String(source.base));
+  if (base && base.origin === self.location.origin) {
+    env.allowRemoteModels = false;
+    env.allowLocalModels = true;
+    env.localModelPath = base.pathname;
+    env.useBrowserCache = false;
+  } else if (base) {
+    env.allowRemoteModels = true;
+    env.allowLocalModels = false;
+    env.remoteHost = base.href;
+    env.remotePathTemplate = "{model}/";
+    env.useBrowserCache = true;
+  } else {
+    env.allowRemoteModels = true;
+    env.allowLocalModels = false;
+    env.useBrowserCache = true;
+  }
+  modelName = String(source.model);
+  const files = new Map();
+  const progress_callback = (report) => {
+    if (!report || report.status !== "progress" || !(report.total > 0)) return;
+    files.set(report.file, [Number(report.loaded) || 0, Number(report.total)]);
+    let loaded = 0;
+    let total = 0;
+    for (const [l, t] of files.values()) {
+      loaded += l;
+      total += t;
+    }
+    post({ type: "progress", fraction: Math.min(1, loaded / total) });
+  };
+  const options = { device, progress_callback };
+  if (dtype) options.dtype = dtype;
+  try {
+    tokenizer = await AutoTokenizer.from_pretrained(modelName, { progress_callback });
+    model = await AutoModelForCausalLM.from_pretrained(modelName, options);
+  } catch (error) {
+    console.error("napllm onnx engine: the model could not be loaded", error);
+    post({ type: "loaded", ok: false, kind: loadKind(error) });
+    return;
+  }
+  const config = model.config || {};
+  const limit = Number(config.max_position_embeddings || config.n_positions || 0);
+  if (limit > 0) contextSize = limit;
+  post({ type: "loaded", ok: true, device, contextSize });
+}
+
+/** Chat messages for the template: text parts joined, other fields kept. */
+function templateMessages(messages) {
+  return (Array.isArray(messages) ? messages : []).map((message) => {
+    const copy = { ...message };
+    if (Array.isArray(copy.content)) {
+      copy.content = copy.content
+        .filter((part) => part && part.type === "text")
+        .map((part) => String(part.text))
+        .join("");
+    }
+    if (copy.content === null || copy.content === undefined) copy.content = "";
+    return copy;
+  });
+}
+
+function chunk(id, delta, finishReason = null) {
+  return {
+    id: `chatcmpl-${id}`,
+    object: "chat.completion.chunk",
+    created: Math.floor(Date.now() / 1000),
+    model: modelName,
+    choices: [{ index: 0, delta, finish_reason: finishReason }],
+  };
+}
+
+/** Text emitted so far, holding back what could start a stop string. */
+class StopFilter {
+  constructor(stops, emit, onStop) {
+    this.stops = stops.filter((s) => typeof s === "string" && s.length > 0);
+    this.hold = this.stops.reduce((n, s) => Math.max(n, s.length - 1), 0);
+    this.text = "";
+    this.sent = 0;
+    this.stopped = false;
+    this.emit = emit;
+    this.onStop = onStop;
+  }
+
+  put(piece) {
+    if (this.stopped) return;
+    this.text += piece;
+    let cut = -1;
+    for (const stop of this.stops) {
+      const at = this.text.indexOf(stop, Math.max(0, this.sent - stop.length + 1));
+      if (at >= 0 && (cut < 0 || at < cut)) cut = at;
+    }
+    if (cut >= 0) {
+      this.stopped = true;
+      if (cut > this.sent) this.emit(this.text.slice(this.sent, cut));
+      this.sent = cut;
+      this.onStop();
+      return;
+    }
+    const upto = this.text.length - this.hold;
+    if (upto > this.sent) {
+      this.emit(this.text.slice(this.sent, upto));
+      this.sent = upto;
+    }
+  }
+
+  flush() {
+    if (!this.stopped && this.text.length > this.sent) this.emit(this.text.slice(this.sent));
+    this.sent = this.text.length;
+  }
+}
+
+function number(value, fallback) {
+  return typeof value === "number" && Number.isFinite(value) ? value : fallback;
+}
+
+async function chat(id, body, state) {
+  if (state.cancelled) {
+    post({ type: "end", id });
+    return;
+  }
+  counter += 1;
+  let inputs;
+  try {
+    const tools = Array.isArray(body.tools) && body.tools.length > 0 ? body.tools : undefined;
+    inputs = tokenizer.apply_chat_template(templateMessages(body.messages), {
+      tools,
+      add_generation_prompt: true,
+      return_dict: true,
+    });
+  } catch (error) {
+    console.error("napllm onnx engine: the chat template failed", error);
+    post({ type: "end", id, kind: "inference" });
+    return;
+  }
+  const promptTokens = Number(inputs.input_ids.dims.at(-1));
+  const room = contextSize - promptTokens;
+  if (room <= 0) {
+    post({ type: "end", id, kind: "context" });
+    return;
+  }
+  const asked = number(body.max_completion_tokens, number(body.max_tokens, room));
+  const maxNew = Math.max(1, Math.min(room, Math.floor(asked)));
+  const temperature = number(body.temperature, 0);
+  const sampling =
+    temperature > 0
+      ? {
+          do_sample: true,
+          temperature,
+          top_p: number(body.top_p, 1),
+          ...(Number.isInteger(body.top_k) && body.top_k > 0 ? { top_k: body.top_k } : {}),
+        }
+      : { do_sample: false };
+  const stops = typeof body.stop === "string" ? [body.stop] : Array.isArray(body.stop) ? body.stop : [];
+  let generated = 0;
+  let lastToken = null;
+  let first = true;
+  const stopper = state.stopper;
+  const filter = new StopFilter(
+    stops,
+    (text) => {
+      if (state.cancelled || text.length === 0) return;
+      post({ type: "chunk", id, chunk: chunk(counter, first ? { role: "assistant", content: text } : { content: text }) });
+      first = false;
+    },
+    () => stopper.interrupt(),
+  );
+  const streamer = new TextStreamer(tokenizer, {
+    skip_prompt: true,
+    skip_special_tokens: true,
+    callback_function: (text) => filter.put(text),
+    token_callback_function: (tokens) => {
+      generated += tokens.length;
+      lastToken = tokens.length > 0 ? Number(tokens[tokens.length - 1]) : lastToken;
+    },
+  });
+  try {
+    await model.generate({
+      ...inputs,
+      ...sampling,
+      max_new_tokens: maxNew,
+      streamer,
+      stopping_criteria: stopper,
+    });
+  } catch (error) {
+    if (!state.cancelled) {
+      console.error("napllm onnx engine: generation failed", error);
+      post({ type: "end", id, kind: "inference" });
+      return;
+    }
+  }
+  if (state.cancelled) {
+    post({ type: "end", id });
+    return;
+  }
+  filter.flush();
+  const eos = [].concat(model.generation_config?.eos_token_id ?? model.config?.eos_token_id ?? []);
+  const ended = lastToken !== null && eos.map(Number).includes(lastToken);
+  // The end-of-sequence token is not part of the answer.
+  const completion = ended ? generated - 1 : generated;
+  const reason = filter.stopped || ended || generated < maxNew ? "stop" : "length";
+  post({ type: "chunk", id, chunk: chunk(counter, {}, reason) });
+  post({
+    type: "chunk",
+    id,
+    chunk: {
+      ...chunk(counter, {}),
+      choices: [],
+      usage: { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion },
+    },
+  });
+  post({ type: "end", id });
+}
+
+self.onmessage = (event) => {
+  const message = event.data || {};
+  if (message.type === "load") {
+    chain = chain.then(() => load(message));
+  } else if (message.type === "chat") {
+    const id = String(message.id);
+    const state = { stopper: new InterruptableStoppingCriteria(), cancelled: false };
+    chats.set(id, state);
+    chain = chain
+      .then(() => chat(id, message.body || {}, state))
+      .catch((error) => {
+        console.error("napllm onnx engine: chat failed", error);
+        post({ type: "end", id, kind: "inference" });
+      })
+      .finally(() => chats.delete(id));
+  } else if (message.type === "cancel") {
+    const state = chats.get(String(message.id));
+    if (state) {
+      state.cancelled = true;
+      state.stopper.interrupt();
+    }
+  }
+};
