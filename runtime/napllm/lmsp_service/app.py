@@ -57,16 +57,15 @@ from .auth import BearerAuth
 from .engine import (
     DEFAULT_TEMPERATURE,
     Engine,
+    EngineCrashed,
     GenerationEnd,
     GenerationJob,
-    GrammarUnavailable,
     TemplateError,
     Update,
     chat_messages,
     chat_tools,
-    json_grammar,
-    tool_call_grammar,
 )
+from .grammar import GRAMMAR_TIME_LIMIT_S, GrammarUnavailable, json_grammar, tool_call_grammar
 from .output import ModelOutputError, OutputAssembler, new_id
 from .problems import ProblemError, problem_body, problem_response
 from .tasks import (
@@ -84,6 +83,8 @@ PREFIX = "/lmsp/v1"
 CORS_HEADERS = ["Authorization", "Content-Type", "Idempotency-Key", "LMSP-Version", "Last-Event-ID"]
 _VERSION = re.compile(r"\s*(\d+)\.(\d+)\s*")
 _IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+#: Grammars built at the same time at most (each on its own thread).
+GRAMMAR_BUILDERS = 2
 
 
 @dataclass
@@ -129,6 +130,7 @@ class LmspService:
             config.store_capacity
         )
         self.pending = 0
+        self._grammar_slots = asyncio.Semaphore(GRAMMAR_BUILDERS)
         self._drivers: set[asyncio.Task[None]] = set()
 
     # -- model listing ------------------------------------------------------
@@ -176,6 +178,7 @@ class LmspService:
         tools = (
             chat_tools(request.tools) if checked.tool_names is not None and request.tools else None
         )
+        checked.grammar = await self._grammar(checked)
         try:
             prompt = await asyncio.to_thread(self.engine.render, messages, tools)
             tokens = await asyncio.to_thread(self.engine.tokenize, prompt)
@@ -183,19 +186,46 @@ class LmspService:
             raise ProblemError(
                 "invalid_request", "The model's chat template rejected this conversation."
             ) from exc
+        except EngineCrashed as exc:
+            raise ProblemError("model_unavailable") from exc
         if len(tokens) + 1 > self.facts.n_ctx:
             raise ProblemError("context_length_exceeded")
+        return checked, tokens, raw
+
+    async def _grammar(self, checked: Checked) -> str | None:
+        """The GBNF text constraining `checked`, built off the event loop (grammar.py).
+
+        At most `GRAMMAR_BUILDERS` grammars are built at once, each within
+        `GRAMMAR_TIME_LIMIT_S`. Raises `ProblemError("unsupported_capability")`
+        for a schema beyond the limits, one the converter rejects, or one
+        whose conversion takes too long.
+        """
+        request = checked.request
+        if checked.forced_tool and request.tools:
+            offered = [t for t in request.tools if t.name in (checked.tool_names or [])]
+            build: Callable[[], str] = lambda: tool_call_grammar(offered)  # noqa: E731
+        elif checked.output_schema is not None and checked.tool_names is None:
+            schema = checked.output_schema
+            build = lambda: json_grammar(schema)  # noqa: E731
+        else:
+            return None
+        # The slot is held until the thread ends, even after the time limit
+        # answered the request: a slow conversion cannot be stopped, only waited for.
+        await self._grammar_slots.acquire()
+        building = asyncio.ensure_future(asyncio.to_thread(build))
+
+        def release(done: asyncio.Future[str]) -> None:
+            self._grammar_slots.release()
+            if not done.cancelled():
+                done.exception()  # retrieved, so an abandoned failure is not logged
+
+        building.add_done_callback(release)
         try:
-            if checked.forced_tool and request.tools:
-                offered = [t for t in request.tools if t.name in (checked.tool_names or [])]
-                checked.grammar = tool_call_grammar(offered)
-            elif checked.output_schema is not None and checked.tool_names is None:
-                checked.grammar = json_grammar(checked.output_schema)
-        except GrammarUnavailable as exc:
+            return await asyncio.wait_for(asyncio.shield(building), GRAMMAR_TIME_LIMIT_S)
+        except (GrammarUnavailable, TimeoutError) as exc:
             raise ProblemError(
                 "unsupported_capability", "The schema cannot be enforced by this service."
             ) from exc
-        return checked, tokens, raw
 
     # -- running ----------------------------------------------------------------
 
@@ -267,6 +297,8 @@ class LmspService:
                 output_error = _check_output(checked, assembler)
             if end.finish_reason == "error":
                 self._fail(run, problem_body("generation_failed"))
+            elif end.finish_reason == "crashed":
+                self._fail(run, problem_body("model_crashed"))
             elif output_error is not None:
                 self._fail(run, problem_body("model_output_invalid", output_error))
             elif end.finish_reason == "cancelled":

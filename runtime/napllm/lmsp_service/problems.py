@@ -52,6 +52,11 @@ PROBLEM_CODES: dict[str, tuple[int, str]] = {
     "server_busy": (503, "Too many generations are waiting; retry later."),
     "model_output_invalid": (500, "The model's output did not satisfy the request's constraints."),
     "generation_failed": (500, "The model failed while generating."),
+    "model_crashed": (
+        500,
+        "The model process failed during this generation; the service restarted it.",
+    ),
+    "model_unavailable": (503, "The model is restarting; retry shortly."),
     "internal_error": (500, "The service failed unexpectedly."),
 }
 

@@ -43,6 +43,34 @@ class EventCursorInvalid(Exception):
     """The requested resume point is after the last event of the response."""
 
 
+class CancelFlag(threading.Event):
+    """A `threading.Event` that also runs callbacks when it is set (thread-safe).
+
+    The engine registers one to forward a cancellation to the worker.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: list[Callable[[], None]] = []
+        self._callback_lock = threading.Lock()
+
+    def on_set(self, callback: Callable[[], None]) -> None:
+        """Run `callback` when the flag is set (at once if it already is)."""
+        with self._callback_lock:
+            if not self.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
+
+    def set(self) -> None:
+        """Set the flag and run the registered callbacks once."""
+        with self._callback_lock:
+            super().set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+
 @dataclass
 class _StoredEvent:
     event: LmspEvent
@@ -72,7 +100,7 @@ class ResponseRun:
         self.usage: dict[str, int] | None = None
         self.error: dict[str, Any] | None = None
         self.incomplete_details: dict[str, Any] | None = None
-        self.cancel_flag = threading.Event()
+        self.cancel_flag = CancelFlag()
         self.streamed = False  # answered as a direct stream (replayed as one)
         self.input_context: list[dict[str, Any]] = []  # input items, for previous_response_id
         self._retention_s = retention_s

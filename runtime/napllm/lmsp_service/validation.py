@@ -26,7 +26,6 @@ from typing import Any
 
 import jsonschema
 from jsonschema.exceptions import SchemaError
-from llama_cpp.llama_grammar import LlamaGrammar
 from pydantic import ValidationError
 
 from ..lmsp import (
@@ -155,7 +154,7 @@ class Checked:
     forced_tool: bool
     output_schema: dict[str, Any] | None
     min_output_tokens: int = 0
-    grammar: LlamaGrammar | None = field(default=None)
+    grammar: str | None = field(default=None)
 
 
 def _check_schema(schema: dict[str, Any], what: str) -> None:
