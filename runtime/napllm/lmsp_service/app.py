@@ -52,6 +52,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..jsontext import JsonTextError, read_json
 from ..lmsp import LMSP_VERSION, LmspEvent, ModelCapabilities, ModelEntry, ModelList
 from .auth import BearerAuth
 from .engine import (
@@ -75,7 +76,14 @@ from .tasks import (
     ResponseRun,
     Task,
 )
-from .validation import Checked, ModelFacts, check_request, output_as_input, parse_body
+from .validation import (
+    BODY_MAX_DEPTH,
+    Checked,
+    ModelFacts,
+    check_request,
+    output_as_input,
+    parse_body,
+)
 
 log = logging.getLogger("napllm.lmsp_service")
 
@@ -294,7 +302,8 @@ class LmspService:
                 except ModelOutputError:
                     output_error = "The model produced a malformed tool call."
             if output_error is None and end.finish_reason == "stop":
-                output_error = _check_output(checked, assembler)
+                # Off the event loop: a schema `pattern` may backtrack for long.
+                output_error = await asyncio.to_thread(_check_output, checked, assembler)
             if end.finish_reason == "error":
                 self._fail(run, problem_body("generation_failed"))
             elif end.finish_reason == "crashed":
@@ -365,12 +374,16 @@ def _check_output(checked: Checked, assembler: OutputAssembler) -> str | None:
         offered = {t.name: t for t in checked.request.tools or []}
         for call in assembler.function_calls():
             schema = offered[call["name"]].parameters
-            if not jsonschema.Draft202012Validator(schema).is_valid(json.loads(call["arguments"])):
+            try:
+                arguments = read_json(call["arguments"])
+            except JsonTextError:
+                return "The model's tool call arguments are not JSON."
+            if not jsonschema.Draft202012Validator(schema).is_valid(arguments):
                 return "The model's tool call arguments do not match the tool's parameters."
     if checked.output_schema is not None and not assembler.function_calls():
         try:
-            value = json.loads(assembler.message_text())
-        except ValueError:
+            value = read_json(assembler.message_text())
+        except JsonTextError:
             return "The model's output is not JSON."
         validator_cls = jsonschema.validators.validator_for(checked.output_schema)
         if not validator_cls(checked.output_schema).is_valid(value):
@@ -467,9 +480,9 @@ def build_app(service: LmspService, token: str) -> Starlette:
             return None, None, checked, tokens
         store_key = (scope_name, key)
         try:
-            raw_for_print = json.loads(body)
-        except (ValueError, RecursionError):
-            raw_for_print = body.decode("utf-8", "replace")
+            raw_for_print = read_json(body, max_depth=BODY_MAX_DEPTH)
+        except JsonTextError:
+            raw_for_print = body.hex()  # refused later by prepare(); only the bytes count
         fingerprint = _fingerprint(scope_name, raw_for_print)
         existing = service.idempotency.get(store_key)
         if existing is not None:
