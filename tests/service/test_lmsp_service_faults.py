@@ -17,6 +17,7 @@ from napllm.lmsp_service.app import LmspService, ServiceConfig, build_app
 from napllm.lmsp_service.engine import GenerationEnd, GenerationJob, TextPiece
 
 SECRET = "internal detail /srv/model.gguf"
+ORIGIN = "http://allowed.example"
 
 
 class FaultyEngine:
@@ -49,7 +50,7 @@ def request(text: str, **fields: Any) -> dict[str, Any]:
 
 @pytest.fixture
 async def client() -> Any:
-    service = LmspService(cast(Any, FaultyEngine()), ServiceConfig())
+    service = LmspService(cast(Any, FaultyEngine()), ServiceConfig(allow_origins=[ORIGIN]))
     app = build_app(service, "tok")
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(
@@ -87,3 +88,20 @@ async def test_engine_failure_in_a_stream_is_response_failed(client: httpx.Async
     assert stored["status"] == "failed"
     assert stored["output"][0]["content"][0]["text"] == "partial "
     assert SECRET not in answer.text
+
+
+async def test_a_500_carries_the_cors_and_version_headers(client: httpx.AsyncClient) -> None:
+    answer = await client.post("/responses", json=request("bug"), headers={"Origin": ORIGIN})
+    assert answer.status_code == 500
+    assert answer.json()["code"] == "internal_error"
+    assert answer.headers["access-control-allow-origin"] == ORIGIN
+    assert "lmsp-version" in answer.headers["access-control-expose-headers"].lower()
+    assert answer.headers["lmsp-version"] == "1.0"
+
+
+async def test_a_500_for_another_origin_has_no_cors_grant(client: httpx.AsyncClient) -> None:
+    answer = await client.post(
+        "/responses", json=request("bug"), headers={"Origin": "http://evil.example"}
+    )
+    assert answer.status_code == 500
+    assert "access-control-allow-origin" not in answer.headers

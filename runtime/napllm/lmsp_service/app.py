@@ -25,7 +25,12 @@ Rules
   its generation (6.3); a task's generation is independent of its readers.
 - CORS (Starlette's middleware) is answered for the configured origins
   only, including Private Network Access preflights
-  (`Access-Control-Allow-Private-Network: true`).
+  (`Access-Control-Request-Private-Network: true` is answered with
+  `Access-Control-Allow-Private-Network: true` for those origins only).
+- Every answer passes through the CORS middleware, the 500 of an
+  unexpected exception too: it is made by `ErrorGuard`, inside CORS
+  (Starlette would answer handlers registered for `Exception` outside it,
+  and the browser would report a network failure instead of the problem).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from typing import Any
 import jsonschema
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
@@ -657,10 +663,6 @@ def build_app(service: LmspService, token: str) -> Starlette:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "invalid_request")
         return problem_response(ProblemError(code), request.url.path)
 
-    async def on_bug(request: Request, exc: Exception) -> Response:
-        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        return problem_response(ProblemError("internal_error"), request.url.path)
-
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
@@ -668,7 +670,7 @@ def build_app(service: LmspService, token: str) -> Starlette:
 
     middleware = [
         Middleware(
-            CORSMiddleware,
+            LmspCors,
             allow_origins=list(config.allow_origins),
             allow_methods=["GET", "POST"],
             allow_headers=CORS_HEADERS,
@@ -676,12 +678,12 @@ def build_app(service: LmspService, token: str) -> Starlette:
             allow_private_network=True,  # answered for allowed origins only
             max_age=600,
         ),
+        Middleware(ErrorGuard),
         Middleware(LmspGate, auth=auth),
     ]
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
         ProblemError: on_problem,
         HTTPException: on_http,
-        Exception: on_bug,
     }
     return Starlette(
         routes=routes,
@@ -741,3 +743,55 @@ class LmspGate:
             await response(scope, receive, send_with_version)
             return
         await self.app(scope, receive, send_with_version)
+
+
+class LmspCors(CORSMiddleware):
+    """Starlette's CORS middleware, answering private-network preflights for allowed origins only.
+
+    Starlette adds `Access-Control-Allow-Private-Network: true` to a refused
+    preflight too; here it is removed unless the origin is allowed.
+    """
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        """The preflight answer (see the class docstring)."""
+        response = super().preflight_response(request_headers)
+        if not self.is_allowed_origin(origin=request_headers["origin"]):
+            del response.headers["access-control-allow-private-network"]
+        return response
+
+
+class ErrorGuard:
+    """Pure ASGI middleware: any unexpected exception becomes the generic 500 problem.
+
+    Placed inside the CORS middleware so the 500 carries the CORS headers;
+    it adds `LMSP-Version` itself (the gate inside it may be what failed).
+    When the answer had already started (a stream), the exception is only
+    logged and the connection ends.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            path = str(scope.get("path", ""))
+            log.exception("unhandled error on %s %s", scope.get("method"), path)
+            if started:
+                return
+            response = problem_response(
+                ProblemError("internal_error"), path, headers={"LMSP-Version": LMSP_VERSION}
+            )
+            await response(scope, receive, send)
