@@ -5,7 +5,8 @@ Usage::
     napllm-lmsp --model PATH.gguf [--host 127.0.0.1] [--port 11435]
                 [--model-id ID] [--allow-origin ORIGIN ...] [--token-file PATH]
                 [--retention-seconds N] [--n-ctx N] [--n-threads N]
-                [--max-body-bytes N]
+                [--max-body-bytes N] [--send-timeout-seconds N]
+                [--send-buffer-bytes N]
 
 Rules
 - Listens on 127.0.0.1 by default; the bearer token is created on the first
@@ -13,6 +14,10 @@ Rules
   name without `.gguf`.
 - Readiness: the service answers `GET /lmsp/v1/models` once it accepts
   connections (supervisors poll it with the token).
+- Streams: a send that blocks for `--send-timeout-seconds` ends the stream
+  (the reader stopped reading); each connection's socket send buffer and
+  write buffer are bounded by `--send-buffer-bytes`, so such a reader is
+  noticed after a bounded amount of output, not after megabytes.
 - Exit status 2 for bad arguments, 1 when the model or the token file cannot
   be used.
 """
@@ -20,7 +25,9 @@ Rules
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import socket
 import sys
 from pathlib import Path
 
@@ -45,6 +52,41 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def bounded_listener(host: str, port: int, send_buffer_bytes: int) -> socket.socket:
+    """A listening TCP socket whose accepted connections get a bounded send buffer.
+
+    Linux copies `SO_SNDBUF` from the listening socket to each accepted one
+    (and turns off its automatic growth, which on loopback reaches
+    megabytes), so a reader that stops reading blocks the service's sends
+    after about `send_buffer_bytes` * 2 bytes: the send timeout can then
+    end the stream. Raises `OSError` when the address cannot be used.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.create_server((host, port), family=family, backlog=2048)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)
+    return listener
+
+
+def bound_write_buffer(config: uvicorn.Config, limit_bytes: int) -> None:
+    """Make uvicorn pause writing (and so block a send) past `limit_bytes` per connection.
+
+    uvicorn's HTTP protocol waits while its transport is paused; the
+    transport pauses above its high-water mark (64 KiB by default). Loads
+    `config` and wraps its HTTP protocol class.
+    """
+    if not config.loaded:
+        config.load()
+    base: type[asyncio.Protocol] = config.http_protocol_class
+
+    class BoundedProtocol(base):  # type: ignore[misc,valid-type]
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            if isinstance(transport, asyncio.WriteTransport):
+                transport.set_write_buffer_limits(high=limit_bytes)
+
+    config.http_protocol_class = BoundedProtocol
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the command line described in the module docstring."""
     parser = argparse.ArgumentParser(
@@ -67,6 +109,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=_positive_float,
         default=600.0,
         help="how long task events stay readable (default 600)",
+    )
+    parser.add_argument(
+        "--send-timeout-seconds",
+        type=_positive_float,
+        default=30.0,
+        help="end a stream whose reader stopped reading for this long (default 30)",
+    )
+    parser.add_argument(
+        "--send-buffer-bytes",
+        type=_positive_int,
+        default=64 * 1024,
+        help="socket send buffer and write buffer per connection (default 65536)",
     )
     parser.add_argument("--n-ctx", type=_positive_int, help="context window in tokens")
     parser.add_argument("--n-threads", type=_positive_int, help="llama.cpp CPU threads")
@@ -106,18 +160,27 @@ def main(argv: list[str] | None = None) -> int:
 
     config = ServiceConfig(
         retention_s=args.retention_seconds,
+        send_timeout_s=args.send_timeout_seconds,
         max_body_bytes=args.max_body_bytes,
         allow_origins=tuple(args.allow_origin),
     )
     service = LmspService(engine, config)
     app = build_app(service, token)
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", lifespan="on")
+    uv_config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_level="warning", lifespan="on"
     )
+    try:
+        listener = bounded_listener(args.host, args.port, args.send_buffer_bytes)
+    except OSError as exc:
+        print(f"napllm-lmsp: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        engine.close()
+        return 1
+    bound_write_buffer(uv_config, args.send_buffer_bytes)
+    server = uvicorn.Server(uv_config)
     print(f"napllm-lmsp: serving {model_id} on http://{args.host}:{args.port}/lmsp/v1", flush=True)
 
     try:
-        server.run()
+        server.run(sockets=[listener])
     finally:
         engine.close()
     return 0 if server.started else 1

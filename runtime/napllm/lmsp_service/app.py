@@ -105,7 +105,9 @@ GRAMMAR_BUILDERS = 2
 class ServiceConfig:
     """Settings of one service instance.
 
-    `retention_s`: seconds a task's events stay readable; `max_body_bytes`:
+    `retention_s`: seconds a task's events stay readable; `send_timeout_s`:
+    seconds one send of a stream may block before the stream is ended (a
+    reader that stopped reading); `max_body_bytes`:
     largest accepted request body; `allow_origins`: exact origins allowed by
     CORS; `max_pending`: generations running or waiting before 503
     `server_busy`; `store_capacity`: stored responses, tasks and idempotency
@@ -113,6 +115,7 @@ class ServiceConfig:
     """
 
     retention_s: float = 600.0
+    send_timeout_s: float = 30.0
     max_body_bytes: int = 8 * 1024 * 1024
     allow_origins: Sequence[str] = ()
     max_pending: int = 64
@@ -440,8 +443,18 @@ def _sse(event: LmspEvent) -> dict[str, Any]:
     }
 
 
-def _event_stream(events: AsyncIterator[dict[str, Any]]) -> EventSourceResponse:
-    return EventSourceResponse(events, ping=15, headers={"Cache-Control": "no-store"})
+def _event_stream(
+    events: AsyncIterator[dict[str, Any]], send_timeout_s: float
+) -> EventSourceResponse:
+    """An SSE answer whose every send (event or ping) must finish within `send_timeout_s`.
+
+    A reader that stops reading fills the socket buffers; the send that
+    blocks then times out, the stream ends and `events` is closed (its
+    `finally` blocks run).
+    """
+    return EventSourceResponse(
+        events, ping=15, headers={"Cache-Control": "no-store"}, send_timeout=send_timeout_s
+    )
 
 
 async def _until_disconnected(request: Request) -> None:
@@ -525,7 +538,7 @@ def build_app(service: LmspService, token: str) -> Starlette:
                     for event in replay:
                         yield _sse(event)
 
-                return _event_stream(replayed())
+                return _event_stream(replayed(), config.send_timeout_s)
             return _final_answer(run, request.url.path)
         try:
             run = service.start(checked, tokens, retention_s=None)
@@ -540,16 +553,21 @@ def build_app(service: LmspService, token: str) -> Starlette:
         if run_stream:
 
             async def live() -> AsyncIterator[dict[str, Any]]:
+                delivered = False
                 try:
                     async for event in run.follow(0):
                         yield _sse(event)
+                        delivered = event.terminal  # resumed: the send went through
                 finally:
-                    if not run.done.is_set():
+                    if not delivered:
+                        # The client went away or stopped reading (send timeout):
+                        # stop generating and forget the key, so a retry
+                        # generates again instead of replaying what nobody read.
                         run.cancel_flag.set()
-                        if store_key is not None:
+                        if store_key is not None and service.idempotency.get(store_key) is entry:
                             service.idempotency.pop(store_key)
 
-            return _event_stream(live())
+            return _event_stream(live(), config.send_timeout_s)
         waiter = asyncio.create_task(run.done.wait())
         watcher = asyncio.create_task(_until_disconnected(request))
         try:
@@ -634,7 +652,7 @@ def build_app(service: LmspService, token: str) -> Starlette:
                     "data": json.dumps({"error": problem_body("event_history_expired")}),
                 }
 
-        return _event_stream(follow())
+        return _event_stream(follow(), config.send_timeout_s)
 
     async def cancel_task(request: Request) -> Response:
         task = find_task(request)
