@@ -19,8 +19,10 @@ Rules
   body replays the first outcome (the same response object, the same
   events, the same task); the same key with another body is 422
   `idempotency_conflict`; while the first request runs, 409
-  `idempotency_in_progress`. A direct stream that ended because its client
-  went away is forgotten, so a retry generates again.
+  `idempotency_in_progress`. A direct stream that ended before its final
+  event was sent (the client went away, or stopped reading and a send
+  timed out after `send_timeout_s`) is cancelled and forgotten, so a retry
+  generates again.
 - A direct stream or a synchronous request whose client disconnects cancels
   its generation (6.3); a task's generation is independent of its readers.
 - CORS (Starlette's middleware) is answered for the configured origins
@@ -48,6 +50,7 @@ from typing import Any
 
 import jsonschema
 from sse_starlette import EventSourceResponse
+from sse_starlette.sse import SendTimeoutError
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
@@ -804,6 +807,9 @@ class ErrorGuard:
 
         try:
             await self.app(scope, receive, tracking_send)
+        except SendTimeoutError:
+            # The reader stopped reading; the stream's own cleanup already ran.
+            log.info("ended a stream whose reader stopped reading (%s)", scope.get("path"))
         except Exception:
             path = str(scope.get("path", ""))
             log.exception("unhandled error on %s %s", scope.get("method"), path)
