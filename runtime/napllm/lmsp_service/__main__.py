@@ -6,7 +6,9 @@ Usage::
                 [--model-id ID] [--allow-origin ORIGIN ...] [--token-file PATH]
                 [--retention-seconds N] [--n-ctx N] [--n-threads N]
                 [--max-body-bytes N] [--send-timeout-seconds N]
-                [--send-buffer-bytes N]
+                [--send-buffer-bytes N] [--store PATH]
+                [--store-retention-seconds N] [--store-max-records N]
+                [--store-max-bytes N]
 
 Rules
 - Listens on 127.0.0.1 by default; the bearer token is created on the first
@@ -14,6 +16,9 @@ Rules
   name without `.gguf`.
 - Readiness: the service answers `GET /lmsp/v1/models` once it accepts
   connections (supervisors poll it with the token).
+- Stored responses and tasks persist in an SQLite file (store.py), by
+  default `lmsp-store.sqlite3` beside the token file, within the
+  `--store-*` retention and size limits.
 - Streams: a send that blocks for `--send-timeout-seconds` ends the stream
   (the reader stopped reading); each connection's socket send buffer and
   write buffer are bounded by `--send-buffer-bytes`, so such a reader is
@@ -28,6 +33,7 @@ import argparse
 import asyncio
 import logging
 import socket
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -36,6 +42,7 @@ import uvicorn
 from .app import LmspService, ServiceConfig, build_app
 from .auth import TokenFileError, default_token_path, load_or_create_token
 from .engine import Engine
+from .store import SqliteStore
 
 
 def _positive_int(text: str) -> int:
@@ -50,6 +57,9 @@ def _positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError("must be positive")
     return value
+
+
+STORE_FILE_NAME = "lmsp-store.sqlite3"
 
 
 def bounded_listener(host: str, port: int, send_buffer_bytes: int) -> socket.socket:
@@ -122,6 +132,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=64 * 1024,
         help="socket send buffer and write buffer per connection (default 65536)",
     )
+    parser.add_argument(
+        "--store",
+        type=Path,
+        help="SQLite file of stored responses and tasks (default: next to the token file)",
+    )
+    parser.add_argument(
+        "--store-retention-seconds",
+        type=_positive_float,
+        default=86400.0,
+        help="how long stored responses and tasks are kept (default 86400)",
+    )
+    parser.add_argument(
+        "--store-max-records",
+        type=_positive_int,
+        default=1000,
+        help="stored responses (with their tasks) kept at most (default 1000)",
+    )
+    parser.add_argument(
+        "--store-max-bytes",
+        type=_positive_int,
+        default=256 * 1024 * 1024,
+        help="bytes of stored JSON kept at most (default 256 MiB)",
+    )
     parser.add_argument("--n-ctx", type=_positive_int, help="context window in tokens")
     parser.add_argument("--n-threads", type=_positive_int, help="llama.cpp CPU threads")
     parser.add_argument(
@@ -164,7 +197,19 @@ def main(argv: list[str] | None = None) -> int:
         max_body_bytes=args.max_body_bytes,
         allow_origins=tuple(args.allow_origin),
     )
-    service = LmspService(engine, config)
+    store_path: Path = args.store or token_path.parent / STORE_FILE_NAME
+    try:
+        store = SqliteStore(
+            store_path,
+            retention_s=args.store_retention_seconds,
+            max_records=args.store_max_records,
+            max_bytes=args.store_max_bytes,
+        )
+    except (sqlite3.Error, OSError) as exc:
+        print(f"napllm-lmsp: cannot use the store {store_path}: {exc}", file=sys.stderr)
+        engine.close()
+        return 1
+    service = LmspService(engine, config, store)
     app = build_app(service, token)
     uv_config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level="warning", lifespan="on"

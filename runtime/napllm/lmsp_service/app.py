@@ -43,6 +43,7 @@ import hashlib
 import json
 import logging
 import re
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -78,6 +79,7 @@ from .engine import (
 from .grammar import GRAMMAR_TIME_LIMIT_S, GrammarUnavailable, json_grammar, tool_call_grammar
 from .output import ModelOutputError, OutputAssembler, new_id
 from .problems import ProblemError, problem_body, problem_response
+from .store import SqliteStore, StoreCorrupt
 from .tasks import (
     BoundedStore,
     EventCursorInvalid,
@@ -138,9 +140,13 @@ class _Idempotent:
 class LmspService:
     """The service state: engine, runs, stores and the request pipeline."""
 
-    def __init__(self, engine: Engine, config: ServiceConfig) -> None:
+    def __init__(
+        self, engine: Engine, config: ServiceConfig, store: SqliteStore | None = None
+    ) -> None:
+        """`store`: where stored responses and tasks persist (default: in memory only)."""
         self.engine = engine
         self.config = config
+        self.store = store if store is not None else SqliteStore(":memory:")
         self.facts = ModelFacts(
             model_id=engine.model_id, n_ctx=engine.n_ctx, tools=engine.supports_tools
         )
@@ -182,7 +188,7 @@ class LmspService:
         request, raw = parse_body(body)
         previous: list[Any] | None = None
         if request.previous_response_id is not None:
-            stored = self.responses.get(request.previous_response_id)
+            stored = self.find_response(request.previous_response_id)
             if stored is None:
                 raise ProblemError("response_not_found")
             if not stored.done.is_set():
@@ -259,6 +265,8 @@ class LmspService:
         run.emit("response.created", {"response_id": run.id, "status": "in_progress"})
         if checked.request.store:
             self.responses.put(run.id, run)
+            run.persistent = True
+            self._save(run)
         self.pending += 1
         driver = asyncio.create_task(self._drive(run, checked, tokens))
         self._drivers.add(driver)
@@ -346,6 +354,11 @@ class LmspService:
                     "response.completed",
                     {"response_id": run.id, "status": "completed", "usage": usage},
                 )
+        except asyncio.CancelledError:
+            run.cancel_flag.set()  # the service is stopping
+            if not run.done.is_set():
+                self._fail(run, problem_body("interrupted"))
+            raise
         except BaseException:
             run.cancel_flag.set()
             if not run.done.is_set():
@@ -353,6 +366,50 @@ class LmspService:
             raise
         finally:
             self.pending -= 1
+            if run.persistent:
+                self._save(run)
+
+    def _save(self, run: ResponseRun) -> None:
+        """Write a stored response or task's run to the store; a store failure is logged."""
+        try:
+            self.store.save_run(run)
+        except (sqlite3.Error, OSError):
+            log.exception("could not write a response to the store")
+
+    def find_response(self, response_id: str) -> ResponseRun | None:
+        """A stored response (6.2) from memory or the store, or `None`."""
+        run = self.responses.get(response_id)
+        if run is None:
+            try:
+                run = self.store.load_run(response_id)
+            except (StoreCorrupt, sqlite3.Error):
+                log.exception("could not read a stored response")
+                return None
+            if run is not None:
+                self.responses.put(run.id, run)
+        return run
+
+    def find_task(self, task_id: str) -> Task | None:
+        """A task from memory or the store, or `None`."""
+        task = self.tasks.get(task_id)
+        if task is None:
+            try:
+                task = self.store.load_task(task_id)
+            except sqlite3.Error:
+                log.exception("could not read a stored task")
+                return None
+            if task is not None:
+                self.tasks.put(task.id, task)
+        return task
+
+    def add_task(self, task: Task) -> None:
+        """Keep a new task in memory and in the store."""
+        self.tasks.put(task.id, task)
+        task.run.persistent = True
+        try:
+            self.store.save_task(task)
+        except (sqlite3.Error, OSError):
+            log.exception("could not write a task to the store")
 
     @staticmethod
     def _fail(run: ResponseRun, problem: dict[str, Any]) -> None:
@@ -364,10 +421,12 @@ class LmspService:
         )
 
     async def close(self) -> None:
-        """Cancel every generation and wait for the drivers to end."""
+        """Cancel every generation, wait for the drivers to end (their runs are
+        stored as `interrupted`) and close the store."""
         for driver in list(self._drivers):
             driver.cancel()
         await asyncio.gather(*self._drivers, return_exceptions=True)
+        self.store.close()
 
 
 def _log_engine_failure(future: Any) -> None:
@@ -588,7 +647,7 @@ def build_app(service: LmspService, token: str) -> Starlette:
         return _final_answer(run, request.url.path)
 
     async def get_response(request: Request) -> Response:
-        run = service.responses.get(request.path_params["response_id"])
+        run = service.find_response(request.path_params["response_id"])
         if run is None:
             raise ProblemError("response_not_found")
         return JSONResponse(run.snapshot())
@@ -606,7 +665,7 @@ def build_app(service: LmspService, token: str) -> Starlette:
                     service.idempotency.pop(store_key)
                 raise problem from None
             task = Task(id=new_id("task"), run=run)
-            service.tasks.put(task.id, task)
+            service.add_task(task)
             if entry is not None:
                 entry.run = run
                 entry.task = task
@@ -617,7 +676,7 @@ def build_app(service: LmspService, token: str) -> Starlette:
         )
 
     def find_task(request: Request) -> Task:
-        task = service.tasks.get(request.path_params["task_id"])
+        task = service.find_task(request.path_params["task_id"])
         if task is None:
             raise ProblemError("task_not_found")
         return task

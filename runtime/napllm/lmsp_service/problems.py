@@ -57,6 +57,7 @@ PROBLEM_CODES: dict[str, tuple[int, str]] = {
         "The model process failed during this generation; the service restarted it.",
     ),
     "model_unavailable": (503, "The model is restarting; retry shortly."),
+    "interrupted": (503, "The service stopped while generating this response; send it again."),
     "internal_error": (500, "The service failed unexpectedly."),
 }
 
