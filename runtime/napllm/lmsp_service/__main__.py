@@ -72,8 +72,19 @@ def bounded_listener(host: str, port: int, send_buffer_bytes: int) -> socket.soc
     end the stream. Raises `OSError` when the address cannot be used.
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listener = socket.create_server((host, port), family=family, backlog=2048)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)
+    # IPPROTO_TCP explicitly: asyncio turns Nagle's algorithm off (TCP_NODELAY)
+    # only on sockets whose `proto` says TCP, and a stream's small events
+    # would otherwise wait for delayed acknowledgements (about 40 ms each).
+    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)
+        listener.bind((host, port))
+        listener.listen(2048)
+    except OSError:
+        listener.close()
+        raise
     return listener
 
 
