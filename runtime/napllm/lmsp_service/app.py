@@ -102,6 +102,8 @@ PREFIX = "/lmsp/v1"
 CORS_HEADERS = ["Authorization", "Content-Type", "Idempotency-Key", "LMSP-Version", "Last-Event-ID"]
 _VERSION = re.compile(r"\s*(\d+)\.(\d+)\s*")
 _IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+#: Problems of a moment, not of the request: never replayed for an Idempotency-Key.
+_TRANSIENT = frozenset({"model_unavailable", "server_busy"})
 #: Grammars built at the same time at most (each on its own thread).
 GRAMMAR_BUILDERS = 2
 
@@ -580,7 +582,10 @@ def build_app(service: LmspService, token: str) -> Starlette:
         try:
             checked, tokens, _raw = await service.prepare(body)
         except ProblemError as problem:
-            entry.problem = problem
+            if problem.code in _TRANSIENT:
+                service.idempotency.pop(store_key)  # a retry may well succeed
+            else:
+                entry.problem = problem
             raise
         except BaseException:
             service.idempotency.pop(store_key)
