@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, cast
@@ -105,3 +107,32 @@ async def test_a_500_for_another_origin_has_no_cors_grant(client: httpx.AsyncCli
     )
     assert answer.status_code == 500
     assert "access-control-allow-origin" not in answer.headers
+
+
+async def test_a_slow_grammar_is_refused_without_stalling_other_requests(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from napllm.lmsp_service import app as app_module
+
+    started, release = threading.Event(), threading.Event()
+
+    def slow_grammar(schema: dict[str, Any]) -> str:
+        started.set()
+        release.wait(10)  # a conversion that takes long (it cannot be interrupted)
+        return 'root ::= "{}"'
+
+    monkeypatch.setattr(app_module, "json_grammar", slow_grammar)
+    monkeypatch.setattr(app_module, "GRAMMAR_TIME_LIMIT_S", 0.5)
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+    slow = asyncio.create_task(client.post("/responses", json=request("hi", response_format=fmt)))
+    try:
+        assert await asyncio.to_thread(started.wait, 10)
+        # The event loop keeps answering while the grammar is being built.
+        models = await client.get("/models")
+        assert models.status_code == 200
+        answer = await slow
+        assert answer.status_code == 400
+        assert answer.json()["code"] == "unsupported_capability"
+        assert not release.is_set()  # refused by the time limit, not by the conversion
+    finally:
+        release.set()

@@ -104,7 +104,10 @@ def test_tasks_and_stored_responses_survive_a_restart(tmp_path: Path) -> None:
 
 
 @pytest.mark.service
-def test_a_task_cut_by_a_killed_service_reads_as_interrupted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["killed", "stopped"])
+def test_a_task_cut_by_a_stopped_service_reads_as_interrupted(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
     service = start(tmp_path)
     limit = 2000
     try:
@@ -122,7 +125,7 @@ def test_a_task_cut_by_a_killed_service_reads_as_interrupted(tmp_path: Path) -> 
             while client.get(f"/tasks/{task_id}").json()["status"] != "in_progress":
                 time.sleep(0.05)
     finally:
-        stop(service, signal.SIGKILL)
+        stop(service, sig)
 
     service = start(tmp_path)
     try:
