@@ -11,10 +11,11 @@ Rules
   `store: true`, once when it starts and once when it reaches its final
   status (with all its held events). Events of a generation in progress
   are not written one by one.
-- A response that was not final when the service stopped (shut down,
-  killed, crashed) is marked `failed` with the `interrupted` problem when
-  the store is opened again, and a `response.failed` event is appended;
-  its events after the first are lost, so a reader resuming past them gets
+- A clean stop writes each unfinished response as `failed` with the
+  `interrupted` problem (app.py). A response that was not final when the
+  service was killed or crashed is marked the same way when the store is
+  opened again, and a `response.failed` event is appended; its events
+  after the first are lost, so a reader resuming past them gets
   `event_history_expired` (6.4) and reads the task instead.
 - Limits: a record is deleted `retention_s` seconds after it was last
   written; beyond `max_records` responses or `max_bytes` bytes of JSON
