@@ -371,8 +371,8 @@ class Engine:
 
     def _on_crash(self) -> None:
         """The worker died: fail what it held, start a new one, go on with the queue."""
-        self._ready.clear()
-        with self._lock:
+        with self._lock:  # together, so _dispatch cannot hand a job to the dead worker
+            self._ready.clear()
             running, self._running = self._running, None
             waiters = list(self._token_waiters.values())
         process = self._process
@@ -403,7 +403,8 @@ class Engine:
         if self._closed:
             return
         self.restarts += 1
-        self._ready.set()
+        with self._lock:
+            self._ready.set()
         self._dispatch()
 
     def _dispatch(self) -> None:
