@@ -159,6 +159,12 @@ def test_a_worker_crash_fails_only_its_generation_and_the_model_is_reloaded(
             for event in parser.feed(chunk):
                 events.append((event.event, json.loads(event.data)))
                 if event.event == "response.output_text.delta" and not killed:
+                    # Another generation waits behind this one; it must not be lost.
+                    with lmsp_service.client() as other:
+                        queued = other.post(
+                            "/tasks", json=body(lmsp_service, "Hi", max_output_tokens=8)
+                        )
+                    assert queued.status_code == 202
                     os.kill(worker, signal.SIGSEGV)  # what llama.cpp did on the hostile grammar
                     killed = True
     name, data = events[-1]
@@ -169,4 +175,6 @@ def test_a_worker_crash_fails_only_its_generation_and_the_model_is_reloaded(
     # The next request is served by a new worker with the model loaded again.
     with lmsp_service.client(timeout_s=120) as fresh:
         assert_served(lmsp_service, fresh)
+        task = fresh.get(f"/tasks/{queued.json()['id']}").json()
+        assert task["status"] in {"completed", "incomplete"}
     assert worker_pids(lmsp_service.process.pid) != [worker]
