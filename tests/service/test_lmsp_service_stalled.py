@@ -27,6 +27,8 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LmspServiceHan
         str(SEND_TIMEOUT_S),
         "--send-buffer-bytes",
         "4096",
+        "--body-timeout-seconds",
+        "1",
     )
     try:
         yield handle
@@ -126,3 +128,27 @@ def test_a_reader_that_stops_reading_loses_its_stream_generation_and_key(
             assert fresh_id is not None and fresh_id != stalled_id
     finally:
         stalled.close()
+
+
+def test_a_body_that_never_arrives_is_a_timeout(service: LmspServiceHandle) -> None:
+    port = int(service.base_url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        head = (
+            "POST /lmsp/v1/responses HTTP/1.1\r\n"
+            "Host: 127.0.0.1\r\n"
+            f"Authorization: Bearer {service.token}\r\n"
+            "Content-Type: application/json\r\n"
+            "Content-Length: 500\r\n\r\n"
+            '{"model":'  # and then nothing more
+        )
+        sock.sendall(head.encode())
+        sock.settimeout(30)
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            chunk = sock.recv(4096)
+            assert chunk, "the service closed the connection without an answer"
+            answer += chunk
+    status_line, rest = answer.split(b"\r\n", 1)
+    assert status_line.split()[1] == b"408"
+    problem = json.loads(rest.split(b"\r\n\r\n", 1)[1])
+    assert problem["code"] == "request_timeout"

@@ -6,6 +6,7 @@ Usage::
                 [--model-id ID] [--allow-origin ORIGIN ...] [--token-file PATH]
                 [--retention-seconds N] [--n-ctx N] [--n-threads N]
                 [--max-body-bytes N] [--send-timeout-seconds N]
+                [--body-timeout-seconds N]
                 [--send-buffer-bytes N] [--store PATH]
                 [--store-retention-seconds N] [--store-max-records N]
                 [--store-max-bytes N]
@@ -138,6 +139,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="end a stream whose reader stopped reading for this long (default 30)",
     )
     parser.add_argument(
+        "--body-timeout-seconds",
+        type=_positive_float,
+        default=60.0,
+        help="refuse a request body that takes longer to arrive (default 60)",
+    )
+    parser.add_argument(
         "--send-buffer-bytes",
         type=_positive_int,
         default=64 * 1024,
@@ -205,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     config = ServiceConfig(
         retention_s=args.retention_seconds,
         send_timeout_s=args.send_timeout_seconds,
+        body_timeout_s=args.body_timeout_seconds,
         max_body_bytes=args.max_body_bytes,
         allow_origins=tuple(args.allow_origin),
     )

@@ -114,7 +114,8 @@ class ServiceConfig:
 
     `retention_s`: seconds a task's events stay readable; `send_timeout_s`:
     seconds one send of a stream may block before the stream is ended (a
-    reader that stopped reading); `max_body_bytes`:
+    reader that stopped reading); `body_timeout_s`: seconds a request body
+    may take to arrive; `max_body_bytes`:
     largest accepted request body; `allow_origins`: exact origins allowed by
     CORS; `max_pending`: generations running or waiting before 503
     `server_busy`; `store_capacity`: stored responses, tasks and idempotency
@@ -123,6 +124,7 @@ class ServiceConfig:
 
     retention_s: float = 600.0
     send_timeout_s: float = 30.0
+    body_timeout_s: float = 60.0
     max_body_bytes: int = 8 * 1024 * 1024
     allow_origins: Sequence[str] = ()
     max_pending: int = 64
@@ -467,8 +469,9 @@ def _check_output(checked: Checked, assembler: OutputAssembler) -> str | None:
 # -- HTTP helpers ------------------------------------------------------------------
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The request body, refusing more than `limit` bytes (413) and non-JSON types (415)."""
+async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The request body, refusing more than `limit` bytes (413), non-JSON types (415)
+    and a body not received within `timeout_s` seconds (408 `request_timeout`)."""
     content_type = request.headers.get("content-type", "")
     if content_type.split(";")[0].strip().lower() != "application/json":
         raise ProblemError("unsupported_media_type")
@@ -477,11 +480,15 @@ async def _read_body(request: Request, limit: int) -> bytes:
         raise ProblemError("payload_too_large")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ProblemError("payload_too_large")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise ProblemError("payload_too_large")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ProblemError("request_timeout") from None
     return b"".join(chunks)
 
 
@@ -556,7 +563,7 @@ def build_app(service: LmspService, token: str) -> Starlette:
         `store_key` are `None` without an `Idempotency-Key`. Raises
         `ProblemError`.
         """
-        body = await _read_body(request, config.max_body_bytes)
+        body = await _read_body(request, config.max_body_bytes, config.body_timeout_s)
         key = _idempotency_key(request)
         if key is None:
             checked, tokens, _raw = await service.prepare(body)

@@ -43,6 +43,7 @@ PROBLEM_CODES: dict[str, tuple[int, str]] = {
         410,
         "The requested events are older than the retention period; fetch the task instead.",
     ),
+    "request_timeout": (408, "The request body did not arrive in time."),
     "payload_too_large": (413, "The request body is larger than this service accepts."),
     "unsupported_media_type": (415, "The request body must be application/json."),
     "idempotency_conflict": (
