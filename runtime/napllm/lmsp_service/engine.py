@@ -215,12 +215,6 @@ class Engine:
         """Whether the chat template can render tool calls (and so tool use)."""
         return "tool_calls" in self.chat_template or "tools" in self.chat_template
 
-    @property
-    def worker_pid(self) -> int | None:
-        """Process id of the current model worker (`None` while restarting)."""
-        process = self._process
-        return int(process.pid) if process is not None and process.pid is not None else None
-
     # -- prompt ---------------------------------------------------------------
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
