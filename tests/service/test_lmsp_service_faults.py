@@ -136,3 +136,47 @@ async def test_a_slow_grammar_is_refused_without_stalling_other_requests(
         assert not release.is_set()  # refused by the time limit, not by the conversion
     finally:
         release.set()
+
+
+class JsonEngine(FaultyEngine):
+    """An engine double whose generation answers `{}` and stops."""
+
+    model_id = "faulty"
+
+    def submit(self, job: GenerationJob, sink: Callable[[Any], None]) -> Future[None]:
+        sink(TextPiece("{}"))
+        sink(GenerationEnd("stop", 1))
+        future: Future[None] = Future()
+        future.set_result(None)
+        return future
+
+
+async def test_an_output_check_that_never_ends_fails_the_response_in_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from napllm.lmsp_service import app as app_module
+
+    release = threading.Event()
+
+    def endless_check(*_args: object) -> str | None:
+        release.wait(10)  # a pattern backtracking for a very long time
+        return None
+
+    monkeypatch.setattr(app_module, "_check_output", endless_check)
+    monkeypatch.setattr(app_module, "OUTPUT_CHECK_TIME_LIMIT_S", 0.3)
+    monkeypatch.setattr(app_module, "json_grammar", lambda schema: 'root ::= "{}"')
+    service = LmspService(cast(Any, JsonEngine()), ServiceConfig())
+    transport = httpx.ASGITransport(app=build_app(service, "tok"), raise_app_exceptions=False)
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+    try:
+        async with httpx.AsyncClient(
+            transport=transport,
+            base_url="http://127.0.0.1/lmsp/v1",
+            headers={"Authorization": "Bearer tok"},
+        ) as http:
+            answer = await http.post("/responses", json=request("hi", response_format=fmt))
+        assert answer.status_code == 500
+        assert answer.json()["code"] == "model_output_invalid"
+        assert answer.json()["detail"] == "The model's output could not be checked in time."
+    finally:
+        release.set()

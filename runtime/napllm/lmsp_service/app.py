@@ -45,6 +45,7 @@ import logging
 import re
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -106,6 +107,8 @@ _IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
 _TRANSIENT = frozenset({"model_unavailable", "server_busy"})
 #: Grammars built at the same time at most (each on its own thread).
 GRAMMAR_BUILDERS = 2
+#: Seconds the post-generation check of an output against its schema may take.
+OUTPUT_CHECK_TIME_LIMIT_S = 10.0
 
 
 @dataclass
@@ -161,6 +164,7 @@ class LmspService:
         )
         self.pending = 0
         self._grammar_slots = asyncio.Semaphore(GRAMMAR_BUILDERS)
+        self._check_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="output-check")
         self._drivers: set[asyncio.Task[None]] = set()
 
     # -- model listing ------------------------------------------------------
@@ -326,8 +330,7 @@ class LmspService:
                 except ModelOutputError:
                     output_error = "The model produced a malformed tool call."
             if output_error is None and end.finish_reason == "stop":
-                # Off the event loop: a schema `pattern` may backtrack for long.
-                output_error = await asyncio.to_thread(_check_output, checked, assembler)
+                output_error = await self._check_output(checked, assembler)
             if end.finish_reason == "error":
                 self._fail(run, problem_body("generation_failed"))
             elif end.finish_reason == "crashed":
@@ -372,6 +375,21 @@ class LmspService:
             self.pending -= 1
             if run.persistent:
                 self._save(run)
+
+    async def _check_output(self, checked: Checked, assembler: OutputAssembler) -> str | None:
+        """`_check_output` on the output-check threads, within `OUTPUT_CHECK_TIME_LIMIT_S`.
+
+        A schema `pattern` may backtrack for a very long time on some texts;
+        the check runs on its own small pool (so it can never take the
+        threads prompts are rendered on) and a check that does not finish in
+        time fails the response.
+        """
+        loop = asyncio.get_running_loop()
+        checking = loop.run_in_executor(self._check_pool, _check_output, checked, assembler)
+        try:
+            return await asyncio.wait_for(asyncio.shield(checking), OUTPUT_CHECK_TIME_LIMIT_S)
+        except TimeoutError:
+            return "The model's output could not be checked in time."
 
     def _save(self, run: ResponseRun) -> None:
         """Write a stored response or task's run to the store; a store failure is logged."""
@@ -430,6 +448,7 @@ class LmspService:
         for driver in list(self._drivers):
             driver.cancel()
         await asyncio.gather(*self._drivers, return_exceptions=True)
+        self._check_pool.shutdown(wait=False, cancel_futures=True)
         self.store.close()
 
 
