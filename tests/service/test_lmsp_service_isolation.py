@@ -68,7 +68,7 @@ def assert_served(service: LmspServiceHandle, client: httpx.Client) -> None:
 def test_the_crashing_tool_schema_is_refused_and_the_service_stays_up(
     lmsp_service: LmspServiceHandle, client: httpx.Client
 ) -> None:
-    # The input: llama.cpp's GBNF parser overflowed its stack on this.
+    # The 330-byte request on which llama.cpp's GBNF parser overflowed its stack.
     payload = body(
         lmsp_service,
         "hi",
