@@ -7,10 +7,11 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 import pytest
+from tests.service.conftest import LmspServiceHandle, start_lmsp_service
 
 from napllm.lmsp_service.grammar import (
     MAX_GRAMMAR_NESTING,
@@ -20,9 +21,6 @@ from napllm.lmsp_service.grammar import (
     json_grammar,
 )
 from napllm.providers.sse import SseParser
-
-if TYPE_CHECKING:
-    from tests.service.conftest import LmspServiceHandle
 
 pytestmark = pytest.mark.service
 
@@ -179,3 +177,35 @@ def test_a_worker_crash_fails_only_its_generation_and_the_model_is_reloaded(
         task = fresh.get(f"/tasks/{queued.json()['id']}").json()
         assert task["status"] in {"completed", "incomplete"}
     assert worker_pids(lmsp_service.process.pid) != [worker]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the worker through /proc")
+def test_a_stuck_worker_is_replaced_when_its_generation_is_cancelled(tmp_path: Path) -> None:
+    service = start_lmsp_service(tmp_path, "--cancel-grace-seconds", "1")
+    try:
+        with service.client(timeout_s=120) as client:
+            [worker] = worker_pids(service.process.pid)
+            limit = 3000
+            task = client.post(
+                "/tasks",
+                json=body(
+                    service,
+                    "Hello!",
+                    max_output_tokens=limit,
+                    extensions={"min_output_tokens": limit},
+                ),
+            ).json()
+            with client.stream("GET", f"/tasks/{task['id']}/events") as events:
+                for line in events.iter_lines():
+                    if line == "event: response.output_text.delta":
+                        break
+            # Stopped inside llama.cpp, as far as the service can tell: it
+            # never reaches the next check for cancellation.
+            os.kill(worker, signal.SIGSTOP)
+            cancelled = client.post(f"/tasks/{task['id']}/cancel").json()
+            assert cancelled["status"] == "cancelled"
+            assert_served(service, client)
+            assert worker_pids(service.process.pid) != [worker]
+    finally:
+        service.process.terminate()
+        service.process.wait(timeout=30)

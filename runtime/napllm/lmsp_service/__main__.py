@@ -6,7 +6,7 @@ Usage::
                 [--model-id ID] [--allow-origin ORIGIN ...] [--token-file PATH]
                 [--retention-seconds N] [--n-ctx N] [--n-threads N]
                 [--max-body-bytes N] [--send-timeout-seconds N]
-                [--body-timeout-seconds N]
+                [--body-timeout-seconds N] [--cancel-grace-seconds N]
                 [--send-buffer-bytes N] [--store PATH]
                 [--store-retention-seconds N] [--store-max-records N]
                 [--store-max-bytes N]
@@ -176,6 +176,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--n-ctx", type=_positive_int, help="context window in tokens")
     parser.add_argument("--n-threads", type=_positive_int, help="llama.cpp CPU threads")
     parser.add_argument(
+        "--cancel-grace-seconds",
+        type=_positive_float,
+        default=10.0,
+        help="restart the model worker when a cancelled generation runs this long (default 10)",
+    )
+    parser.add_argument(
         "--max-body-bytes",
         type=_positive_int,
         default=8 * 1024 * 1024,
@@ -193,7 +199,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     model_id = args.model_id or args.model.name.removesuffix(".gguf")
     try:
-        engine = Engine(args.model, model_id, n_ctx=args.n_ctx, n_threads=args.n_threads)
+        engine = Engine(
+            args.model,
+            model_id,
+            n_ctx=args.n_ctx,
+            n_threads=args.n_threads,
+            cancel_grace_s=args.cancel_grace_seconds,
+        )
     except ValueError as exc:
         print(f"napllm-lmsp: cannot load the model: {exc}", file=sys.stderr)
         return 1

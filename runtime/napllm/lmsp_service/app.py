@@ -331,6 +331,9 @@ class LmspService:
                     output_error = "The model produced a malformed tool call."
             if output_error is None and end.finish_reason == "stop":
                 output_error = await self._check_output(checked, assembler)
+            if end.finish_reason == "crashed" and run.cancel_flag.is_set():
+                # Killed because it ignored its cancellation: it was cancelled.
+                end = GenerationEnd("cancelled", end.output_tokens)
             if end.finish_reason == "error":
                 self._fail(run, problem_body("generation_failed"))
             elif end.finish_reason == "crashed":

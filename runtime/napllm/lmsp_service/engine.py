@@ -25,7 +25,10 @@ Rules
   by grammar.py (bounded); the grammar is not trusted (llama.cpp has run
   unconstrained on grammar errors): the caller checks the output afterwards.
 - Cancellation (`CancelFlag.set`) removes a queued job or tells the worker
-  to stop between tokens; prompt evaluation itself cannot be interrupted.
+  to stop between tokens; prompt evaluation itself cannot be interrupted. A
+  worker still running a cancelled generation `cancel_grace_s` later (stuck
+  inside llama.cpp) is killed and restarted, so a stuck generation cannot
+  hold the model for ever; the generation then ends `cancelled`.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ from .worker import worker_main
 log = logging.getLogger("napllm.lmsp_service.engine")
 
 DEFAULT_TEMPERATURE = 0.8
+#: Seconds a cancelled generation may go on before its worker is killed.
+CANCEL_GRACE_S = 10.0
 #: Seconds to wait for a (re)started worker to load the model.
 START_TIMEOUT_S = 120.0
 
@@ -166,7 +171,9 @@ class Engine:
 
     `model_path`: a GGUF file; `model_id`: the id clients use (LMSP `model`);
     `n_ctx`: context window in tokens (default: the model's trained
-    context); `n_threads`: CPU threads for llama.cpp (default: its own).
+    context); `n_threads`: CPU threads for llama.cpp (default: its own);
+    `cancel_grace_s`: seconds a cancelled generation may keep running before
+    the worker is killed and restarted.
     Starting blocks until the worker has loaded the model; raises
     `ValueError` when it cannot (unloadable file, no chat template, the
     worker died, or `START_TIMEOUT_S` passed). `restarts` counts the
@@ -179,12 +186,14 @@ class Engine:
         model_id: str,
         n_ctx: int | None = None,
         n_threads: int | None = None,
+        cancel_grace_s: float = CANCEL_GRACE_S,
     ) -> None:
         self.model_id = model_id
         self.restarts = 0
         self._model_path = str(model_path)
         self._n_ctx_arg = n_ctx if n_ctx is not None else 0  # 0: the trained context
         self._n_threads = n_threads
+        self.cancel_grace_s = cancel_grace_s
         self._mp = multiprocessing.get_context("spawn")
         self._lock = threading.Lock()  # guards the job queue, running job and waiters
         self._send_lock = threading.Lock()
@@ -441,6 +450,22 @@ class Engine:
         elif running:
             with contextlib.suppress(OSError):
                 self._send(("cancel", entry.rid))
+            watchdog = threading.Timer(self.cancel_grace_s, self._enforce_cancel, (entry,))
+            watchdog.daemon = True
+            watchdog.start()
+
+    def _enforce_cancel(self, entry: _Job) -> None:
+        """Kill a worker that still runs `entry` `cancel_grace_s` after its cancellation.
+
+        Cancellation is checked between tokens; a worker stuck inside
+        llama.cpp never gets there. It is treated like a crash (restart).
+        """
+        with self._lock:
+            stuck = self._running is entry
+            process = self._process
+        if stuck and process is not None:
+            log.error("the model worker ignored a cancellation; stopping it")
+            process.kill()
 
     @staticmethod
     def _end(entry: _Job, end: GenerationEnd, error: Exception | None = None) -> None:
