@@ -107,7 +107,11 @@ def start_lmsp_service(workdir: Path, *extra_args: str) -> LmspServiceHandle:
         str(N_CTX),
         *extra_args,
     ]
-    env = {**os.environ, "XDG_CONFIG_HOME": str(workdir / "config")}
+    # This checkout's runtime first, so the service under test is the one beside the tests.
+    python_path = os.pathsep.join(
+        p for p in (str(REPO / "runtime"), os.environ.get("PYTHONPATH", "")) if p
+    )
+    env = {**os.environ, "XDG_CONFIG_HOME": str(workdir / "config"), "PYTHONPATH": python_path}
     process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
     base_url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60

@@ -112,6 +112,7 @@ def test_cors_refuses_other_origins(lmsp_service: LmspServiceHandle) -> None:
     # Refused: without Access-Control-Allow-Origin the browser blocks the call.
     assert answer.status_code == 400
     assert "access-control-allow-origin" not in answer.headers
+    assert "access-control-allow-private-network" not in answer.headers
 
     simple = httpx.get(
         lmsp_service.api + "/models",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, cast
@@ -17,6 +19,7 @@ from napllm.lmsp_service.app import LmspService, ServiceConfig, build_app
 from napllm.lmsp_service.engine import GenerationEnd, GenerationJob, TextPiece
 
 SECRET = "internal detail /srv/model.gguf"
+ORIGIN = "http://allowed.example"
 
 
 class FaultyEngine:
@@ -49,7 +52,7 @@ def request(text: str, **fields: Any) -> dict[str, Any]:
 
 @pytest.fixture
 async def client() -> Any:
-    service = LmspService(cast(Any, FaultyEngine()), ServiceConfig())
+    service = LmspService(cast(Any, FaultyEngine()), ServiceConfig(allow_origins=[ORIGIN]))
     app = build_app(service, "tok")
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(
@@ -87,3 +90,93 @@ async def test_engine_failure_in_a_stream_is_response_failed(client: httpx.Async
     assert stored["status"] == "failed"
     assert stored["output"][0]["content"][0]["text"] == "partial "
     assert SECRET not in answer.text
+
+
+async def test_a_500_carries_the_cors_and_version_headers(client: httpx.AsyncClient) -> None:
+    answer = await client.post("/responses", json=request("bug"), headers={"Origin": ORIGIN})
+    assert answer.status_code == 500
+    assert answer.json()["code"] == "internal_error"
+    assert answer.headers["access-control-allow-origin"] == ORIGIN
+    assert "lmsp-version" in answer.headers["access-control-expose-headers"].lower()
+    assert answer.headers["lmsp-version"] == "1.0"
+
+
+async def test_a_500_for_another_origin_has_no_cors_grant(client: httpx.AsyncClient) -> None:
+    answer = await client.post(
+        "/responses", json=request("bug"), headers={"Origin": "http://evil.example"}
+    )
+    assert answer.status_code == 500
+    assert "access-control-allow-origin" not in answer.headers
+
+
+async def test_a_slow_grammar_is_refused_without_stalling_other_requests(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from napllm.lmsp_service import app as app_module
+
+    started, release = threading.Event(), threading.Event()
+
+    def slow_grammar(schema: dict[str, Any]) -> str:
+        started.set()
+        release.wait(10)  # a conversion that takes long (it cannot be interrupted)
+        return 'root ::= "{}"'
+
+    monkeypatch.setattr(app_module, "json_grammar", slow_grammar)
+    monkeypatch.setattr(app_module, "GRAMMAR_TIME_LIMIT_S", 0.5)
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+    slow = asyncio.create_task(client.post("/responses", json=request("hi", response_format=fmt)))
+    try:
+        assert await asyncio.to_thread(started.wait, 10)
+        # The event loop keeps answering while the grammar is being built.
+        models = await client.get("/models")
+        assert models.status_code == 200
+        answer = await slow
+        assert answer.status_code == 400
+        assert answer.json()["code"] == "unsupported_capability"
+        assert not release.is_set()  # refused by the time limit, not by the conversion
+    finally:
+        release.set()
+
+
+class JsonEngine(FaultyEngine):
+    """An engine double whose generation answers `{}` and stops."""
+
+    model_id = "faulty"
+
+    def submit(self, job: GenerationJob, sink: Callable[[Any], None]) -> Future[None]:
+        sink(TextPiece("{}"))
+        sink(GenerationEnd("stop", 1))
+        future: Future[None] = Future()
+        future.set_result(None)
+        return future
+
+
+async def test_an_output_check_that_never_ends_fails_the_response_in_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from napllm.lmsp_service import app as app_module
+
+    release = threading.Event()
+
+    def endless_check(*_args: object) -> str | None:
+        release.wait(10)  # a pattern backtracking for a very long time
+        return None
+
+    monkeypatch.setattr(app_module, "_check_output", endless_check)
+    monkeypatch.setattr(app_module, "OUTPUT_CHECK_TIME_LIMIT_S", 0.3)
+    monkeypatch.setattr(app_module, "json_grammar", lambda schema: 'root ::= "{}"')
+    service = LmspService(cast(Any, JsonEngine()), ServiceConfig())
+    transport = httpx.ASGITransport(app=build_app(service, "tok"), raise_app_exceptions=False)
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+    try:
+        async with httpx.AsyncClient(
+            transport=transport,
+            base_url="http://127.0.0.1/lmsp/v1",
+            headers={"Authorization": "Bearer tok"},
+        ) as http:
+            answer = await http.post("/responses", json=request("hi", response_format=fmt))
+        assert answer.status_code == 500
+        assert answer.json()["code"] == "model_output_invalid"
+        assert answer.json()["detail"] == "The model's output could not be checked in time."
+    finally:
+        release.set()

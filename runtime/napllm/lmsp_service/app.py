@@ -19,13 +19,20 @@ Rules
   body replays the first outcome (the same response object, the same
   events, the same task); the same key with another body is 422
   `idempotency_conflict`; while the first request runs, 409
-  `idempotency_in_progress`. A direct stream that ended because its client
-  went away is forgotten, so a retry generates again.
+  `idempotency_in_progress`. A direct stream that ended before its final
+  event was sent (the client went away, or stopped reading and a send
+  timed out after `send_timeout_s`) is cancelled and forgotten, so a retry
+  generates again.
 - A direct stream or a synchronous request whose client disconnects cancels
   its generation (6.3); a task's generation is independent of its readers.
 - CORS (Starlette's middleware) is answered for the configured origins
   only, including Private Network Access preflights
-  (`Access-Control-Allow-Private-Network: true`).
+  (`Access-Control-Request-Private-Network: true` is answered with
+  `Access-Control-Allow-Private-Network: true` for those origins only).
+- Every answer passes through the CORS middleware, the 500 of an
+  unexpected exception too: it is made by `ErrorGuard`, inside CORS
+  (Starlette would answer handlers registered for `Exception` outside it,
+  and the browser would report a network failure instead of the problem).
 """
 
 from __future__ import annotations
@@ -36,14 +43,18 @@ import hashlib
 import json
 import logging
 import re
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
 from sse_starlette import EventSourceResponse
+from sse_starlette.sse import SendTimeoutError
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
@@ -52,23 +63,24 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..jsontext import JsonTextError, read_json
 from ..lmsp import LMSP_VERSION, LmspEvent, ModelCapabilities, ModelEntry, ModelList
 from .auth import BearerAuth
 from .engine import (
     DEFAULT_TEMPERATURE,
     Engine,
+    EngineCrashed,
     GenerationEnd,
     GenerationJob,
-    GrammarUnavailable,
     TemplateError,
     Update,
     chat_messages,
     chat_tools,
-    json_grammar,
-    tool_call_grammar,
 )
+from .grammar import GRAMMAR_TIME_LIMIT_S, GrammarUnavailable, json_grammar, tool_call_grammar
 from .output import ModelOutputError, OutputAssembler, new_id
 from .problems import ProblemError, problem_body, problem_response
+from .store import SqliteStore, StoreCorrupt
 from .tasks import (
     BoundedStore,
     EventCursorInvalid,
@@ -76,7 +88,14 @@ from .tasks import (
     ResponseRun,
     Task,
 )
-from .validation import Checked, ModelFacts, check_request, output_as_input, parse_body
+from .validation import (
+    BODY_MAX_DEPTH,
+    Checked,
+    ModelFacts,
+    check_request,
+    output_as_input,
+    parse_body,
+)
 
 log = logging.getLogger("napllm.lmsp_service")
 
@@ -84,13 +103,22 @@ PREFIX = "/lmsp/v1"
 CORS_HEADERS = ["Authorization", "Content-Type", "Idempotency-Key", "LMSP-Version", "Last-Event-ID"]
 _VERSION = re.compile(r"\s*(\d+)\.(\d+)\s*")
 _IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+#: Problems of a moment, not of the request: never replayed for an Idempotency-Key.
+_TRANSIENT = frozenset({"model_unavailable", "server_busy"})
+#: Grammars built at the same time at most (each on its own thread).
+GRAMMAR_BUILDERS = 2
+#: Seconds the post-generation check of an output against its schema may take.
+OUTPUT_CHECK_TIME_LIMIT_S = 10.0
 
 
 @dataclass
 class ServiceConfig:
     """Settings of one service instance.
 
-    `retention_s`: seconds a task's events stay readable; `max_body_bytes`:
+    `retention_s`: seconds a task's events stay readable; `send_timeout_s`:
+    seconds one send of a stream may block before the stream is ended (a
+    reader that stopped reading); `body_timeout_s`: seconds a request body
+    may take to arrive; `max_body_bytes`:
     largest accepted request body; `allow_origins`: exact origins allowed by
     CORS; `max_pending`: generations running or waiting before 503
     `server_busy`; `store_capacity`: stored responses, tasks and idempotency
@@ -98,6 +126,8 @@ class ServiceConfig:
     """
 
     retention_s: float = 600.0
+    send_timeout_s: float = 30.0
+    body_timeout_s: float = 60.0
     max_body_bytes: int = 8 * 1024 * 1024
     allow_origins: Sequence[str] = ()
     max_pending: int = 64
@@ -117,9 +147,13 @@ class _Idempotent:
 class LmspService:
     """The service state: engine, runs, stores and the request pipeline."""
 
-    def __init__(self, engine: Engine, config: ServiceConfig) -> None:
+    def __init__(
+        self, engine: Engine, config: ServiceConfig, store: SqliteStore | None = None
+    ) -> None:
+        """`store`: where stored responses and tasks persist (default: in memory only)."""
         self.engine = engine
         self.config = config
+        self.store = store if store is not None else SqliteStore(":memory:")
         self.facts = ModelFacts(
             model_id=engine.model_id, n_ctx=engine.n_ctx, tools=engine.supports_tools
         )
@@ -129,6 +163,8 @@ class LmspService:
             config.store_capacity
         )
         self.pending = 0
+        self._grammar_slots = asyncio.Semaphore(GRAMMAR_BUILDERS)
+        self._check_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="output-check")
         self._drivers: set[asyncio.Task[None]] = set()
 
     # -- model listing ------------------------------------------------------
@@ -160,7 +196,7 @@ class LmspService:
         request, raw = parse_body(body)
         previous: list[Any] | None = None
         if request.previous_response_id is not None:
-            stored = self.responses.get(request.previous_response_id)
+            stored = self.find_response(request.previous_response_id)
             if stored is None:
                 raise ProblemError("response_not_found")
             if not stored.done.is_set():
@@ -176,6 +212,7 @@ class LmspService:
         tools = (
             chat_tools(request.tools) if checked.tool_names is not None and request.tools else None
         )
+        checked.grammar = await self._grammar(checked)
         try:
             prompt = await asyncio.to_thread(self.engine.render, messages, tools)
             tokens = await asyncio.to_thread(self.engine.tokenize, prompt)
@@ -183,19 +220,46 @@ class LmspService:
             raise ProblemError(
                 "invalid_request", "The model's chat template rejected this conversation."
             ) from exc
+        except EngineCrashed as exc:
+            raise ProblemError("model_unavailable") from exc
         if len(tokens) + 1 > self.facts.n_ctx:
             raise ProblemError("context_length_exceeded")
+        return checked, tokens, raw
+
+    async def _grammar(self, checked: Checked) -> str | None:
+        """The GBNF text constraining `checked`, built off the event loop (grammar.py).
+
+        At most `GRAMMAR_BUILDERS` grammars are built at once, each within
+        `GRAMMAR_TIME_LIMIT_S`. Raises `ProblemError("unsupported_capability")`
+        for a schema beyond the limits, one the converter rejects, or one
+        whose conversion takes too long.
+        """
+        request = checked.request
+        if checked.forced_tool and request.tools:
+            offered = [t for t in request.tools if t.name in (checked.tool_names or [])]
+            build: Callable[[], str] = lambda: tool_call_grammar(offered)  # noqa: E731
+        elif checked.output_schema is not None and checked.tool_names is None:
+            schema = checked.output_schema
+            build = lambda: json_grammar(schema)  # noqa: E731
+        else:
+            return None
+        # The slot is held until the thread ends, even after the time limit
+        # answered the request: a slow conversion cannot be stopped, only waited for.
+        await self._grammar_slots.acquire()
+        building = asyncio.ensure_future(asyncio.to_thread(build))
+
+        def release(done: asyncio.Future[str]) -> None:
+            self._grammar_slots.release()
+            if not done.cancelled():
+                done.exception()  # retrieved, so an abandoned failure is not logged
+
+        building.add_done_callback(release)
         try:
-            if checked.forced_tool and request.tools:
-                offered = [t for t in request.tools if t.name in (checked.tool_names or [])]
-                checked.grammar = tool_call_grammar(offered)
-            elif checked.output_schema is not None and checked.tool_names is None:
-                checked.grammar = json_grammar(checked.output_schema)
-        except GrammarUnavailable as exc:
+            return await asyncio.wait_for(asyncio.shield(building), GRAMMAR_TIME_LIMIT_S)
+        except (GrammarUnavailable, TimeoutError) as exc:
             raise ProblemError(
                 "unsupported_capability", "The schema cannot be enforced by this service."
             ) from exc
-        return checked, tokens, raw
 
     # -- running ----------------------------------------------------------------
 
@@ -209,6 +273,8 @@ class LmspService:
         run.emit("response.created", {"response_id": run.id, "status": "in_progress"})
         if checked.request.store:
             self.responses.put(run.id, run)
+            run.persistent = True
+            self._save(run)
         self.pending += 1
         driver = asyncio.create_task(self._drive(run, checked, tokens))
         self._drivers.add(driver)
@@ -264,9 +330,14 @@ class LmspService:
                 except ModelOutputError:
                     output_error = "The model produced a malformed tool call."
             if output_error is None and end.finish_reason == "stop":
-                output_error = _check_output(checked, assembler)
+                output_error = await self._check_output(checked, assembler)
+            if end.finish_reason == "crashed" and run.cancel_flag.is_set():
+                # Killed because it ignored its cancellation: it was cancelled.
+                end = GenerationEnd("cancelled", end.output_tokens)
             if end.finish_reason == "error":
                 self._fail(run, problem_body("generation_failed"))
+            elif end.finish_reason == "crashed":
+                self._fail(run, problem_body("model_crashed"))
             elif output_error is not None:
                 self._fail(run, problem_body("model_output_invalid", output_error))
             elif end.finish_reason == "cancelled":
@@ -293,6 +364,11 @@ class LmspService:
                     "response.completed",
                     {"response_id": run.id, "status": "completed", "usage": usage},
                 )
+        except asyncio.CancelledError:
+            run.cancel_flag.set()  # the service is stopping
+            if not run.done.is_set():
+                self._fail(run, problem_body("interrupted"))
+            raise
         except BaseException:
             run.cancel_flag.set()
             if not run.done.is_set():
@@ -300,6 +376,65 @@ class LmspService:
             raise
         finally:
             self.pending -= 1
+            if run.persistent:
+                self._save(run)
+
+    async def _check_output(self, checked: Checked, assembler: OutputAssembler) -> str | None:
+        """`_check_output` on the output-check threads, within `OUTPUT_CHECK_TIME_LIMIT_S`.
+
+        A schema `pattern` may backtrack for a very long time on some texts;
+        the check runs on its own small pool (so it can never take the
+        threads prompts are rendered on) and a check that does not finish in
+        time fails the response.
+        """
+        loop = asyncio.get_running_loop()
+        checking = loop.run_in_executor(self._check_pool, _check_output, checked, assembler)
+        try:
+            return await asyncio.wait_for(asyncio.shield(checking), OUTPUT_CHECK_TIME_LIMIT_S)
+        except TimeoutError:
+            return "The model's output could not be checked in time."
+
+    def _save(self, run: ResponseRun) -> None:
+        """Write a stored response or task's run to the store; a store failure is logged."""
+        try:
+            self.store.save_run(run)
+        except (sqlite3.Error, OSError):
+            log.exception("could not write a response to the store")
+
+    def find_response(self, response_id: str) -> ResponseRun | None:
+        """A stored response (6.2) from memory or the store, or `None`."""
+        run = self.responses.get(response_id)
+        if run is None:
+            try:
+                run = self.store.load_run(response_id)
+            except (StoreCorrupt, sqlite3.Error):
+                log.exception("could not read a stored response")
+                return None
+            if run is not None:
+                self.responses.put(run.id, run)
+        return run
+
+    def find_task(self, task_id: str) -> Task | None:
+        """A task from memory or the store, or `None`."""
+        task = self.tasks.get(task_id)
+        if task is None:
+            try:
+                task = self.store.load_task(task_id)
+            except sqlite3.Error:
+                log.exception("could not read a stored task")
+                return None
+            if task is not None:
+                self.tasks.put(task.id, task)
+        return task
+
+    def add_task(self, task: Task) -> None:
+        """Keep a new task in memory and in the store."""
+        self.tasks.put(task.id, task)
+        task.run.persistent = True
+        try:
+            self.store.save_task(task)
+        except (sqlite3.Error, OSError):
+            log.exception("could not write a task to the store")
 
     @staticmethod
     def _fail(run: ResponseRun, problem: dict[str, Any]) -> None:
@@ -311,10 +446,13 @@ class LmspService:
         )
 
     async def close(self) -> None:
-        """Cancel every generation and wait for the drivers to end."""
+        """Cancel every generation, wait for the drivers to end (their runs are
+        stored as `interrupted`) and close the store."""
         for driver in list(self._drivers):
             driver.cancel()
         await asyncio.gather(*self._drivers, return_exceptions=True)
+        self._check_pool.shutdown(wait=False, cancel_futures=True)
+        self.store.close()
 
 
 def _log_engine_failure(future: Any) -> None:
@@ -333,12 +471,16 @@ def _check_output(checked: Checked, assembler: OutputAssembler) -> str | None:
         offered = {t.name: t for t in checked.request.tools or []}
         for call in assembler.function_calls():
             schema = offered[call["name"]].parameters
-            if not jsonschema.Draft202012Validator(schema).is_valid(json.loads(call["arguments"])):
+            try:
+                arguments = read_json(call["arguments"])
+            except JsonTextError:
+                return "The model's tool call arguments are not JSON."
+            if not jsonschema.Draft202012Validator(schema).is_valid(arguments):
                 return "The model's tool call arguments do not match the tool's parameters."
     if checked.output_schema is not None and not assembler.function_calls():
         try:
-            value = json.loads(assembler.message_text())
-        except ValueError:
+            value = read_json(assembler.message_text())
+        except JsonTextError:
             return "The model's output is not JSON."
         validator_cls = jsonschema.validators.validator_for(checked.output_schema)
         if not validator_cls(checked.output_schema).is_valid(value):
@@ -349,8 +491,9 @@ def _check_output(checked: Checked, assembler: OutputAssembler) -> str | None:
 # -- HTTP helpers ------------------------------------------------------------------
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The request body, refusing more than `limit` bytes (413) and non-JSON types (415)."""
+async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The request body, refusing more than `limit` bytes (413), non-JSON types (415)
+    and a body not received within `timeout_s` seconds (408 `request_timeout`)."""
     content_type = request.headers.get("content-type", "")
     if content_type.split(";")[0].strip().lower() != "application/json":
         raise ProblemError("unsupported_media_type")
@@ -359,11 +502,15 @@ async def _read_body(request: Request, limit: int) -> bytes:
         raise ProblemError("payload_too_large")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ProblemError("payload_too_large")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise ProblemError("payload_too_large")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ProblemError("request_timeout") from None
     return b"".join(chunks)
 
 
@@ -389,8 +536,18 @@ def _sse(event: LmspEvent) -> dict[str, Any]:
     }
 
 
-def _event_stream(events: AsyncIterator[dict[str, Any]]) -> EventSourceResponse:
-    return EventSourceResponse(events, ping=15, headers={"Cache-Control": "no-store"})
+def _event_stream(
+    events: AsyncIterator[dict[str, Any]], send_timeout_s: float
+) -> EventSourceResponse:
+    """An SSE answer whose every send (event or ping) must finish within `send_timeout_s`.
+
+    A reader that stops reading fills the socket buffers; the send that
+    blocks then times out, the stream ends and `events` is closed (its
+    `finally` blocks run).
+    """
+    return EventSourceResponse(
+        events, ping=15, headers={"Cache-Control": "no-store"}, send_timeout=send_timeout_s
+    )
 
 
 async def _until_disconnected(request: Request) -> None:
@@ -428,16 +585,16 @@ def build_app(service: LmspService, token: str) -> Starlette:
         `store_key` are `None` without an `Idempotency-Key`. Raises
         `ProblemError`.
         """
-        body = await _read_body(request, config.max_body_bytes)
+        body = await _read_body(request, config.max_body_bytes, config.body_timeout_s)
         key = _idempotency_key(request)
         if key is None:
             checked, tokens, _raw = await service.prepare(body)
             return None, None, checked, tokens
         store_key = (scope_name, key)
         try:
-            raw_for_print = json.loads(body)
-        except (ValueError, RecursionError):
-            raw_for_print = body.decode("utf-8", "replace")
+            raw_for_print = read_json(body, max_depth=BODY_MAX_DEPTH)
+        except JsonTextError:
+            raw_for_print = body.hex()  # refused later by prepare(); only the bytes count
         fingerprint = _fingerprint(scope_name, raw_for_print)
         existing = service.idempotency.get(store_key)
         if existing is not None:
@@ -454,7 +611,10 @@ def build_app(service: LmspService, token: str) -> Starlette:
         try:
             checked, tokens, _raw = await service.prepare(body)
         except ProblemError as problem:
-            entry.problem = problem
+            if problem.code in _TRANSIENT:
+                service.idempotency.pop(store_key)  # a retry may well succeed
+            else:
+                entry.problem = problem
             raise
         except BaseException:
             service.idempotency.pop(store_key)
@@ -474,7 +634,7 @@ def build_app(service: LmspService, token: str) -> Starlette:
                     for event in replay:
                         yield _sse(event)
 
-                return _event_stream(replayed())
+                return _event_stream(replayed(), config.send_timeout_s)
             return _final_answer(run, request.url.path)
         try:
             run = service.start(checked, tokens, retention_s=None)
@@ -489,16 +649,21 @@ def build_app(service: LmspService, token: str) -> Starlette:
         if run_stream:
 
             async def live() -> AsyncIterator[dict[str, Any]]:
+                delivered = False
                 try:
                     async for event in run.follow(0):
                         yield _sse(event)
+                        delivered = event.terminal  # resumed: the send went through
                 finally:
-                    if not run.done.is_set():
+                    if not delivered:
+                        # The client went away or stopped reading (send timeout):
+                        # stop generating and forget the key, so a retry
+                        # generates again instead of replaying what nobody read.
                         run.cancel_flag.set()
-                        if store_key is not None:
+                        if store_key is not None and service.idempotency.get(store_key) is entry:
                             service.idempotency.pop(store_key)
 
-            return _event_stream(live())
+            return _event_stream(live(), config.send_timeout_s)
         waiter = asyncio.create_task(run.done.wait())
         watcher = asyncio.create_task(_until_disconnected(request))
         try:
@@ -516,7 +681,7 @@ def build_app(service: LmspService, token: str) -> Starlette:
         return _final_answer(run, request.url.path)
 
     async def get_response(request: Request) -> Response:
-        run = service.responses.get(request.path_params["response_id"])
+        run = service.find_response(request.path_params["response_id"])
         if run is None:
             raise ProblemError("response_not_found")
         return JSONResponse(run.snapshot())
@@ -534,7 +699,7 @@ def build_app(service: LmspService, token: str) -> Starlette:
                     service.idempotency.pop(store_key)
                 raise problem from None
             task = Task(id=new_id("task"), run=run)
-            service.tasks.put(task.id, task)
+            service.add_task(task)
             if entry is not None:
                 entry.run = run
                 entry.task = task
@@ -545,7 +710,7 @@ def build_app(service: LmspService, token: str) -> Starlette:
         )
 
     def find_task(request: Request) -> Task:
-        task = service.tasks.get(request.path_params["task_id"])
+        task = service.find_task(request.path_params["task_id"])
         if task is None:
             raise ProblemError("task_not_found")
         return task
@@ -583,7 +748,7 @@ def build_app(service: LmspService, token: str) -> Starlette:
                     "data": json.dumps({"error": problem_body("event_history_expired")}),
                 }
 
-        return _event_stream(follow())
+        return _event_stream(follow(), config.send_timeout_s)
 
     async def cancel_task(request: Request) -> Response:
         task = find_task(request)
@@ -612,10 +777,6 @@ def build_app(service: LmspService, token: str) -> Starlette:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "invalid_request")
         return problem_response(ProblemError(code), request.url.path)
 
-    async def on_bug(request: Request, exc: Exception) -> Response:
-        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        return problem_response(ProblemError("internal_error"), request.url.path)
-
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
@@ -623,7 +784,7 @@ def build_app(service: LmspService, token: str) -> Starlette:
 
     middleware = [
         Middleware(
-            CORSMiddleware,
+            LmspCors,
             allow_origins=list(config.allow_origins),
             allow_methods=["GET", "POST"],
             allow_headers=CORS_HEADERS,
@@ -631,12 +792,12 @@ def build_app(service: LmspService, token: str) -> Starlette:
             allow_private_network=True,  # answered for allowed origins only
             max_age=600,
         ),
+        Middleware(ErrorGuard),
         Middleware(LmspGate, auth=auth),
     ]
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
         ProblemError: on_problem,
         HTTPException: on_http,
-        Exception: on_bug,
     }
     return Starlette(
         routes=routes,
@@ -696,3 +857,58 @@ class LmspGate:
             await response(scope, receive, send_with_version)
             return
         await self.app(scope, receive, send_with_version)
+
+
+class LmspCors(CORSMiddleware):
+    """Starlette's CORS middleware, answering private-network preflights for allowed origins only.
+
+    Starlette adds `Access-Control-Allow-Private-Network: true` to a refused
+    preflight too; here it is removed unless the origin is allowed.
+    """
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        """The preflight answer (see the class docstring)."""
+        response = super().preflight_response(request_headers)
+        if not self.is_allowed_origin(origin=request_headers["origin"]):
+            del response.headers["access-control-allow-private-network"]
+        return response
+
+
+class ErrorGuard:
+    """Pure ASGI middleware: any unexpected exception becomes the generic 500 problem.
+
+    Placed inside the CORS middleware so the 500 carries the CORS headers;
+    it adds `LMSP-Version` itself (the gate inside it may be what failed).
+    When the answer had already started (a stream), the exception is only
+    logged and the connection ends.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except SendTimeoutError:
+            # The reader stopped reading; the stream's own cleanup already ran.
+            log.info("ended a stream whose reader stopped reading (%s)", scope.get("path"))
+        except Exception:
+            path = str(scope.get("path", ""))
+            log.exception("unhandled error on %s %s", scope.get("method"), path)
+            if started:
+                return
+            response = problem_response(
+                ProblemError("internal_error"), path, headers={"LMSP-Version": LMSP_VERSION}
+            )
+            await response(scope, receive, send)

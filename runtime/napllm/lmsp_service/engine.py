@@ -1,57 +1,75 @@
-"""llama.cpp generation for the LMSP service (LMSP 1.0, 6.1, 6.5; docs/lmsp.md).
+"""LMSP service generation in a supervised model worker process (LMSP 1.0, 6.1, 6.5).
 
 Rules
-- One GGUF model per service, loaded through llama-cpp-python. Generations
-  run one at a time on a single worker thread (llama.cpp contexts are not
-  thread-safe); text pieces are handed to the caller's `sink`, which must
-  be thread-safe (the application wraps `loop.call_soon_threadsafe`).
-- Prompts are rendered with the GGUF's own chat template
-  (`tokenizer.chat_template`) through llama-cpp-python's Jinja formatter, in
-  the OpenAI chat shape the template expects: input `message` items become
-  `{"role", "content"}`, `function_call` items become an assistant message
-  with `tool_calls`, `function_call_output` items become `{"role": "tool",
-  "tool_call_id", "content"}`, and the tool definitions are passed as
-  `tools`. A template that does not mention tools leaves them out: what the
-  model sees is what it was trained on.
-- Structured output (`response_format: json_schema`) and forced tool calls
-  (`tool_choice: "required"` or a named tool) are constrained with a
-  llama.cpp grammar made by llama-cpp-python's JSON-Schema converter. The
-  grammar is not trusted (llama.cpp has run unconstrained on grammar
-  errors): the caller checks the output afterwards.
-- Cancellation is checked between tokens (a stopping criterion reading a
-  `threading.Event`); prompt evaluation itself cannot be interrupted.
-- `output_tokens` counts sampled tokens without the end-of-generation token.
+- One GGUF model per service. llama.cpp runs only in a model worker
+  process (worker.py, started with `multiprocessing`'s `spawn` method) that
+  owns the `Llama` object; `Engine` lives in the service process and talks
+  to it over a pipe. The service process never calls into llama.cpp, so a
+  crash inside it (a segmentation fault on a hostile grammar, an abort, an
+  out-of-memory kill) ends the worker only.
+- Supervision: when the worker dies, the running generation ends with
+  `finish_reason` `crashed` (the service answers a typed 5xx problem),
+  waiting tokenizations raise `EngineCrashed`, and a new worker is started
+  (the model is loaded again) before the queued generations go on. Jobs
+  queue in the service process and are handed to the worker one at a time,
+  so only the generation that was running when the worker died fails.
+- Prompts are rendered in the service process with the GGUF's own chat
+  template (`tokenizer.chat_template`, reported by the worker) through
+  llama-cpp-python's sandboxed Jinja formatter, in the OpenAI chat shape the
+  template expects: input `message` items become `{"role", "content"}`,
+  `function_call` items become an assistant message with `tool_calls`,
+  `function_call_output` items become `{"role": "tool", "tool_call_id",
+  "content"}`, and the tool definitions are passed as `tools`. A template
+  that does not mention tools leaves them out.
+- Structured output and forced tool calls are constrained by GBNF text built
+  by grammar.py (bounded); the grammar is not trusted (llama.cpp has run
+  unconstrained on grammar errors): the caller checks the output afterwards.
+- Cancellation (`CancelFlag.set`) removes a queued job or tells the worker
+  to stop between tokens; prompt evaluation itself cannot be interrupted. A
+  worker still running a cancelled generation `cancel_grace_s` later (stuck
+  inside llama.cpp) is killed and restarted, so a stuck generation cannot
+  hold the model for ever; the generation then ends `cancelled`.
 """
 
 from __future__ import annotations
 
-import json
-import re
+import contextlib
+import itertools
+import logging
+import multiprocessing
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
-import numpy as np
-from llama_cpp import Llama, LogitsProcessorList, StoppingCriteriaList
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
 
 from ..lmsp import FunctionCallIn, FunctionCallOutputIn, FunctionTool, InputImage, MessageItemIn
+from .tasks import CancelFlag
+from .worker import worker_main
+
+log = logging.getLogger("napllm.lmsp_service.engine")
 
 DEFAULT_TEMPERATURE = 0.8
+#: Seconds a cancelled generation may go on before its worker is killed.
+CANCEL_GRACE_S = 10.0
+#: Seconds to wait for a (re)started worker to load the model.
+START_TIMEOUT_S = 120.0
 
-FinishReason = Literal["stop", "length", "cancelled", "error"]
-
-
-class GrammarUnavailable(Exception):
-    """A JSON Schema cannot be turned into a llama.cpp grammar."""
+FinishReason = Literal["stop", "length", "cancelled", "error", "crashed"]
 
 
 class TemplateError(Exception):
     """The chat template rejected the conversation (or has none)."""
+
+
+class EngineCrashed(Exception):
+    """The model worker died (or is restarting) while this request needed it."""
 
 
 @dataclass
@@ -59,7 +77,7 @@ class GenerationJob:
     """One generation: prompt token ids, limits and sampling settings.
 
     `max_tokens`: output limit in tokens (`None`: the room left in the
-    context); `temperature`: 0 is greedy; `grammar`: optional constraint;
+    context); `temperature`: 0 is greedy; `grammar`: optional GBNF text;
     `min_output_tokens`: end-of-generation tokens are forbidden until this
     many tokens were produced; `cancel`: set to stop between tokens.
     """
@@ -67,9 +85,9 @@ class GenerationJob:
     prompt_tokens: list[int]
     max_tokens: int | None
     temperature: float
-    grammar: LlamaGrammar | None = None
+    grammar: str | None = None
     min_output_tokens: int = 0
-    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel: CancelFlag = field(default_factory=CancelFlag)
 
 
 @dataclass
@@ -139,62 +157,27 @@ def chat_tools(tools: Sequence[FunctionTool]) -> list[dict[str, Any]]:
     return out
 
 
-def json_grammar(schema: dict[str, Any]) -> LlamaGrammar:
-    """A grammar accepting JSON text valid for `schema` (structured output, 6.1).
-
-    Raises `GrammarUnavailable` when the converter cannot express the schema.
-    """
-    try:
-        gbnf = json_schema_to_gbnf(json.dumps(schema))
-    except Exception as exc:  # the converter raises bare Exceptions and KeyErrors
-        raise GrammarUnavailable("schema not expressible as a grammar") from exc
-    return LlamaGrammar.from_string(gbnf, verbose=False)
-
-
-_RULE_NAME = re.compile(r"(?<![\w-])root(?![\w-])")
-
-
-def tool_call_grammar(tools: Sequence[FunctionTool]) -> LlamaGrammar:
-    """A grammar forcing exactly one `<tool_call>` block calling one of `tools` (6.5).
-
-    The block holds `{"name": <tool name>, "arguments": <object valid for the
-    tool's parameters>}`. Raises `GrammarUnavailable` when a tool's
-    parameters cannot be expressed as a grammar.
-    """
-    variants = [
-        {
-            "type": "object",
-            "properties": {"name": {"const": tool.name}, "arguments": tool.parameters},
-            "required": ["name", "arguments"],
-        }
-        for tool in tools
-    ]
-    schema = variants[0] if len(variants) == 1 else {"anyOf": variants}
-    try:
-        gbnf = json_schema_to_gbnf(json.dumps(schema))
-    except Exception as exc:  # the converter raises bare Exceptions and KeyErrors
-        raise GrammarUnavailable("tool parameters not expressible as a grammar") from exc
-    rules = []
-    for line in gbnf.splitlines():
-        if line.startswith("root ::="):
-            line = "tool-call-json ::=" + line[len("root ::=") :]
-        elif line.startswith("tool-call-json ::="):
-            raise GrammarUnavailable("grammar rule name clash")
-        rules.append(line)
-    if any(_RULE_NAME.search(rule) for rule in rules):
-        raise GrammarUnavailable("recursive schema cannot be wrapped")
-    rules.append('root ::= "<tool_call>\\n" tool-call-json "\\n</tool_call>"')
-    return LlamaGrammar.from_string("\n".join(rules), verbose=False)
+@dataclass
+class _Job:
+    rid: int
+    job: GenerationJob
+    sink: Sink
+    future: Future[None]
+    ended: bool = False
 
 
 class Engine:
-    """One llama.cpp model and the worker thread that runs its generations.
+    """The supervisor of the model worker process, in the service process.
 
     `model_path`: a GGUF file; `model_id`: the id clients use (LMSP `model`);
     `n_ctx`: context window in tokens (default: the model's trained
-    context); `n_threads`: CPU threads for llama.cpp (default: its own).
-    Raises `ValueError` when the model cannot be loaded or has no chat
-    template.
+    context); `n_threads`: CPU threads for llama.cpp (default: its own);
+    `cancel_grace_s`: seconds a cancelled generation may keep running before
+    the worker is killed and restarted.
+    Starting blocks until the worker has loaded the model; raises
+    `ValueError` when it cannot (unloadable file, no chat template, the
+    worker died, or `START_TIMEOUT_S` passed). `restarts` counts the
+    workers started after a crash.
     """
 
     def __init__(
@@ -203,41 +186,36 @@ class Engine:
         model_id: str,
         n_ctx: int | None = None,
         n_threads: int | None = None,
+        cancel_grace_s: float = CANCEL_GRACE_S,
     ) -> None:
         self.model_id = model_id
-        self._llama = Llama(
-            model_path=str(model_path),
-            n_ctx=n_ctx if n_ctx is not None else 0,  # 0: the trained context
-            n_threads=n_threads,
-            verbose=False,
-        )
-        self.n_ctx: int = int(self._llama.n_ctx())
-        template = self._llama.metadata.get("tokenizer.chat_template")
-        if not template:
-            raise ValueError("the model has no chat template (tokenizer.chat_template)")
-        self.chat_template: str = template
-        model = self._llama._model
+        self.restarts = 0
+        self._model_path = str(model_path)
+        self._n_ctx_arg = n_ctx if n_ctx is not None else 0  # 0: the trained context
+        self._n_threads = n_threads
+        self.cancel_grace_s = cancel_grace_s
+        self._mp = multiprocessing.get_context("spawn")
+        self._lock = threading.Lock()  # guards the job queue, running job and waiters
+        self._send_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._queue: deque[_Job] = deque()
+        self._running: _Job | None = None
+        self._token_waiters: dict[int, Future[list[int]]] = {}
+        self._ready = threading.Event()
+        self._closed = False
+        self._process: Any = None
+        self._conn: Connection | None = None
+        info = self._spawn()
+        self.n_ctx: int = int(info["n_ctx"])
+        self.chat_template: str = str(info["chat_template"])
         self._formatter = Jinja2ChatFormatter(
-            template=template,
-            eos_token=model.token_get_text(self._llama.token_eos()),
-            bos_token=model.token_get_text(self._llama.token_bos()),
+            template=self.chat_template,
+            eos_token=str(info["eos_text"]),
+            bos_token=str(info["bos_text"]),
         )
-        self._add_bos = bool(model.add_bos_token())
-        self._eog_ids = np.array(
-            [
-                token
-                for token in range(self._llama.n_vocab())
-                if self._llama_cpp_is_eog(model.vocab, token)
-            ],
-            dtype=np.intp,
-        )
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
-
-    @staticmethod
-    def _llama_cpp_is_eog(vocab: Any, token: int) -> bool:
-        import llama_cpp
-
-        return bool(llama_cpp.llama_vocab_is_eog(vocab, token))
+        self._ready.set()
+        self._reader = threading.Thread(target=self._read_loop, name="lmsp-worker", daemon=True)
+        self._reader.start()
 
     # -- capabilities ---------------------------------------------------------
 
@@ -259,68 +237,243 @@ class Engine:
             raise TemplateError("the chat template rejected the conversation") from exc
         return str(result.prompt)
 
-    def tokenize(self, prompt: str) -> list[int]:
-        """Token ids of a rendered prompt (special tokens parsed, BOS per the model)."""
-        tokens = self._llama.tokenize(prompt.encode("utf-8"), add_bos=self._add_bos, special=True)
-        return list(tokens)
+    def tokenize(self, prompt: str, timeout_s: float = 60.0) -> list[int]:
+        """Token ids of a rendered prompt (special tokens parsed, BOS per the model).
+
+        Blocking (call it off the event loop). Raises `EngineCrashed` when
+        the worker died, is restarting past `timeout_s`, or failed.
+        """
+        if not self._ready.wait(timeout_s):
+            raise EngineCrashed("the model worker is not ready")
+        rid = next(self._ids)
+        waiter: Future[list[int]] = Future()
+        with self._lock:
+            self._token_waiters[rid] = waiter
+        try:
+            self._send(("tokenize", rid, prompt))
+            return waiter.result(timeout=timeout_s)
+        except (OSError, TimeoutError) as exc:
+            raise EngineCrashed("the model worker did not answer") from exc
+        finally:
+            with self._lock:
+                self._token_waiters.pop(rid, None)
 
     # -- generation -------------------------------------------------------------
 
     def submit(self, job: GenerationJob, sink: Sink) -> Future[None]:
-        """Queue `job` on the worker thread; `sink` receives its updates.
+        """Queue `job`; `sink` receives its updates (from a service thread).
 
         `sink` gets `TextPiece`s and then exactly one `GenerationEnd`
-        (`finish_reason` `error` when llama.cpp failed; the exception is
-        re-raised through the returned future for logging).
+        (`finish_reason` `error` when llama.cpp failed, `crashed` when the
+        worker died during it). The returned future resolves at the end
+        (with `EngineCrashed` after a crash).
         """
-        return self._executor.submit(self._run, job, sink)
+        entry = _Job(next(self._ids), job, sink, Future())
+        with self._lock:
+            self._queue.append(entry)
+        job.cancel.on_set(lambda: self._cancel(entry))
+        self._dispatch()
+        return entry.future
 
     def close(self) -> None:
-        """Stop the worker thread after the running generation and free the model."""
-        self._executor.shutdown(wait=True, cancel_futures=True)
-        self._llama.close()
+        """Stop the worker (after its running generation, at most 5 s) and end queued jobs."""
+        self._closed = True
+        with self._lock:
+            queued = list(self._queue)
+            self._queue.clear()
+        for entry in queued:
+            self._end(entry, GenerationEnd("cancelled", 0))
+        with contextlib.suppress(OSError):
+            self._send(("stop",))
+        process = self._process
+        if process is not None:
+            process.join(5)
+            if process.is_alive():
+                process.kill()
+                process.join(5)
+        if self._conn is not None:
+            self._conn.close()
 
-    def _run(self, job: GenerationJob, sink: Sink) -> None:
-        if job.cancel.is_set():
-            sink(GenerationEnd("cancelled", 0))
-            return
-        sampled = 0
-        eog_ids = self._eog_ids
+    # -- supervision --------------------------------------------------------------
 
-        def count_and_shape(_input_ids: Any, scores: Any) -> Any:
-            nonlocal sampled
-            sampled += 1
-            if sampled <= job.min_output_tokens and eog_ids.size:
-                scores[eog_ids] = -np.inf
-            return scores
-
-        def cancelled(_input_ids: Any, _scores: Any) -> bool:
-            return job.cancel.is_set()
-
-        finish: str | None = None
+    def _spawn(self) -> dict[str, Any]:
+        """Start a worker and wait for its `ready` message; raises `ValueError`."""
+        parent, child = self._mp.Pipe(duplex=True)
+        process = self._mp.Process(
+            target=worker_main,
+            args=(child, self._model_path, self._n_ctx_arg, self._n_threads),
+            name="napllm-lmsp-model",
+            daemon=True,
+        )
+        process.start()
+        child.close()
         try:
-            stream = self._llama.create_completion(
-                prompt=job.prompt_tokens,
-                max_tokens=job.max_tokens if job.max_tokens is not None else -1,
-                temperature=job.temperature,
-                grammar=job.grammar,
-                stream=True,
-                logits_processor=LogitsProcessorList([count_and_shape]),
-                stopping_criteria=StoppingCriteriaList([cancelled]),
-            )
-            for chunk in cast(Iterator[Any], stream):
-                choice = chunk["choices"][0]
-                if choice["text"]:
-                    sink(TextPiece(choice["text"]))
-                if choice["finish_reason"] is not None:
-                    finish = choice["finish_reason"]
-        except BaseException:
-            sink(GenerationEnd("error", max(sampled - 1, 0)))
+            if not parent.poll(START_TIMEOUT_S):
+                raise ValueError("the model worker did not start in time")
+            message = parent.recv()
+        except (EOFError, OSError) as exc:
+            process.join(1)
+            parent.close()
+            raise ValueError("the model worker exited while loading the model") from exc
+        except ValueError:
+            process.kill()
+            parent.close()
             raise
-        if job.cancel.is_set():
-            sink(GenerationEnd("cancelled", max(sampled - 1, 0)))
-        elif finish == "length":
-            sink(GenerationEnd("length", sampled))
+        if message[0] != "ready":
+            process.join(5)
+            parent.close()
+            raise ValueError(str(message[1]))
+        self._process = process
+        self._conn = parent
+        return dict(message[1])
+
+    def _send(self, message: tuple[Any, ...]) -> None:
+        with self._send_lock:
+            if self._conn is None:
+                raise OSError("no model worker")
+            self._conn.send(message)
+
+    def _read_loop(self) -> None:
+        while True:
+            conn = self._conn
+            try:
+                assert conn is not None
+                message = conn.recv()
+            except (EOFError, OSError, AssertionError):
+                if self._closed:
+                    return
+                self._on_crash()
+                if self._closed:
+                    return
+                continue
+            self._on_message(message)
+
+    def _on_message(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == "tokens":
+            _, rid, ids = message
+            with self._lock:
+                waiter = self._token_waiters.get(rid)
+            if waiter is not None and not waiter.done():
+                if ids is None:
+                    waiter.set_exception(EngineCrashed("tokenization failed"))
+                else:
+                    waiter.set_result(list(ids))
+            return
+        with self._lock:
+            running = self._running
+        if running is None or running.rid != message[1]:
+            return  # a late message of a job that already ended
+        if kind == "text":
+            running.sink(TextPiece(str(message[2])))
+        elif kind == "end":
+            with self._lock:
+                self._running = None
+            self._end(running, GenerationEnd(message[2], int(message[3])))
+            self._dispatch()
+
+    def _on_crash(self) -> None:
+        """The worker died: fail what it held, start a new one, go on with the queue."""
+        with self._lock:  # together, so _dispatch cannot hand a job to the dead worker
+            self._ready.clear()
+            running, self._running = self._running, None
+            waiters = list(self._token_waiters.values())
+        process = self._process
+        code = None
+        if process is not None:
+            process.join(5)
+            code = process.exitcode
+        log.error("the model worker died (exit status %s); restarting it", code)
+        with self._send_lock:
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = None
+            self._process = None
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(EngineCrashed("the model worker died"))
+        if running is not None:
+            self._end(running, GenerationEnd("crashed", 0), EngineCrashed("the worker died"))
+        delay = 1.0
+        while not self._closed:
+            try:
+                self._spawn()
+                break
+            except ValueError:
+                log.exception("could not restart the model worker; retrying")
+                time.sleep(delay)
+                delay = min(delay * 2, 30.0)
+        if self._closed:
+            return
+        self.restarts += 1
+        with self._lock:
+            self._ready.set()
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Hand the next queued job to the worker when it is idle."""
+        while True:
+            with self._lock:
+                if self._running is not None or not self._ready.is_set() or not self._queue:
+                    return
+                entry = self._queue.popleft()
+                if entry.job.cancel.is_set():
+                    cancelled = True
+                else:
+                    cancelled = False
+                    self._running = entry
+            if cancelled:
+                self._end(entry, GenerationEnd("cancelled", 0))
+                continue
+            job = entry.job
+            payload = {
+                "prompt_tokens": job.prompt_tokens,
+                "max_tokens": job.max_tokens,
+                "temperature": job.temperature,
+                "grammar": job.grammar,
+                "min_output_tokens": job.min_output_tokens,
+            }
+            try:
+                self._send(("generate", entry.rid, payload))
+            except OSError:
+                return  # the reader notices the dead worker and ends this job
+            return
+
+    def _cancel(self, entry: _Job) -> None:
+        with self._lock:
+            queued = entry in self._queue
+            if queued:
+                self._queue.remove(entry)
+            running = self._running is entry
+        if queued:
+            self._end(entry, GenerationEnd("cancelled", 0))
+        elif running:
+            with contextlib.suppress(OSError):
+                self._send(("cancel", entry.rid))
+            watchdog = threading.Timer(self.cancel_grace_s, self._enforce_cancel, (entry,))
+            watchdog.daemon = True
+            watchdog.start()
+
+    def _enforce_cancel(self, entry: _Job) -> None:
+        """Kill a worker that still runs `entry` `cancel_grace_s` after its cancellation.
+
+        Cancellation is checked between tokens; a worker stuck inside
+        llama.cpp never gets there. It is treated like a crash (restart).
+        """
+        with self._lock:
+            stuck = self._running is entry
+            process = self._process
+        if stuck and process is not None:
+            log.error("the model worker ignored a cancellation; stopping it")
+            process.kill()
+
+    @staticmethod
+    def _end(entry: _Job, end: GenerationEnd, error: Exception | None = None) -> None:
+        if entry.ended:
+            return
+        entry.ended = True
+        entry.sink(end)
+        if error is None:
+            entry.future.set_result(None)
         else:
-            # Stopped on an end-of-generation token, which is not output.
-            sink(GenerationEnd("stop", max(sampled - 1, 0)))
+            entry.future.set_exception(error)

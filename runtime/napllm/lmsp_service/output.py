@@ -15,7 +15,8 @@ Rules
   `response.function_call_arguments.delta` (the extension event of
   docs/lmsp.md) and `response.output_item.done` (6.5: the item arrives
   complete in `output_item.done`).
-- A block that is not valid JSON, names an unknown tool or carries
+- A block is read by the strict reader (`napllm.jsontext.read_json`), as
+  is a string `arguments` member; a block that is not strict JSON, names an unknown tool or carries
   arguments that are not an object is a `ModelOutputError`; the response
   then fails (it is never reported as text or as a success).
 - Whitespace-only text is not reported as a message item.
@@ -31,6 +32,8 @@ import json
 import uuid
 from collections.abc import Callable, Collection
 from typing import Any
+
+from ..jsontext import JsonTextError, read_json
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
@@ -56,8 +59,8 @@ def parse_tool_call(block: str, tool_names: Collection[str]) -> tuple[str, str]:
     one).
     """
     try:
-        call = json.loads(block)
-    except ValueError as exc:
+        call = read_json(block)
+    except JsonTextError as exc:
         raise ModelOutputError("tool call is not JSON") from exc
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         raise ModelOutputError("tool call has no name")
@@ -67,8 +70,8 @@ def parse_tool_call(block: str, tool_names: Collection[str]) -> tuple[str, str]:
     arguments = call.get("arguments", {})
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
-        except ValueError as exc:
+            arguments = read_json(arguments)
+        except JsonTextError as exc:
             raise ModelOutputError("tool call arguments are not JSON") from exc
     if not isinstance(arguments, dict):
         raise ModelOutputError("tool call arguments are not an object")

@@ -43,6 +43,7 @@ PROBLEM_CODES: dict[str, tuple[int, str]] = {
         410,
         "The requested events are older than the retention period; fetch the task instead.",
     ),
+    "request_timeout": (408, "The request body did not arrive in time."),
     "payload_too_large": (413, "The request body is larger than this service accepts."),
     "unsupported_media_type": (415, "The request body must be application/json."),
     "idempotency_conflict": (
@@ -52,6 +53,12 @@ PROBLEM_CODES: dict[str, tuple[int, str]] = {
     "server_busy": (503, "Too many generations are waiting; retry later."),
     "model_output_invalid": (500, "The model's output did not satisfy the request's constraints."),
     "generation_failed": (500, "The model failed while generating."),
+    "model_crashed": (
+        500,
+        "The model process failed during this generation; the service restarted it.",
+    ),
+    "model_unavailable": (503, "The model is restarting; retry shortly."),
+    "interrupted": (503, "The service stopped while generating this response; send it again."),
     "internal_error": (500, "The service failed unexpectedly."),
 }
 

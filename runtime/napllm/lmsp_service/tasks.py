@@ -43,6 +43,34 @@ class EventCursorInvalid(Exception):
     """The requested resume point is after the last event of the response."""
 
 
+class CancelFlag(threading.Event):
+    """A `threading.Event` that also runs callbacks when it is set (thread-safe).
+
+    The engine registers one to forward a cancellation to the worker.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: list[Callable[[], None]] = []
+        self._callback_lock = threading.Lock()
+
+    def on_set(self, callback: Callable[[], None]) -> None:
+        """Run `callback` when the flag is set (at once if it already is)."""
+        with self._callback_lock:
+            if not self.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
+
+    def set(self) -> None:
+        """Set the flag and run the registered callbacks once."""
+        with self._callback_lock:
+            super().set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+
 @dataclass
 class _StoredEvent:
     event: LmspEvent
@@ -54,7 +82,10 @@ class ResponseRun:
 
     `response_id` (`resp_...`), `model` (the model id) and `retention_s`
     (seconds an event is kept after its emission; `None` keeps all). Event
-    data always include `response_id` (6.3). `clock` returns seconds.
+    data always include `response_id` (6.3). `clock` returns wall-clock
+    seconds (stored with each event, so retention holds across restarts).
+    `lost_events` is set on a response restored after an interruption:
+    its events after the first were never stored.
     """
 
     def __init__(
@@ -62,7 +93,7 @@ class ResponseRun:
         response_id: str,
         model: str,
         retention_s: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.id = response_id
         self.model = model
@@ -72,10 +103,12 @@ class ResponseRun:
         self.usage: dict[str, int] | None = None
         self.error: dict[str, Any] | None = None
         self.incomplete_details: dict[str, Any] | None = None
-        self.cancel_flag = threading.Event()
+        self.cancel_flag = CancelFlag()
         self.streamed = False  # answered as a direct stream (replayed as one)
-        self.input_context: list[dict[str, Any]] = []  # input items, for previous_response_id
-        self._retention_s = retention_s
+        self.persistent = False  # a task's run or a `store: true` response (store.py)
+        self.input_context: list[Any] = []  # input items, for previous_response_id
+        self.retention_s = retention_s
+        self.lost_events = False
         self._clock = clock
         self._events: list[_StoredEvent] = []
         self._dropped = 0  # events pruned from the front; ids 1..dropped are gone
@@ -129,9 +162,9 @@ class ResponseRun:
 
     def prune(self) -> None:
         """Drop events older than the retention period."""
-        if self._retention_s is None:
+        if self.retention_s is None:
             return
-        horizon = self._clock() - self._retention_s
+        horizon = self._clock() - self.retention_s
         keep = 0
         while keep < len(self._events) and self._events[keep].emitted_at < horizon:
             keep += 1
@@ -141,6 +174,8 @@ class ResponseRun:
 
     def check_cursor(self, after: int) -> None:
         """Validate a resume point: raises `EventCursorInvalid` or `EventHistoryExpired`."""
+        if after > self.last_event_id and self.lost_events:
+            raise EventHistoryExpired
         if after < 0 or after > self.last_event_id:
             raise EventCursorInvalid
         self.prune()
@@ -168,6 +203,46 @@ class ResponseRun:
             if self.done.is_set() and after >= self.last_event_id:
                 return
             await changed.wait()
+
+    @property
+    def dropped(self) -> int:
+        """How many events were pruned from the front (ids 1..dropped are gone)."""
+        return self._dropped
+
+    def stored_events(self) -> list[_StoredEvent]:
+        """The events still held with their emission times, oldest first."""
+        return list(self._events)
+
+    @classmethod
+    def restore(
+        cls,
+        snapshot: dict[str, Any],
+        input_context: list[Any],
+        events: list[_StoredEvent],
+        *,
+        streamed: bool,
+        retention_s: float | None,
+        dropped: int,
+    ) -> ResponseRun:
+        """Rebuild a run from its stored response object (`snapshot`) and events.
+
+        Raises `KeyError`/`TypeError`/`ValueError` for a malformed record.
+        """
+        run = cls(str(snapshot["id"]), str(snapshot["model"]), retention_s=retention_s)
+        run.created_at = int(snapshot["created_at"])
+        run.status = str(snapshot["status"])
+        run.output = list(snapshot["output"])
+        run.usage = snapshot["usage"]
+        run.error = snapshot["error"]
+        run.incomplete_details = snapshot["incomplete_details"]
+        run.streamed = streamed
+        run.input_context = input_context
+        run._events = list(events)
+        run._dropped = dropped
+        run._next_id = (events[-1].event.id or dropped) + 1 if events else dropped + 1
+        if any(stored.event.terminal for stored in events) or run.status in FINAL_STATUSES:
+            run.done.set()
+        return run
 
     def all_events(self) -> list[LmspEvent]:
         """The events still held, oldest first."""

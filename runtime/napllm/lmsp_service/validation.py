@@ -19,16 +19,15 @@ Rules
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
 from jsonschema.exceptions import SchemaError
-from llama_cpp.llama_grammar import LlamaGrammar
 from pydantic import ValidationError
 
+from ..jsontext import JsonTextError, read_json
 from ..lmsp import (
     FunctionCallIn,
     FunctionCallOutputIn,
@@ -42,6 +41,8 @@ from .problems import ProblemError
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SAFE_KEY = re.compile(r"[A-Za-z0-9_]{1,40}")
 KNOWN_EXTENSIONS = frozenset({"min_output_tokens"})
+#: Deepest nesting of objects and arrays accepted in a request body.
+BODY_MAX_DEPTH = 64
 
 # Shared by the checks below; these hold no request data.
 _ERROR_KINDS = {
@@ -68,13 +69,18 @@ def _location(loc: tuple[int | str, ...]) -> str:
 def parse_body(body: bytes) -> tuple[LmspRequest, Any]:
     """Parse a request body into an `LmspRequest` (6.1).
 
-    Returns the record and the decoded JSON (for idempotency fingerprints).
-    Raises `ProblemError("invalid_request")` naming the first bad location.
+    The body is read by the strict reader (`napllm.jsontext.read_json`:
+    RFC 8259 only, no duplicate keys, numbers that fit a double, no lone
+    surrogates, at most `BODY_MAX_DEPTH` levels). Returns the record and the
+    decoded JSON (for idempotency fingerprints). Raises
+    `ProblemError("invalid_request")` naming the first bad location.
     """
     try:
-        raw = json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        raise ProblemError("invalid_request", "The body is not valid JSON.") from exc
+        raw = read_json(body, max_depth=BODY_MAX_DEPTH)
+    except JsonTextError as exc:
+        # The reader's sentences never quote the text; name the body, not "the text".
+        detail = str(exc).replace("The text", "The body", 1)
+        raise ProblemError("invalid_request", detail) from exc
     if not isinstance(raw, dict):
         raise ProblemError("invalid_request", "The body must be a JSON object.")
     try:
@@ -155,13 +161,14 @@ class Checked:
     forced_tool: bool
     output_schema: dict[str, Any] | None
     min_output_tokens: int = 0
-    grammar: LlamaGrammar | None = field(default=None)
+    grammar: str | None = field(default=None)
 
 
 def _check_schema(schema: dict[str, Any], what: str) -> None:
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
-    except SchemaError as exc:
+    except (SchemaError, OverflowError, RecursionError, ValueError) as exc:
+        # OverflowError/ValueError: a `pattern` Python's `re` cannot compile.
         raise ProblemError("invalid_request", f"The {what} is not a valid JSON Schema.") from exc
 
 

@@ -1,0 +1,164 @@
+"""Bounded llama.cpp grammars from request schemas (LMSP 1.0, 6.1, 6.5; docs/lmsp.md).
+
+A request's JSON Schema (`response_format: json_schema`, or a forced tool
+call's `parameters`) is napplet-controlled text that ends up in two places
+that do not defend themselves: llama-cpp-python's JSON-Schema-to-GBNF
+converter (pure Python, whose output grows with every repetition count:
+`maxLength: N` becomes N nested optional groups, `pattern: "a{N}"` N copies)
+and llama.cpp's GBNF parser (native code, recursive: a few thousand nested
+groups overflow its stack and kill the process).
+
+Rules
+- Before conversion, every repetition bound in the schema is checked:
+  `minLength`/`maxLength`/`minItems`/`maxItems`/`minProperties`/
+  `maxProperties`/`minContains`/`maxContains` and every `{n}`, `{n,}`,
+  `{n,m}` count in a `pattern` must be at most `MAX_REPETITION`.
+- The converter's output must be at most `MAX_GRAMMAR_CHARS` characters,
+  and its groups nested at most `MAX_GRAMMAR_NESTING` deep (counted
+  iteratively, outside string literals and character classes).
+- A schema beyond a limit, or one the converter rejects, is
+  `GrammarUnavailable`; the service answers it with 400
+  `unsupported_capability` before any generation starts.
+- The functions here are synchronous and CPU-bound: the service runs them
+  off the event loop under a time limit (`GRAMMAR_TIME_LIMIT_S`).
+
+The limit checks are written here because they are specific to how this
+converter and parser expand schemas; no library bounds them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+from ..lmsp import FunctionTool
+
+#: Largest repetition bound (a length, item or property count, a pattern count).
+MAX_REPETITION = 500
+#: Largest grammar text, in characters.
+MAX_GRAMMAR_CHARS = 256 * 1024
+#: Deepest nesting of parenthesised groups in the grammar text.
+MAX_GRAMMAR_NESTING = 600
+#: Seconds a grammar may take to build before the request is refused.
+GRAMMAR_TIME_LIMIT_S = 5.0
+
+_BOUND_KEYWORDS = frozenset(
+    {
+        "minLength",
+        "maxLength",
+        "minItems",
+        "maxItems",
+        "minProperties",
+        "maxProperties",
+        "minContains",
+        "maxContains",
+    }
+)
+_COUNT = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
+_RULE_NAME = re.compile(r"(?<![\w-])root(?![\w-])")
+
+
+class GrammarUnavailable(Exception):
+    """A JSON Schema cannot be turned into a llama.cpp grammar within the limits."""
+
+
+def _count_too_large(digits: str) -> bool:
+    return len(digits) > 6 or int(digits) > MAX_REPETITION
+
+
+def check_schema_bounds(schema: Any) -> None:
+    """Refuse repetition bounds above `MAX_REPETITION` anywhere in `schema`.
+
+    Walks the schema iteratively (no recursion). Raises `GrammarUnavailable`.
+    """
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in _BOUND_KEYWORDS and isinstance(value, int | float):
+                    if not isinstance(value, bool) and value > MAX_REPETITION:
+                        raise GrammarUnavailable("repetition bound above the limit")
+                elif key == "pattern" and isinstance(value, str):
+                    for low, high in _COUNT.findall(value):
+                        if _count_too_large(low) or (high and _count_too_large(high)):
+                            raise GrammarUnavailable("pattern repetition above the limit")
+                stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def grammar_nesting(gbnf: str) -> int:
+    """The deepest nesting of `(` groups in GBNF text (literals and classes skipped)."""
+    depth = deepest = 0
+    i, size = 0, len(gbnf)
+    while i < size:
+        char = gbnf[i]
+        if char in '"[':
+            close = '"' if char == '"' else "]"
+            i += 1
+            while i < size and gbnf[i] != close:
+                i += 2 if gbnf[i] == "\\" else 1
+        elif char == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char == ")":
+            depth -= 1
+        i += 1
+    return deepest
+
+
+def _convert(schema: Any) -> str:
+    check_schema_bounds(schema)
+    try:
+        gbnf = str(json_schema_to_gbnf(json.dumps(schema)))
+    except Exception as exc:  # the converter raises bare Exceptions, KeyErrors, ...
+        raise GrammarUnavailable("schema not expressible as a grammar") from exc
+    if len(gbnf) > MAX_GRAMMAR_CHARS:
+        raise GrammarUnavailable("grammar larger than the limit")
+    if grammar_nesting(gbnf) > MAX_GRAMMAR_NESTING:
+        raise GrammarUnavailable("grammar nested deeper than the limit")
+    return gbnf
+
+
+def json_grammar(schema: dict[str, Any]) -> str:
+    """GBNF text accepting JSON text valid for `schema` (structured output, 6.1).
+
+    Raises `GrammarUnavailable` when the schema is beyond the limits or the
+    converter cannot express it.
+    """
+    return _convert(schema)
+
+
+def tool_call_grammar(tools: Sequence[FunctionTool]) -> str:
+    """GBNF text forcing exactly one `<tool_call>` block calling one of `tools` (6.5).
+
+    The block holds `{"name": <tool name>, "arguments": <object valid for the
+    tool's parameters>}`. Raises `GrammarUnavailable` when a tool's
+    parameters are beyond the limits or cannot be expressed as a grammar.
+    """
+    variants = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": tool.name}, "arguments": tool.parameters},
+            "required": ["name", "arguments"],
+        }
+        for tool in tools
+    ]
+    schema = variants[0] if len(variants) == 1 else {"anyOf": variants}
+    gbnf = _convert(schema)
+    rules = []
+    for line in gbnf.splitlines():
+        if line.startswith("root ::="):
+            line = "tool-call-json ::=" + line[len("root ::=") :]
+        elif line.startswith("tool-call-json ::="):
+            raise GrammarUnavailable("grammar rule name clash")
+        rules.append(line)
+    if any(_RULE_NAME.search(rule) for rule in rules):
+        raise GrammarUnavailable("recursive schema cannot be wrapped")
+    rules.append('root ::= "<tool_call>\\n" tool-call-json "\\n</tool_call>"')
+    return "\n".join(rules)
