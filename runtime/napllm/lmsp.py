@@ -456,6 +456,10 @@ CONTEXT_TOO_LONG = "The conversation is too long for the selected model's contex
 TOKEN_REJECTED_HINT = "The LMSP service rejected the access token; check the connection's token."
 MODEL_MISSING_HINT = "The LMSP service does not serve the selected model."
 BUSY_HINT = "The LMSP service is busy; try again later."
+MODEL_RESTARTED_HINT = (
+    "The LMSP service's model stopped while answering and is being restarted; try again."
+)
+INTERRUPTED_HINT = "The LMSP service was restarted before it finished this answer."
 
 _CODE_SHAPE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
@@ -474,7 +478,10 @@ def failure_from_problem(status: int | None, problem: Problem | None) -> Provide
     `unsupported` with `CONTEXT_TOO_LONG` as its message; 401/403 (or
     `unauthorized`/`forbidden`) -> `provider-error` with `TOKEN_REJECTED_HINT`
     for the shell; 429 / `rate_limited`, `model_not_found` and 503 /
-    `server_busy` -> `provider-error` with a hint; anything else ->
+    `server_busy` -> `provider-error` with a hint; `model_crashed` and
+    `model_unavailable` (the service restarts its model worker) and
+    `interrupted` (a response cut by a service restart) -> `provider-error`
+    with a hint; anything else ->
     `provider-error`. The problem's text members are never used.
     """
     code = _safe_code(problem.code if problem else None)
@@ -490,6 +497,10 @@ def failure_from_problem(status: int | None, problem: Problem | None) -> Provide
         return ProviderFailure(detail=detail, user_hint=BUSY_HINT)
     if code == "model_not_found":
         return ProviderFailure(detail=detail, user_hint=MODEL_MISSING_HINT)
+    if code in ("model_crashed", "model_unavailable"):
+        return ProviderFailure(detail=detail, user_hint=MODEL_RESTARTED_HINT)
+    if code == "interrupted":
+        return ProviderFailure(detail=detail, user_hint=INTERRUPTED_HINT)
     if status == 503 or code == "server_busy":
         return ProviderFailure(detail=detail, user_hint=BUSY_HINT)
     return ProviderFailure(detail=detail)

@@ -540,3 +540,19 @@ def test_problem_mapping() -> None:
         failure_from_problem(500, None).to_nap_error().message
         == "The model provider failed or returned invalid output."
     )
+
+
+def test_problem_mapping_of_the_services_restart_codes() -> None:
+    from napllm.lmsp import INTERRUPTED_HINT, MODEL_RESTARTED_HINT
+
+    for status, code, hint in (
+        (500, "model_crashed", MODEL_RESTARTED_HINT),
+        (503, "model_unavailable", MODEL_RESTARTED_HINT),
+        (503, "interrupted", INTERRUPTED_HINT),
+    ):
+        failure = failure_from_problem(status, Problem(code=code, detail="SECRET"))
+        assert failure.code is ErrorCode.PROVIDER_ERROR
+        assert failure.user_hint == hint
+        assert "SECRET" not in failure.to_nap_error().message
+    timeout = failure_from_problem(408, Problem(code="request_timeout"))
+    assert timeout.code is ErrorCode.PROVIDER_ERROR and timeout.user_hint is None
