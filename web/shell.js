@@ -10,12 +10,13 @@
  *   per frame.
  * - Only relative URLs: the page works under any sub-path.
  * - `?napplet=<http(s) url>` opens that napplet at start (development);
- *   `?test=1` is left in the URL for the runtime to read.
+ *   query parameters are read with URLSearchParams only.
  */
 
 import { AccountSwitcher } from "./js/accounts.js";
 import { ConnectionsPanel, Notices } from "./js/connections.js";
 import { DialogQueue } from "./js/dialogs.js";
+import { startRuntime } from "./js/boot-runtime.js";
 import { NappletArea, isHttpUrl, nameFromUrl } from "./js/frames.js";
 import { Inspector } from "./js/inspector.js";
 import { loadConnections, saveConnections } from "./js/storage.js";
@@ -143,7 +144,6 @@ const napllmHost = Object.freeze({
     bootProgress("Ready", 1);
     bootPanel.hidden = true;
     document.body.dataset.boot = "ready";
-    if (runtime.testMode === true) document.body.dataset.testMode = "true";
     connections.setReady(true);
     connections.renderConnections();
     accounts.apply();
@@ -255,7 +255,7 @@ async function boot() {
       errorCallback: (message) => messages.push(String(message)),
     });
     bootProgress("Starting the runtime…", 0.7);
-    await py.runPythonAsync("from napllm.browser.app import start\nawait start()");
+    await startRuntime(py);
     if (!runtime) bootProgress("Waiting for the runtime…", 0.95);
   } catch (error) {
     console.error("napllm: boot failed", error);

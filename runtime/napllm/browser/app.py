@@ -10,8 +10,9 @@ Rules (DESIGN.md: the browser edge is thin)
 - Credentials are stored by the page in IndexedDB (shell origin) and held
   by the registry; they never reach a frame, an envelope, the inspector or
   an error (the page only ever receives `Connection.public_summary()`).
-- Test mode (`?test=1`) adds fixture connections and exposes
-  `window.napllmTest` to drive them; without it neither exists.
+- The product has no test mode: nothing here reads the page's query. A
+  test build (`build.py build --with-test-hooks`) wraps `start` from a
+  module that only that build contains.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import logging
 import secrets
 from typing import Any
 
-from js import Object, location, napllmHost, window  # type: ignore[import-not-found]
+from js import Object, napllmHost  # type: ignore[import-not-found]
 from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
 
 from ..connections import Connection, ConnectionRegistry, ConnectionSpec
@@ -37,7 +38,7 @@ from ..shell import (
 )
 from ..wire import Unclonable, loads_strict
 from .engines import register_engines
-from .providers import BrowserProviders, connection_from_spec, default_connections, test_connections
+from .providers import BrowserProviders, connection_from_spec, default_connections
 
 log = logging.getLogger("napllm.browser")
 
@@ -57,7 +58,8 @@ class DomChooser:
         """Show the dialog; the chosen connection id or None."""
         token = "c-" + secrets.token_hex(8)
         try:
-            answer = await napllmHost.openChooser(token, json.dumps(request.to_json()))
+            payload = request.to_json() | {"endpointId": request.endpoint_id}
+            answer = await napllmHost.openChooser(token, json.dumps(payload))
         except asyncio.CancelledError:
             napllmHost.closeDialog(token)
             raise
@@ -71,7 +73,8 @@ class DomConsent:
         """Show the dialog; Deny unless the page answered an explicit Allow."""
         token = "k-" + secrets.token_hex(8)
         try:
-            answer = await napllmHost.openConsent(token, json.dumps(disclosure.to_json()))
+            payload = disclosure.to_json() | {"endpointId": disclosure.endpoint_id}
+            answer = await napllmHost.openConsent(token, json.dumps(payload))
         except asyncio.CancelledError:
             napllmHost.closeDialog(token)
             raise
@@ -112,13 +115,16 @@ class BridgeObserver(Observer):
 
 
 class Runtime:
-    """The shell plus the page-facing API (`attachRuntime`)."""
+    """The shell plus the page-facing API (`attachRuntime`).
 
-    def __init__(self, test_mode: bool) -> None:
-        self.test_mode = test_mode
+    `providers` defaults to a fresh `BrowserProviders` (a test build passes
+    its own subclass).
+    """
+
+    def __init__(self, providers: BrowserProviders | None = None) -> None:
         self.registry = ConnectionRegistry()
-        self.providers = BrowserProviders()
-        register_engines(self.providers.engines, test_mode=test_mode)
+        self.providers = providers if providers is not None else BrowserProviders()
+        register_engines(self.providers.engines)
         self.shell = Shell(
             self.registry,
             BridgeTransport(),
@@ -154,7 +160,7 @@ class Runtime:
         await napllmHost.saveConnections(json.dumps(stored))
 
     async def load(self) -> None:
-        """Built-in connections, then the user's stored ones, then test ones."""
+        """Built-in connections, then the user's stored ones."""
         for connection in await default_connections(self.providers):
             self.registry.add(connection)
         try:
@@ -166,9 +172,6 @@ class Runtime:
                 self.registry.add(Connection.model_validate(raw))
             except Exception:
                 log.warning("a stored connection could not be read and was skipped")
-        if self.test_mode:
-            for connection in test_connections(self.providers):
-                self.registry.add(connection)
 
     def _spec(self, text: str) -> ConnectionSpec:
         return ConnectionSpec.model_validate(json.loads(text))
@@ -272,7 +275,6 @@ class Runtime:
             "listGrants": self._proxy(
                 lambda: json.dumps([g.to_json("") for g in self.shell.grants()])
             ),
-            "testMode": self.test_mode,
         }
         return to_js(functions, dict_converter=Object.fromEntries)
 
@@ -280,59 +282,18 @@ class Runtime:
         self.shell.switch_account(str(account))
         self.publish_grants()
 
-    def test_api(self) -> Any:
-        """`window.napllmTest` (test mode only): script and inspect fixtures."""
 
-        def queue(cid: str, steps: str) -> None:
-            self.providers.fixture(str(cid)).queue(json.loads(str(steps)))
+async def start(runtime: Runtime | None = None) -> Runtime:
+    """Boot the runtime in the page and attach it to `napllmHost`.
 
-        def stats(cid: str) -> str:
-            fx = self.providers.fixture(str(cid))
-            return json.dumps(
-                {
-                    "submissions": fx.submissions,
-                    "closedEarly": fx.closed_early,
-                    "queued": fx.queued,
-                    "requests": [r.to_json() for r in fx.requests],
-                }
-            )
-
-        def set_deadline(seconds: float) -> None:
-            from dataclasses import replace
-
-            self.shell.policy = replace(self.shell.policy, deadline_s=float(seconds))
-
-        def edit(cid: str, name: str) -> None:
-            self.registry.edit(str(cid), name=str(name))
-            self.publish_connections()
-
-        def remove(cid: str) -> None:
-            self.registry.remove(str(cid))
-            self.publish_connections()
-
-        def clear(cid: str) -> int:
-            return self.providers.fixture(str(cid)).clear()
-
-        functions = {
-            "queue": self._proxy(queue),
-            "clear": self._proxy(clear),
-            "stats": self._proxy(stats),
-            "setDeadline": self._proxy(set_deadline),
-            "editConnection": self._proxy(edit),
-            "removeConnection": self._proxy(remove),
-        }
-        return to_js(functions, dict_converter=Object.fromEntries)
-
-
-async def start() -> Runtime:
-    """Boot the runtime in the page and attach it to `napllmHost`."""
+    `runtime` defaults to a fresh `Runtime()`; it is loaded (connections)
+    before it is attached.
+    """
     set_default_validator(JschonValidator())
     napllmHost.bootProgress("Starting the runtime", 0.9)
-    test_mode = "test=1" in str(location.search)
-    runtime = Runtime(test_mode)
+    if runtime is None:
+        runtime = Runtime()
     await runtime.load()
-    if test_mode:
-        window.napllmTest = runtime.test_api()
     napllmHost.attachRuntime(runtime.api())
     runtime.publish_connections()
     runtime.publish_grants()
