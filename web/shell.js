@@ -18,6 +18,7 @@ import { ConnectionsPanel, Notices } from "./js/connections.js";
 import { DialogQueue } from "./js/dialogs.js";
 import { startRuntime } from "./js/boot-runtime.js";
 import { NappletArea, isHttpUrl, nameFromUrl } from "./js/frames.js";
+import { el } from "./js/dom.js";
 import { Inspector } from "./js/inspector.js";
 import { loadConnections, saveConnections } from "./js/storage.js";
 
@@ -44,7 +45,45 @@ area = new NappletArea({
 });
 const connections = new ConnectionsPanel($("#connections"), getRuntime);
 const accounts = new AccountSwitcher($("#account"), getRuntime);
-const dialogs = new DialogQueue($("#dialog-host"));
+const tabOfEndpoint = (endpointId) => area.byEndpoint.get(String(endpointId))?.tab ?? null;
+const tabOfKey = (key) => area.tabs.find((tab) => tab.key === key) ?? null;
+
+/** Show (or clear) a refusal period of a napplet in its tab's toolbar and as a notice. */
+function showRefusal(scope, endpointId, state) {
+  const tab = tabOfKey(scope);
+  const toolbar = tab && tab.panel ? tab.panel.querySelector(".tab-toolbar") : null;
+  const old = toolbar ? toolbar.querySelector(".request-refusal") : null;
+  if (!state) {
+    if (old) old.remove();
+    return;
+  }
+  const when = Number.isFinite(state.until)
+    ? `until ${new Date(state.until).toLocaleTimeString()}`
+    : "until the page is reloaded";
+  const why = state.reason === "denied" ? "after several denials in a row, its" : "its";
+  const text = `Requests refused without asking ${when}`;
+  notify("warning", `${tab ? tab.title : "A napplet"}: ${why} model requests are refused without asking ${when}.`);
+  if (!toolbar) return;
+  const again = el("button", { type: "button", class: "secondary ask-again" }, "Ask me again");
+  again.addEventListener("click", () => dialogs.lift(scope));
+  const badge = el(
+    "span",
+    { class: "request-refusal", role: "status", dataset: { until: Number.isFinite(state.until) ? String(state.until) : "reload" } },
+    text,
+    again,
+  );
+  if (old) old.replaceWith(badge);
+  else toolbar.insertBefore(badge, toolbar.querySelector(".toggle"));
+}
+
+const dialogs = new DialogQueue($("#dialog-host"), {
+  scopeOf: (endpointId) => tabOfEndpoint(endpointId)?.key ?? null,
+  closeNapplet: (endpointId) => {
+    const tab = tabOfEndpoint(endpointId);
+    if (tab) area.close(tab);
+  },
+  onBlockChange: showRefusal,
+});
 
 window.addEventListener("message", (event) => area.onMessage(event));
 
