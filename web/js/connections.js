@@ -44,6 +44,32 @@ export function modelFromGgufUrl(url) {
   }
 }
 
+const USERINFO_TEXT =
+  "The URL must not contain a user name or password (user:secret@). Put the token or API key in the Access token / API key field instead.";
+const QUERY_TEXT =
+  "The base URL must not have a query (?...) or fragment (#...). Put a token or API key in the Access token / API key field instead.";
+
+/**
+ * Why a URL typed in the form may not be used, or null. Secrets belong in
+ * the token field only: user info is refused in any URL, a query or
+ * fragment in a base URL (`base`). The runtime checks the same
+ * (napllm.connections.check_base_url); this only answers sooner, so the
+ * text never even reaches it. The message never repeats the URL.
+ */
+export function urlSecretProblem(value, base) {
+  const text = String(value ?? "");
+  if (!text) return null;
+  let url;
+  try {
+    url = new URL(text);
+  } catch {
+    return null;
+  }
+  if (url.username || url.password || /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*@/i.test(text)) return USERINFO_TEXT;
+  if (base && (url.search || url.hash || text.includes("?") || text.includes("#"))) return QUERY_TEXT;
+  return null;
+}
+
 /** The text of a runtime failure safe to show in the form (never a traceback). */
 function failureText(result) {
   if (typeof result === "string") {
@@ -360,6 +386,14 @@ export class ConnectionsPanel {
     const kind = KINDS[this.editing ? this.editing.kind : this.fields.kind.value] ?? KINDS.lmsp;
     if (kind.modelUrl && !this.fields.model.value.trim() && !modelFromGgufUrl(this.fields.modelUrl.value.trim())) {
       this.formError.textContent = "Enter a model id: the GGUF URL has no file name.";
+      return;
+    }
+    const problem =
+      (kind.baseUrl ? urlSecretProblem(this.fields.baseUrl.value.trim(), true) : null) ??
+      (kind.modelUrl ? urlSecretProblem(this.fields.modelUrl.value.trim(), false) : null);
+    if (problem) {
+      this.formError.textContent = problem;
+      (kind.secret ? this.fields.secret : this.fields.baseUrl).focus();
       return;
     }
     const json = this.formJson();

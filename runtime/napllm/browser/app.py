@@ -24,9 +24,17 @@ import secrets
 from typing import Any
 
 from js import Object, napllmHost  # type: ignore[import-not-found]
+from pydantic import ValidationError
 from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
 
-from ..connections import Connection, ConnectionRegistry, ConnectionSpec
+from ..connections import (
+    Connection,
+    ConnectionRegistry,
+    ConnectionSpec,
+    UrlRefused,
+    spec_error_text,
+)
+from ..errors import ProviderFailure
 from ..schema import JschonValidator, set_default_validator
 from ..shell import (
     ChoiceRequest,
@@ -250,6 +258,28 @@ class Runtime:
         self._proxies.append(proxy)  # page lifetime: kept, never destroyed
         return proxy
 
+    def _form(self, coro_fn: Any) -> Any:
+        """Wrap the form's add/edit: a refused field becomes `{"error": text}` (JSON).
+
+        The text is one of napllm's fixed sentences (`spec_error_text`, a
+        provider's `user_hint`); neither pydantic's text nor a provider's
+        reply is ever shown, since both may repeat a URL or a token.
+        """
+
+        async def call(*args: str) -> str:
+            try:
+                result: str = await coro_fn(*args)
+            except ValidationError as exc:
+                return json.dumps({"error": spec_error_text(exc)})
+            except UrlRefused as exc:
+                return json.dumps({"error": str(exc)})
+            except ProviderFailure as exc:
+                hint = exc.user_hint or "The connection could not be reached."
+                return json.dumps({"error": hint})
+            return result
+
+        return call
+
     def _async(self, coro_fn: Any) -> Any:
         """A JS-callable that returns a Promise of the coroutine's result."""
 
@@ -265,8 +295,8 @@ class Runtime:
             "closeEndpoint": self._proxy(lambda eid: self.shell.close_endpoint(str(eid))),
             "receive": self._proxy(self.receive),
             "switchAccount": self._proxy(self._switch_account),
-            "addConnection": self._async(self.add_connection),
-            "editConnection": self._async(self.edit_connection),
+            "addConnection": self._async(self._form(self.add_connection)),
+            "editConnection": self._async(self._form(self.edit_connection)),
             "removeConnection": self._async(self.remove_connection),
             "listConnections": self._proxy(
                 lambda: json.dumps([c.public_summary() for c in self.registry.all()])
