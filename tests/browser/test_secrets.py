@@ -49,9 +49,9 @@ class EchoingServer(http.server.BaseHTTPRequestHandler):
         self.seen.append(auth)
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
-        body = json.dumps(
-            {"error": {"message": f"Invalid API key: {auth} ({self.path})", "code": auth}}
-        ).encode()
+        key = auth.removeprefix("Bearer ")
+        error = {"message": f"Invalid API key: {auth} ({self.path})", "code": key, "type": key}
+        body = json.dumps({"error": error}).encode()
         self.send_response(401)
         self._cors()
         self.send_header("Content-Type", "application/json")

@@ -10,6 +10,8 @@ Rules (DESIGN.md: the browser edge is thin)
 - Credentials are stored by the page in IndexedDB (shell origin) and held
   by the registry; they never reach a frame, an envelope, the inspector or
   an error (the page only ever receives `Connection.public_summary()`).
+  Every log line of the page goes through `RedactingFormatter`, which
+  removes each saved credential (a provider may echo one back).
 - The product has no test mode: nothing here reads the page's query. A
   test build (`build.py build --with-test-hooks`) wraps `start` from a
   module that only that build contains.
@@ -21,6 +23,7 @@ import asyncio
 import json
 import logging
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 from js import Object, napllmHost  # type: ignore[import-not-found]
@@ -49,6 +52,47 @@ from .engines import register_engines
 from .providers import BrowserProviders, connection_from_spec, default_connections
 
 log = logging.getLogger("napllm.browser")
+
+
+class RedactingFormatter(logging.Formatter):
+    """Formats log records with every saved credential replaced by `[redacted]`.
+
+    A provider may echo a token in an error field that ends up in a log
+    line's developer detail (or in a traceback); the page's console must
+    never show it. `secrets` returns the current credentials (any length).
+    """
+
+    def __init__(self, secrets: Callable[[], list[str]]) -> None:
+        super().__init__("%(name)s: %(levelname)s: %(message)s")
+        self._secrets = secrets
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The formatted record (traceback included), credentials removed."""
+        return redact(super().format(record), self._secrets())
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    """`text` with each non-empty string of `secrets` replaced by `[redacted]`."""
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, "[redacted]")
+    return text
+
+
+def install_log_redaction(registry: ConnectionRegistry) -> logging.Handler:
+    """Route every log record of the page (root logger) through `RedactingFormatter`."""
+
+    def current() -> list[str]:
+        return [c.credential.get_secret_value() for c in registry.all() if c.credential]
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(RedactingFormatter(current))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        if getattr(old, "napllm_redacting", False):
+            root.removeHandler(old)
+    handler.napllm_redacting = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    return handler
 
 
 class BridgeTransport:
@@ -131,6 +175,7 @@ class Runtime:
 
     def __init__(self, providers: BrowserProviders | None = None) -> None:
         self.registry = ConnectionRegistry()
+        install_log_redaction(self.registry)
         self.providers = providers if providers is not None else BrowserProviders()
         register_engines(self.providers.engines)
         self.shell = Shell(
