@@ -14,7 +14,7 @@
  */
 
 import { AccountSwitcher } from "./js/accounts.js";
-import { ConnectionsPanel, Notices } from "./js/connections.js";
+import { ConnectionsPanel, Notices, warnSharedOrigin } from "./js/connections.js";
 import { DialogQueue } from "./js/dialogs.js";
 import { startRuntime } from "./js/boot-runtime.js";
 import { NappletArea, isHttpUrl, nameFromUrl } from "./js/frames.js";
@@ -146,6 +146,7 @@ const napllmHost = Object.freeze({
   /** Re-render the connections panel. */
   connectionsChanged(listJson) {
     connections.update(String(listJson));
+    sharedOriginCheck(String(listJson));
   },
   /** Re-render the standing grants. */
   grantsChanged(listJson) {
@@ -191,12 +192,24 @@ const napllmHost = Object.freeze({
   },
 });
 
+/** The one-time warning about tokens on a shared github.io origin (README, deploy). */
+function sharedOriginCheck(listJson) {
+  let storage = null;
+  try {
+    storage = window.localStorage;
+  } catch {
+    storage = null;
+  }
+  warnSharedOrigin(listJson, location.href, storage, notify);
+}
+
 /** Read the lists once at attach, unless the runtime has pushed newer ones meanwhile. */
 async function refreshRuntimeLists() {
   const seen = [connections.connectionsVersion, connections.grantsVersion];
   try {
     const list = await runtime.listConnections();
     if (typeof list === "string" && connections.connectionsVersion === seen[0]) connections.update(list);
+    if (typeof list === "string") sharedOriginCheck(list);
     const grants = await runtime.listGrants();
     if (typeof grants === "string" && connections.grantsVersion === seen[1]) connections.updateGrants(grants);
   } catch {
