@@ -66,7 +66,8 @@ def test_warning_shows_once_when_the_check_says_shared_and_a_token_is_saved(
         """async () => {
           const m = await import('./js/connections.js');
           const store = new Map();
-          const storage = {getItem: (k) => store.get(k) ?? null, setItem: (k, v) => store.set(k, v)};
+          const storage = {
+            getItem: (k) => store.get(k) ?? null, setItem: (k, v) => store.set(k, v)};
           const shown = [];
           const notify = (level, text) => shown.push([level, text]);
           const token = JSON.stringify([{id: 'u-1', hasCredential: true}]);
