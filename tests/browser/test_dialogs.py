@@ -236,10 +236,13 @@ def test_allow_is_disabled_at_first_then_armed_and_an_early_click_does_nothing(
     assert shell.open_dialogs() == 1
     assert allow.is_enabled() and not remember.is_checked()
     assert "arming" not in (allow.get_attribute("class") or "")
-    # A deliberate click later works.
+    # Deliberate clicks later work: the label ticks the box, Allow allows.
+    dialog.locator(".remember-row label").click()
+    assert remember.is_checked()
     shell.page.mouse.click(x, y)
     dialog.wait_for(state="detached")
     assert code(napplet.wait_for("g1")) is None
+    assert shell.page.locator("#grant-list button.revoke").count() == 1
 
 
 def test_a_press_that_began_before_the_dialog_does_not_allow(shell: ShellPage) -> None:
