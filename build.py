@@ -1017,7 +1017,10 @@ TEST_OVERRIDES: dict[str, tuple[str, str | None]] = {
     "vendor/web-llm/web-llm.js": ("web-llm.js", "vendor/web-llm/web-llm.product.js"),
 }
 #: Files only the test build has: dist-test path -> file of tests/hooks/.
-TEST_ADDITIONS: dict[str, str] = {"testhooks/napllm_testhooks.py": "napllm_testhooks.py"}
+TEST_ADDITIONS: dict[str, str] = {
+    "testhooks/napllm_testhooks.py": "napllm_testhooks.py",
+    "testhooks/webllm-factory.js": "webllm-factory.js",
+}
 
 
 def _link(src: Path, dst: Path) -> None:

@@ -208,7 +208,8 @@ def test_test_build_links_dist_and_adds_only_the_hooks(
         (dist / rel).parent.mkdir(parents=True, exist_ok=True)
         (dist / rel).write_text(text)
     hooks.mkdir()
-    for name in ("boot-runtime.js", "webllm-engine.js", "web-llm.js", "napllm_testhooks.py"):
+    names = ("boot-runtime.js", "webllm-engine.js", "web-llm.js", "webllm-factory.js")
+    for name in (*names, "napllm_testhooks.py"):
         (hooks / name).write_text(f"hook {name}")
     (out / "stale").mkdir(parents=True)
     (out / "stale" / "old.js").write_text("old")
