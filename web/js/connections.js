@@ -78,7 +78,7 @@ export const SHARED_ORIGIN_TEXT =
 
 /**
  * Whether the page at `href` shares its origin with other sites: a page
- * under a path (a project page, `https://user.github.io/project/`) on a
+ * under a path (a project page, `user.github.io/project/`) on a
  * `*.github.io` host, whose origin `user.github.io` every other project of
  * that user shares. Pure: `href` is any URL text; false when unparsable.
  */
