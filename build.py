@@ -37,6 +37,11 @@ Layout of ``dist/`` (the contract for the host page and the tests)::
     models/tinychat/tiny-chat-q8_0.gguf
     models/tinychat-onnx/             TinyChat as ONNX (config, tokenizer, onnx/model.onnx)
     build-info.json                   versions and file sizes
+
+``python build.py build --with-test-hooks`` also writes ``dist-test/``, the
+test build the browser tests use: every file of ``dist/`` (hard links, so
+it takes a moment) with the test hooks of ``tests/hooks/`` added (see
+:data:`TEST_OVERRIDES`). ``dist/`` itself never contains a test hook.
 """
 
 from __future__ import annotations
@@ -67,6 +72,9 @@ from typing import Any, ClassVar
 
 ROOT = Path(__file__).resolve().parent
 DIST = ROOT / "dist"
+#: The test build: dist/ (hard links) plus the test hooks of tests/hooks/.
+DIST_TEST = ROOT / "dist-test"
+TEST_HOOKS = ROOT / "tests" / "hooks"
 BUILD = ROOT / "build"
 WHEEL_CACHE = BUILD / "wheels"
 STAMPS = BUILD / "stamps"
@@ -1046,11 +1054,72 @@ def build(*, gzip_sizes: bool = False) -> dict[str, Any]:
     return info
 
 
+#: dist-test/ files replaced by a test hook (a file of tests/hooks/), and where
+#: the product's file is kept for the hook to import (None: not kept).
+TEST_OVERRIDES: dict[str, tuple[str, str | None]] = {
+    "js/boot-runtime.js": ("boot-runtime.js", None),
+    "engines/webllm-engine.js": ("webllm-engine.js", "engines/webllm-engine.product.js"),
+    "vendor/web-llm/web-llm.js": ("web-llm.js", "vendor/web-llm/web-llm.product.js"),
+}
+#: Files only the test build has: dist-test path -> file of tests/hooks/.
+TEST_ADDITIONS: dict[str, str] = {
+    "testhooks/napllm_testhooks.py": "napllm_testhooks.py",
+    "testhooks/webllm-factory.js": "webllm-factory.js",
+}
+
+
+def _link(src: Path, dst: Path) -> None:
+    """Make ``dst`` a hard link to ``src`` (a copy where links are impossible)."""
+    if dst.is_file() and os.path.samefile(src, dst):
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copy2(src, tmp)
+    os.replace(tmp, dst)
+
+
+def build_test_dist() -> Path:
+    """Write ``dist-test/`` from the built ``dist/`` and ``tests/hooks/``; returns its path.
+
+    Every file of dist/ is hard-linked (its product copy of an overridden
+    file under the name :data:`TEST_OVERRIDES` gives), the hook files are
+    copied in, and files no longer produced are removed.
+
+    Raises: BuildError when dist/ is not built or a hook file is missing.
+    """
+    if not (DIST / "build-info.json").is_file():
+        raise BuildError("dist/ is not built; run `python build.py` first")
+    with build_lock():
+        out = DistWriter(DIST_TEST)
+        DIST_TEST.mkdir(exist_ok=True)
+        for src in sorted(DIST.rglob("*")):
+            if not src.is_file():
+                continue
+            rel = src.relative_to(DIST).as_posix()
+            target = TEST_OVERRIDES[rel][1] if rel in TEST_OVERRIDES else rel
+            if target is None:
+                continue
+            _link(src, DIST_TEST / target)
+            out.written.add(DIST_TEST / target)
+        hooks = {rel: name for rel, (name, _) in TEST_OVERRIDES.items()} | TEST_ADDITIONS
+        for rel, name in hooks.items():
+            source = TEST_HOOKS / name
+            if not source.is_file():
+                raise BuildError(f"test hook {name} is missing from tests/hooks/")
+            out.copy(source, rel)
+        out.prune()
+    return DIST_TEST
+
+
 def clean() -> None:
-    """Remove dist/ and the build cache build/ (node_modules/ is kept)."""
-    for path in (DIST, BUILD):
+    """Remove dist/, dist-test/ and the build cache build/ (node_modules/ is kept)."""
+    for path in (DIST, DIST_TEST, BUILD):
         shutil.rmtree(path, ignore_errors=True)
-    print("removed dist/ and build/")
+    print("removed dist/, dist-test/ and build/")
 
 
 # --------------------------------------------------------------------------- serving
@@ -1186,11 +1255,16 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command")
     b = sub.add_parser("build", help="build dist/ (the default)")
     b.add_argument("--gzip", action="store_true", help="also print the gzip size of dist/")
+    b.add_argument(
+        "--with-test-hooks",
+        action="store_true",
+        help="also write dist-test/: dist/ plus the test hooks of tests/hooks/ (for the tests)",
+    )
     s = sub.add_parser("serve", help="build, then serve dist/ with COOP/COEP headers")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--no-build", action="store_true", help="serve the existing dist/")
-    sub.add_parser("clean", help="remove dist/ and build/")
+    sub.add_parser("clean", help="remove dist/, dist-test/ and build/")
     sub.add_parser(
         "test",
         help="install test dependencies, build, run the whole test suite "
@@ -1213,6 +1287,8 @@ def main(argv: list[str] | None = None) -> int:
             serve(args.host, args.port)
         else:
             build(gzip_sizes=getattr(args, "gzip", False))
+            if getattr(args, "with_test_hooks", False):
+                print(f"test build: {build_test_dist().relative_to(ROOT)}/", flush=True)
     except BuildError as exc:
         print(f"build failed: {exc}", file=sys.stderr)
         return 1

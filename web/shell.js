@@ -10,13 +10,15 @@
  *   per frame.
  * - Only relative URLs: the page works under any sub-path.
  * - `?napplet=<http(s) url>` opens that napplet at start (development);
- *   `?test=1` is left in the URL for the runtime to read.
+ *   query parameters are read with URLSearchParams only.
  */
 
 import { AccountSwitcher } from "./js/accounts.js";
-import { ConnectionsPanel, Notices } from "./js/connections.js";
+import { ConnectionsPanel, Notices, warnSharedOrigin } from "./js/connections.js";
 import { DialogQueue } from "./js/dialogs.js";
+import { startRuntime } from "./js/boot-runtime.js";
 import { NappletArea, isHttpUrl, nameFromUrl } from "./js/frames.js";
+import { el } from "./js/dom.js";
 import { Inspector } from "./js/inspector.js";
 import { loadConnections, saveConnections } from "./js/storage.js";
 
@@ -43,7 +45,45 @@ area = new NappletArea({
 });
 const connections = new ConnectionsPanel($("#connections"), getRuntime);
 const accounts = new AccountSwitcher($("#account"), getRuntime);
-const dialogs = new DialogQueue($("#dialog-host"));
+const tabOfEndpoint = (endpointId) => area.byEndpoint.get(String(endpointId))?.tab ?? null;
+const tabOfKey = (key) => area.tabs.find((tab) => tab.key === key) ?? null;
+
+/** Show (or clear) a refusal period of a napplet in its tab's toolbar and as a notice. */
+function showRefusal(scope, endpointId, state) {
+  const tab = tabOfKey(scope);
+  const toolbar = tab && tab.panel ? tab.panel.querySelector(".tab-toolbar") : null;
+  const old = toolbar ? toolbar.querySelector(".request-refusal") : null;
+  if (!state) {
+    if (old) old.remove();
+    return;
+  }
+  const when = Number.isFinite(state.until)
+    ? `until ${new Date(state.until).toLocaleTimeString()}`
+    : "until the page is reloaded";
+  const why = state.reason === "denied" ? "after several denials in a row, its" : "its";
+  const text = `Requests refused without asking ${when}`;
+  notify("warning", `${tab ? tab.title : "A napplet"}: ${why} model requests are refused without asking ${when}.`);
+  if (!toolbar) return;
+  const again = el("button", { type: "button", class: "secondary ask-again" }, "Ask me again");
+  again.addEventListener("click", () => dialogs.lift(scope));
+  const badge = el(
+    "span",
+    { class: "request-refusal", role: "status", dataset: { until: Number.isFinite(state.until) ? String(state.until) : "reload" } },
+    text,
+    again,
+  );
+  if (old) old.replaceWith(badge);
+  else toolbar.insertBefore(badge, toolbar.querySelector(".toggle"));
+}
+
+const dialogs = new DialogQueue($("#dialog-host"), {
+  scopeOf: (endpointId) => tabOfEndpoint(endpointId)?.key ?? null,
+  closeNapplet: (endpointId) => {
+    const tab = tabOfEndpoint(endpointId);
+    if (tab) area.close(tab);
+  },
+  onBlockChange: showRefusal,
+});
 
 window.addEventListener("message", (event) => area.onMessage(event));
 
@@ -106,6 +146,7 @@ const napllmHost = Object.freeze({
   /** Re-render the connections panel. */
   connectionsChanged(listJson) {
     connections.update(String(listJson));
+    sharedOriginCheck(String(listJson));
   },
   /** Re-render the standing grants. */
   grantsChanged(listJson) {
@@ -143,7 +184,6 @@ const napllmHost = Object.freeze({
     bootProgress("Ready", 1);
     bootPanel.hidden = true;
     document.body.dataset.boot = "ready";
-    if (runtime.testMode === true) document.body.dataset.testMode = "true";
     connections.setReady(true);
     connections.renderConnections();
     accounts.apply();
@@ -152,12 +192,24 @@ const napllmHost = Object.freeze({
   },
 });
 
+/** The one-time warning about tokens on a shared github.io origin (README, deploy). */
+function sharedOriginCheck(listJson) {
+  let storage = null;
+  try {
+    storage = window.localStorage;
+  } catch {
+    storage = null;
+  }
+  warnSharedOrigin(listJson, location.href, storage, notify);
+}
+
 /** Read the lists once at attach, unless the runtime has pushed newer ones meanwhile. */
 async function refreshRuntimeLists() {
   const seen = [connections.connectionsVersion, connections.grantsVersion];
   try {
     const list = await runtime.listConnections();
     if (typeof list === "string" && connections.connectionsVersion === seen[0]) connections.update(list);
+    if (typeof list === "string") sharedOriginCheck(list);
     const grants = await runtime.listGrants();
     if (typeof grants === "string" && connections.grantsVersion === seen[1]) connections.updateGrants(grants);
   } catch {
@@ -255,7 +307,7 @@ async function boot() {
       errorCallback: (message) => messages.push(String(message)),
     });
     bootProgress("Starting the runtime…", 0.7);
-    await py.runPythonAsync("from napllm.browser.app import start\nawait start()");
+    await startRuntime(py);
     if (!runtime) bootProgress("Waiting for the runtime…", 0.95);
   } catch (error) {
     console.error("napllm: boot failed", error);

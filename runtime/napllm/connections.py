@@ -9,6 +9,12 @@ Rules
   connection id, URL, settings and credential never leave the shell.
 - Every edit bumps `revision`; the shell compares revisions to invalidate
   handles (`selection-expired`) and standing consent grants.
+- A secret belongs in the credential (the form's token field) only. Base
+  URLs (`settings.baseUrl`) are plain `http(s)://host[:port][/path]`: user
+  info (`user:secret@`), a query and a fragment are refused, as is user
+  info in a model URL (`settings.url`), both in the form's spec and in a
+  stored connection, with fixed messages that never repeat the URL
+  (`check_base_url`, `check_model_url`, `spec_error_text`).
 - `toolChoiceModes` lists exactly the supported modes without duplicates;
   `tools: true` requires `auto` and `none`; `tools: false` requires an empty
   list (NAP-LLM, Model).
@@ -18,8 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 ProviderKind = Literal["webllm", "wasm", "onnx", "lmsp", "openai", "fixture"]
 ToolChoiceMode = Literal["auto", "none", "required", "tool"]
@@ -63,6 +70,82 @@ class Capabilities(BaseModel):
         return self
 
 
+#: The form's fixed message for a URL with `user:password@` in it.
+USERINFO_MESSAGE = (
+    "The URL must not contain a user name or password (user:secret@). "
+    "Put the token or API key in the Access token / API key field instead."
+)
+BASE_URL_MESSAGE = "The base URL must be an http or https URL with a host."
+QUERY_MESSAGE = (
+    "The base URL must not have a query (?...) or fragment (#...). "
+    "Put a token or API key in the Access token / API key field instead."
+)
+
+
+class UrlRefused(ValueError):
+    """A URL a connection may not use; the message is fixed (never the URL)."""
+
+
+def _split(url: object) -> Any:
+    if not isinstance(url, str):
+        raise UrlRefused(BASE_URL_MESSAGE)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError for a malformed port)
+    except ValueError:
+        raise UrlRefused(BASE_URL_MESSAGE) from None
+    return parts
+
+
+def check_base_url(url: object) -> str:
+    """Return `url` if it is a usable connection base URL.
+
+    `http(s)://host[:port][/path]` only. Raises `UrlRefused` (a `ValueError`
+    with one of the fixed messages above) for anything else, in particular
+    for user info, a query or a fragment: a secret there would reach route
+    texts, summaries and error reports.
+    """
+    parts = _split(url)
+    if "@" in parts.netloc or parts.username is not None:
+        raise UrlRefused(USERINFO_MESSAGE)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UrlRefused(BASE_URL_MESSAGE)
+    if parts.query or parts.fragment or "?" in str(url) or "#" in str(url):
+        raise UrlRefused(QUERY_MESSAGE)
+    return str(url)
+
+
+def check_model_url(url: object) -> str:
+    """Return a model URL (`settings.url`, a GGUF) unless it has user info.
+
+    Raises `UrlRefused` with `USERINFO_MESSAGE` for `user:secret@`.
+    """
+    parts = _split(url)
+    if "@" in parts.netloc or parts.username is not None:
+        raise UrlRefused(USERINFO_MESSAGE)
+    return str(url)
+
+
+def _check_settings_urls(settings: dict[str, Any], *, base_required: bool) -> None:
+    if base_required or "baseUrl" in settings:
+        check_base_url(settings.get("baseUrl"))
+    if "url" in settings:
+        check_model_url(settings["url"])
+
+
+def spec_error_text(exc: ValidationError) -> str:
+    """A message for the connections form from a failed `ConnectionSpec`.
+
+    Only napllm's own fixed texts (`UrlRefused`) are passed on; pydantic's
+    text is never used, because it repeats the input (the URL, the token).
+    """
+    for error in exc.errors(include_input=False, include_url=False):
+        cause = (error.get("ctx") or {}).get("error")
+        if isinstance(cause, UrlRefused):
+            return str(cause)
+    return "The connection could not be saved. Check the fields and try again."
+
+
 class Connection(BaseModel):
     """One user-configured route to one model.
 
@@ -88,6 +171,12 @@ class Connection(BaseModel):
     available: bool = True
     unavailable_reason: str | None = None
     revision: int = 0
+
+    @model_validator(mode="after")
+    def _urls(self) -> Connection:
+        # A stored connection from before this rule may carry user info.
+        _check_settings_urls(self.settings, base_required=False)
+        return self
 
     def public_model(self, handle: str) -> dict[str, Any]:
         """The NAP-LLM Model record for `handle` (NAP-LLM, Model)."""
@@ -222,10 +311,7 @@ class ConnectionSpec(BaseModel):
 
     @model_validator(mode="after")
     def _settings(self) -> ConnectionSpec:
-        if self.kind in ("lmsp", "openai"):
-            base = self.settings.get("baseUrl")
-            if not isinstance(base, str) or not base.startswith(("http://", "https://")):
-                raise ValueError("baseUrl must be an http(s) URL")
+        _check_settings_urls(self.settings, base_required=self.kind in ("lmsp", "openai"))
         return self
 
 

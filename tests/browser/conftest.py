@@ -8,8 +8,13 @@ Rules
   unresolvable, so even requests Playwright cannot observe fail inside Chromium.
 - dist/ is built once per session when it is missing or older than its
   sources; ``NAPLLM_SKIP_BUILD=1`` uses dist/ as it is.
-- dist/ is served on a free 127.0.0.1 port by build.py's own handler (same
-  headers as ``python build.py serve``). Pages that exist only for tests are
+- The tests drive the *test build* ``dist-test/`` (``build.py build
+  --with-test-hooks``: dist/ plus tests/hooks/, remade from dist/ at the
+  start of every session), served as ``dist_url`` / ``base_url`` on a free
+  127.0.0.1 port by build.py's own handler (same headers as ``python
+  build.py serve``). The product dist/ never has a test hook; tests about
+  the product itself use ``dist_dir`` or ``product_url`` (dist/ served
+  the same way). Pages that exist only for tests are
   written by tests into a temporary folder served under ``/_test/``, so they
   can use the same relative URLs as the shell (``../pyodide/pyodide.mjs``)
   without entering dist/.
@@ -24,6 +29,7 @@ Rules
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -182,16 +188,18 @@ def dist_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def test_pages_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A temporary folder served under ``/_test/``, for pages that exist only in tests."""
-    return tmp_path_factory.mktemp("test-pages")
+def test_dist_dir(dist_dir: Path) -> Path:
+    """dist-test/: the built dist/ plus the test hooks (see build.py ``--with-test-hooks``)."""
+    try:
+        path: Path = build_module.build_test_dist()
+    except build_module.BuildError as exc:
+        pytest.fail(f"build.py --with-test-hooks failed: {exc}")
+    return path
 
 
-@pytest.fixture(scope="session")
-def dist_url(dist_dir: Path, test_pages_dir: Path) -> Iterator[str]:
-    """Base URL (ending in ``/``) of dist/ served on a free 127.0.0.1 port with COOP/COEP."""
-
-    server = build_module.make_server(dist_dir, quiet=True, overlays={TEST_PREFIX: test_pages_dir})
+@contextlib.contextmanager
+def _serve(folder: Path, overlays: dict[str, Path]) -> Iterator[str]:
+    server = build_module.make_server(folder, quiet=True, overlays=overlays)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -202,8 +210,29 @@ def dist_url(dist_dir: Path, test_pages_dir: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def test_pages_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A temporary folder served under ``/_test/``, for pages that exist only in tests."""
+    return tmp_path_factory.mktemp("test-pages")
+
+
+@pytest.fixture(scope="session")
+def dist_url(test_dist_dir: Path, test_pages_dir: Path) -> Iterator[str]:
+    """Base URL (ending in ``/``) of the test build served on 127.0.0.1 with COOP/COEP."""
+    with _serve(test_dist_dir, {TEST_PREFIX: test_pages_dir}) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def product_url(dist_dir: Path, test_pages_dir: Path) -> Iterator[str]:
+    """Base URL (ending in ``/``) of the product dist/ served the same way."""
+    with _serve(dist_dir, {TEST_PREFIX: test_pages_dir}) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
 def base_url(dist_url: str) -> str:
-    """pytest-playwright's base URL: relative ``page.goto`` targets resolve against dist/."""
+    """pytest-playwright's base URL: relative ``page.goto`` targets resolve against the
+    test build."""
     return dist_url
 
 

@@ -1,7 +1,8 @@
 """A page object for the real napllm shell (web/ + napllm in Pyodide) in Chromium.
 
-`ShellPage` boots ``index.html?test=1`` (the fixture connections ``fx-*`` and
-``window.napllmTest`` exist only in test mode) and drives it the way a person
+`ShellPage` boots ``index.html?test=1`` of the test build (the fixture
+connections ``fx-*`` and ``window.napllmTest`` exist only there, with
+``test=1`` in the query; see tests/hooks/) and drives it the way a person
 does: the napplet URL form, the chooser and consent dialogs (clicks, Esc),
 the profile switcher and the connections panel. `Napplet` wraps one open tab
 whose frame runs ``napplets/probe.html``: the test posts envelopes from
@@ -30,7 +31,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote
 
 import envelope_rules
 from napllm.lmsp import LmspEvent
@@ -312,7 +313,7 @@ class ShellPage:
         assert self.page.evaluate("document.body.dataset.boot") == "ready", self.page.evaluate(
             "document.querySelector('#boot-error-message').textContent"
         )
-        if "test=1" in query:
+        if "1" in parse_qs(query.removeprefix("?")).get("test", []):
             self.page.wait_for_function("() => typeof window.napllmTest === 'object'")
 
     # -- napplets ------------------------------------------------------------------

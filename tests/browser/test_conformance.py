@@ -515,7 +515,9 @@ def test_llm_c07_timeout_stalled_provider(shell: ShellPage) -> None:
     app.post(generate("g1", handle))
     shell.allow()
     wait_deltas(app, "g1")
-    shell.set_deadline(0.5)  # applies to generations started afterwards
+    # Applies to generations started afterwards; longer than the time Allow
+    # stays disabled after the dialog appears (web/js/dialogs.js, 500 ms).
+    shell.set_deadline(2.0)
     app.post({"type": "llm.cancel", "id": "c0", "requestId": "g1"})
     safe(app.wait_for("g1"), ErrorCode.CANCELLED)
     shell.queue("fx-full", [CREATED, *text_events("early"), Stall(None), completed()])

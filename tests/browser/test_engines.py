@@ -9,8 +9,8 @@ creation without the model host ends in a safe `provider-error` with the
 user hint in the shell UI (the resolver rules make the host fail inside
 Chromium), and the mapping between napllm and WebLLM's documented
 `engine.chat.completions.create` / `interruptGenerate` interface, through a
-test double injected by the test with `setEngineFactoryForTests` (test mode
-only; the double lives in this file, never in web/).
+test double injected by the test with `setEngineFactoryForTests` (the test
+build only, tests/hooks/; the double lives in this file, never in web/).
 """
 
 from __future__ import annotations
@@ -305,17 +305,17 @@ def test_webllm_cancel_interrupts_once_and_drains_the_stream(shell: Shell) -> No
     assert shell.page.evaluate("window.__webllmDouble.interrupts") == 1
 
 
-def test_engine_factory_cannot_be_replaced_outside_test_mode(
-    page: Any, request_log: Any, base_url: str
+def test_product_engine_module_has_no_factory_hook(
+    page: Any, request_log: Any, product_url: str
 ) -> None:
-    page.goto(f"{base_url}index.html")
+    """The product's engine module exports no way to replace WebLLM (the test build
+    adds one; tests/hooks/webllm-engine.js)."""
+    page.goto(f"{product_url}index.html?test=1")
     page.wait_for_function("document.body.dataset.boot === 'ready'", timeout=BOOT_TIMEOUT_MS)
-    message = page.evaluate(
-        "import('./engines/webllm-engine.js').then((m) => {"
-        " try { m.setEngineFactoryForTests(() => null); return 'replaced'; }"
-        " catch (e) { return e.message; } })"
+    exported = page.evaluate(
+        "import('./engines/webllm-engine.js').then((m) => typeof m.setEngineFactoryForTests)"
     )
-    assert message == "engine factories can only be replaced in test mode"
+    assert exported == "undefined"
 
 
 # --------------------------------------------------------------------------- real WebGPU

@@ -108,7 +108,6 @@ FAKE_RUNTIME = """
     listConnections() { return JSON.stringify([{id: 'stale', name: 'Stale list', kind: 'lmsp', model: 'm', route: 'r'}]); },
     revokeGrant(key) { fake.log('revokeGrant', key); },
     listGrants() { return JSON.stringify([{key: 'stale', napplet: {name: 'old', shortHash: '0'}, connectionId: 'stale', connectionName: '', account: 'Default'}]); },
-    testMode: false,
   };
   window.__fake = fake;
 })();
@@ -803,6 +802,11 @@ def _answer(shell: Any, token: str) -> Any:
     return shell.page.evaluate("(t) => window.answers[t]", token)
 
 
+def _armed(shell: Any) -> None:
+    """Wait until the open dialog's granting controls are enabled (web/js/dialogs.js)."""
+    shell.page.wait_for_selector("dialog[open][data-armed=true]")
+
+
 def test_chooser_lists_candidates_and_esc_cancels(shell: Any) -> None:
     shell.goto()
     shell.page.focus("#napplet-url")
@@ -820,8 +824,8 @@ def test_chooser_lists_candidates_and_esc_cancels(shell: Any) -> None:
     assert [b.get_attribute("data-candidate-id") for b in buttons] == ["c1", "c2"]
     assert "may charge" in buttons[1].text_content()
     assert "127.0.0.1:11435" in buttons[0].text_content()
-    # Focus starts on the first candidate.
-    assert shell.page.evaluate("document.activeElement.dataset.candidateId") == "c1"
+    # Focus starts on Cancel (Enter never picks a candidate by default).
+    assert shell.page.evaluate("document.activeElement.textContent") == "Cancel"
     shell.page.keyboard.press("Escape")
     assert _answer(shell, "t1") is None
     assert shell.page.query_selector("dialog[open]") is None
@@ -832,7 +836,8 @@ def test_chooser_keyboard_choice(shell: Any) -> None:
     shell.goto()
     _start_dialog(shell, "chooser", "t2", CHOOSER)
     shell.page.wait_for_selector("dialog.chooser-dialog[open]")
-    shell.page.keyboard.press("Tab")
+    _armed(shell)
+    shell.page.keyboard.press("Shift+Tab")  # Cancel -> the last candidate
     assert shell.page.evaluate("document.activeElement.dataset.candidateId") == "c2"
     shell.page.keyboard.press("Enter")
     assert _answer(shell, "t2") == "c2"
@@ -878,6 +883,7 @@ def test_consent_allow_with_remember(shell: Any) -> None:
     assert json.loads(_answer(shell, "k2")) == {"allow": True, "remember": True}
     _start_dialog(shell, "consent", "k3", DISCLOSURE)
     shell.page.wait_for_selector("dialog.consent-dialog[open]")
+    _armed(shell)
     shell.page.keyboard.press("Tab")  # Deny -> Allow
     shell.page.keyboard.press("Enter")
     assert json.loads(_answer(shell, "k3")) == {"allow": True, "remember": False}

@@ -192,3 +192,53 @@ def test_overlay_folders_are_served_and_contained(tmp_path: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_test_build_links_dist_and_adds_only_the_hooks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dist, out, hooks = tmp_path / "dist", tmp_path / "dist-test", tmp_path / "hooks"
+    for rel, text in {
+        "build-info.json": "{}",
+        "index.html": "<!doctype html>",
+        "js/boot-runtime.js": "product boot",
+        "engines/webllm-engine.js": "product engine",
+        "vendor/web-llm/web-llm.js": "product bundle",
+    }.items():
+        (dist / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dist / rel).write_text(text)
+    hooks.mkdir()
+    names = ("boot-runtime.js", "webllm-engine.js", "web-llm.js", "webllm-factory.js")
+    for name in (*names, "napllm_testhooks.py"):
+        (hooks / name).write_text(f"hook {name}")
+    (out / "stale").mkdir(parents=True)
+    (out / "stale" / "old.js").write_text("old")
+    monkeypatch.setattr(build, "DIST", dist)
+    monkeypatch.setattr(build, "DIST_TEST", out)
+    monkeypatch.setattr(build, "TEST_HOOKS", hooks)
+    monkeypatch.setattr(build, "BUILD", tmp_path / "cache")
+
+    assert build.build_test_dist() == out
+    assert (out / "index.html").samefile(dist / "index.html")
+    assert (out / "js/boot-runtime.js").read_text() == "hook boot-runtime.js"
+    assert (out / "engines/webllm-engine.product.js").read_text() == "product engine"
+    assert (out / "vendor/web-llm/web-llm.product.js").read_text() == "product bundle"
+    assert (out / "vendor/web-llm/web-llm.js").read_text() == "hook web-llm.js"
+    assert (out / "testhooks/napllm_testhooks.py").is_file()
+    assert not (out / "stale").exists()
+    # dist/ itself is untouched.
+    assert (dist / "js/boot-runtime.js").read_text() == "product boot"
+    assert sorted(p.name for p in dist.rglob("*") if p.is_file()) == sorted(
+        ["build-info.json", "index.html", "boot-runtime.js", "webllm-engine.js", "web-llm.js"]
+    )
+    # A changed dist/ file (replaced, as DistWriter does) is linked again.
+    (dist / "index.html").unlink()
+    (dist / "index.html").write_text("new")
+    build.build_test_dist()
+    assert (out / "index.html").read_text() == "new"
+
+
+def test_test_build_needs_a_built_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(build, "DIST", tmp_path / "none")
+    with pytest.raises(build.BuildError, match="not built"):
+        build.build_test_dist()

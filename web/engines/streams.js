@@ -12,7 +12,7 @@
  * - `cancel(id)` marks the stream aborted, drops queued chunks, wakes a
  *   pending read (which reports `done`) and forgets it; the producer learns
  *   it through `stream.aborted` and its AbortSignal.
- * - A delivery delay (test mode only) hands chunks over one at a time.
+ * - A delivery delay (0 unless the caller sets one) hands chunks over one at a time.
  */
 
 const streams = new Map();

@@ -28,9 +28,8 @@
  *   `context`, `inference`, `unknown`); the engine's own text never leaves
  *   this module except in the console.
  * - Streams are read from Python through streams.js (JSON text batches).
- * - Test mode only (`?test=1`): `setEngineFactoryForTests(factory)` replaces
- *   `CreateWebWorkerMLCEngine` with a test double implementing WebLLM's
- *   documented `chat.completions.create` / `interruptGenerate` interface.
+ * - Engines are created only through the bundle's `CreateWebWorkerMLCEngine`
+ *   (the one place a test build substitutes a double; nothing here knows).
  */
 
 import { loadingNotice, progress } from "./page.js";
@@ -51,16 +50,6 @@ let webllmModule = null;
 async function webllm() {
   if (!webllmModule) webllmModule = import("../vendor/web-llm/web-llm.js");
   return webllmModule;
-}
-
-const testMode = new URLSearchParams(location.search).get("test") === "1";
-let testFactory = null;
-
-/** Test mode only: `factory(modelId, {initProgressCallback}) -> Promise<engine>`. */
-export function setEngineFactoryForTests(factory) {
-  if (!testMode) throw new Error("engine factories can only be replaced in test mode");
-  testFactory = typeof factory === "function" ? factory : null;
-  current = null;
 }
 
 async function probeGpu() {
@@ -147,7 +136,6 @@ async function createEngine(modelId, connectionId, label) {
     const fraction = Number(report && report.progress);
     progress(connectionId, `Loading ${label}`, Number.isFinite(fraction) ? fraction : 0);
   };
-  if (testFactory) return testFactory(modelId, { initProgressCallback });
   const lib = await webllm();
   const worker = new Worker(new URL("./webllm-worker.js", import.meta.url), { type: "module" });
   try {

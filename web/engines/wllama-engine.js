@@ -20,10 +20,8 @@
  *   stream is started with `startChat` (returns a stream id), read with
  *   `nextChunks(id)` and stopped with `abort(id)`, which aborts the wllama
  *   request through its AbortSignal (streams.js has the batch format).
- * - `deliveryDelayMs` (test mode only, set by the Python side from
- *   `?test=1&engineDelayMs=N`) hands chunks over one at a time, N ms apart,
- *   so cancellation tests can stop a stream of a model that is faster than
- *   the test. It is 0 otherwise.
+ * - `deliveryDelayMs` hands chunks over one at a time, N ms apart (the
+ *   Python side passes its engine's `delay_ms`, 0 in the product).
  */
 
 import { Wllama, wasmPaths } from "../vendor/wllama/wllama.js";

@@ -46,6 +46,85 @@ export function modelFromGgufUrl(url) {
   }
 }
 
+const USERINFO_TEXT =
+  "The URL must not contain a user name or password (user:secret@). Put the token or API key in the Access token / API key field instead.";
+const QUERY_TEXT =
+  "The base URL must not have a query (?...) or fragment (#...). Put a token or API key in the Access token / API key field instead.";
+
+/**
+ * Why a URL typed in the form may not be used, or null. Secrets belong in
+ * the token field only: user info is refused in any URL, a query or
+ * fragment in a base URL (`base`). The runtime checks the same
+ * (napllm.connections.check_base_url); this only answers sooner, so the
+ * text never even reaches it. The message never repeats the URL.
+ */
+export function urlSecretProblem(value, base) {
+  const text = String(value ?? "");
+  if (!text) return null;
+  let url;
+  try {
+    url = new URL(text);
+  } catch {
+    return null;
+  }
+  if (url.username || url.password || /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*@/i.test(text)) return USERINFO_TEXT;
+  if (base && (url.search || url.hash || text.includes("?") || text.includes("#"))) return QUERY_TEXT;
+  return null;
+}
+
+/** The localStorage key that records that the shared-origin warning was shown. */
+export const SHARED_ORIGIN_KEY = "napllm.sharedOriginWarningShown";
+
+export const SHARED_ORIGIN_TEXT =
+  "This shell runs in a folder of a shared github.io site: every other page of that site can read the access tokens saved here (they are kept in this origin's IndexedDB). Serve napllm from a dedicated origin (its own domain or subdomain) before saving tokens you care about.";
+
+/**
+ * Whether the page at `href` shares its origin with other sites: a page
+ * under a path (a project page, `user.github.io/project/`) on a
+ * `*.github.io` host, whose origin `user.github.io` every other project of
+ * that user shares. Pure: `href` is any URL text; false when unparsable.
+ */
+export function isSharedOriginPath(href) {
+  let url;
+  try {
+    url = new URL(String(href));
+  } catch {
+    return false;
+  }
+  const host = url.hostname.toLowerCase().replace(/\.$/, "");
+  if (host === "github.io" || !host.endsWith(".github.io")) return false;
+  const folder = url.pathname.slice(0, url.pathname.lastIndexOf("/") + 1);
+  return folder !== "/";
+}
+
+/**
+ * Show the shared-origin warning once (ever, per origin) when the page is
+ * on a shared origin (`isSharedOriginPath(href)`) and a connection in
+ * `listJson` (public summaries) has a saved token. `storage` is
+ * localStorage-like (`getItem`/`setItem`; failures are ignored, and then the
+ * warning shows once per page); `notify(level, text)` shows it.
+ * Returns whether it was shown now.
+ */
+export function warnSharedOrigin(listJson, href, storage, notify) {
+  if (!isSharedOriginPath(href)) return false;
+  if (!parseList(listJson).some((item) => item.hasCredential === true)) return false;
+  try {
+    if (storage && storage.getItem(SHARED_ORIGIN_KEY) === "1") return false;
+  } catch {
+    // Storage refused: fall back to once per page.
+  }
+  if (warnSharedOrigin.shown) return false;
+  warnSharedOrigin.shown = true;
+  try {
+    if (storage) storage.setItem(SHARED_ORIGIN_KEY, "1");
+  } catch {
+    // Ignored: see above.
+  }
+  notify("warning", SHARED_ORIGIN_TEXT);
+  return true;
+}
+warnSharedOrigin.shown = false;
+
 /** The text of a runtime failure safe to show in the form (never a traceback). */
 function failureText(result) {
   if (typeof result === "string") {
@@ -362,6 +441,14 @@ export class ConnectionsPanel {
     const kind = KINDS[this.editing ? this.editing.kind : this.fields.kind.value] ?? KINDS.lmsp;
     if (kind.modelUrl && !this.fields.model.value.trim() && !modelFromGgufUrl(this.fields.modelUrl.value.trim())) {
       this.formError.textContent = "Enter a model id: the GGUF URL has no file name.";
+      return;
+    }
+    const problem =
+      (kind.baseUrl ? urlSecretProblem(this.fields.baseUrl.value.trim(), true) : null) ??
+      (kind.modelUrl ? urlSecretProblem(this.fields.modelUrl.value.trim(), false) : null);
+    if (problem) {
+      this.formError.textContent = problem;
+      (kind.secret ? this.fields.secret : this.fields.baseUrl).focus();
       return;
     }
     const json = this.formJson();

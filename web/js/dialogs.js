@@ -14,11 +14,40 @@
  * - `closeDialog(token)` (the runtime no longer needs it) closes an open
  *   dialog or drops a queued one, resolving it as cancel/deny.
  * - Focus moves into the dialog and returns to where it was afterwards.
+ *
+ * Lock-out (a napplet that keeps asking): every dialog of a napplet (its
+ * `endpointId`, grouped by `scopeOf`, i.e. its tab) offers "Close this
+ * napplet" (`closeNapplet`) and "Refuse its requests until the page is
+ * reloaded"; both drop its queued dialogs at once. After
+ * `DENIALS_BEFORE_PAUSE` denials in a row (Deny, Cancel, Esc) its requests
+ * are refused without a dialog for `PAUSE_MS` (doubling each time, up to
+ * `MAX_PAUSE_MS`); `onBlockChange` shows the period to the user. A refused
+ * request is answered after `REFUSAL_DELAY_MS`, so a napplet re-sending in
+ * a loop cannot make the shell busy.
+ *
+ * Deliberate activation (a napplet can open a dialog under the pointer):
+ * Allow, the "remember" box and the chooser's candidates are disabled for
+ * `ARM_DELAY_MS` after the dialog appears (class `arming`, a visible
+ * fill), and afterwards ignore a click with `detail >= 2` and a pointer
+ * click whose pointer-down did not start on that control after it was
+ * enabled. Deny, Cancel, Close and Refuse act at once (they only take
+ * access away). The initial focus is Deny (Cancel in the chooser), so Enter
+ * never means Allow.
  */
 
 import { el, str } from "./dom.js";
 
 const DENY = JSON.stringify({ allow: false, remember: false });
+
+/** Milliseconds Allow, "remember" and the candidates stay disabled after a dialog appears. */
+export const ARM_DELAY_MS = 500;
+/** Denials in a row after which a napplet's requests are refused without a dialog. */
+export const DENIALS_BEFORE_PAUSE = 3;
+/** The first refusal period (ms); each later one doubles, up to `MAX_PAUSE_MS`. */
+export const PAUSE_MS = 30_000;
+export const MAX_PAUSE_MS = 10 * 60_000;
+/** Delay (ms) before a refused request is answered (throttles a re-send loop). */
+export const REFUSAL_DELAY_MS = 500;
 
 function parseJson(text) {
   try {
@@ -57,13 +86,150 @@ function capabilityBadges(capabilities) {
   return list;
 }
 
+/**
+ * Guards a dialog's granting controls (see the module docstring).
+ * `deliberate(event, control)` says whether a click on `control` counts.
+ */
+class ArmGuard {
+  constructor(dialog, controls) {
+    this.controls = controls;
+    this.armed = false;
+    this.pressed = null;
+    for (const control of controls) {
+      control.disabled = true;
+      control.classList.add("arming");
+    }
+    dialog.classList.add("arming");
+    dialog.style.setProperty("--arm-delay", `${ARM_DELAY_MS}ms`);
+    // Capture phase: before the control's own listeners.
+    dialog.addEventListener(
+      "pointerdown",
+      (event) => {
+        this.pressed = this.armed ? this.controlOf(event.target) : null;
+      },
+      true,
+    );
+    this.timer = setTimeout(() => {
+      this.armed = true;
+      dialog.classList.remove("arming");
+      dialog.dataset.armed = "true";
+      for (const control of controls) {
+        control.disabled = false;
+        control.classList.remove("arming");
+      }
+    }, ARM_DELAY_MS);
+  }
+
+  controlOf(target) {
+    let node = target instanceof Element ? target : null;
+    if (node && node.closest("label") && node.closest("label").control) node = node.closest("label").control;
+    return this.controls.find((control) => control === node || control.contains(node)) ?? null;
+  }
+
+  /** A click on `control` counts only if armed, single, and pressed on it after arming. */
+  deliberate(event, control) {
+    if (!this.armed || !event.isTrusted) return false;
+    if (event.detail >= 2) return false;
+    // detail 0: keyboard activation (Space/Enter on the focused control).
+    if (event.detail === 1 && this.pressed !== control) return false;
+    return true;
+  }
+
+  stop() {
+    clearTimeout(this.timer);
+  }
+}
+
 export class DialogQueue {
-  /** @param {HTMLElement} host container the <dialog> elements are added to. */
-  constructor(host) {
+  /**
+   * @param {HTMLElement} host container the <dialog> elements are added to.
+   * @param {object} [options]
+   * @param {(endpointId: string) => string|null} [options.scopeOf] the napplet
+   *   (tab) an endpoint belongs to; refusals are per scope. Default: the endpoint.
+   * @param {(endpointId: string) => void} [options.closeNapplet] closes the
+   *   napplet of an endpoint (its tab); without it "Close" is not offered.
+   * @param {(scope: string, endpointId: string, state: {until: number, reason: string}|null) => void} [options.onBlockChange]
+   *   shows (state) or clears (null) a refusal period; `until` is a
+   *   `Date.now()` time or `Infinity` (until the page is reloaded).
+   */
+  constructor(host, options = {}) {
     this.host = host;
     this.queue = [];
     this.current = null;
     this.returnFocus = null;
+    this.scopeOf = typeof options.scopeOf === "function" ? options.scopeOf : (id) => id;
+    this.closeNapplet = typeof options.closeNapplet === "function" ? options.closeNapplet : null;
+    this.onBlockChange = typeof options.onBlockChange === "function" ? options.onBlockChange : () => {};
+    /** scope -> {denials, pauses, until, timer, endpointId} */
+    this.scopes = new Map();
+  }
+
+  /** The refusal record of `scope` (created empty). */
+  scopeState(scope) {
+    let state = this.scopes.get(scope);
+    if (!state) {
+      state = { denials: 0, pauses: 0, until: 0, timer: null, endpointId: "" };
+      this.scopes.set(scope, state);
+    }
+    return state;
+  }
+
+  /** Whether requests of `scope` are refused without a dialog now. */
+  refused(scope) {
+    const state = scope === null ? null : this.scopes.get(scope);
+    return Boolean(state && state.until > Date.now());
+  }
+
+  /** Refuse `scope`'s requests until `until` (a Date.now() time or Infinity). */
+  refuse(scope, endpointId, until, reason) {
+    const state = this.scopeState(scope);
+    state.until = until;
+    state.denials = 0;
+    state.endpointId = endpointId;
+    clearTimeout(state.timer);
+    state.timer = null;
+    if (Number.isFinite(until)) {
+      state.timer = setTimeout(() => this.lift(scope), Math.max(0, until - Date.now()));
+    }
+    this.dropScope(scope);
+    this.onBlockChange(scope, endpointId, { until, reason });
+  }
+
+  /** End a refusal period of `scope` (the user asked, or it expired). */
+  lift(scope) {
+    const state = this.scopes.get(scope);
+    if (!state || state.until === 0) return;
+    clearTimeout(state.timer);
+    state.timer = null;
+    state.until = 0;
+    this.onBlockChange(scope, state.endpointId, null);
+  }
+
+  /** Resolve every queued dialog of `scope` as cancel/deny (not the open one). */
+  dropScope(scope) {
+    const kept = [];
+    for (const item of this.queue) {
+      if (item.scope === scope) item.resolve(item.cancelValue);
+      else kept.push(item);
+    }
+    this.queue = kept;
+  }
+
+  /** Count a denial of the open dialog's napplet; pause it after too many. */
+  denied(item) {
+    if (item.scope === null) return;
+    const state = this.scopeState(item.scope);
+    state.denials += 1;
+    if (state.denials >= DENIALS_BEFORE_PAUSE) {
+      const period = Math.min(MAX_PAUSE_MS, PAUSE_MS * 2 ** state.pauses);
+      state.pauses += 1;
+      this.refuse(item.scope, item.endpointId, Date.now() + period, "denied");
+    }
+  }
+
+  /** A granting answer: the napplet's denials in a row start again. */
+  granted(item) {
+    if (item.scope !== null) this.scopeState(item.scope).denials = 0;
   }
 
   /** Queue the chooser; resolves with a candidate id or null. */
@@ -96,8 +262,15 @@ export class DialogQueue {
   }
 
   enqueue(token, kind, data, cancelValue) {
+    const endpointId = typeof data.endpointId === "string" && data.endpointId ? data.endpointId : null;
+    const scoped = endpointId === null ? null : this.scopeOf(endpointId);
+    const scope = endpointId === null ? null : String(scoped ?? endpointId);
     return new Promise((resolve) => {
-      this.queue.push({ token, kind, data, cancelValue, resolve, dialog: null });
+      if (this.refused(scope)) {
+        setTimeout(() => resolve(cancelValue), REFUSAL_DELAY_MS);
+        return;
+      }
+      this.queue.push({ token, kind, data, cancelValue, resolve, dialog: null, endpointId, scope, guard: null });
       if (!this.current) this.showNext();
     });
   }
@@ -117,7 +290,7 @@ export class DialogQueue {
     dialog.addEventListener("cancel", (event) => {
       // Esc: cancel/deny (and keep the browser from closing it behind our back).
       event.preventDefault();
-      if (this.current === item) this.finish(item.cancelValue);
+      if (this.current === item) this.deny(item);
     });
     dialog.addEventListener("close", () => {
       if (this.current === item) this.finish(item.cancelValue);
@@ -127,10 +300,59 @@ export class DialogQueue {
     initialFocus.focus();
   }
 
+  /** The user said no (Deny, Cancel, Esc): counts towards a pause. */
+  deny(item) {
+    if (this.current !== item) return;
+    this.denied(item);
+    if (this.current === item) this.finish(item.cancelValue);
+  }
+
+  /** The user allowed or chose: the denial count starts again. */
+  grant(item, value) {
+    if (this.current !== item) return;
+    this.granted(item);
+    this.finish(value);
+  }
+
+  /** "Close this napplet": its dialogs go, then its tab. */
+  closeFromDialog(item) {
+    if (this.current !== item) return;
+    if (item.scope !== null) this.dropScope(item.scope);
+    this.finish(item.cancelValue);
+    if (this.closeNapplet && item.endpointId !== null) this.closeNapplet(item.endpointId);
+  }
+
+  /** "Refuse its requests until the page is reloaded". */
+  blockFromDialog(item) {
+    if (this.current !== item || item.scope === null) return;
+    this.refuse(item.scope, item.endpointId, Infinity, "blocked");
+    this.finish(item.cancelValue);
+  }
+
+  /** The row with "Close this napplet" and "Refuse …", or null without an endpoint. */
+  escapeRow(item, id) {
+    if (item.endpointId === null) return null;
+    const row = el("div", { class: "dialog-escape" });
+    if (this.closeNapplet) {
+      const close = el("button", { type: "button", class: "secondary close-napplet", id: `${id}-close` }, "Close this napplet");
+      close.addEventListener("click", () => this.closeFromDialog(item));
+      row.append(close);
+    }
+    const block = el(
+      "button",
+      { type: "button", class: "secondary block-napplet", id: `${id}-block` },
+      "Refuse its requests until the page is reloaded",
+    );
+    block.addEventListener("click", () => this.blockFromDialog(item));
+    row.append(block);
+    return row;
+  }
+
   finish(value) {
     const item = this.current;
     if (!item) return;
     this.current = null;
+    if (item.guard) item.guard.stop();
     if (item.dialog) {
       if (item.dialog.open) item.dialog.close();
       item.dialog.remove();
@@ -159,6 +381,7 @@ export class DialogQueue {
       " Choosing one does not send anything yet; you will be asked before each request.",
     );
     const list = el("ul", { class: "candidates" });
+    const buttons = [];
     for (const candidate of candidates) {
       if (!candidate || typeof candidate !== "object" || typeof candidate.id !== "string") continue;
       const button = el(
@@ -169,18 +392,17 @@ export class DialogQueue {
         el("span", { class: "candidate-route" }, `Route: ${str(candidate.route)}`),
         candidate.charges === true ? el("span", { class: "badge warn" }, "may charge") : null,
       );
-      button.addEventListener("click", () => {
-        if (this.current === item) this.finish(candidate.id);
+      button.addEventListener("click", (event) => {
+        if (this.current === item && item.guard.deliberate(event, button)) this.grant(item, candidate.id);
       });
+      buttons.push(button);
       list.append(el("li", {}, button, capabilityBadges(candidate.capabilities)));
     }
     const empty = list.children.length === 0
       ? el("p", { class: "empty" }, "No connection meets these requirements. Add one in the Connections panel.")
       : null;
     const cancel = el("button", { type: "button", class: "secondary", id: `${id}-cancel` }, "Cancel");
-    cancel.addEventListener("click", () => {
-      if (this.current === item) this.finish(item.cancelValue);
-    });
+    cancel.addEventListener("click", () => this.deny(item));
     const dialog = el(
       "dialog",
       { class: "chooser-dialog", "aria-labelledby": `${id}-title`, "aria-describedby": `${id}-desc`, dataset: { token: item.token, kind: "chooser" } },
@@ -188,9 +410,10 @@ export class DialogQueue {
       description,
       empty ?? list,
       el("div", { class: "dialog-actions" }, cancel),
+      this.escapeRow(item, id),
     );
-    const first = list.querySelector("button");
-    return { dialog, initialFocus: first ?? cancel };
+    item.guard = new ArmGuard(dialog, buttons);
+    return { dialog, initialFocus: cancel };
   }
 
   buildConsent(item) {
@@ -276,11 +499,15 @@ export class DialogQueue {
     );
     const deny = el("button", { type: "button", class: "secondary deny", id: `${id}-deny` }, "Deny");
     const allow = el("button", { type: "button", class: "primary allow", id: `${id}-allow` }, "Allow");
-    deny.addEventListener("click", () => {
-      if (this.current === item) this.finish(DENY);
+    deny.addEventListener("click", () => this.deny(item));
+    allow.addEventListener("click", (event) => {
+      if (this.current === item && item.guard.deliberate(event, allow)) {
+        this.grant(item, JSON.stringify({ allow: true, remember: remember.checked }));
+      }
     });
-    allow.addEventListener("click", () => {
-      if (this.current === item) this.finish(JSON.stringify({ allow: true, remember: remember.checked }));
+    remember.addEventListener("click", (event) => {
+      // An accidental click must not tick it: undo the toggle.
+      if (!item.guard.deliberate(event, remember)) event.preventDefault();
     });
     const dialog = el(
       "dialog",
@@ -290,7 +517,9 @@ export class DialogQueue {
       facts,
       rememberRow,
       el("div", { class: "dialog-actions" }, deny, allow),
+      this.escapeRow(item, id),
     );
+    item.guard = new ArmGuard(dialog, [allow, remember]);
     return { dialog, initialFocus: deny };
   }
 }

@@ -10,8 +10,11 @@ Rules (DESIGN.md: the browser edge is thin)
 - Credentials are stored by the page in IndexedDB (shell origin) and held
   by the registry; they never reach a frame, an envelope, the inspector or
   an error (the page only ever receives `Connection.public_summary()`).
-- Test mode (`?test=1`) adds fixture connections and exposes
-  `window.napllmTest` to drive them; without it neither exists.
+  Every log line of the page goes through `RedactingFormatter`, which
+  removes each saved credential (a provider may echo one back).
+- The product has no test mode: nothing here reads the page's query. A
+  test build (`build.py build --with-test-hooks`) wraps `start` from a
+  module that only that build contains.
 """
 
 from __future__ import annotations
@@ -20,12 +23,21 @@ import asyncio
 import json
 import logging
 import secrets
+from collections.abc import Callable
 from typing import Any
 
-from js import Object, location, napllmHost, window  # type: ignore[import-not-found]
+from js import Object, napllmHost  # type: ignore[import-not-found]
+from pydantic import ValidationError
 from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
 
-from ..connections import Connection, ConnectionRegistry, ConnectionSpec
+from ..connections import (
+    Connection,
+    ConnectionRegistry,
+    ConnectionSpec,
+    UrlRefused,
+    spec_error_text,
+)
+from ..errors import ProviderFailure
 from ..schema import JschonValidator, set_default_validator
 from ..shell import (
     ChoiceRequest,
@@ -37,9 +49,50 @@ from ..shell import (
 )
 from ..wire import Unclonable, loads_strict
 from .engines import register_engines
-from .providers import BrowserProviders, connection_from_spec, default_connections, test_connections
+from .providers import BrowserProviders, connection_from_spec, default_connections
 
 log = logging.getLogger("napllm.browser")
+
+
+class RedactingFormatter(logging.Formatter):
+    """Formats log records with every saved credential replaced by `[redacted]`.
+
+    A provider may echo a token in an error field that ends up in a log
+    line's developer detail (or in a traceback); the page's console must
+    never show it. `secrets` returns the current credentials (any length).
+    """
+
+    def __init__(self, secrets: Callable[[], list[str]]) -> None:
+        super().__init__("%(name)s: %(levelname)s: %(message)s")
+        self._secrets = secrets
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The formatted record (traceback included), credentials removed."""
+        return redact(super().format(record), self._secrets())
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    """`text` with each non-empty string of `secrets` replaced by `[redacted]`."""
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, "[redacted]")
+    return text
+
+
+def install_log_redaction(registry: ConnectionRegistry) -> logging.Handler:
+    """Route every log record of the page (root logger) through `RedactingFormatter`."""
+
+    def current() -> list[str]:
+        return [c.credential.get_secret_value() for c in registry.all() if c.credential]
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(RedactingFormatter(current))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        if getattr(old, "napllm_redacting", False):
+            root.removeHandler(old)
+    handler.napllm_redacting = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    return handler
 
 
 class BridgeTransport:
@@ -57,7 +110,8 @@ class DomChooser:
         """Show the dialog; the chosen connection id or None."""
         token = "c-" + secrets.token_hex(8)
         try:
-            answer = await napllmHost.openChooser(token, json.dumps(request.to_json()))
+            payload = request.to_json() | {"endpointId": request.endpoint_id}
+            answer = await napllmHost.openChooser(token, json.dumps(payload))
         except asyncio.CancelledError:
             napllmHost.closeDialog(token)
             raise
@@ -71,7 +125,8 @@ class DomConsent:
         """Show the dialog; Deny unless the page answered an explicit Allow."""
         token = "k-" + secrets.token_hex(8)
         try:
-            answer = await napllmHost.openConsent(token, json.dumps(disclosure.to_json()))
+            payload = disclosure.to_json() | {"endpointId": disclosure.endpoint_id}
+            answer = await napllmHost.openConsent(token, json.dumps(payload))
         except asyncio.CancelledError:
             napllmHost.closeDialog(token)
             raise
@@ -112,13 +167,17 @@ class BridgeObserver(Observer):
 
 
 class Runtime:
-    """The shell plus the page-facing API (`attachRuntime`)."""
+    """The shell plus the page-facing API (`attachRuntime`).
 
-    def __init__(self, test_mode: bool) -> None:
-        self.test_mode = test_mode
+    `providers` defaults to a fresh `BrowserProviders` (a test build passes
+    its own subclass).
+    """
+
+    def __init__(self, providers: BrowserProviders | None = None) -> None:
         self.registry = ConnectionRegistry()
-        self.providers = BrowserProviders()
-        register_engines(self.providers.engines, test_mode=test_mode)
+        install_log_redaction(self.registry)
+        self.providers = providers if providers is not None else BrowserProviders()
+        register_engines(self.providers.engines)
         self.shell = Shell(
             self.registry,
             BridgeTransport(),
@@ -154,7 +213,7 @@ class Runtime:
         await napllmHost.saveConnections(json.dumps(stored))
 
     async def load(self) -> None:
-        """Built-in connections, then the user's stored ones, then test ones."""
+        """Built-in connections, then the user's stored ones."""
         for connection in await default_connections(self.providers):
             self.registry.add(connection)
         try:
@@ -166,9 +225,6 @@ class Runtime:
                 self.registry.add(Connection.model_validate(raw))
             except Exception:
                 log.warning("a stored connection could not be read and was skipped")
-        if self.test_mode:
-            for connection in test_connections(self.providers):
-                self.registry.add(connection)
 
     def _spec(self, text: str) -> ConnectionSpec:
         return ConnectionSpec.model_validate(json.loads(text))
@@ -247,6 +303,28 @@ class Runtime:
         self._proxies.append(proxy)  # page lifetime: kept, never destroyed
         return proxy
 
+    def _form(self, coro_fn: Any) -> Any:
+        """Wrap the form's add/edit: a refused field becomes `{"error": text}` (JSON).
+
+        The text is one of napllm's fixed sentences (`spec_error_text`, a
+        provider's `user_hint`); neither pydantic's text nor a provider's
+        reply is ever shown, since both may repeat a URL or a token.
+        """
+
+        async def call(*args: str) -> str:
+            try:
+                result: str = await coro_fn(*args)
+            except ValidationError as exc:
+                return json.dumps({"error": spec_error_text(exc)})
+            except UrlRefused as exc:
+                return json.dumps({"error": str(exc)})
+            except ProviderFailure as exc:
+                hint = exc.user_hint or "The connection could not be reached."
+                return json.dumps({"error": hint})
+            return result
+
+        return call
+
     def _async(self, coro_fn: Any) -> Any:
         """A JS-callable that returns a Promise of the coroutine's result."""
 
@@ -262,8 +340,8 @@ class Runtime:
             "closeEndpoint": self._proxy(lambda eid: self.shell.close_endpoint(str(eid))),
             "receive": self._proxy(self.receive),
             "switchAccount": self._proxy(self._switch_account),
-            "addConnection": self._async(self.add_connection),
-            "editConnection": self._async(self.edit_connection),
+            "addConnection": self._async(self._form(self.add_connection)),
+            "editConnection": self._async(self._form(self.edit_connection)),
             "removeConnection": self._async(self.remove_connection),
             "listConnections": self._proxy(
                 lambda: json.dumps([c.public_summary() for c in self.registry.all()])
@@ -272,7 +350,6 @@ class Runtime:
             "listGrants": self._proxy(
                 lambda: json.dumps([g.to_json("") for g in self.shell.grants()])
             ),
-            "testMode": self.test_mode,
         }
         return to_js(functions, dict_converter=Object.fromEntries)
 
@@ -280,59 +357,18 @@ class Runtime:
         self.shell.switch_account(str(account))
         self.publish_grants()
 
-    def test_api(self) -> Any:
-        """`window.napllmTest` (test mode only): script and inspect fixtures."""
 
-        def queue(cid: str, steps: str) -> None:
-            self.providers.fixture(str(cid)).queue(json.loads(str(steps)))
+async def start(runtime: Runtime | None = None) -> Runtime:
+    """Boot the runtime in the page and attach it to `napllmHost`.
 
-        def stats(cid: str) -> str:
-            fx = self.providers.fixture(str(cid))
-            return json.dumps(
-                {
-                    "submissions": fx.submissions,
-                    "closedEarly": fx.closed_early,
-                    "queued": fx.queued,
-                    "requests": [r.to_json() for r in fx.requests],
-                }
-            )
-
-        def set_deadline(seconds: float) -> None:
-            from dataclasses import replace
-
-            self.shell.policy = replace(self.shell.policy, deadline_s=float(seconds))
-
-        def edit(cid: str, name: str) -> None:
-            self.registry.edit(str(cid), name=str(name))
-            self.publish_connections()
-
-        def remove(cid: str) -> None:
-            self.registry.remove(str(cid))
-            self.publish_connections()
-
-        def clear(cid: str) -> int:
-            return self.providers.fixture(str(cid)).clear()
-
-        functions = {
-            "queue": self._proxy(queue),
-            "clear": self._proxy(clear),
-            "stats": self._proxy(stats),
-            "setDeadline": self._proxy(set_deadline),
-            "editConnection": self._proxy(edit),
-            "removeConnection": self._proxy(remove),
-        }
-        return to_js(functions, dict_converter=Object.fromEntries)
-
-
-async def start() -> Runtime:
-    """Boot the runtime in the page and attach it to `napllmHost`."""
+    `runtime` defaults to a fresh `Runtime()`; it is loaded (connections)
+    before it is attached.
+    """
     set_default_validator(JschonValidator())
     napllmHost.bootProgress("Starting the runtime", 0.9)
-    test_mode = "test=1" in str(location.search)
-    runtime = Runtime(test_mode)
+    if runtime is None:
+        runtime = Runtime()
     await runtime.load()
-    if test_mode:
-        window.napllmTest = runtime.test_api()
     napllmHost.attachRuntime(runtime.api())
     runtime.publish_connections()
     runtime.publish_grants()

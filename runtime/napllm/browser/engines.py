@@ -16,9 +16,8 @@ Rules (DESIGN.md "The data path"; providers/base.py; pitfalls.md)
 - Failures are `ProviderFailure`s built from an error kind reported by the
   JS side (`providers.engines.engine_failure`): a fixed user hint in the
   shell UI, `provider-error` (or `quota-exceeded`) to the napplet.
-- Test mode only (`?test=1`): `engineDelayMs=N` in the page's query makes
-  the JS side hand chunks over one at a time N ms apart, so cancellation is
-  testable with a model faster than the test. Without test mode it is 0.
+- `delay_ms` of an engine (0 here) is the delivery delay the JS side waits
+  between chunks (web/engines/streams.js). The product never changes it.
 """
 
 from __future__ import annotations
@@ -27,9 +26,9 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import parse_qs, urljoin
+from urllib.parse import urljoin
 
-from js import document, location  # type: ignore[import-not-found]
+from js import document  # type: ignore[import-not-found]
 from pyodide.code import run_js  # type: ignore[import-not-found]
 from pyodide.ffi import JsException  # type: ignore[import-not-found]
 
@@ -58,18 +57,6 @@ log = logging.getLogger("napllm.browser.engines")
 
 WLLAMA_MODULE = "engines/wllama-engine.js"
 WEBLLM_MODULE = "engines/webllm-engine.js"
-
-
-def test_delay_ms(test_mode: bool) -> int:
-    """The per-chunk delivery delay of test mode (`engineDelayMs`), else 0."""
-    if not test_mode:
-        return 0
-    query = parse_qs(str(location.search).lstrip("?"))
-    try:
-        value = int(query.get("engineDelayMs", ["0"])[0])
-    except ValueError:
-        return 0
-    return max(0, min(value, 10_000))
 
 
 async def import_module(path: str) -> Any:
@@ -152,8 +139,8 @@ class WasmEngine:
 
     kind = "wasm"
 
-    def __init__(self, *, test_mode: bool = False) -> None:
-        self.delay_ms = test_delay_ms(test_mode)
+    def __init__(self) -> None:
+        self.delay_ms = 0
         self._environment: dict[str, Any] | None = None
 
     def _env(self, api: Any) -> dict[str, Any]:
@@ -247,8 +234,8 @@ class WebLLMEngine:
 
     kind = "webllm"
 
-    def __init__(self, *, test_mode: bool = False) -> None:
-        self.delay_ms = test_delay_ms(test_mode)
+    def __init__(self) -> None:
+        self.delay_ms = 0
         self._records: dict[str, WebLLMRecord] = {}
         self._function_calling: tuple[str, ...] = ()
         self.gpu = GpuReport()
@@ -303,14 +290,14 @@ class WebLLMEngine:
         return WebLLMProvider(self, connection)
 
 
-def register_engines(engines: dict[str, Any], *, test_mode: bool) -> None:
+def register_engines(engines: dict[str, Any]) -> None:
     """Add the wasm, webllm and onnx engines to `BrowserProviders.engines`."""
-    engines["wasm"] = WasmEngine(test_mode=test_mode)
-    engines["webllm"] = WebLLMEngine(test_mode=test_mode)
+    engines["wasm"] = WasmEngine()
+    engines["webllm"] = WebLLMEngine()
     # The onnx engine (transformers.js on WebGPU) lives in its own module.
     from .onnx_engine import OnnxEngine
 
-    engines["onnx"] = OnnxEngine(test_mode=test_mode)
+    engines["onnx"] = OnnxEngine()
 
 
 __all__ = ["ProviderFailure", "WasmEngine", "WebLLMEngine", "register_engines"]

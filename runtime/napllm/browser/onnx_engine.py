@@ -37,7 +37,7 @@ from ..providers.onnx_engine import (
     webgpu_unavailable_reason,
 )
 from ..providers.openai_chat import ChatStreamToLmsp
-from .engines import import_module, stream_chunks, test_delay_ms
+from .engines import import_module, stream_chunks
 
 log = logging.getLogger("napllm.browser.onnx_engine")
 
@@ -75,8 +75,8 @@ class OnnxEngine:
 
     kind = "onnx"
 
-    def __init__(self, *, test_mode: bool = False) -> None:
-        self.delay_ms = test_delay_ms(test_mode)
+    def __init__(self) -> None:
+        self.delay_ms = 0
         self._reason: str | None = None
         self._probed = False
 

@@ -8,8 +8,8 @@ Rules
   listing (docs/lmsp.md), read when the user adds or edits it; an `openai`
   connection's are declared by the user (OpenAI-compatible servers cannot
   report them), and the consent dialog still guards every submission.
-- `fixture` connections exist only in test mode; their `FixtureProvider`
-  instances are kept so the conformance suite can script and count them.
+- There are no test connections here: a test build subclasses
+  `BrowserProviders` in a module only that build contains.
 """
 
 from __future__ import annotations
@@ -25,34 +25,20 @@ from ..connections import (
 )
 from ..errors import ErrorCode, ProviderFailure
 from ..providers.base import Provider
-from ..providers.fixture import FixtureProvider
 from ..providers.lmsp_client import LmspProvider, capabilities_from_entry, discover_models
 from .http_fetch import FetchHttp
 
 
 class BrowserProviders:
-    """Builds the provider for a connection; keeps test fixtures by id."""
+    """Builds the provider for a connection (protocol kinds and engines)."""
 
     def __init__(self) -> None:
         self.http = FetchHttp()
-        self._fixtures: dict[str, FixtureProvider] = {}
         self.engines: dict[str, Any] = {}
-
-    def fixture(self, cid: str) -> FixtureProvider:
-        """The fixture provider of test connection `cid` (KeyError if none)."""
-        return self._fixtures[cid]
-
-    def add_fixture(self, cid: str) -> FixtureProvider:
-        """Create the fixture provider for test connection `cid`."""
-        provider = FixtureProvider()
-        self._fixtures[cid] = provider
-        return provider
 
     def provider_for(self, connection: Connection) -> Provider:
         """The provider to submit to; raises `ProviderFailure` if none can be built."""
         secret = connection.credential.get_secret_value() if connection.credential else None
-        if connection.kind == "fixture":
-            return self._fixtures[connection.id]
         if connection.kind == "lmsp":
             return LmspProvider(
                 self.http,
@@ -133,67 +119,3 @@ async def default_connections(providers: BrowserProviders) -> list[Connection]:
         found.extend(await engine.default_connections())
     found.sort(key=lambda c: int(c.settings.get("rank", 100)))
     return found
-
-
-def test_connections(providers: BrowserProviders) -> list[Connection]:
-    """Fixture connections for the conformance suite (test mode only).
-
-    `fx-full`: every capability; `fx-text`: text only; `fx-json`: JSON output
-    only; `fx-vision`: image input but not in tool results; `fx-auto`: tools
-    with `auto` and `none` only; `fx-reasoning`: needs
-    opaque reasoning state; `fx-paid`: may charge.
-    """
-    route = route_for("fixture", {})
-    full = Capabilities(
-        images=True,
-        images_in_tool_results=True,
-        json_output=True,
-        tools=True,
-        tool_choice_modes=("auto", "none", "required", "tool"),
-    )
-    specs: list[tuple[str, str, str, Capabilities, bool]] = [
-        ("fx-full", "Fixture (all capabilities)", "fixture-full", full, False),
-        ("fx-text", "Fixture (text only)", "fixture-text", Capabilities(), False),
-        ("fx-json", "Fixture (JSON only)", "fixture-json", Capabilities(json_output=True), False),
-        (
-            "fx-vision",
-            "Fixture (images, not in tool results)",
-            "fixture-vision",
-            Capabilities(images=True, tools=True, tool_choice_modes=("auto", "none")),
-            False,
-        ),
-        (
-            "fx-auto",
-            "Fixture (tools, auto/none)",
-            "fixture-auto",
-            Capabilities(tools=True, tool_choice_modes=("auto", "none")),
-            False,
-        ),
-        (
-            "fx-reasoning",
-            "Fixture (opaque reasoning)",
-            "fixture-reasoning",
-            Capabilities(
-                tools=True,
-                tool_choice_modes=("auto", "none"),
-                requires_reasoning_state=True,
-            ),
-            False,
-        ),
-        ("fx-paid", "Fixture (may charge)", "fixture-paid", full, True),
-    ]
-    connections = []
-    for cid, name, model, caps, charges in specs:
-        providers.add_fixture(cid)
-        connections.append(
-            Connection(
-                id=cid,
-                name=name,
-                kind="fixture",
-                model=model,
-                route=route,
-                capabilities=caps,
-                charges=charges,
-            )
-        )
-    return connections

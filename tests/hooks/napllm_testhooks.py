@@ -1,0 +1,193 @@
+"""Test hooks of the shell: present only in the test build (``dist-test/``).
+
+``python3 build.py build --with-test-hooks`` copies this module to
+``dist-test/testhooks/`` and replaces ``js/boot-runtime.js`` with
+``tests/hooks/boot-runtime.js``, which writes this file into Pyodide and
+calls `start` instead of ``napllm.browser.app.start`` when the page's query
+has ``test=1`` (parsed, not matched as a substring). The product ``dist/``
+contains none of it.
+
+What it adds to the runtime
+- Fixture connections (`fx-full`, `fx-text`, `fx-json`, `fx-vision`,
+  `fx-auto`, `fx-reasoning`, `fx-paid`) backed by `FixtureProvider`.
+- ``window.napllmTest``: ``queue(cid, stepsJson)``, ``clear(cid)``,
+  ``stats(cid)`` (JSON text: submissions, closedEarly, queued, requests),
+  ``setDeadline(seconds)``, ``editConnection(cid, name)``,
+  ``removeConnection(cid)``.
+- ``engineDelayMs=N`` (0..10000) in the query: every engine hands its chunks
+  over N ms apart, so cancellation is testable with a fast model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+from urllib.parse import parse_qs
+
+from js import Object, location, window  # type: ignore[import-not-found]
+from pyodide.ffi import to_js  # type: ignore[import-not-found]
+
+from napllm.browser.app import Runtime
+from napllm.browser.app import start as start_product
+from napllm.browser.providers import BrowserProviders
+from napllm.connections import Capabilities, Connection, route_for
+from napllm.providers.base import Provider
+from napllm.providers.fixture import FixtureProvider
+
+
+def query() -> dict[str, list[str]]:
+    """The page's query parameters (``urllib.parse.parse_qs``)."""
+    return parse_qs(str(location.search).removeprefix("?"))
+
+
+def test_mode() -> bool:
+    """True when the query has the parameter ``test`` with the value ``1``."""
+    return "1" in query().get("test", [])
+
+
+def engine_delay_ms() -> int:
+    """``engineDelayMs`` from the query, clamped to 0..10000 (0 when absent or bad)."""
+    try:
+        value = int(query().get("engineDelayMs", ["0"])[0])
+    except ValueError:
+        return 0
+    return max(0, min(value, 10_000))
+
+
+class TestProviders(BrowserProviders):
+    """`BrowserProviders` plus fixture providers kept by connection id."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fixtures: dict[str, FixtureProvider] = {}
+
+    def fixture(self, cid: str) -> FixtureProvider:
+        """The fixture provider of test connection `cid` (KeyError if none)."""
+        return self.fixtures[cid]
+
+    def provider_for(self, connection: Connection) -> Provider:
+        """Fixture connections get their fixture; everything else as in the product."""
+        if connection.kind == "fixture":
+            return self.fixtures[connection.id]
+        return super().provider_for(connection)
+
+
+def test_connections(providers: TestProviders) -> list[Connection]:
+    """The fixture connections (see the module docstring)."""
+    full = Capabilities(
+        images=True,
+        images_in_tool_results=True,
+        json_output=True,
+        tools=True,
+        tool_choice_modes=("auto", "none", "required", "tool"),
+    )
+    auto = Capabilities(tools=True, tool_choice_modes=("auto", "none"))
+    specs: list[tuple[str, str, str, Capabilities, bool]] = [
+        ("fx-full", "Fixture (all capabilities)", "fixture-full", full, False),
+        ("fx-text", "Fixture (text only)", "fixture-text", Capabilities(), False),
+        ("fx-json", "Fixture (JSON only)", "fixture-json", Capabilities(json_output=True), False),
+        (
+            "fx-vision",
+            "Fixture (images, not in tool results)",
+            "fixture-vision",
+            Capabilities(images=True, tools=True, tool_choice_modes=("auto", "none")),
+            False,
+        ),
+        ("fx-auto", "Fixture (tools, auto/none)", "fixture-auto", auto, False),
+        (
+            "fx-reasoning",
+            "Fixture (opaque reasoning)",
+            "fixture-reasoning",
+            Capabilities(
+                tools=True, tool_choice_modes=("auto", "none"), requires_reasoning_state=True
+            ),
+            False,
+        ),
+        ("fx-paid", "Fixture (may charge)", "fixture-paid", full, True),
+    ]
+    route = route_for("fixture", {})
+    connections = []
+    for cid, name, model, caps, charges in specs:
+        providers.fixtures[cid] = FixtureProvider()
+        connections.append(
+            Connection(
+                id=cid,
+                name=name,
+                kind="fixture",
+                model=model,
+                route=route,
+                capabilities=caps,
+                charges=charges,
+            )
+        )
+    return connections
+
+
+class TestRuntime(Runtime):
+    """The product runtime with fixture connections and ``window.napllmTest``."""
+
+    def __init__(self) -> None:
+        self.test_providers = TestProviders()
+        super().__init__(self.test_providers)
+        delay = engine_delay_ms()
+        for engine in self.providers.engines.values():
+            engine.delay_ms = delay
+
+    async def load(self) -> None:
+        """The product's connections, then the fixture connections."""
+        await super().load()
+        for connection in test_connections(self.test_providers):
+            self.registry.add(connection)
+
+    def test_api(self) -> Any:
+        """The object set as ``window.napllmTest`` (see the module docstring)."""
+        fixtures = self.test_providers
+
+        def queue(cid: str, steps: str) -> None:
+            fixtures.fixture(str(cid)).queue(json.loads(str(steps)))
+
+        def stats(cid: str) -> str:
+            fx = fixtures.fixture(str(cid))
+            return json.dumps(
+                {
+                    "submissions": fx.submissions,
+                    "closedEarly": fx.closed_early,
+                    "queued": fx.queued,
+                    "requests": [r.to_json() for r in fx.requests],
+                }
+            )
+
+        def set_deadline(seconds: float) -> None:
+            self.shell.policy = replace(self.shell.policy, deadline_s=float(seconds))
+
+        def edit(cid: str, name: str) -> None:
+            self.registry.edit(str(cid), name=str(name))
+            self.publish_connections()
+
+        def remove(cid: str) -> None:
+            self.registry.remove(str(cid))
+            self.publish_connections()
+
+        def clear(cid: str) -> int:
+            return fixtures.fixture(str(cid)).clear()
+
+        functions = {
+            "queue": self._proxy(queue),
+            "clear": self._proxy(clear),
+            "stats": self._proxy(stats),
+            "setDeadline": self._proxy(set_deadline),
+            "editConnection": self._proxy(edit),
+            "removeConnection": self._proxy(remove),
+        }
+        return to_js(functions, dict_converter=Object.fromEntries)
+
+
+async def start() -> Runtime:
+    """Start the runtime: with the hooks when the query says ``test=1``, else the product's."""
+    if not test_mode():
+        return await start_product()
+    runtime = TestRuntime()
+    window.napllmTest = runtime.test_api()
+    await start_product(runtime)
+    return runtime
