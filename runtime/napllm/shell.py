@@ -64,7 +64,7 @@ from .records import (
     ToolCallPart,
 )
 from .streaming import DeltaStream
-from .translate import OutputAssembler, check_supported, nap_to_lmsp
+from .translate import GenerationAssembler, check_supported, nap_to_lmsp
 from .wire import (
     Cancel,
     Describe,
@@ -718,7 +718,7 @@ class Shell:
             lambda envelope: self._deliver_delta(endpoint, gen, envelope),
             interval_s=self.policy.delta_interval_s,
         )
-        assembler = OutputAssembler(request, gen.stream)
+        assembler = GenerationAssembler(request, gen.stream)
         self._observe("submitted", endpoint.id, connection.id)
         events = provider.respond(lmsp_request)
         try:

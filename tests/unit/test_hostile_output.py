@@ -2,7 +2,7 @@
 and exactly one terminal result whatever fails while settling.
 
 Every provider (LMSP, OpenAI-compatible, WebLLM, wllama) ends in
-`translate.OutputAssembler` behind `shell.Shell`; these tests drive the real
+`translate.GenerationAssembler` behind `shell.Shell`; these tests drive the real
 shell through `harness.Harness` with scripted events (the fixture provider)
 or with chat-completion chunks mapped by `openai_chat.ChatStreamToLmsp`, the
 mapping every OpenAI-style engine path uses. docs/security.md, "Provider

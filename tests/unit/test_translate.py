@@ -23,7 +23,7 @@ from napllm.records import GenerationRequest, parse_generation_request
 from napllm.streaming import DeltaStream
 from napllm.translate import (
     TOOL_FAILED_PREFIX,
-    OutputAssembler,
+    GenerationAssembler,
     check_supported,
     map_usage,
     nap_to_lmsp,
@@ -242,7 +242,7 @@ class Collect:
 def run(request: GenerationRequest, events: list[Any]) -> tuple[Any, list[dict[str, Any]]]:
     sink = Collect()
     stream = DeltaStream("g1", sink)
-    assembler = OutputAssembler(request, stream)
+    assembler = GenerationAssembler(request, stream)
     outcome: Any
     try:
         for event in events:

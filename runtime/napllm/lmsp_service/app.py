@@ -78,7 +78,7 @@ from .engine import (
     chat_tools,
 )
 from .grammar import GRAMMAR_TIME_LIMIT_S, GrammarUnavailable, json_grammar, tool_call_grammar
-from .output import ModelOutputError, OutputAssembler, new_id
+from .output import ModelOutputError, OutputItemAssembler, new_id
 from .problems import ProblemError, problem_body, problem_response
 from .store import SqliteStore, StoreCorrupt
 from .tasks import (
@@ -290,7 +290,7 @@ class LmspService:
                 loop.call_soon_threadsafe(updates.put_nowait, update)
 
         request = checked.request
-        assembler = OutputAssembler(run.id, run.emit, checked.tool_names)
+        assembler = OutputItemAssembler(run.id, run.emit, checked.tool_names)
         run.output = assembler.output
         job = GenerationJob(
             prompt_tokens=tokens,
@@ -379,7 +379,7 @@ class LmspService:
             if run.persistent:
                 self._save(run)
 
-    async def _check_output(self, checked: Checked, assembler: OutputAssembler) -> str | None:
+    async def _check_output(self, checked: Checked, assembler: OutputItemAssembler) -> str | None:
         """`_check_output` on the output-check threads, within `OUTPUT_CHECK_TIME_LIMIT_S`.
 
         A schema `pattern` may backtrack for a very long time on some texts;
@@ -463,7 +463,7 @@ def _log_engine_failure(future: Any) -> None:
         log.error("generation failed", exc_info=exc)
 
 
-def _check_output(checked: Checked, assembler: OutputAssembler) -> str | None:
+def _check_output(checked: Checked, assembler: OutputItemAssembler) -> str | None:
     """Post-generation checks (6.1, 6.5); returns a safe failure sentence or `None`."""
     if checked.forced_tool and not assembler.function_calls():
         return "The model did not call a tool although tool_choice required one."

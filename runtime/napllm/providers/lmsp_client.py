@@ -32,7 +32,7 @@ Rules
   into events for what was not yet yielded: `response.created` is not
   repeated, items already done are skipped, an item that was added but not
   done only gets its `output_item.done` (whose full item lets the consumer
-  complete the text already streamed, as `translate.OutputAssembler` does),
+  complete the text already streamed, as `translate.GenerationAssembler` does),
   unseen items get `added` and `done`, then the terminal event. Text deltas
   already yielded are therefore never yielded again.
 - Cancelling the iterating task (or `aclose()` on the iterator) closes the

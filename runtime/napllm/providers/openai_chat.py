@@ -22,12 +22,15 @@ Rules (request)
   (`ResponseFormatStyle`); `max_output_tokens` becomes `max_tokens`; a
   streamed request asks for usage in the last chunk.
 
-Rules (output): see `ChatStreamToLmsp`. Malformed tool calls are passed
-through faithfully as `function_call` items; judging them (arguments must be
-a JSON object, names must be offered, tool choice honoured) is the
-translation's job (NAP-LLM, Generation), not this module's. A chunk that is
-not a chat-completion chunk, or an error chunk, raises `ProviderFailure`
-without echoing the body.
+Rules (output): see `ChatStreamToLmsp`. Tool calls the server reports in
+`tool_calls` are passed through faithfully as `function_call` items; judging
+them (arguments must be a JSON object, names must be offered, tool choice
+honoured) is the translation's job (NAP-LLM, Generation), not this module's.
+Hermes `<tool_call>` blocks in the content are scanned and judged by
+`napllm.toolcall_text` (the rule the LMSP service shares): a malformed block
+raises `ProviderFailure` (`provider-error`, the fixed reason as detail). A
+chunk that is not a chat-completion chunk, or an error chunk, raises
+`ProviderFailure` without echoing the body.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from ..lmsp import (
     NamedToolChoice,
     OutputTextIn,
 )
+from ..toolcall_text import MalformedToolCall, ToolCallScanner, parse_tool_call
 
 ResponseFormatStyle = Literal["json_schema", "json_object", "json_object_schema"]
 """How `response_format: json_schema` is sent.
@@ -61,9 +65,6 @@ then not enforced by the server); `json_object_schema`:
 `{"type": "json_object", "schema": {...}}` (llama-cpp-python's server, which
 turns the schema into a grammar).
 """
-
-TOOL_CALL_OPEN = "<tool_call>"
-TOOL_CALL_CLOSE = "</tool_call>"
 
 # --------------------------------------------------------------------------
 # Request: LMSP -> chat completions
@@ -223,32 +224,6 @@ def usage_to_lmsp(raw: object) -> dict[str, Any] | None:
     return usage
 
 
-def parse_tool_call_block(inner: str) -> tuple[str, str]:
-    """`(name, arguments)` of a Hermes-style `<tool_call>` block's body.
-
-    The body is `{"name": ..., "arguments": ...}` (`parameters` is accepted
-    for `arguments`); object arguments are serialised, string arguments kept
-    as received, absent arguments become `"{}"`. A body that is not such an
-    object yields `("", <body>)`: a malformed call the translation rejects.
-    """
-    text = inner.strip()
-    try:
-        obj = read_json(text)
-    except JsonTextError:
-        return "", text
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-        return "", text
-    if "arguments" in obj:
-        args = obj["arguments"]
-    elif "parameters" in obj:
-        args = obj["parameters"]
-    else:
-        return obj["name"], "{}"
-    if isinstance(args, str):
-        return obj["name"], args
-    return obj["name"], json.dumps(args, ensure_ascii=False)
-
-
 def _arguments_text(value: object) -> str:
     """A tool call's `arguments` as text: strings as received, objects serialised."""
     if value is None:
@@ -266,16 +241,10 @@ def _is_complete_json(text: str) -> bool:
     return True
 
 
-def _partial_open_tag(text: str) -> int:
-    """Length of the longest suffix of `text` that could start `<tool_call>`."""
-    for size in range(min(len(text), len(TOOL_CALL_OPEN) - 1), 0, -1):
-        if TOOL_CALL_OPEN.startswith(text[-size:]):
-            return size
-    return 0
-
-
 @dataclass
-class _Item:
+class _OutputItem:
+    """One LMSP output item (6.2) being built from chat-completion chunks."""
+
     kind: Literal["message", "reasoning", "function_call"]
     item_id: str
     output_index: int = -1  # assigned when announced
@@ -335,9 +304,11 @@ class ChatStreamToLmsp:
       empty ids get a synthesised `call_...` id that stays the same in every
       event; object arguments are serialised;
     - Hermes-style `<tool_call>{...}</tool_call>` blocks in the content (when
-      `parse_tool_call_blocks`) become `function_call` items and never text:
-      text that may be the start of such a block is held back until decided,
-      and whitespace-only text between blocks is dropped;
+      `parse_tool_call_blocks`) become `function_call` items and never text
+      (`toolcall_text`: text that may be the start of such a block is held
+      back until decided; a block still open at the end is a call when the
+      turn completed and dropped when it was cut; a malformed call raises
+      `ProviderFailure`); whitespace-only text between blocks is dropped;
     - with `tool_text_in_content` (WebLLM with tools: the engine streams the
       calls' raw JSON as content, then reports them in the last chunk) text is
       held to the end and dropped if the stream carried a `tool_calls` list,
@@ -370,14 +341,12 @@ class ChatStreamToLmsp:
         self._started = False
         self._finished = False
         self._next_output_index = 0
-        self._items: list[_Item] = []
-        self._message: _Item | None = None
-        self._reasoning: _Item | None = None
-        self._calls: list[_Item] = []
-        self._call_at: dict[int, _Item] = {}
-        self._pending = ""  # text that may start a <tool_call> tag
-        self._in_block = False
-        self._block = ""
+        self._items: list[_OutputItem] = []
+        self._message: _OutputItem | None = None
+        self._reasoning: _OutputItem | None = None
+        self._calls: list[_OutputItem] = []
+        self._call_at: dict[int, _OutputItem] = {}
+        self._scanner = ToolCallScanner()
         self._ws_hold = ""  # whitespace-only text while no message is open
         self._withheld: list[str] = []
         self._tool_list_seen = False  # a chunk carried a `tool_calls` list
@@ -400,7 +369,7 @@ class ChatStreamToLmsp:
         events, self._events = self._events, []
         return events
 
-    def _announce(self, item: _Item) -> None:
+    def _announce(self, item: _OutputItem) -> None:
         item.output_index = self._next_output_index
         self._next_output_index += 1
         item.announced = True
@@ -412,7 +381,7 @@ class ChatStreamToLmsp:
             "response.output_item.added", {"output_index": item.output_index, "item": snapshot}
         )
 
-    def _close(self, item: _Item | None) -> None:
+    def _close(self, item: _OutputItem | None) -> None:
         if item is None or item.done or not item.announced:
             return
         item.done = True
@@ -433,7 +402,7 @@ class ChatStreamToLmsp:
     def _message_part(self, kind: Literal["output_text", "refusal"], delta: str) -> None:
         self._close(self._reasoning)
         if self._message is None:
-            self._message = _Item("message", self._new_id("msg"), parts=[])
+            self._message = _OutputItem("message", self._new_id("msg"), parts=[])
             self._announce(self._message)
         parts = self._message.parts
         assert parts is not None
@@ -451,7 +420,7 @@ class ChatStreamToLmsp:
             },
         )
 
-    def _plain_text(self, text: str, *, before_block: bool = False) -> None:
+    def _plain_text(self, text: str) -> None:
         """Emit text outside tool-call blocks, holding whitespace between blocks."""
         if not text:
             return
@@ -459,47 +428,31 @@ class ChatStreamToLmsp:
             text = self._ws_hold + text
             self._ws_hold = ""
             if not text.strip():
-                if not before_block:
-                    self._ws_hold = text
+                self._ws_hold = text
                 return
         self._message_part("output_text", text)
 
     def _scan_text(self, text: str) -> None:
         """Split content into text and `<tool_call>` blocks (Hermes style)."""
-        buf = self._pending + text
-        self._pending = ""
-        while buf:
-            if self._in_block:
-                joined = self._block + buf
-                end = joined.find(
-                    TOOL_CALL_CLOSE, max(0, len(self._block) - len(TOOL_CALL_CLOSE) + 1)
-                )
-                if end < 0:
-                    self._block = joined
-                    return
-                self._in_block = False
-                self._block = ""
-                self._block_call(joined[:end])
-                buf = joined[end + len(TOOL_CALL_CLOSE) :]
-                continue
-            start = buf.find(TOOL_CALL_OPEN)
-            if start >= 0:
-                self._plain_text(buf[:start], before_block=True)
-                self._ws_hold = ""
-                self._in_block = True
-                buf = buf[start + len(TOOL_CALL_OPEN) :]
-                continue
-            keep = _partial_open_tag(buf)
-            self._plain_text(buf[: len(buf) - keep])
-            self._pending = buf[len(buf) - keep :]
-            return
+        for kind, piece in self._scanner.feed(text):
+            if kind == "text":
+                self._plain_text(piece)
+            elif kind == "open":
+                self._ws_hold = ""  # whitespace before a block is dropped
+            else:
+                self._block_call(piece)
 
-    def _block_call(self, inner: str) -> None:
-        name, arguments = parse_tool_call_block(inner)
-        call = _Item("function_call", self._new_id("fc"), call_id=self._new_id("call"), name=name)
+    def _block_call(self, body: str) -> None:
+        try:
+            parsed = parse_tool_call(body)
+        except MalformedToolCall as exc:
+            raise ProviderFailure(ErrorCode.PROVIDER_ERROR, detail=f"model output: {exc}") from exc
+        call = _OutputItem(
+            "function_call", self._new_id("fc"), call_id=self._new_id("call"), name=parsed.name
+        )
         self._calls.append(call)
         self._start_call(call)
-        self._call_arguments(call, arguments)
+        self._call_arguments(call, parsed.arguments)
 
     def _text(self, text: str) -> None:
         if not text:
@@ -516,7 +469,7 @@ class ChatStreamToLmsp:
             return
         self._close(self._message)
         if self._reasoning is None:
-            self._reasoning = _Item("reasoning", self._new_id("rs"), text=[])
+            self._reasoning = _OutputItem("reasoning", self._new_id("rs"), text=[])
             self._announce(self._reasoning)
         assert self._reasoning.text is not None
         self._reasoning.text.append(text)
@@ -532,20 +485,20 @@ class ChatStreamToLmsp:
 
     # -- tool calls -------------------------------------------------------
 
-    def _start_call(self, call: _Item) -> None:
+    def _start_call(self, call: _OutputItem) -> None:
         self._close(self._message)
         self._close(self._reasoning)
         self._announce(call)
         if call.arguments:
             self._emit_arguments(call, call.arguments)
 
-    def _emit_arguments(self, call: _Item, delta: str) -> None:
+    def _emit_arguments(self, call: _OutputItem, delta: str) -> None:
         self._emit(
             "response.function_call_arguments.delta",
             {"item_id": call.item_id, "output_index": call.output_index, "delta": delta},
         )
 
-    def _call_arguments(self, call: _Item, delta: str) -> None:
+    def _call_arguments(self, call: _OutputItem, delta: str) -> None:
         if not delta:
             return
         call.arguments += delta
@@ -583,7 +536,7 @@ class ChatStreamToLmsp:
                 name and call.name and (name != call.name or _is_complete_json(call.arguments))
             )
         if new_call:
-            call = _Item(
+            call = _OutputItem(
                 "function_call",
                 self._new_id("fc"),
                 raw_id=raw_id,
@@ -687,15 +640,12 @@ class ChatStreamToLmsp:
             if not self._calls and not self._tool_list_seen:
                 self._withhold_text = False
                 self._text(text)
-        if self._in_block:
-            # an unterminated block is still a call attempt; the translation
-            # judges it (malformed on `stop`, discarded on `length`)
-            self._in_block = False
-            inner, self._block = self._block, ""
-            self._block_call(inner)
-        if self._pending:
-            pending, self._pending = self._pending, ""
-            self._plain_text(pending)
+        if self._parse_blocks:
+            pieces, open_body = self._scanner.finish()
+            for _, pending in pieces:
+                self._plain_text(pending)
+            if open_body is not None and self.finish_reason in _COMPLETED:
+                self._block_call(open_body)  # models often stop right after the JSON
         if self._ws_hold and not self._calls:
             self._message_part("output_text", self._ws_hold)
         self._ws_hold = ""
