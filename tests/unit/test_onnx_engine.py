@@ -207,7 +207,7 @@ def test_worker_tool_call_text_becomes_one_function_call() -> None:
     events += state.finish()
     done = [e.data["item"] for e in events if e.event == "response.output_item.done"]
     assert [(d["type"], d.get("name"), d.get("arguments")) for d in done] == [
-        ("function_call", "get_weather", '{"city": "Berlin"}')
+        ("function_call", "get_weather", '{"city":"Berlin"}')
     ]
     assert not [e for e in events if e.event == "response.output_text.delta"]
     assert events[-1].event == "response.completed"
