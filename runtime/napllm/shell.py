@@ -50,10 +50,12 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from .connections import Connection, ConnectionRegistry
+from .connections import ConnectionRegistry
 from .errors import ErrorCode, NapError, ProviderFailure, unsupported
+from .intake import Cancel, Describe, Generate, Select, read_request
 from .providers.base import Provider
 from .records import (
+    Connection,
     Generation,
     GenerationRequest,
     ImagePart,
@@ -66,17 +68,12 @@ from .records import (
 from .streaming import DeltaStream
 from .translate import GenerationAssembler, check_supported, nap_to_lmsp
 from .wire import (
-    Cancel,
-    Describe,
     Dropped,
-    Generate,
     Malformed,
-    Select,
     cancel_result,
     error_result,
     generation_result,
     model_result,
-    parse_envelope,
 )
 
 log = logging.getLogger("napllm.shell")
@@ -483,7 +480,7 @@ class Shell:
         if "llm" not in endpoint.napplet.domains:
             self._observe("dropped", endpoint.id, "llm domain not exposed")
             return
-        parsed = parse_envelope(message)
+        parsed = read_request(message)  # envelope shape -> records -> conversation rules
         if isinstance(parsed, Dropped):
             self._observe("dropped", endpoint.id, parsed.reason)
         elif isinstance(parsed, Malformed):

@@ -55,7 +55,6 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from .connections import Capabilities
 from .errors import ErrorCode, NapError, unsupported
 from .jsontext import JsonTextError, read_json
 from .lmsp import (
@@ -82,6 +81,7 @@ from .lmsp import (
     parse_problem,
 )
 from .records import (
+    Capabilities,
     Generation,
     GenerationRequest,
     ImagePart,

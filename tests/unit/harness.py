@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from napllm.connections import Capabilities, Connection, ConnectionRegistry
+from napllm.connections import ConnectionRegistry
 from napllm.providers.fixture import FixtureProvider
+from napllm.records import Capabilities, Connection
 from napllm.shell import (
     ChoiceRequest,
     ConsentDecision,

@@ -28,7 +28,6 @@ from napcheck import (
     terminal,
 )
 
-from napllm.connections import Capabilities
 from napllm.errors import SAFE_MESSAGES, ErrorCode
 from napllm.lmsp import FunctionCallIn, FunctionCallOutputIn, LmspEvent, MessageItemIn
 from napllm.providers.fixture import (
@@ -42,6 +41,7 @@ from napllm.providers.fixture import (
     text_script,
     tool_call_script,
 )
+from napllm.records import Capabilities
 from napllm.shell import ShellPolicy
 from napllm.translate import TOOL_FAILED_PREFIX
 

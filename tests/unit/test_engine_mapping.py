@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from napllm.connections import Capabilities
 from napllm.errors import ErrorCode
 from napllm.lmsp import LmspRequest
 from napllm.providers.engines import (
@@ -38,6 +37,7 @@ from napllm.providers.engines import (
     wllama_threads,
 )
 from napllm.providers.openai_chat import ChatStreamToLmsp
+from napllm.records import Capabilities
 
 FUNCTION_CALLING = ("Hermes-3-Llama-3.1-8B-q4f32_1-MLC", "Hermes-3-Llama-3.1-8B-q4f16_1-MLC")
 

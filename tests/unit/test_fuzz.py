@@ -22,8 +22,9 @@ from harness import PNG, WEATHER_TOOL, Harness
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from napllm.intake import Generate, read_request
 from napllm.providers.fixture import text_script
-from napllm.wire import Generate, parse_envelope, usable_id
+from napllm.wire import usable_id
 
 JSON = st.recursive(
     st.none()
@@ -172,7 +173,7 @@ async def run_one(envelopes: list[Any]) -> int:
         valid_generates = 0
         routable: list[tuple[str, str]] = []
         for envelope in sent:
-            parsed = parse_envelope(envelope)
+            parsed = read_request(envelope)
             if isinstance(parsed, Generate):
                 valid_generates += 1
             if (

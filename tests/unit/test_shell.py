@@ -27,7 +27,6 @@ from napcheck import (
     terminal,
 )
 
-from napllm.connections import Capabilities, Connection
 from napllm.errors import SAFE_MESSAGES, ErrorCode
 from napllm.lmsp import FunctionCallOutputIn, LmspEvent, MessageItemIn
 from napllm.providers.fixture import (
@@ -40,6 +39,7 @@ from napllm.providers.fixture import (
     text_script,
     tool_call_script,
 )
+from napllm.records import Capabilities, Connection
 from napllm.shell import ConsentDecision, NappletIdentity, ShellPolicy
 from napllm.wire import Unclonable
 

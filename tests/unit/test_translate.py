@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from harness import FULL_CAPS, PNG, WEATHER_TOOL
 
-from napllm.connections import Capabilities
 from napllm.errors import ErrorCode, NapError
 from napllm.lmsp import LmspEvent, Problem, failure_from_problem
 from napllm.providers.fixture import (
@@ -19,7 +18,7 @@ from napllm.providers.fixture import (
     text_script,
     tool_call_script,
 )
-from napllm.records import GenerationRequest, parse_generation_request
+from napllm.records import Capabilities, GenerationRequest, parse_generation_request
 from napllm.streaming import DeltaStream
 from napllm.translate import (
     TOOL_FAILED_PREFIX,

@@ -25,7 +25,8 @@ from typing import Any
 from js import Object, location, napllmHost, window  # type: ignore[import-not-found]
 from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
 
-from ..connections import Connection, ConnectionRegistry, ConnectionSpec
+from ..connections import ConnectionRegistry, ConnectionSpec
+from ..records import Connection
 from ..schema import JschonValidator, set_default_validator
 from ..shell import (
     ChoiceRequest,

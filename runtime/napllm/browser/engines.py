@@ -33,7 +33,6 @@ from js import document, location  # type: ignore[import-not-found]
 from pyodide.code import run_js  # type: ignore[import-not-found]
 from pyodide.ffi import JsException  # type: ignore[import-not-found]
 
-from ..connections import Capabilities, Connection
 from ..errors import ProviderFailure
 from ..lmsp import LmspEvent, LmspRequest
 from ..providers.base import Provider
@@ -53,6 +52,7 @@ from ..providers.engines import (
     webllm_unavailable_reason,
 )
 from ..providers.openai_chat import ChatStreamToLmsp
+from ..records import Capabilities, Connection
 
 log = logging.getLogger("napllm.browser.engines")
 

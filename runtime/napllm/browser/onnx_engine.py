@@ -24,7 +24,6 @@ from typing import Any
 
 from pyodide.ffi import JsException  # type: ignore[import-not-found]
 
-from ..connections import Capabilities, Connection
 from ..lmsp import LmspEvent, LmspRequest
 from ..providers.base import Provider
 from ..providers.onnx_engine import (
@@ -37,6 +36,7 @@ from ..providers.onnx_engine import (
     webgpu_unavailable_reason,
 )
 from ..providers.openai_chat import ChatStreamToLmsp
+from ..records import Capabilities, Connection
 from .engines import import_module, stream_chunks, test_delay_ms
 
 log = logging.getLogger("napllm.browser.onnx_engine")

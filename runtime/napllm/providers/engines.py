@@ -51,9 +51,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..connections import Capabilities, Connection, route_for
+from ..connections import route_for
 from ..errors import ErrorCode, ProviderFailure
 from ..lmsp import LmspRequest
+from ..records import Capabilities, Connection
 from .openai_chat import lmsp_to_chat
 
 # --------------------------------------------------------------------------

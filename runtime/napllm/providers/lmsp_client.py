@@ -54,7 +54,6 @@ from urllib.parse import quote
 
 from pydantic import ValidationError
 
-from ..connections import Capabilities, ToolChoiceMode
 from ..errors import ProviderFailure
 from ..jsontext import JsonTextError, read_json, read_stream_payload
 from ..lmsp import (
@@ -68,6 +67,7 @@ from ..lmsp import (
     failure_from_problem,
     parse_problem,
 )
+from ..records import Capabilities, ToolChoiceMode
 from .base import HttpPort, HttpResponse, events_from_response, unreachable_hint
 from .sse import SseEvent, SseParser
 

@@ -37,9 +37,10 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..connections import Capabilities, Connection, route_for
+from ..connections import route_for
 from ..errors import ErrorCode, ProviderFailure
 from ..lmsp import LmspRequest
+from ..records import Capabilities, Connection
 from .engines import NO_ADAPTER_REASONS, NO_WEBGPU
 from .openai_chat import lmsp_to_chat
 
