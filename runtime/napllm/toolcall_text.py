@@ -3,7 +3,7 @@
 Models whose chat template has no native tool-call channel (ChatML tool
 templates, TinyChat, llama.cpp on WebAssembly, transformers.js) write each
 call as `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` inside
-their text. The browser engines' chat mapping (`providers.openai_chat`) and
+their text. The browser engines' chat mapping (`providers.chat_stream`) and
 the LMSP local model service (`lmsp_service.output`) both turn such text
 into LMSP `function_call` items (LMSP 1.0, 6.5) with this module, so both
 follow the same rule. Pure: no I/O, runs unchanged under CPython and Pyodide.

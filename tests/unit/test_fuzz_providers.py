@@ -40,9 +40,9 @@ from hypothesis import strategies as st
 
 import envelope_rules
 from napllm.lmsp import LmspEvent, LmspRequest
+from napllm.providers.chat_stream import ChatStreamToLmsp
 from napllm.providers.http_httpx import HttpxPort
 from napllm.providers.lmsp_client import LmspProvider
-from napllm.providers.openai_chat import ChatStreamToLmsp
 from napllm.providers.openai_compat import OpenAICompatProvider
 
 # --------------------------------------------------------------------------

@@ -4,7 +4,7 @@ and exactly one terminal result whatever fails while settling.
 Every provider (LMSP, OpenAI-compatible, WebLLM, wllama) ends in
 `translate.GenerationAssembler` behind `shell.Shell`; these tests drive the real
 shell through `harness.Harness` with scripted events (the fixture provider)
-or with chat-completion chunks mapped by `openai_chat.ChatStreamToLmsp`, the
+or with chat-completion chunks mapped by `chat_stream.ChatStreamToLmsp`, the
 mapping every OpenAI-style engine path uses. docs/security.md, "Provider
 output", names the fault kinds and points here.
 """
@@ -22,8 +22,8 @@ from napcheck import assert_safe_error, check_generation
 from napllm import shell as shell_module
 from napllm.errors import ErrorCode
 from napllm.lmsp import LmspEvent
+from napllm.providers.chat_stream import ChatStreamToLmsp
 from napllm.providers.fixture import Fail, call_events, completed, incomplete
-from napllm.providers.openai_chat import ChatStreamToLmsp
 from napllm.shell import ShellPolicy
 from napllm.streaming import DeltaStream
 

@@ -1,4 +1,4 @@
-"""OpenAI chat-completions mapping: requests, chunk streams of real engines, quirks."""
+"""The OpenAI chat mapping (`chat_request`, `chat_stream`): requests, real engines, quirks."""
 
 from __future__ import annotations
 
@@ -11,12 +11,8 @@ from hypothesis import strategies as st
 
 from napllm.errors import ErrorCode, ProviderFailure
 from napllm.lmsp import LmspEvent, LmspRequest
-from napllm.providers.openai_chat import (
-    ChatStreamToLmsp,
-    chat_response_to_lmsp,
-    lmsp_to_chat,
-    usage_to_lmsp,
-)
+from napllm.providers.chat_request import lmsp_to_chat
+from napllm.providers.chat_stream import ChatStreamToLmsp, chat_response_to_lmsp, usage_to_lmsp
 from toolcall_cases import MALFORMED, UNKNOWN_TOOL, WELL_FORMED, block
 
 WEATHER_TOOL = {

@@ -10,8 +10,8 @@ from typing import Any
 
 from napllm.errors import ErrorCode, NapError
 from napllm.lmsp import LmspEvent, LmspResponse
+from napllm.providers.chat_stream import ChatStreamToLmsp, chat_response_to_lmsp
 from napllm.providers.lmsp_client import SeenEvents
-from napllm.providers.openai_chat import ChatStreamToLmsp, chat_response_to_lmsp
 from napllm.records import parse_generation_request
 from napllm.streaming import DeltaStream
 from napllm.translate import GenerationAssembler

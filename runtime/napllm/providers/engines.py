@@ -55,7 +55,7 @@ from ..connections import route_for
 from ..errors import ErrorCode, ProviderFailure
 from ..lmsp import LmspRequest
 from ..records import Capabilities, Connection
-from .openai_chat import lmsp_to_chat
+from .chat_request import lmsp_to_chat
 
 # --------------------------------------------------------------------------
 # wasm: llama.cpp through wllama
