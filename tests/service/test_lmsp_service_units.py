@@ -245,3 +245,34 @@ def test_problem_body_shape() -> None:
     }
     with pytest.raises(ValueError):
         ProblemError("made_up")
+
+
+# -- handlers, one at a time -----------------------------------------------------------
+
+
+def test_handlers_can_be_called_one_by_one() -> None:
+    from types import SimpleNamespace
+
+    from starlette.requests import Request
+
+    from napllm.lmsp_service.app import LmspHandlers
+
+    service = SimpleNamespace(
+        config=SimpleNamespace(),
+        facts=SimpleNamespace(model_id="tinychat"),
+        find_task=lambda task_id: None,
+        find_response=lambda response_id: None,
+    )
+    handlers = LmspHandlers(service)  # type: ignore[arg-type]
+
+    def request(**path_params: str) -> Request:
+        return Request({"type": "http", "method": "GET", "headers": [], "path_params": path_params})
+
+    for call, code in [
+        (handlers.get_model(request(model_id="other")), "model_not_found"),
+        (handlers.get_task(request(task_id="task_1")), "task_not_found"),
+        (handlers.get_response(request(response_id="resp_1")), "response_not_found"),
+    ]:
+        with pytest.raises(ProblemError) as caught:
+            asyncio.run(call)
+        assert caught.value.code == code
