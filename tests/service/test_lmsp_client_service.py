@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from fixtures import WEATHER_FUNCTION
 from napllm.errors import SAFE_MESSAGES, ErrorCode, ProviderFailure
 from napllm.lmsp import CONTEXT_TOO_LONG, TOKEN_REJECTED_HINT, LmspEvent, LmspRequest
 from napllm.providers.http_httpx import HttpxPort, HttpxResponse
@@ -26,16 +27,6 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.service
 
 HELLO_ANSWER = "Hello! How can I help you today?"
-WEATHER_TOOL = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Get the current weather for a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-}
 PERSON_SCHEMA = {
     "type": "object",
     "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
@@ -189,7 +180,7 @@ async def test_tool_round_trip(lmsp_service: LmspServiceHandle, connect: Factory
             {
                 "model": lmsp_service.model_id,
                 "input": [question],
-                "tools": [WEATHER_TOOL],
+                "tools": [WEATHER_FUNCTION],
                 "temperature": 0,
                 "stream": True,
             },
@@ -215,7 +206,7 @@ async def test_tool_round_trip(lmsp_service: LmspServiceHandle, connect: Factory
                     },
                     {"type": "function_call_output", "call_id": call["call_id"], "output": result},
                 ],
-                "tools": [WEATHER_TOOL],
+                "tools": [WEATHER_FUNCTION],
                 "temperature": 0,
             },
             strict=False,

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
+from fixtures import WEATHER_FUNCTION
 from napllm.errors import ErrorCode, ProviderFailure
 from napllm.lmsp import LmspEvent, LmspRequest
 from napllm.providers.http_httpx import HttpxPort
@@ -32,16 +33,6 @@ pytestmark = pytest.mark.service
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "models" / "tinychat" / "tiny-chat-q8_0.gguf"
-WEATHER_TOOL = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Get the current weather for a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-}
 PERSON_SCHEMA = {
     "type": "object",
     "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
@@ -163,7 +154,7 @@ async def test_stream_hello(llama_server: str) -> None:
 async def test_tool_call_block_becomes_a_function_call(llama_server: str) -> None:
     events = await respond(
         llama_server,
-        {"input": [user("What is the weather in Berlin?")], "tools": [WEATHER_TOOL]},
+        {"input": [user("What is the weather in Berlin?")], "tools": [WEATHER_FUNCTION]},
     )
     assert not any(e.event == "response.output_text.delta" for e in events)
     (call,) = done_items(events)
@@ -189,7 +180,7 @@ async def test_tool_result_round_trip(llama_server: str) -> None:
                 },
                 {"type": "function_call_output", "call_id": "call_1", "output": result},
             ],
-            "tools": [WEATHER_TOOL],
+            "tools": [WEATHER_FUNCTION],
         },
     )
     assert text_of(events) == "It is sunny in Paris with a temperature of 21 degrees."

@@ -239,14 +239,3 @@ def generate(
 ) -> dict[str, Any]:
     request = {"handle": handle, "messages": messages or [user("Hello!")], **fields}
     return {"type": "llm.generate", "id": rid, "request": request}
-
-
-WEATHER_TOOL = {
-    "name": "get_weather",
-    "description": "Look up current weather",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-}

@@ -18,10 +18,11 @@ import logging
 from typing import Any
 
 import pytest
-from harness import PNG, WEATHER_TOOL, Harness
+from harness import PNG, Harness
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fixtures import WEATHER_TOOL
 from napllm.intake import Generate, read_request
 from napllm.providers.fixture import text_script
 from napllm.wire import usable_id

@@ -15,9 +15,10 @@ import json
 from typing import Any
 
 import pytest
-from harness import WEATHER_TOOL, Harness, generate, user
+from harness import Harness, generate, user
 from napcheck import assert_not_leaked, assert_safe_error, check_generation, code, terminal
 
+from fixtures import WEATHER_TOOL
 from napllm.connections import ConnectionRegistry
 from napllm.errors import SAFE_MESSAGES, ErrorCode, ProviderFailure
 from napllm.lmsp import LmspEvent

@@ -9,29 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fixtures import WEATHER_FUNCTION, lmsp_request
 from napllm.errors import ErrorCode, ProviderFailure
 from napllm.lmsp import LmspEvent, LmspRequest
 from napllm.providers.chat_request import lmsp_to_chat
 from napllm.providers.chat_stream import ChatStreamToLmsp, chat_response_to_lmsp, usage_to_lmsp
 from toolcall_cases import MALFORMED, UNKNOWN_TOOL, WELL_FORMED, block
 
-WEATHER_TOOL = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Get the weather.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-}
-
 
 def request(**fields: Any) -> LmspRequest:
-    body: dict[str, Any] = {
-        "model": "m",
-        "input": [
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]}
-        ],
-    }
-    body.update(fields)
-    return LmspRequest.model_validate(body, strict=False)
+    return lmsp_request("m", **fields)
 
 
 # --------------------------------------------------------------------------
@@ -168,23 +155,23 @@ def test_image_in_tool_result_becomes_parts() -> None:
 
 
 def test_tools_and_tool_choice() -> None:
-    body = lmsp_to_chat(request(tools=[WEATHER_TOOL], tool_choice="required"))
+    body = lmsp_to_chat(request(tools=[WEATHER_FUNCTION], tool_choice="required"))
     assert body["tools"] == [
         {
             "type": "function",
             "function": {
                 "name": "get_weather",
-                "parameters": WEATHER_TOOL["parameters"],
-                "description": "Get the weather.",
+                "parameters": WEATHER_FUNCTION["parameters"],
+                "description": WEATHER_FUNCTION["description"],
             },
         }
     ]
     assert body["tool_choice"] == "required"
     named = lmsp_to_chat(
-        request(tools=[WEATHER_TOOL], tool_choice={"type": "function", "name": "get_weather"})
+        request(tools=[WEATHER_FUNCTION], tool_choice={"type": "function", "name": "get_weather"})
     )
     assert named["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
-    assert "tool_choice" not in lmsp_to_chat(request(tools=[WEATHER_TOOL]))
+    assert "tool_choice" not in lmsp_to_chat(request(tools=[WEATHER_FUNCTION]))
 
 
 def test_response_format_styles() -> None:

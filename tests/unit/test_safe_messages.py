@@ -14,10 +14,10 @@ import re
 from typing import Any
 
 import pytest
-from harness import WEATHER_TOOL
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fixtures import WEATHER_TOOL
 from napllm.intake import read_request
 from napllm.wire import Malformed
 

@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 import pytest
-from harness import FULL_CAPS, PNG, WEATHER_TOOL, Harness, ManualClock, generate, user
+from harness import FULL_CAPS, PNG, Harness, ManualClock, generate, user
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from napcheck import (
@@ -27,6 +27,7 @@ from napcheck import (
     terminal,
 )
 
+from fixtures import WEATHER_TOOL
 from napllm.errors import SAFE_MESSAGES, ErrorCode
 from napllm.lmsp import FunctionCallOutputIn, LmspEvent, MessageItemIn
 from napllm.providers.fixture import (
