@@ -192,3 +192,11 @@ def test_overlay_folders_are_served_and_contained(tmp_path: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_browser_wheel_carries_only_what_runs_in_the_browser() -> None:
+    sources = [path.relative_to(ROOT).as_posix() for path in build.napllm_sources()]
+    assert not [name for name in sources if name.startswith("runtime/napllm/lmsp_service/")]
+    assert "runtime/napllm/toolcall_text.py" in sources  # shared with the service, runs in both
+    assert "runtime/napllm/browser/app.py" in sources
+    assert "pyproject.toml" in sources
