@@ -4,7 +4,7 @@
 `WEATHER_FUNCTION` is the same tool as an LMSP 1.0 function tool (6.5), as
 the translation sends it to a provider. `lmsp_request` builds an LMSP
 request with one user message; `Body` is a scripted HTTP response body for
-the providers' HTTP tests.
+the providers' HTTP tests; `done_items` and `text_of` read LMSP events.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from napllm.lmsp import LmspRequest
+from napllm.lmsp import LmspEvent, LmspRequest
 
 WEATHER_TOOL: dict[str, Any] = {
     "name": "get_weather",
@@ -67,3 +67,19 @@ class Body(httpx.AsyncByteStream):
 
     async def aclose(self) -> None:
         self.closed = True
+
+
+def done_items(events: list[LmspEvent]) -> list[dict[str, Any]]:
+    """The items of every `response.output_item.done` event, in order."""
+    return [e.data["item"] for e in events if e.event == "response.output_item.done"]
+
+
+def text_of(events: list[LmspEvent]) -> str:
+    """The output text of every completed message item, joined."""
+    return "".join(
+        part["text"]
+        for item in done_items(events)
+        if item["type"] == "message"
+        for part in item["content"]
+        if part["type"] == "output_text"
+    )

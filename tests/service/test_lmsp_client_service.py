@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from fixtures import WEATHER_FUNCTION
+from fixtures import WEATHER_FUNCTION, done_items, text_of
 from napllm.errors import SAFE_MESSAGES, ErrorCode, ProviderFailure
 from napllm.lmsp import CONTEXT_TOO_LONG, TOKEN_REJECTED_HINT, LmspEvent, LmspRequest
 from napllm.providers.http_httpx import HttpxPort, HttpxResponse
@@ -109,20 +109,6 @@ async def run(provider: LmspProvider, request: LmspRequest) -> list[LmspEvent]:
         return [e async for e in provider.respond(request)]
 
     return await asyncio.wait_for(collect(), LIMIT_S)
-
-
-def done_items(events: list[LmspEvent]) -> list[dict[str, Any]]:
-    return [e.data["item"] for e in events if e.event == "response.output_item.done"]
-
-
-def text_of(events: list[LmspEvent]) -> str:
-    return "".join(
-        part["text"]
-        for item in done_items(events)
-        if item["type"] == "message"
-        for part in item["content"]
-        if part["type"] == "output_text"
-    )
 
 
 def deltas(events: list[LmspEvent]) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from fixtures import WEATHER_FUNCTION
+from fixtures import WEATHER_FUNCTION, done_items, text_of
 from napllm.errors import ErrorCode, ProviderFailure
 from napllm.lmsp import LmspEvent, LmspRequest
 from napllm.providers.http_httpx import HttpxPort
@@ -122,20 +122,6 @@ async def respond(base_url: str, body: dict[str, Any], **options: Any) -> list[L
 
 def user(text: str) -> dict[str, Any]:
     return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-
-
-def done_items(events: list[LmspEvent]) -> list[dict[str, Any]]:
-    return [e.data["item"] for e in events if e.event == "response.output_item.done"]
-
-
-def text_of(events: list[LmspEvent]) -> str:
-    return "".join(
-        part["text"]
-        for item in done_items(events)
-        if item["type"] == "message"
-        for part in item["content"]
-        if part["type"] == "output_text"
-    )
 
 
 async def test_discovery(llama_server: str) -> None:
