@@ -363,13 +363,25 @@ def fetch_wheels() -> dict[str, Path]:
     return found
 
 
+#: Packages of runtime/napllm that never run in the browser (CPython only):
+#: left out of the Pyodide wheel, so they are not shipped to every visitor.
+CPYTHON_ONLY = ("lmsp_service",)
+
+
 def napllm_sources() -> list[Path]:
-    """The files that make up the napllm wheel (package sources and metadata)."""
+    """The files that make up the browser's napllm wheel (package sources and metadata).
+
+    Everything under runtime/ except the CPython-only packages (`CPYTHON_ONLY`).
+    """
     files = [ROOT / "pyproject.toml"]
     files += [ROOT / name for name in ("README.md", "LICENSE") if (ROOT / name).is_file()]
+    skipped = [ROOT / "runtime" / "napllm" / name for name in CPYTHON_ONLY]
     for path in sorted((ROOT / "runtime").rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-            files.append(path)
+        if not path.is_file() or "__pycache__" in path.parts or path.suffix == ".pyc":
+            continue
+        if any(folder in path.parents for folder in skipped):
+            continue
+        files.append(path)
     return files
 
 

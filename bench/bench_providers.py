@@ -4,7 +4,7 @@ Prints, for this machine:
 
 - the SSE parser (`providers/sse.py`): MB/s and events/s over a stream of
   LMSP-shaped events fed in chunks of 16, 256, 4096 and 65536 bytes;
-- the chat-completions state machine (`providers/openai_chat.py`): chunks/s
+- the chat-completions state machine (`providers/chat_stream.py`): chunks/s
   for one-token text chunks, with and without `<tool_call>` scanning;
 - the LMSP client provider (`providers/lmsp_client.py`) reading a streamed
   response through httpx's in-memory transport: events/s end to end.
@@ -22,9 +22,9 @@ from collections.abc import AsyncIterator
 import httpx
 
 from napllm.lmsp import LmspEvent, LmspRequest
+from napllm.providers.chat_stream import ChatStreamToLmsp
 from napllm.providers.http_httpx import HttpxPort
 from napllm.providers.lmsp_client import LmspProvider
-from napllm.providers.openai_chat import ChatStreamToLmsp
 from napllm.providers.sse import SseParser
 
 PART = {"type": "input_text", "text": "x"}

@@ -24,7 +24,7 @@ placements MUST produce `invalid-request`"):
 from __future__ import annotations
 
 from .errors import invalid
-from .records import GenerationRequest, Message, TextPart, ToolCallPart, ToolChoice
+from .records import GenerationRequest, Message, ToolCallPart, ToolChoice
 
 
 def validate_conversation(request: GenerationRequest) -> None:
@@ -97,8 +97,3 @@ def _check_results(messages: list[Message]) -> None:
             answering = bool(calls)
     if pending:
         raise invalid("Invalid messages: a tool call has no result.")
-
-
-def tool_result_text(message: Message) -> str:
-    """The text of a toolResult message, parts joined by newlines (no images)."""
-    return "\n".join(p.text for p in message.content if isinstance(p, TextPart))

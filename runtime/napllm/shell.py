@@ -50,10 +50,13 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from .connections import Connection, ConnectionRegistry
+from .connections import ConnectionRegistry
 from .errors import ErrorCode, NapError, ProviderFailure, unsupported
+from .intake import Cancel, Describe, Generate, Select, read_request
+from .lifecycle import GenEvent, Lifecycle
 from .providers.base import Provider
 from .records import (
+    Connection,
     Generation,
     GenerationRequest,
     ImagePart,
@@ -64,19 +67,14 @@ from .records import (
     ToolCallPart,
 )
 from .streaming import DeltaStream
-from .translate import OutputAssembler, check_supported, nap_to_lmsp
+from .translate import GenerationAssembler, check_supported, nap_to_lmsp
 from .wire import (
-    Cancel,
-    Describe,
     Dropped,
-    Generate,
     Malformed,
-    Select,
     cancel_result,
     error_result,
     generation_result,
     model_result,
-    parse_envelope,
 )
 
 log = logging.getLogger("napllm.shell")
@@ -343,12 +341,11 @@ class _Generation:
     endpoint_id: str
     id: str
     account: str
-    phase: Literal["checking", "consent", "running"] = "checking"
+    life: Lifecycle = field(default_factory=Lifecycle)  # the only lifecycle state
     connection_id: str | None = None
     task: asyncio.Task[None] | None = None
     timer: TimerHandle | None = None
     stream: DeltaStream | None = None
-    settled: bool = False
 
 
 @dataclass
@@ -483,7 +480,7 @@ class Shell:
         if "llm" not in endpoint.napplet.domains:
             self._observe("dropped", endpoint.id, "llm domain not exposed")
             return
-        parsed = parse_envelope(message)
+        parsed = read_request(message)  # envelope shape -> records -> conversation rules
         if isinstance(parsed, Dropped):
             self._observe("dropped", endpoint.id, parsed.reason)
         elif isinstance(parsed, Malformed):
@@ -661,7 +658,7 @@ class Shell:
             # account switch). Unsettled means a provider or port raised
             # CancelledError by itself (an aborted fetch): answer now rather
             # than leave the request open until the deadline.
-            if not gen.settled:
+            if not gen.life.settled:
                 log.warning("provider raised CancelledError without being cancelled")
                 self._settle(gen, NapError(ErrorCode.PROVIDER_ERROR))
             return
@@ -691,13 +688,13 @@ class Shell:
             raise NapError(ErrorCode.QUOTA_EXCEEDED, "The request exceeds the size limit.")
         grant_key = _grant_key(endpoint.napplet, connection.id, gen.account)
         if grant_key not in self._grants:
-            gen.phase = "consent"
+            gen.life.fire(GenEvent.ASK_CONSENT)
             try:
                 decision = await self._consent.ask(disclosure)
             except Exception:  # a dialog that failed authorised nothing
                 log.exception("consent dialog failed")
                 decision = ConsentDecision(allow=False)
-            if gen.settled:
+            if gen.life.settled:
                 raise asyncio.CancelledError
             if not decision.allow:
                 raise NapError(ErrorCode.USER_CANCELLED)
@@ -710,7 +707,7 @@ class Shell:
         current = self._resolve(endpoint, request.handle)
         if current.revision != connection.revision or current.id != connection.id:
             raise NapError(ErrorCode.SELECTION_EXPIRED)
-        gen.phase = "running"
+        gen.life.fire(GenEvent.SUBMIT)
         lmsp_request = nap_to_lmsp(request, connection.model)
         provider = self._providers(connection)
         gen.stream = DeltaStream(
@@ -718,12 +715,12 @@ class Shell:
             lambda envelope: self._deliver_delta(endpoint, gen, envelope),
             interval_s=self.policy.delta_interval_s,
         )
-        assembler = OutputAssembler(request, gen.stream)
+        assembler = GenerationAssembler(request, gen.stream)
         self._observe("submitted", endpoint.id, connection.id)
         events = provider.respond(lmsp_request)
         try:
             async for event in events:
-                if gen.settled:
+                if gen.life.settled:
                     break
                 if assembler.feed(event):
                     break
@@ -736,7 +733,7 @@ class Shell:
     def _deliver_delta(
         self, endpoint: _Endpoint, gen: _Generation, envelope: dict[str, Any]
     ) -> None:
-        if gen.settled:
+        if not gen.life.delivering:
             return
         if not self._send(endpoint, envelope):
             # a lost delta would leave a gap in `sequence` (NAP-LLM, Wire
@@ -746,28 +743,34 @@ class Shell:
     def _settle(self, gen: _Generation, outcome: Generation | NapError | None) -> None:
         """End `gen` with exactly one terminal result (None: endpoint gone, send nothing).
 
-        Invariant (NAP-LLM, Wire Protocol: exactly one terminal result): no
-        exception while finishing the delta stream, building the envelope,
-        observing or sending it leaves the request open or unanswered. The
-        generation is marked settled and forgotten first (so a later cancel
-        answers false); a success that cannot be flushed, serialised or
-        delivered is replaced by `provider-error`; nothing raised here
-        escapes.
+        Invariant (NAP-LLM, Wire Protocol: exactly one terminal result): the
+        result is sent only on the lifecycle's `SETTLE` transition, which the
+        table (`lifecycle.TRANSITIONS`) allows once; no exception while
+        finishing the delta stream, building the envelope, observing or
+        sending it leaves the request open or unanswered. The generation is
+        settled and forgotten first (so a later cancel answers false); a
+        success that cannot be flushed, serialised or delivered is replaced
+        by `provider-error`; nothing raised here escapes.
         """
-        if gen.settled:
+        if not gen.life.can(GenEvent.SETTLE):
             return
-        if isinstance(outcome, Generation) and gen.stream is not None:
-            # flush coalesced deltas while still unsettled: `_deliver_delta`
-            # drops everything once settled, and a completed block must end
-            # before the terminal result (NAP-LLM, Delta; Wire Protocol)
+        if (
+            isinstance(outcome, Generation)
+            and gen.stream is not None
+            and gen.life.can(GenEvent.FLUSH)
+        ):
+            # flush coalesced deltas before settling: `_deliver_delta` drops
+            # everything once settled, and a completed block must end before
+            # the terminal result (NAP-LLM, Delta; Wire Protocol)
+            gen.life.fire(GenEvent.FLUSH)
             try:
                 gen.stream.finish()
             except Exception:
                 log.exception("flushing the deltas failed")
                 outcome = NapError(ErrorCode.PROVIDER_ERROR)
-            if gen.settled:  # a delta that could not be delivered ended it
+            if gen.life.settled:  # a delta that could not be delivered ended it
                 return
-        gen.settled = True
+        gen.life.fire(GenEvent.SETTLE)
         endpoint = self._endpoints.get(gen.endpoint_id)
         if endpoint is not None and endpoint.generations.get(gen.id) is gen:
             del endpoint.generations[gen.id]
@@ -821,7 +824,7 @@ class Shell:
 
     def _cancel(self, endpoint: _Endpoint, msg: Cancel) -> None:
         gen = endpoint.generations.get(msg.request_id)
-        if gen is None or gen.settled:
+        if gen is None or not gen.life.can(GenEvent.SETTLE):
             self._send(endpoint, cancel_result(msg.id, False))
             return
         self._settle(gen, NapError(ErrorCode.CANCELLED))
@@ -844,7 +847,7 @@ class Shell:
             for gen in list(endpoint.generations.values()):
                 if gen.connection_id != connection_id:
                     continue
-                if gen.phase == "running":
+                if gen.life.delivering:  # submitted: the provider has it
                     self._settle(gen, NapError(ErrorCode.CANCELLED))
                 else:
                     self._settle(gen, NapError(ErrorCode.SELECTION_EXPIRED))

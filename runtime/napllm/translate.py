@@ -16,7 +16,7 @@ and Message; LMSP 6.1, 6.5)
   the `images` extension. `format: json` -> `response_format` json_schema
   `{"type": "object"}`; `maxTokens` -> `max_output_tokens`.
 
-LMSP -> NAP (`OutputAssembler`; NAP-LLM, Generation, Delta, Tool)
+LMSP -> NAP (`GenerationAssembler`; NAP-LLM, Generation, Delta, Tool)
 - Events drive a `DeltaStream`: text -> `text` blocks, function calls ->
   `toolCall` blocks whose `start` carries the call id (synthesised once when
   the provider gives none, then reused in deltas and result) and name,
@@ -55,7 +55,6 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from .connections import Capabilities
 from .errors import ErrorCode, NapError, unsupported
 from .jsontext import JsonTextError, read_json
 from .lmsp import (
@@ -82,6 +81,7 @@ from .lmsp import (
     parse_problem,
 )
 from .records import (
+    Capabilities,
     Generation,
     GenerationRequest,
     ImagePart,
@@ -280,7 +280,9 @@ class _Block:
 
 
 @dataclass
-class _Item:
+class _ItemBlocks:
+    """One LMSP output item being read and the NAP blocks it becomes."""
+
     output_index: int
     item_id: str | None
     kind: Literal["message", "function_call", "reasoning", "other"]
@@ -289,8 +291,10 @@ class _Item:
     refusal: bool = False
 
 
-class OutputAssembler:
-    """Consume the LMSP events of one response; stream deltas; build the result.
+class GenerationAssembler:
+    """Assemble a NAP-LLM Generation from the LMSP events of one response.
+
+    Streams the deltas on the way and builds the terminal result.
 
     `feed(event)` returns `True` once a terminal event was handled;
     `result()` then returns the Generation or raises `NapError`. `finish()`
@@ -317,8 +321,8 @@ class OutputAssembler:
     def __init__(self, request: GenerationRequest, stream: DeltaStream) -> None:
         self._request = request
         self._stream = stream
-        self._items: dict[int, _Item] = {}
-        self._by_id: dict[str, _Item] = {}
+        self._items: dict[int, _ItemBlocks] = {}
+        self._by_id: dict[str, _ItemBlocks] = {}
         self._order: list[_Block] = []  # started blocks, by block index
         self._usage: Usage | None = None
         self._terminal: tuple[str, dict[str, Any]] | None = None
@@ -378,7 +382,7 @@ class OutputAssembler:
             kind_raw if kind_raw in ("message", "function_call", "reasoning") else "other"
         )
         item_id = raw.get("id") if isinstance(raw.get("id"), str) else None
-        item = _Item(index, item_id, kind)
+        item = _ItemBlocks(index, item_id, kind)
         self._items[index] = item
         if item_id:
             self._by_id[item_id] = item
@@ -398,7 +402,7 @@ class OutputAssembler:
                 block.name = name
                 self._sync(item, block)
 
-    def _lookup(self, data: dict[str, Any]) -> _Item:
+    def _lookup(self, data: dict[str, Any]) -> _ItemBlocks:
         item_id = data.get("item_id")
         if isinstance(item_id, str) and item_id in self._by_id:
             return self._by_id[item_id]
@@ -410,11 +414,11 @@ class OutputAssembler:
     # -- streaming in output order ---------------------------------------------
 
     @staticmethod
-    def _settled_order(item: _Item) -> bool:
+    def _settled_order(item: _ItemBlocks) -> bool:
         """Whether `item`'s place among the blocks is fixed (started or completed)."""
         return item.done or any(block.index is not None for block in item.blocks)
 
-    def _streamable(self, item: _Item) -> bool:
+    def _streamable(self, item: _ItemBlocks) -> bool:
         """Every item before `item` (by output_index) has started or completed."""
         return all(
             self._settled_order(other)
@@ -427,7 +431,7 @@ class OutputAssembler:
             return block.name is not None and block.name in self._tool_names
         return bool(block.text)
 
-    def _sync(self, item: _Item, block: _Block) -> None:
+    def _sync(self, item: _ItemBlocks, block: _Block) -> None:
         """Start `block` when it may, send its unsent fragments, end it when done."""
         if block.index is None:
             if not self._ready(block):
@@ -461,7 +465,7 @@ class OutputAssembler:
 
     # -- deltas --------------------------------------------------------------------
 
-    def _text_delta(self, item: _Item, kind: BlockKind, delta: object) -> None:
+    def _text_delta(self, item: _ItemBlocks, kind: BlockKind, delta: object) -> None:
         if not isinstance(delta, str):
             raise _fail("delta is not text")
         if item.done:
@@ -479,7 +483,7 @@ class OutputAssembler:
             block.text.append(piece)
             self._sync(item, block)
 
-    def _arguments_delta(self, item: _Item, delta: object) -> None:
+    def _arguments_delta(self, item: _ItemBlocks, delta: object) -> None:
         if not isinstance(delta, str):
             raise _fail("arguments delta is not text")
         if item.kind != "function_call" or item.done:
@@ -518,7 +522,7 @@ class OutputAssembler:
         item.done = True
         self._pump()
 
-    def _complete_call(self, item: _Item, parsed: FunctionCallItem) -> None:
+    def _complete_call(self, item: _ItemBlocks, parsed: FunctionCallItem) -> None:
         block = item.blocks[0] if item.blocks else None
         if block is None or block.kind != "toolCall":
             raise _fail("function call completed for a non-call item")
@@ -548,7 +552,7 @@ class OutputAssembler:
         block.final = arguments
         block.done = True
 
-    def _complete_text(self, item: _Item, kind: BlockKind, final: str) -> None:
+    def _complete_text(self, item: _ItemBlocks, kind: BlockKind, final: str) -> None:
         final = join_surrogates(final)
         blocks = [b for b in item.blocks if b.kind == kind]
         if not blocks:

@@ -1,4 +1,9 @@
-"""NAP-LLM envelopes: napplet messages in, typed messages out, and back.
+"""NAP-LLM envelopes: their shape in, and outgoing envelopes built.
+
+This is the first stage of reading a napplet's message (`intake.read_request`
+runs the stages in order: envelope shape here, then the records
+(`records.py`), then the conversation rules (`conversation.py`)); this module
+calls no later stage.
 
 Rules (NAP-LLM, Wire Protocol; NIP-5D)
 - An envelope is a JSON object `{"type": "llm.<action>", ...payload}`.
@@ -11,10 +16,10 @@ Rules (NAP-LLM, Wire Protocol; NIP-5D)
 - A *usable id* is text of 1 to `MAX_ID_LENGTH` characters that encodes as
   UTF-8. A known type without a usable id cannot be correlated, so it gets
   no reply either: it is dropped (and shown in the shell's inspector only).
-- A known type with a usable id whose payload is malformed (unknown
-  envelope fields, explicit null, wrong types, a bad record, a broken
-  conversation, values JSON cannot carry) gets exactly one `<type>.result`
-  with `error.code = "invalid-request"`.
+- A known type with a usable id whose envelope is malformed (unknown
+  envelope fields, missing fields, values JSON cannot carry) gets exactly
+  one `<type>.result` with `error.code = "invalid-request"` (`Malformed`);
+  otherwise it is an `Envelope` whose payload the later stages read.
 - Values must be plain JSON: objects with text keys, lists, text (no lone
   surrogates), finite numbers, booleans, null; nesting at most `MAX_DEPTH`.
 - Envelope text is read by the one strict reader (`jsontext.read_json`,
@@ -37,20 +42,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .conversation import validate_conversation
 from .errors import ErrorCode, NapError, invalid
 from .jsontext import DEFAULT_MAX_DEPTH, read_json
-from .records import (
-    Delta,
-    Generation,
-    GenerationRequest,
-    RecordError,
-    Requirements,
-    parse_generation_request,
-    parse_requirements,
-)
+
+if TYPE_CHECKING:  # outgoing envelopes only call the records' own `to_json`
+    from .records import Delta, Generation
 
 MAX_ID_LENGTH = 256
 #: Deepest accepted envelope nesting (objects and arrays; see module rules).
@@ -73,35 +71,17 @@ _FIELDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 
 
 @dataclass(frozen=True)
-class Select:
-    """`llm.select`: ask the user to choose a connection meeting `requirements`."""
+class Envelope:
+    """A known request type with a usable id and a well-shaped envelope.
 
+    `fields`: the envelope's members other than `type` and `id`, plain JSON
+    (checked by `check_plain_json`), exactly the required ones plus any of
+    the optional ones of `type`; their contents are not read yet.
+    """
+
+    type: str
     id: str
-    requirements: Requirements
-
-
-@dataclass(frozen=True)
-class Describe:
-    """`llm.describe`: revalidate `handle`."""
-
-    id: str
-    handle: str
-
-
-@dataclass(frozen=True)
-class Generate:
-    """`llm.generate`: a parsed, conversation-checked GenerationRequest."""
-
-    id: str
-    request: GenerationRequest
-
-
-@dataclass(frozen=True)
-class Cancel:
-    """`llm.cancel`: cancel this endpoint's active generation `request_id`."""
-
-    id: str
-    request_id: str
+    fields: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -121,8 +101,7 @@ class Dropped:
     type: str | None = None
 
 
-Incoming = Select | Describe | Generate | Cancel
-Parsed = Incoming | Malformed | Dropped
+Shaped = Envelope | Malformed | Dropped
 
 
 @dataclass(frozen=True)
@@ -191,8 +170,8 @@ def loads_strict(text: str) -> Any:
     return read_json(text, max_depth=PARSE_DEPTH, allow_lone_surrogates=True)
 
 
-def parse_envelope(raw: object) -> Parsed:
-    """Turn one received message into a typed request, a Malformed, or Dropped.
+def parse_envelope(raw: object) -> Shaped:
+    """Check one received message's envelope: an Envelope, a Malformed, or Dropped.
 
     Never raises. Implements the rules at the top of this module.
     """
@@ -214,14 +193,14 @@ def parse_envelope(raw: object) -> Parsed:
         return Dropped("no usable id", kind)
     rid: str = raw["id"]
     try:
-        return _parse_known(kind, rid, raw)
+        return _shape(kind, rid, raw)
     except NapError as error:
         return Malformed(kind, rid, error)
     except Exception:  # defensive: a bug must never escape as a crash
         return Malformed(kind, rid, invalid("The request could not be parsed."))
 
 
-def _parse_known(kind: str, rid: str, raw: dict[str, Any]) -> Incoming:
+def _shape(kind: str, rid: str, raw: dict[str, Any]) -> Envelope:
     required, optional = _FIELDS[kind]
     for position, key in enumerate(raw, start=1):
         if key != "type" and key not in required and key not in optional:
@@ -232,26 +211,7 @@ def _parse_known(kind: str, rid: str, raw: dict[str, Any]) -> Incoming:
     reason = check_plain_json(raw)
     if reason:
         raise invalid(f"Invalid envelope: {reason}.")
-    if kind == "llm.select":
-        if "requirements" in raw:
-            if raw["requirements"] is None:
-                raise invalid("Invalid envelope: explicit null for requirements.")
-            return Select(rid, parse_requirements(raw["requirements"]))
-        return Select(rid, Requirements())
-    if kind == "llm.describe":
-        return Describe(rid, _text_field(raw, "handle"))
-    if kind == "llm.cancel":
-        return Cancel(rid, _text_field(raw, "requestId"))
-    request = parse_generation_request(raw["request"])
-    validate_conversation(request)
-    return Generate(rid, request)
-
-
-def _text_field(raw: dict[str, Any], key: str) -> str:
-    value = raw[key]
-    if not isinstance(value, str) or not value:
-        raise RecordError(f"Invalid envelope: {key} must be non-empty text.")
-    return value
+    return Envelope(kind, rid, {k: v for k, v in raw.items() if k not in ("type", "id")})
 
 
 # --------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from fixtures import WEATHER_FUNCTION, done_items, text_of
 from napllm.errors import SAFE_MESSAGES, ErrorCode, ProviderFailure
 from napllm.lmsp import CONTEXT_TOO_LONG, TOKEN_REJECTED_HINT, LmspEvent, LmspRequest
 from napllm.providers.http_httpx import HttpxPort, HttpxResponse
@@ -26,16 +27,6 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.service
 
 HELLO_ANSWER = "Hello! How can I help you today?"
-WEATHER_TOOL = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Get the current weather for a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-}
 PERSON_SCHEMA = {
     "type": "object",
     "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
@@ -120,20 +111,6 @@ async def run(provider: LmspProvider, request: LmspRequest) -> list[LmspEvent]:
     return await asyncio.wait_for(collect(), LIMIT_S)
 
 
-def done_items(events: list[LmspEvent]) -> list[dict[str, Any]]:
-    return [e.data["item"] for e in events if e.event == "response.output_item.done"]
-
-
-def text_of(events: list[LmspEvent]) -> str:
-    return "".join(
-        part["text"]
-        for item in done_items(events)
-        if item["type"] == "message"
-        for part in item["content"]
-        if part["type"] == "output_text"
-    )
-
-
 def deltas(events: list[LmspEvent]) -> str:
     return "".join(e.data["delta"] for e in events if e.event == "response.output_text.delta")
 
@@ -189,7 +166,7 @@ async def test_tool_round_trip(lmsp_service: LmspServiceHandle, connect: Factory
             {
                 "model": lmsp_service.model_id,
                 "input": [question],
-                "tools": [WEATHER_TOOL],
+                "tools": [WEATHER_FUNCTION],
                 "temperature": 0,
                 "stream": True,
             },
@@ -215,7 +192,7 @@ async def test_tool_round_trip(lmsp_service: LmspServiceHandle, connect: Factory
                     },
                     {"type": "function_call_output", "call_id": call["call_id"], "output": result},
                 ],
-                "tools": [WEATHER_TOOL],
+                "tools": [WEATHER_FUNCTION],
                 "temperature": 0,
             },
             strict=False,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from fixtures import WEATHER_FUNCTION
 from napllm.providers.sse import SseParser
 
 if TYPE_CHECKING:
@@ -17,16 +18,6 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.service
 
-WEATHER_TOOL = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Get the current weather for a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-}
 TIME_TOOL = {
     "type": "function",
     "name": "get_time",
@@ -178,7 +169,7 @@ def test_tool_call_round_trip(lmsp_service: LmspServiceHandle, client: httpx.Cli
         json={
             "model": lmsp_service.model_id,
             "input": first_input,
-            "tools": [WEATHER_TOOL],
+            "tools": [WEATHER_FUNCTION],
             "tool_choice": "auto",
             "temperature": 0,
         },
@@ -205,7 +196,7 @@ def test_tool_call_round_trip(lmsp_service: LmspServiceHandle, client: httpx.Cli
                     "output": json.dumps(result),
                 },
             ],
-            "tools": [WEATHER_TOOL],
+            "tools": [WEATHER_FUNCTION],
             "temperature": 0,
         },
     ).json()
@@ -222,7 +213,7 @@ def test_streamed_tool_call_arrives_complete(
 ) -> None:
     events = stream(
         client,
-        body(lmsp_service, "What is the weather in Berlin?", tools=[WEATHER_TOOL], stream=True),
+        body(lmsp_service, "What is the weather in Berlin?", tools=[WEATHER_FUNCTION], stream=True),
     )
     assert_well_formed_stream(events)
     names = [name for _, name, _ in events]
@@ -250,7 +241,7 @@ def test_tool_choice_none_disables_tool_parsing(
         json=body(
             lmsp_service,
             "What is the weather in Berlin?",
-            tools=[WEATHER_TOOL],
+            tools=[WEATHER_FUNCTION],
             tool_choice="none",
         ),
     ).json()
@@ -264,7 +255,7 @@ def test_tool_choice_required_forces_a_call(
     # TinyChat would greet; the grammar makes it call the tool instead.
     response = client.post(
         "/responses",
-        json=body(lmsp_service, "Hello!", tools=[WEATHER_TOOL], tool_choice="required"),
+        json=body(lmsp_service, "Hello!", tools=[WEATHER_FUNCTION], tool_choice="required"),
     ).json()
     assert response["status"] == "completed"
     (call,) = response["output"]
@@ -280,7 +271,7 @@ def test_named_tool_choice_calls_that_tool(
         json=body(
             lmsp_service,
             "Hello!",
-            tools=[TIME_TOOL, WEATHER_TOOL],
+            tools=[TIME_TOOL, WEATHER_FUNCTION],
             tool_choice={"type": "function", "name": "get_weather"},
         ),
     ).json()
@@ -321,7 +312,7 @@ def test_unconstrained_json_schema_mismatch_fails_not_succeeds(
     # With tools on `auto` the grammar is not applied (the model may call a
     # tool); TinyChat then greets in prose, which must fail the response.
     fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON_SCHEMA}}
-    payload = body(lmsp_service, "Hello!", response_format=fmt, tools=[WEATHER_TOOL])
+    payload = body(lmsp_service, "Hello!", response_format=fmt, tools=[WEATHER_FUNCTION])
     answer = client.post("/responses", json=payload)
     assert answer.status_code == 500
     assert answer.headers["content-type"] == "application/problem+json"
@@ -358,7 +349,9 @@ def test_store_get_and_previous_response_id(
 ) -> None:
     first = client.post(
         "/responses",
-        json=body(lmsp_service, "What is the weather in Berlin?", tools=[WEATHER_TOOL], store=True),
+        json=body(
+            lmsp_service, "What is the weather in Berlin?", tools=[WEATHER_FUNCTION], store=True
+        ),
     ).json()
     fetched = client.get(f"/responses/{first['id']}")
     assert fetched.status_code == 200
@@ -378,7 +371,7 @@ def test_store_get_and_previous_response_id(
                     ),
                 }
             ],
-            "tools": [WEATHER_TOOL],
+            "tools": [WEATHER_FUNCTION],
             "temperature": 0,
         },
     ).json()

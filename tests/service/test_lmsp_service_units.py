@@ -13,13 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from napllm.lmsp_service.output import ModelOutputError, OutputAssembler, parse_tool_call
+from napllm.lmsp_service.output import ModelOutputError, OutputItemAssembler
 from napllm.lmsp_service.tasks import (
     BoundedStore,
     EventCursorInvalid,
     EventHistoryExpired,
     ResponseRun,
 )
+from toolcall_cases import MALFORMED, TOOL_NAMES, UNKNOWN_TOOL, WELL_FORMED, block
 
 pytest.importorskip("starlette", reason="the service extra (starlette) is not installed")
 
@@ -35,9 +36,9 @@ CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Berlin"}}\n<
 
 def assemble(
     chunks: list[str], tools: tuple[str, ...] | None = ("get_weather",), complete: bool = True
-) -> tuple[OutputAssembler, list[tuple[str, dict[str, Any]]]]:
+) -> tuple[OutputItemAssembler, list[tuple[str, dict[str, Any]]]]:
     events: list[tuple[str, dict[str, Any]]] = []
-    assembler = OutputAssembler("resp_1", lambda e, d: events.append((e, d)), tools)
+    assembler = OutputItemAssembler("resp_1", lambda e, d: events.append((e, d)), tools)
     for chunk in chunks:
         assembler.feed(chunk)
     assembler.finish(complete)
@@ -111,27 +112,21 @@ def test_cut_block_is_dropped_when_incomplete() -> None:
     assert assembler.output == [] and events == []
 
 
-@pytest.mark.parametrize(
-    "block",
-    [
-        "not json",
-        '["get_weather"]',
-        '{"arguments": {}}',
-        '{"name": "launch", "arguments": {}}',
-        '{"name": "get_weather", "arguments": [1]}',
-        '{"name": "get_weather", "arguments": "{oops"}',
-    ],
-)
-def test_malformed_tool_calls_are_errors(block: str) -> None:
-    with pytest.raises(ModelOutputError):
-        parse_tool_call(block, ["get_weather"])
+@pytest.mark.parametrize(("body", "name", "arguments"), [c[1:] for c in WELL_FORMED],
+                         ids=[c[0] for c in WELL_FORMED])  # fmt: skip
+def test_well_formed_tool_calls(body: str, name: str, arguments: str) -> None:
+    # the shared table (tests/toolcall_cases.py), as the browser engines read it
+    assembler, _ = assemble([block(body)], tools=TOOL_NAMES)
+    [call] = assembler.function_calls()
+    assert (call["name"], call["arguments"]) == (name, arguments)
+    assert assembler.message_text() == ""
 
 
-def test_arguments_given_as_a_string_are_accepted() -> None:
-    name, arguments = parse_tool_call(
-        '{"name": "get_weather", "arguments": "{\\"city\\": \\"Oslo\\"}"}', ["get_weather"]
-    )
-    assert (name, json.loads(arguments)) == ("get_weather", {"city": "Oslo"})
+@pytest.mark.parametrize(("body", "reason"), [*(c[1:] for c in MALFORMED), UNKNOWN_TOOL],
+                         ids=[*(c[0] for c in MALFORMED), "unknown-tool"])  # fmt: skip
+def test_malformed_tool_calls_are_errors(body: str, reason: str) -> None:
+    with pytest.raises(ModelOutputError, match=reason):
+        assemble(["Sure. " + block(body)], tools=TOOL_NAMES, complete=False)
 
 
 def test_whitespace_only_text_makes_no_item() -> None:
@@ -250,3 +245,34 @@ def test_problem_body_shape() -> None:
     }
     with pytest.raises(ValueError):
         ProblemError("made_up")
+
+
+# -- handlers, one at a time -----------------------------------------------------------
+
+
+def test_handlers_can_be_called_one_by_one() -> None:
+    from types import SimpleNamespace
+
+    from starlette.requests import Request
+
+    from napllm.lmsp_service.app import LmspHandlers
+
+    service = SimpleNamespace(
+        config=SimpleNamespace(),
+        facts=SimpleNamespace(model_id="tinychat"),
+        find_task=lambda task_id: None,
+        find_response=lambda response_id: None,
+    )
+    handlers = LmspHandlers(service)  # type: ignore[arg-type]
+
+    def request(**path_params: str) -> Request:
+        return Request({"type": "http", "method": "GET", "headers": [], "path_params": path_params})
+
+    for call, code in [
+        (handlers.get_model(request(model_id="other")), "model_not_found"),
+        (handlers.get_task(request(task_id="task_1")), "task_not_found"),
+        (handlers.get_response(request(response_id="resp_1")), "response_not_found"),
+    ]:
+        with pytest.raises(ProblemError) as caught:
+            asyncio.run(call)
+        assert caught.value.code == code

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
+from fixtures import WEATHER_FUNCTION, done_items, text_of
 from napllm.errors import ErrorCode, ProviderFailure
 from napllm.lmsp import LmspEvent, LmspRequest
 from napllm.providers.http_httpx import HttpxPort
@@ -32,16 +33,6 @@ pytestmark = pytest.mark.service
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "models" / "tinychat" / "tiny-chat-q8_0.gguf"
-WEATHER_TOOL = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Get the current weather for a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-}
 PERSON_SCHEMA = {
     "type": "object",
     "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
@@ -133,20 +124,6 @@ def user(text: str) -> dict[str, Any]:
     return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
 
 
-def done_items(events: list[LmspEvent]) -> list[dict[str, Any]]:
-    return [e.data["item"] for e in events if e.event == "response.output_item.done"]
-
-
-def text_of(events: list[LmspEvent]) -> str:
-    return "".join(
-        part["text"]
-        for item in done_items(events)
-        if item["type"] == "message"
-        for part in item["content"]
-        if part["type"] == "output_text"
-    )
-
-
 async def test_discovery(llama_server: str) -> None:
     assert (await model_id(llama_server)).endswith("tiny-chat-q8_0.gguf")
 
@@ -163,7 +140,7 @@ async def test_stream_hello(llama_server: str) -> None:
 async def test_tool_call_block_becomes_a_function_call(llama_server: str) -> None:
     events = await respond(
         llama_server,
-        {"input": [user("What is the weather in Berlin?")], "tools": [WEATHER_TOOL]},
+        {"input": [user("What is the weather in Berlin?")], "tools": [WEATHER_FUNCTION]},
     )
     assert not any(e.event == "response.output_text.delta" for e in events)
     (call,) = done_items(events)
@@ -189,7 +166,7 @@ async def test_tool_result_round_trip(llama_server: str) -> None:
                 },
                 {"type": "function_call_output", "call_id": "call_1", "output": result},
             ],
-            "tools": [WEATHER_TOOL],
+            "tools": [WEATHER_FUNCTION],
         },
     )
     assert text_of(events) == "It is sunny in Paris with a temperature of 21 degrees."

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from napllm.connections import Capabilities, Connection, ConnectionRegistry
+from napllm.connections import ConnectionRegistry
 from napllm.providers.fixture import FixtureProvider
+from napllm.records import Capabilities, Connection
 from napllm.shell import (
     ChoiceRequest,
     ConsentDecision,
@@ -238,14 +239,3 @@ def generate(
 ) -> dict[str, Any]:
     request = {"handle": handle, "messages": messages or [user("Hello!")], **fields}
     return {"type": "llm.generate", "id": rid, "request": request}
-
-
-WEATHER_TOOL = {
-    "name": "get_weather",
-    "description": "Look up current weather",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-}

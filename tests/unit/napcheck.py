@@ -11,6 +11,10 @@ asserts a rule of NAP-LLM (Wire Protocol; Delta; Error Handling):
   result, and for a completed (`stop` / `toolUse`) result every block ended
   and matching the terminal content at its `blockIndex`.
 - `assert_not_leaked`: no envelope of any endpoint contains a secret.
+
+And the two steps most of those tests start with: `ready` (a harness with
+one connection, one endpoint and a live handle) and `run` (one generate,
+settled, its terminal result checked).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from harness import Harness
 
 import envelope_rules
 from napllm.errors import SAFE_MESSAGES, ErrorCode
+from napllm.records import Capabilities
+from napllm.shell import ShellPolicy
 
 
 def terminal(h: Harness, ep: str, rid: str, kind: str = "llm.generate.result") -> dict[str, Any]:
@@ -65,3 +71,23 @@ def assert_not_leaked(h: Harness, *secrets: str) -> None:
     sent = everything_sent(h)
     for secret in secrets:
         assert secret not in sent, f"{secret!r} reached an endpoint"
+
+
+async def ready(caps: Capabilities | None = None, **policy: Any) -> tuple[Harness, Any, str, str]:
+    """A harness with one connection, one endpoint and a live handle.
+
+    Returns `(harness, fixture provider, endpoint id, handle)`; `policy`
+    overrides `ShellPolicy` fields (deltas are sent without coalescing).
+    """
+    h = Harness(policy=ShellPolicy(delta_interval_s=0.0, **policy))
+    fx = h.connect(caps=caps) if caps is not None else h.connect()
+    ep = h.endpoint()
+    handle = await h.select(ep)
+    return h, fx, ep, handle
+
+
+async def run(h: Harness, ep: str, envelope: dict[str, Any]) -> dict[str, Any]:
+    """Send one generate, settle, and return its checked terminal result."""
+    h.send(ep, envelope)
+    await h.settle()
+    return check_generation(h, ep, envelope["id"])

@@ -242,3 +242,11 @@ def test_test_build_needs_a_built_dist(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(build, "DIST", tmp_path / "none")
     with pytest.raises(build.BuildError, match="not built"):
         build.build_test_dist()
+
+
+def test_the_browser_wheel_carries_only_what_runs_in_the_browser() -> None:
+    sources = [path.relative_to(ROOT).as_posix() for path in build.napllm_sources()]
+    assert not [name for name in sources if name.startswith("runtime/napllm/lmsp_service/")]
+    assert "runtime/napllm/toolcall_text.py" in sources  # shared with the service, runs in both
+    assert "runtime/napllm/browser/app.py" in sources
+    assert "pyproject.toml" in sources

@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 import pytest
-from harness import PNG, WEATHER_TOOL, Harness, generate, user
+from harness import PNG, Harness, generate, user
 from napcheck import (
     assert_not_leaked,
     assert_safe_error,
@@ -25,10 +25,12 @@ from napcheck import (
     code,
     delta_blocks,
     error_code,
+    ready,
+    run,
     terminal,
 )
 
-from napllm.connections import Capabilities
+from fixtures import WEATHER_TOOL
 from napllm.errors import SAFE_MESSAGES, ErrorCode
 from napllm.lmsp import FunctionCallIn, FunctionCallOutputIn, LmspEvent, MessageItemIn
 from napllm.providers.fixture import (
@@ -42,7 +44,7 @@ from napllm.providers.fixture import (
     text_script,
     tool_call_script,
 )
-from napllm.shell import ShellPolicy
+from napllm.records import Capabilities
 from napllm.translate import TOOL_FAILED_PREFIX
 
 TEXT_ONLY = Capabilities()
@@ -74,22 +76,6 @@ def result_msg(call_id: str, text: str = "18 C", **extra: Any) -> dict[str, Any]
 
 def assistant(*parts: dict[str, Any]) -> dict[str, Any]:
     return {"role": "assistant", "content": list(parts)}
-
-
-async def ready(caps: Capabilities | None = None, **policy: Any) -> tuple[Harness, Any, str, str]:
-    """A harness with one connection, one endpoint and a live handle."""
-    h = Harness(policy=ShellPolicy(delta_interval_s=0.0, **policy))
-    fx = h.connect(caps=caps) if caps is not None else h.connect()
-    ep = h.endpoint()
-    handle = await h.select(ep)
-    return h, fx, ep, handle
-
-
-async def run(h: Harness, ep: str, envelope: dict[str, Any]) -> dict[str, Any]:
-    """Send one generate, settle, and return its checked terminal result."""
-    h.send(ep, envelope)
-    await h.settle()
-    return check_generation(h, ep, envelope["id"])
 
 
 async def until(predicate: Any, limit: int = 200) -> None:
@@ -1368,7 +1354,7 @@ async def test_llm_c23_disclosure_names_tools_and_results_then_decline() -> None
     assert disclosure.tool_definitions == [
         {
             "name": "get_weather",
-            "description": "Look up current weather",
+            "description": WEATHER_TOOL["description"],
             "parameters": WEATHER_TOOL["parameters"],
         },
         {

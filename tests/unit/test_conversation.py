@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from harness import PNG, WEATHER_TOOL
+from harness import PNG
 
+from fixtures import WEATHER_TOOL
 from napllm.conversation import validate_conversation
 from napllm.errors import ErrorCode, NapError
 from napllm.records import parse_generation_request

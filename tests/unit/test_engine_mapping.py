@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from napllm.connections import Capabilities
 from napllm.errors import ErrorCode
 from napllm.lmsp import LmspRequest
+from napllm.providers.chat_stream import ChatStreamToLmsp
 from napllm.providers.engines import (
     ENGINE_HINTS,
     NO_WEBGPU,
@@ -37,7 +37,7 @@ from napllm.providers.engines import (
     webllm_unavailable_reason,
     wllama_threads,
 )
-from napllm.providers.openai_chat import ChatStreamToLmsp
+from napllm.records import Capabilities
 
 FUNCTION_CALLING = ("Hermes-3-Llama-3.1-8B-q4f32_1-MLC", "Hermes-3-Llama-3.1-8B-q4f16_1-MLC")
 

@@ -18,12 +18,14 @@ import logging
 from typing import Any
 
 import pytest
-from harness import PNG, WEATHER_TOOL, Harness
+from harness import PNG, Harness
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fixtures import WEATHER_TOOL
+from napllm.intake import Generate, read_request
 from napllm.providers.fixture import text_script
-from napllm.wire import Generate, parse_envelope, usable_id
+from napllm.wire import usable_id
 
 JSON = st.recursive(
     st.none()
@@ -172,7 +174,7 @@ async def run_one(envelopes: list[Any]) -> int:
         valid_generates = 0
         routable: list[tuple[str, str]] = []
         for envelope in sent:
-            parsed = parse_envelope(envelope)
+            parsed = read_request(envelope)
             if isinstance(parsed, Generate):
                 valid_generates += 1
             if (

@@ -34,15 +34,16 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import WEATHER_TOOL, Harness, generate
+from harness import Harness, generate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import envelope_rules
+from fixtures import WEATHER_TOOL
 from napllm.lmsp import LmspEvent, LmspRequest
+from napllm.providers.chat_stream import ChatStreamToLmsp
 from napllm.providers.http_httpx import HttpxPort
 from napllm.providers.lmsp_client import LmspProvider
-from napllm.providers.openai_chat import ChatStreamToLmsp
 from napllm.providers.openai_compat import OpenAICompatProvider
 
 # --------------------------------------------------------------------------

@@ -2,9 +2,9 @@
 and exactly one terminal result whatever fails while settling.
 
 Every provider (LMSP, OpenAI-compatible, WebLLM, wllama) ends in
-`translate.OutputAssembler` behind `shell.Shell`; these tests drive the real
+`translate.GenerationAssembler` behind `shell.Shell`; these tests drive the real
 shell through `harness.Harness` with scripted events (the fixture provider)
-or with chat-completion chunks mapped by `openai_chat.ChatStreamToLmsp`, the
+or with chat-completion chunks mapped by `chat_stream.ChatStreamToLmsp`, the
 mapping every OpenAI-style engine path uses. docs/security.md, "Provider
 output", names the fault kinds and points here.
 """
@@ -16,14 +16,15 @@ import json
 from typing import Any
 
 import pytest
-from harness import WEATHER_TOOL, Harness, generate
-from napcheck import assert_safe_error, check_generation
+from harness import Harness, generate
+from napcheck import assert_safe_error, check_generation, ready, run
 
+from fixtures import WEATHER_TOOL
 from napllm import shell as shell_module
 from napllm.errors import ErrorCode
 from napllm.lmsp import LmspEvent
+from napllm.providers.chat_stream import ChatStreamToLmsp
 from napllm.providers.fixture import Fail, call_events, completed, incomplete
-from napllm.providers.openai_chat import ChatStreamToLmsp
 from napllm.shell import ShellPolicy
 from napllm.streaming import DeltaStream
 
@@ -52,20 +53,6 @@ def message_done(text: str, index: int = 0, item_id: str = "msg_0") -> LmspEvent
         "content": [{"type": "output_text", "text": text}],
     }
     return ev("response.output_item.done", output_index=index, item=item)
-
-
-async def ready(**policy: Any) -> tuple[Harness, Any, str, str]:
-    h = Harness(policy=ShellPolicy(delta_interval_s=0.0, **policy))
-    fx = h.connect()
-    ep = h.endpoint()
-    handle = await h.select(ep)
-    return h, fx, ep, handle
-
-
-async def run(h: Harness, ep: str, envelope: dict[str, Any]) -> dict[str, Any]:
-    h.send(ep, envelope)
-    await h.settle()
-    return check_generation(h, ep, envelope["id"])
 
 
 def assert_clean(h: Harness, ep: str) -> None:

@@ -15,10 +15,11 @@ import json
 from typing import Any
 
 import pytest
-from harness import WEATHER_TOOL, Harness, generate, user
+from harness import Harness, generate, user
 from napcheck import assert_not_leaked, assert_safe_error, check_generation, code, terminal
 
-from napllm.connections import Capabilities, Connection, ConnectionRegistry
+from fixtures import WEATHER_TOOL
+from napllm.connections import ConnectionRegistry
 from napllm.errors import SAFE_MESSAGES, ErrorCode, ProviderFailure
 from napllm.lmsp import LmspEvent
 from napllm.providers.fixture import (
@@ -31,6 +32,7 @@ from napllm.providers.fixture import (
     text_script,
     tool_call_script,
 )
+from napllm.records import Capabilities, Connection
 from napllm.shell import ChoiceRequest, Disclosure, NappletIdentity
 
 API_KEY = "sk-live-9Z8Y7X6W5V4U3T2S1R0Q"

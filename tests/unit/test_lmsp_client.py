@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pytest
 
+from fixtures import Body
 from napllm.errors import SAFE_MESSAGES, ErrorCode, ProviderFailure
 from napllm.lmsp import (
     BUSY_HINT,
@@ -82,28 +83,6 @@ FINAL_RESPONSE = {
 
 def sse(*events: LmspEvent) -> bytes:
     return "".join(e.to_sse() for e in events).encode()
-
-
-class Body(httpx.AsyncByteStream):
-    """A response body: chunks, then a drop, a hang or the end."""
-
-    def __init__(self, *chunks: bytes, drop: bool = False, hang: bool = False) -> None:
-        self.chunks = chunks
-        self.drop = drop
-        self.hang = hang
-        self.closed = False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for chunk in self.chunks:
-            yield chunk
-            await asyncio.sleep(0)
-        if self.drop:
-            raise httpx.ReadError("connection reset")
-        if self.hang:
-            await asyncio.Event().wait()
-
-    async def aclose(self) -> None:
-        self.closed = True
 
 
 def stream_response(body: Body) -> httpx.Response:

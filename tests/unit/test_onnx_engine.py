@@ -15,6 +15,7 @@ import pytest
 from napllm.connections import ConnectionSpec, route_for
 from napllm.errors import ErrorCode
 from napllm.lmsp import LmspRequest
+from napllm.providers.chat_stream import ChatStreamToLmsp
 from napllm.providers.engines import NO_ADAPTER_REASONS, NO_WEBGPU
 from napllm.providers.onnx_engine import (
     ONNX_HINTS,
@@ -27,7 +28,6 @@ from napllm.providers.onnx_engine import (
     onnx_tinychat_connection,
     webgpu_unavailable_reason,
 )
-from napllm.providers.openai_chat import ChatStreamToLmsp
 
 
 def request(**fields: Any) -> LmspRequest:
@@ -207,7 +207,7 @@ def test_worker_tool_call_text_becomes_one_function_call() -> None:
     events += state.finish()
     done = [e.data["item"] for e in events if e.event == "response.output_item.done"]
     assert [(d["type"], d.get("name"), d.get("arguments")) for d in done] == [
-        ("function_call", "get_weather", '{"city": "Berlin"}')
+        ("function_call", "get_weather", '{"city":"Berlin"}')
     ]
     assert not [e for e in events if e.event == "response.output_text.delta"]
     assert events[-1].event == "response.completed"

@@ -1,4 +1,4 @@
-"""OpenAI chat-completions mapping: requests, chunk streams of real engines, quirks."""
+"""The OpenAI chat mapping (`chat_request`, `chat_stream`): requests, real engines, quirks."""
 
 from __future__ import annotations
 
@@ -9,33 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fixtures import WEATHER_FUNCTION, lmsp_request
 from napllm.errors import ErrorCode, ProviderFailure
 from napllm.lmsp import LmspEvent, LmspRequest
-from napllm.providers.openai_chat import (
-    ChatStreamToLmsp,
-    chat_response_to_lmsp,
-    lmsp_to_chat,
-    parse_tool_call_block,
-    usage_to_lmsp,
-)
-
-WEATHER_TOOL = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Get the weather.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-}
+from napllm.providers.chat_request import lmsp_to_chat
+from napllm.providers.chat_stream import ChatStreamToLmsp, chat_response_to_lmsp, usage_to_lmsp
+from toolcall_cases import MALFORMED, UNKNOWN_TOOL, WELL_FORMED, block
 
 
 def request(**fields: Any) -> LmspRequest:
-    body: dict[str, Any] = {
-        "model": "m",
-        "input": [
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]}
-        ],
-    }
-    body.update(fields)
-    return LmspRequest.model_validate(body, strict=False)
+    return lmsp_request("m", **fields)
 
 
 # --------------------------------------------------------------------------
@@ -172,23 +155,23 @@ def test_image_in_tool_result_becomes_parts() -> None:
 
 
 def test_tools_and_tool_choice() -> None:
-    body = lmsp_to_chat(request(tools=[WEATHER_TOOL], tool_choice="required"))
+    body = lmsp_to_chat(request(tools=[WEATHER_FUNCTION], tool_choice="required"))
     assert body["tools"] == [
         {
             "type": "function",
             "function": {
                 "name": "get_weather",
-                "parameters": WEATHER_TOOL["parameters"],
-                "description": "Get the weather.",
+                "parameters": WEATHER_FUNCTION["parameters"],
+                "description": WEATHER_FUNCTION["description"],
             },
         }
     ]
     assert body["tool_choice"] == "required"
     named = lmsp_to_chat(
-        request(tools=[WEATHER_TOOL], tool_choice={"type": "function", "name": "get_weather"})
+        request(tools=[WEATHER_FUNCTION], tool_choice={"type": "function", "name": "get_weather"})
     )
     assert named["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
-    assert "tool_choice" not in lmsp_to_chat(request(tools=[WEATHER_TOOL]))
+    assert "tool_choice" not in lmsp_to_chat(request(tools=[WEATHER_FUNCTION]))
 
 
 def test_response_format_styles() -> None:
@@ -912,34 +895,55 @@ def test_whitespace_only_answer_is_kept_without_calls() -> None:
     assert done[0]["content"] == [{"type": "output_text", "text": "  "}]
 
 
-def test_malformed_block_is_a_nameless_call_with_the_raw_body() -> None:
-    content = "<tool_call>\n{not json}\n</tool_call>"
-    [call] = call_items(
-        run([*text_chunks(content), chunk({}, "stop")], parse_tool_call_blocks=True)
-    )
-    assert call["name"] == ""
-    assert call["arguments"] == "{not json}"
+@pytest.mark.parametrize(("body", "name", "arguments"), [c[1:] for c in WELL_FORMED],
+                         ids=[c[0] for c in WELL_FORMED])  # fmt: skip
+def test_well_formed_blocks_become_calls(body: str, name: str, arguments: str) -> None:
+    # the shared table (tests/toolcall_cases.py), as the LMSP service reads it
+    content = block(body)
+    for size in (1, 5, len(content)):
+        pieces = [content[i : i + size] for i in range(0, len(content), size)]
+        events = run([*text_chunks(*pieces), chunk({}, "stop")], parse_tool_call_blocks=True)
+        [call] = call_items(events)
+        assert (call["name"], call["arguments"]) == (name, arguments)
+        assert len(items(events)) == 1
 
 
-def test_unterminated_block_at_the_end_is_still_a_call() -> None:
+@pytest.mark.parametrize(("body", "reason"), [c[1:] for c in MALFORMED],
+                         ids=[c[0] for c in MALFORMED])  # fmt: skip
+def test_malformed_block_is_a_provider_error(body: str, reason: str) -> None:
+    # NAP-LLM, Tool: a malformed completed call is provider-error; the
+    # failure's detail is the fixed reason, never the model's text
+    for finish in ("stop", "length"):  # a closed block is a completed call either way
+        with pytest.raises(ProviderFailure) as caught:
+            run([*text_chunks("Sure. " + block(body)), chunk({}, finish)],
+                parse_tool_call_blocks=True)  # fmt: skip
+        assert caught.value.code == ErrorCode.PROVIDER_ERROR
+        assert caught.value.detail == f"model output: {reason}"
+
+
+def test_unknown_tool_in_a_block_is_left_to_the_translation() -> None:
+    # the mapping does not know the offered tools; translate.py rejects the name
+    body, _ = UNKNOWN_TOOL
+    events = run([*text_chunks(block(body)), chunk({}, "stop")], parse_tool_call_blocks=True)
+    assert call_items(events)[0]["name"] == "launch"
+
+
+def test_unterminated_block_at_the_end_is_a_call_only_when_the_turn_completed() -> None:
     content = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n'
     events = run([*text_chunks(content), chunk({}, "stop")], parse_tool_call_blocks=True)
     [call] = call_items(events)
     assert (call["name"], json.loads(call["arguments"])) == ("f", {"a": 1})
-    truncated = run(
-        [*text_chunks('<tool_call>\n{"name": "f", "argu'), chunk({}, "length")],
-        parse_tool_call_blocks=True,
-    )
-    assert terminal(truncated).event == "response.incomplete"
-    assert call_items(truncated)[0]["name"] == ""
-
-
-def test_parse_tool_call_block_variants() -> None:
-    assert parse_tool_call_block('{"name": "f", "arguments": "{\\"a\\":1}"}') == ("f", '{"a":1}')
-    assert parse_tool_call_block('{"name": "f", "parameters": {"a": 1}}') == ("f", '{"a": 1}')
-    assert parse_tool_call_block('{"name": "f"}') == ("f", "{}")
-    assert parse_tool_call_block('{"name": 3}') == ("", '{"name": 3}')
-    assert parse_tool_call_block("[1]") == ("", "[1]")
+    with pytest.raises(ProviderFailure):
+        run([*text_chunks('<tool_call>\n{"name": "f", "argu'), chunk({}, "stop")],
+            parse_tool_call_blocks=True)  # fmt: skip
+    for cut in ("length", "content_filter"):
+        truncated = run(
+            [*text_chunks('Sure. <tool_call>\n{"name": "f", "argu'), chunk({}, cut)],
+            parse_tool_call_blocks=True,
+        )
+        assert terminal(truncated).event == "response.incomplete"
+        assert call_items(truncated) == []
+        assert items(truncated)[0]["content"][0]["text"] == "Sure. "
 
 
 # --------------------------------------------------------------------------
@@ -1015,7 +1019,12 @@ _pieces = st.lists(
 )
 
 
-def _normalised(events: list[LmspEvent]) -> list[tuple[str, Any]]:
+def _normalised(chunks: list[Any]) -> list[tuple[str, Any]]:
+    """The items and terminal event of a run, or the failure's detail."""
+    try:
+        events = run(chunks, parse_tool_call_blocks=True)
+    except ProviderFailure as failure:
+        return [("failed", failure.detail)]
     out: list[tuple[str, Any]] = []
     for item in items(events):
         if item["type"] == "message":
@@ -1031,12 +1040,12 @@ def test_any_chunking_of_the_content_gives_the_same_items(
     pieces: list[str], data: st.DataObject
 ) -> None:
     content = "".join(pieces)
-    whole = run([chunk({"content": content}), chunk({}, "stop")], parse_tool_call_blocks=True)
+    whole = _normalised([chunk({"content": content}), chunk({}, "stop")])
     cuts = sorted(data.draw(st.lists(st.integers(0, len(content)), max_size=12)))
     parts = [content[a:b] for a, b in zip([0, *cuts], [*cuts, len(content)], strict=True)]
-    split = run([*text_chunks(*parts), chunk({}, "stop")], parse_tool_call_blocks=True)
-    assert _normalised(split) == _normalised(whole)
+    split = _normalised([*text_chunks(*parts), chunk({}, "stop")])
+    assert split == whole
     # nothing of a well-formed block ever leaks into the text
-    for kind, value in _normalised(whole):
+    for kind, value in whole:
         if kind == "message":
             assert all("<tool_call>{" not in part["text"] for part in value)

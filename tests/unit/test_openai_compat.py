@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 import pytest
 
+import fixtures
+from fixtures import WEATHER_FUNCTION, lmsp_request
 from napllm.errors import SAFE_MESSAGES, ErrorCode, ProviderFailure
 from napllm.lmsp import LmspEvent, LmspRequest
 from napllm.providers.http_httpx import HttpxPort
@@ -24,24 +26,10 @@ from napllm.providers.openai_compat import (
 )
 
 KEY = "sk-proj-SECRET-777"
-TOOLS = [
-    {
-        "type": "function",
-        "name": "get_weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-    }
-]
 
 
 def request(**fields: Any) -> LmspRequest:
-    body: dict[str, Any] = {
-        "model": "tiny",
-        "input": [
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]}
-        ],
-    }
-    body.update(fields)
-    return LmspRequest.model_validate(body, strict=False)
+    return lmsp_request("tiny", **fields)
 
 
 def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
@@ -57,23 +45,8 @@ def sse(*chunks: object, done: bool = True) -> bytes:
     return (text + ("data: [DONE]\n\n" if done else "")).encode()
 
 
-class Body(httpx.AsyncByteStream):
-    def __init__(self, *chunks: bytes, drop: bool = False, hang: bool = False) -> None:
-        self.chunks = chunks
-        self.drop = drop
-        self.hang = hang
-        self.closed = False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for piece in self.chunks:
-            yield piece
-        if self.drop:
-            raise httpx.RemoteProtocolError("peer closed connection")
-        if self.hang:
-            await asyncio.Event().wait()
-
-    async def aclose(self) -> None:
-        self.closed = True
+class Body(fixtures.Body):
+    drop_error = httpx.RemoteProtocolError
 
 
 Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
@@ -150,7 +123,7 @@ async def test_tool_call_blocks_are_parsed_when_tools_are_offered() -> None:
     body = sse(
         *[chunk({"content": block[i : i + 4]}) for i in range(0, len(block), 4)], chunk({}, "stop")
     )
-    events = await collect(provider(streaming(Body(body))), request(tools=TOOLS))
+    events = await collect(provider(streaming(Body(body))), request(tools=[WEATHER_FUNCTION]))
     calls = [e.data["item"] for e in events if e.event == "response.output_item.done"]
     assert calls[0]["type"] == "function_call"
     assert json.loads(calls[0]["arguments"]) == {"city": "Berlin"}

@@ -1,5 +1,5 @@
 """Provider output through the runtime's translation: the events the network
-providers produce are what `translate.OutputAssembler` turns into NAP-LLM
+providers produce are what `translate.GenerationAssembler` turns into NAP-LLM
 deltas and a Generation (providers/base.py contract; NAP-LLM Generation, Delta).
 """
 
@@ -10,11 +10,11 @@ from typing import Any
 
 from napllm.errors import ErrorCode, NapError
 from napllm.lmsp import LmspEvent, LmspResponse
+from napllm.providers.chat_stream import ChatStreamToLmsp, chat_response_to_lmsp
 from napllm.providers.lmsp_client import SeenEvents
-from napllm.providers.openai_chat import ChatStreamToLmsp, chat_response_to_lmsp
 from napllm.records import parse_generation_request
 from napllm.streaming import DeltaStream
-from napllm.translate import OutputAssembler
+from napllm.translate import GenerationAssembler
 
 WEATHER = {
     "name": "get_weather",
@@ -35,7 +35,7 @@ def nap_request(tools: bool = False) -> Any:
 def assemble(events: list[LmspEvent], tools: bool = False) -> tuple[Any, list[dict[str, Any]]]:
     sent: list[dict[str, Any]] = []
     stream = DeltaStream("g1", sent.append)
-    assembler = OutputAssembler(nap_request(tools), stream)
+    assembler = GenerationAssembler(nap_request(tools), stream)
     try:
         for event in events:
             if assembler.feed(event):

@@ -7,8 +7,9 @@ import copy
 from typing import Any
 
 import pytest
-from harness import PNG, WEATHER_TOOL
+from harness import PNG
 
+from fixtures import WEATHER_TOOL
 from napllm.errors import ErrorCode
 from napllm.records import (
     Delta,

@@ -14,11 +14,12 @@ import re
 from typing import Any
 
 import pytest
-from harness import WEATHER_TOOL
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from napllm.wire import Malformed, parse_envelope
+from fixtures import WEATHER_TOOL
+from napllm.intake import read_request
+from napllm.wire import Malformed
 
 CANARY = "CANARY-5e1d"
 HOSTILE = [CANARY, "x\ud83d" + CANARY, "\udc00", CANARY + "\u202e"]
@@ -79,7 +80,7 @@ def at(data: Any, path: list[Any]) -> Any:
 
 
 def assert_safe(envelope: dict[str, Any]) -> str:
-    parsed = parse_envelope(envelope)
+    parsed = read_request(envelope)
     assert isinstance(parsed, Malformed), parsed
     message = parsed.error.message
     assert CANARY not in message

@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 import pytest
-from harness import FULL_CAPS, PNG, WEATHER_TOOL, Harness, ManualClock, generate, user
+from harness import FULL_CAPS, PNG, Harness, ManualClock, generate, user
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from napcheck import (
@@ -27,7 +27,7 @@ from napcheck import (
     terminal,
 )
 
-from napllm.connections import Capabilities, Connection
+from fixtures import WEATHER_TOOL
 from napllm.errors import SAFE_MESSAGES, ErrorCode
 from napllm.lmsp import FunctionCallOutputIn, LmspEvent, MessageItemIn
 from napllm.providers.fixture import (
@@ -40,6 +40,7 @@ from napllm.providers.fixture import (
     text_script,
     tool_call_script,
 )
+from napllm.records import Capabilities, Connection
 from napllm.shell import ConsentDecision, NappletIdentity, ShellPolicy
 from napllm.wire import Unclonable
 

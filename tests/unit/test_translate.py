@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 import pytest
-from harness import FULL_CAPS, PNG, WEATHER_TOOL
+from harness import FULL_CAPS, PNG
 
-from napllm.connections import Capabilities
+from fixtures import WEATHER_TOOL
 from napllm.errors import ErrorCode, NapError
 from napllm.lmsp import LmspEvent, Problem, failure_from_problem
 from napllm.providers.fixture import (
@@ -19,14 +19,15 @@ from napllm.providers.fixture import (
     text_script,
     tool_call_script,
 )
-from napllm.records import GenerationRequest, parse_generation_request
+from napllm.records import Capabilities, GenerationRequest, parse_generation_request
 from napllm.streaming import DeltaStream
 from napllm.translate import (
     TOOL_FAILED_PREFIX,
-    OutputAssembler,
+    GenerationAssembler,
     check_supported,
     map_usage,
     nap_to_lmsp,
+    tool_choice_mode,
 )
 
 
@@ -223,9 +224,16 @@ def test_image_in_tool_result_needs_its_own_capability() -> None:
 
 
 def test_default_auto_mode_needs_listing_and_everything_fits_full_caps() -> None:
-    check_supported(
-        req(WEATHER_HISTORY, tools=[WEATHER_TOOL], format="json", temperature=1.0), FULL_CAPS
-    )
+    request = req(WEATHER_HISTORY, tools=[WEATHER_TOOL], format="json", temperature=1.0)
+    assert tool_choice_mode(request) == "auto"  # absent toolChoice with tools is auto
+    assert check_supported(request, FULL_CAPS) is None
+    # a connection that does not list auto refuses it, and substitutes nothing
+    # (built unchecked: the Capabilities validator refuses such a listing)
+    no_auto = FULL_CAPS.model_copy(update={"tool_choice_modes": ("none",)})
+    with pytest.raises(NapError) as info:
+        check_supported(request, no_auto)
+    assert info.value.code is ErrorCode.UNSUPPORTED
+    assert info.value.message == "This connection does not support the tool choice mode auto."
 
 
 # -- LMSP -> NAP ------------------------------------------------------------------------
@@ -242,7 +250,7 @@ class Collect:
 def run(request: GenerationRequest, events: list[Any]) -> tuple[Any, list[dict[str, Any]]]:
     sink = Collect()
     stream = DeltaStream("g1", sink)
-    assembler = OutputAssembler(request, stream)
+    assembler = GenerationAssembler(request, stream)
     outcome: Any
     try:
         for event in events:

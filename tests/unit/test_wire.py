@@ -8,15 +8,13 @@ from typing import Any
 import pytest
 
 from napllm.errors import ErrorCode, NapError
+from napllm.intake import Cancel, Describe, Generate, Select, read_request
 from napllm.records import Delta, Generation
 from napllm.wire import (
     MAX_ID_LENGTH,
-    Cancel,
-    Describe,
     Dropped,
-    Generate,
+    Envelope,
     Malformed,
-    Select,
     Unclonable,
     cancel_result,
     delta_envelope,
@@ -34,24 +32,22 @@ REQUEST = {
 
 
 def test_the_four_request_types_parse() -> None:
-    assert parse_envelope(
+    assert read_request(
         {"type": "llm.select", "id": "s1", "requirements": {"json": True}}
     ) == Select(
         "s1",
-        parse_envelope(
+        read_request(
             {"type": "llm.select", "id": "x", "requirements": {"json": True}}
         ).requirements,  # type: ignore[union-attr]
     )
-    assert isinstance(parse_envelope({"type": "llm.select", "id": "s1"}), Select)
-    assert parse_envelope({"type": "llm.describe", "id": "d1", "handle": "h1"}) == Describe(
+    assert isinstance(read_request({"type": "llm.select", "id": "s1"}), Select)
+    assert read_request({"type": "llm.describe", "id": "d1", "handle": "h1"}) == Describe(
         "d1", "h1"
     )
     assert isinstance(
-        parse_envelope({"type": "llm.generate", "id": "g1", "request": REQUEST}), Generate
+        read_request({"type": "llm.generate", "id": "g1", "request": REQUEST}), Generate
     )
-    assert parse_envelope({"type": "llm.cancel", "id": "c1", "requestId": "g1"}) == Cancel(
-        "c1", "g1"
-    )
+    assert read_request({"type": "llm.cancel", "id": "c1", "requestId": "g1"}) == Cancel("c1", "g1")
 
 
 @pytest.mark.parametrize(
@@ -71,7 +67,7 @@ def test_the_four_request_types_parse() -> None:
     ],
 )
 def test_unknown_or_non_envelopes_are_dropped_silently(raw: Any) -> None:
-    assert isinstance(parse_envelope(raw), Dropped)
+    assert isinstance(read_request(raw), Dropped)
 
 
 @pytest.mark.parametrize(
@@ -81,13 +77,13 @@ def test_known_type_without_usable_id_is_dropped(rid: Any) -> None:
     raw = {"type": "llm.generate", "request": REQUEST}
     if rid is not None:
         raw["id"] = rid
-    parsed = parse_envelope(raw)
+    parsed = read_request(raw)
     assert isinstance(parsed, Dropped) and parsed.reason == "no usable id"
 
 
 def test_id_at_the_length_limit_is_usable() -> None:
     assert isinstance(
-        parse_envelope({"type": "llm.cancel", "id": "x" * MAX_ID_LENGTH, "requestId": "g"}), Cancel
+        read_request({"type": "llm.cancel", "id": "x" * MAX_ID_LENGTH, "requestId": "g"}), Cancel
     )
 
 
@@ -115,7 +111,7 @@ def test_id_at_the_length_limit_is_usable() -> None:
     ],
 )
 def test_malformed_known_type_with_usable_id(raw: dict[str, Any]) -> None:
-    parsed = parse_envelope(raw)
+    parsed = read_request(raw)
     assert isinstance(parsed, Malformed), parsed
     assert parsed.id == raw["id"] and parsed.type == raw["type"]
     assert parsed.error.code is ErrorCode.INVALID_REQUEST
@@ -126,7 +122,7 @@ def test_deep_nesting_is_invalid_not_a_crash() -> None:
     for _ in range(200):
         deep = {"a": deep}
     request = {**REQUEST, "tools": [{"name": "t", "parameters": {"type": "object", "x": deep}}]}
-    parsed = parse_envelope({"type": "llm.generate", "id": "g1", "request": request})
+    parsed = read_request({"type": "llm.generate", "id": "g1", "request": request})
     assert isinstance(parsed, Malformed)
 
 
@@ -142,18 +138,18 @@ def test_broken_conversation_is_invalid_request() -> None:
             }
         ],
     }
-    parsed = parse_envelope({"type": "llm.generate", "id": "g1", "request": request})
+    parsed = read_request({"type": "llm.generate", "id": "g1", "request": request})
     assert isinstance(parsed, Malformed) and parsed.error.code is ErrorCode.INVALID_REQUEST
 
 
 def test_unclonable_messages() -> None:
-    parsed = parse_envelope(Unclonable("llm.generate", "g1"))
+    parsed = read_request(Unclonable("llm.generate", "g1"))
     assert isinstance(parsed, Malformed) and parsed.error.code is ErrorCode.INVALID_REQUEST
-    parsed = parse_envelope(Unclonable("llm.generate", "g1", too_large=True))
+    parsed = read_request(Unclonable("llm.generate", "g1", too_large=True))
     assert isinstance(parsed, Malformed) and parsed.error.code is ErrorCode.QUOTA_EXCEEDED
-    assert isinstance(parse_envelope(Unclonable("llm.generate", None)), Dropped)
-    assert isinstance(parse_envelope(Unclonable("llm.other", "g1")), Dropped)
-    assert isinstance(parse_envelope(Unclonable(None, None)), Dropped)
+    assert isinstance(read_request(Unclonable("llm.generate", None)), Dropped)
+    assert isinstance(read_request(Unclonable("llm.other", "g1")), Dropped)
+    assert isinstance(read_request(Unclonable(None, None)), Dropped)
 
 
 def test_loads_strict() -> None:
@@ -279,14 +275,14 @@ def test_every_argument_object_a_provider_may_return_can_be_replayed() -> None:
     from napllm.jsontext import DEFAULT_MAX_DEPTH
 
     envelope = _replay(_nested_arguments(DEFAULT_MAX_DEPTH))
-    assert isinstance(parse_envelope(loads_strict(json.dumps(envelope))), Generate)
+    assert isinstance(read_request(loads_strict(json.dumps(envelope))), Generate)
 
 
 def test_envelopes_deeper_than_the_limit_get_invalid_request_with_their_id() -> None:
     from napllm.wire import MAX_DEPTH, PARSE_DEPTH
 
     envelope = _replay(_nested_arguments(MAX_DEPTH))  # arguments at depth 7: too deep
-    parsed = parse_envelope(loads_strict(json.dumps(envelope)))
+    parsed = read_request(loads_strict(json.dumps(envelope)))
     assert isinstance(parsed, Malformed) and parsed.id == "g1"
     assert parsed.error.code is ErrorCode.INVALID_REQUEST
     with pytest.raises(ValueError):
@@ -299,6 +295,20 @@ def test_envelopes_deeper_than_the_limit_get_invalid_request_with_their_id() -> 
 
 def test_envelope_text_keeps_lone_surrogates_for_an_invalid_request_answer() -> None:
     raw = loads_strict('{"type":"llm.describe","id":"d1","handle":"h\\ud83d"}')
-    parsed = parse_envelope(raw)
+    parsed = read_request(raw)
     assert isinstance(parsed, Malformed) and parsed.id == "d1"
     assert "\ud83d" not in parsed.error.message
+
+
+def test_the_envelope_stage_reads_no_record() -> None:
+    # the pipeline's first stage checks the envelope only; records and the
+    # conversation are later stages (intake.read_request)
+    broken = {"handle": "h1", "messages": [{"role": "robot"}]}
+    shaped = parse_envelope({"type": "llm.generate", "id": "g1", "request": broken})
+    assert shaped == Envelope("llm.generate", "g1", {"request": broken})
+    parsed = read_request({"type": "llm.generate", "id": "g1", "request": broken})
+    assert isinstance(parsed, Malformed) and parsed.error.code == ErrorCode.INVALID_REQUEST
+    # an envelope-level fault stops at the first stage
+    shaped = parse_envelope({"type": "llm.generate", "id": "g1", "request": broken, "x": 1})
+    assert isinstance(shaped, Malformed)
+    assert shaped.error.message == "Invalid envelope: member 4 is an unknown field."

@@ -8,7 +8,7 @@ Rules (DESIGN.md "The data path"; providers/base.py; pitfalls.md)
   Python holds no JS object beyond one call.
 - Everything crossing the bridge is JSON text or a plain string: the chat
   body goes in as JSON, chunks come back in batches of JSON text
-  (web/engines/streams.js) and are mapped with `openai_chat.ChatStreamToLmsp`.
+  (web/engines/streams.js) and are mapped with `chat_stream.ChatStreamToLmsp`.
   No proxy is created (JS never calls back into Python).
 - Cancellation is task cancellation: the provider's iterator is closed, and
   its `finally` aborts the JS stream (wllama: AbortSignal; WebLLM:
@@ -32,10 +32,10 @@ from js import document  # type: ignore[import-not-found]
 from pyodide.code import run_js  # type: ignore[import-not-found]
 from pyodide.ffi import JsException  # type: ignore[import-not-found]
 
-from ..connections import Capabilities, Connection
 from ..errors import ProviderFailure
 from ..lmsp import LmspEvent, LmspRequest
 from ..providers.base import Provider
+from ..providers.chat_stream import ChatStreamToLmsp
 from ..providers.engines import (
     GpuReport,
     WebLLMRecord,
@@ -51,7 +51,7 @@ from ..providers.engines import (
     webllm_recommended,
     webllm_unavailable_reason,
 )
-from ..providers.openai_chat import ChatStreamToLmsp
+from ..records import Capabilities, Connection
 
 log = logging.getLogger("napllm.browser.engines")
 

@@ -8,7 +8,7 @@ Rules (as for the other engine ports, napllm.browser.engines)
   WebGPU gives no adapter it is unavailable, with the reason, and never
   offered, so the library is never fetched there. A user-added `onnx`
   connection is judged the same way.
-- Chunks are mapped by `openai_chat.ChatStreamToLmsp`, with `<tool_call>`
+- Chunks are mapped by `chat_stream.ChatStreamToLmsp`, with `<tool_call>`
   blocks parsed into tool calls when the request has tools (the wasm
   engine's parser). Cancellation closes the iterator, whose `finally` aborts
   the JS stream: the worker interrupts the generation and stays usable.
@@ -24,9 +24,9 @@ from typing import Any
 
 from pyodide.ffi import JsException  # type: ignore[import-not-found]
 
-from ..connections import Capabilities, Connection
 from ..lmsp import LmspEvent, LmspRequest
 from ..providers.base import Provider
+from ..providers.chat_stream import ChatStreamToLmsp
 from ..providers.onnx_engine import (
     onnx_capabilities,
     onnx_chat_body,
@@ -36,7 +36,7 @@ from ..providers.onnx_engine import (
     onnx_tinychat_connection,
     webgpu_unavailable_reason,
 )
-from ..providers.openai_chat import ChatStreamToLmsp
+from ..records import Capabilities, Connection
 from .engines import import_module, stream_chunks
 
 log = logging.getLogger("napllm.browser.onnx_engine")

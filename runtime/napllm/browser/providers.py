@@ -16,16 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..connections import (
-    Capabilities,
-    Connection,
-    ConnectionSpec,
-    capabilities_for_spec,
-    route_for,
-)
+from ..connections import ConnectionSpec, capabilities_for_spec, route_for
 from ..errors import ErrorCode, ProviderFailure
 from ..providers.base import Provider
 from ..providers.lmsp_client import LmspProvider, capabilities_from_entry, discover_models
+from ..records import Capabilities, Connection
 from .http_fetch import FetchHttp
 
 

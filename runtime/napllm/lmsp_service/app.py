@@ -78,7 +78,7 @@ from .engine import (
     chat_tools,
 )
 from .grammar import GRAMMAR_TIME_LIMIT_S, GrammarUnavailable, json_grammar, tool_call_grammar
-from .output import ModelOutputError, OutputAssembler, new_id
+from .output import ModelOutputError, OutputItemAssembler, new_id
 from .problems import ProblemError, problem_body, problem_response
 from .store import SqliteStore, StoreCorrupt
 from .tasks import (
@@ -290,7 +290,7 @@ class LmspService:
                 loop.call_soon_threadsafe(updates.put_nowait, update)
 
         request = checked.request
-        assembler = OutputAssembler(run.id, run.emit, checked.tool_names)
+        assembler = OutputItemAssembler(run.id, run.emit, checked.tool_names)
         run.output = assembler.output
         job = GenerationJob(
             prompt_tokens=tokens,
@@ -379,7 +379,7 @@ class LmspService:
             if run.persistent:
                 self._save(run)
 
-    async def _check_output(self, checked: Checked, assembler: OutputAssembler) -> str | None:
+    async def _check_output(self, checked: Checked, assembler: OutputItemAssembler) -> str | None:
         """`_check_output` on the output-check threads, within `OUTPUT_CHECK_TIME_LIMIT_S`.
 
         A schema `pattern` may backtrack for a very long time on some texts;
@@ -463,7 +463,7 @@ def _log_engine_failure(future: Any) -> None:
         log.error("generation failed", exc_info=exc)
 
 
-def _check_output(checked: Checked, assembler: OutputAssembler) -> str | None:
+def _check_output(checked: Checked, assembler: OutputItemAssembler) -> str | None:
     """Post-generation checks (6.1, 6.5); returns a safe failure sentence or `None`."""
     if checked.forced_tool and not assembler.function_calls():
         return "The model did not call a tool although tool_choice required one."
@@ -560,23 +560,33 @@ async def _until_disconnected(request: Request) -> None:
 # -- routes ----------------------------------------------------------------------------
 
 
-def build_app(service: LmspService, token: str) -> Starlette:
-    """The ASGI application serving `service` behind `token` (docs/lmsp.md)."""
-    auth = BearerAuth(token)
-    config = service.config
+class LmspHandlers:
+    """The service's HTTP handlers, one method per route (docs/lmsp.md).
 
-    async def list_models(request: Request) -> Response:
+    Each handler takes a Starlette `Request` and returns a `Response`, or
+    raises `ProblemError` (turned into a problem answer by the app); the
+    shared state is `service` and its `config`. Built by `build_app`;
+    tests may call a handler directly.
+    """
+
+    def __init__(self, service: LmspService) -> None:
+        self.service = service
+        self.config = service.config
+
+    async def list_models(self, request: Request) -> Response:
+        """GET /models: the one served model (6.4). Raises `ProblemError`."""
         return JSONResponse(
-            ModelList(object="list", data=[service.model_entry()]).model_dump(mode="json")
+            ModelList(object="list", data=[self.service.model_entry()]).model_dump(mode="json")
         )
 
-    async def get_model(request: Request) -> Response:
-        if request.path_params["model_id"] != service.facts.model_id:
+    async def get_model(self, request: Request) -> Response:
+        """GET /models/{model_id}: the served model, or `model_not_found`. Raises `ProblemError`."""
+        if request.path_params["model_id"] != self.service.facts.model_id:
             raise ProblemError("model_not_found")
-        return JSONResponse(service.model_entry().model_dump(mode="json"))
+        return JSONResponse(self.service.model_entry().model_dump(mode="json"))
 
-    async def begin(
-        request: Request, scope_name: str
+    async def _begin(
+        self, request: Request, scope_name: str
     ) -> tuple[_Idempotent | None, tuple[str, str] | None, Checked | None, list[int]]:
         """Shared start of POST /responses and POST /tasks, with idempotency.
 
@@ -585,10 +595,10 @@ def build_app(service: LmspService, token: str) -> Starlette:
         `store_key` are `None` without an `Idempotency-Key`. Raises
         `ProblemError`.
         """
-        body = await _read_body(request, config.max_body_bytes, config.body_timeout_s)
+        body = await _read_body(request, self.config.max_body_bytes, self.config.body_timeout_s)
         key = _idempotency_key(request)
         if key is None:
-            checked, tokens, _raw = await service.prepare(body)
+            checked, tokens, _raw = await self.service.prepare(body)
             return None, None, checked, tokens
         store_key = (scope_name, key)
         try:
@@ -596,7 +606,7 @@ def build_app(service: LmspService, token: str) -> Starlette:
         except JsonTextError:
             raw_for_print = body.hex()  # refused later by prepare(); only the bytes count
         fingerprint = _fingerprint(scope_name, raw_for_print)
-        existing = service.idempotency.get(store_key)
+        existing = self.service.idempotency.get(store_key)
         if existing is not None:
             if existing.fingerprint != fingerprint:
                 raise ProblemError("idempotency_conflict")
@@ -607,22 +617,26 @@ def build_app(service: LmspService, token: str) -> Starlette:
                 raise ProblemError("idempotency_in_progress")
             return existing, store_key, None, []
         entry = _Idempotent(fingerprint=fingerprint)
-        service.idempotency.put(store_key, entry)
+        self.service.idempotency.put(store_key, entry)
         try:
-            checked, tokens, _raw = await service.prepare(body)
+            checked, tokens, _raw = await self.service.prepare(body)
         except ProblemError as problem:
             if problem.code in _TRANSIENT:
-                service.idempotency.pop(store_key)  # a retry may well succeed
+                self.service.idempotency.pop(store_key)  # a retry may well succeed
             else:
                 entry.problem = problem
             raise
         except BaseException:
-            service.idempotency.pop(store_key)
+            self.service.idempotency.pop(store_key)
             raise
         return entry, store_key, checked, tokens
 
-    async def create_response(request: Request) -> Response:
-        entry, store_key, checked, tokens = await begin(request, "responses")
+    async def create_response(self, request: Request) -> Response:
+        """POST /responses: generate, streamed (SSE) or answered whole (6.1-6.3).
+
+        Raises `ProblemError`.
+        """
+        entry, store_key, checked, tokens = await self._begin(request, "responses")
         if checked is None:
             # A replay of a finished request with the same key and body.
             assert entry is not None and entry.run is not None
@@ -634,13 +648,13 @@ def build_app(service: LmspService, token: str) -> Starlette:
                     for event in replay:
                         yield _sse(event)
 
-                return _event_stream(replayed(), config.send_timeout_s)
+                return _event_stream(replayed(), self.config.send_timeout_s)
             return _final_answer(run, request.url.path)
         try:
-            run = service.start(checked, tokens, retention_s=None)
+            run = self.service.start(checked, tokens, retention_s=None)
         except ProblemError as problem:
             if store_key is not None:
-                service.idempotency.pop(store_key)
+                self.service.idempotency.pop(store_key)
             raise problem from None
         run_stream = checked.request.stream
         run.streamed = run_stream
@@ -660,10 +674,13 @@ def build_app(service: LmspService, token: str) -> Starlette:
                         # stop generating and forget the key, so a retry
                         # generates again instead of replaying what nobody read.
                         run.cancel_flag.set()
-                        if store_key is not None and service.idempotency.get(store_key) is entry:
-                            service.idempotency.pop(store_key)
+                        if (
+                            store_key is not None
+                            and self.service.idempotency.get(store_key) is entry
+                        ):
+                            self.service.idempotency.pop(store_key)
 
-            return _event_stream(live(), config.send_timeout_s)
+            return _event_stream(live(), self.config.send_timeout_s)
         waiter = asyncio.create_task(run.done.wait())
         watcher = asyncio.create_task(_until_disconnected(request))
         try:
@@ -673,33 +690,41 @@ def build_app(service: LmspService, token: str) -> Starlette:
             if not run.done.is_set():
                 run.cancel_flag.set()
                 if store_key is not None:
-                    service.idempotency.pop(store_key)
+                    self.service.idempotency.pop(store_key)
                 waiter.cancel()
         if not run.done.is_set():
             # The client is gone and generation was cancelled; nobody reads this.
             return Response(status_code=204)
         return _final_answer(run, request.url.path)
 
-    async def get_response(request: Request) -> Response:
-        run = service.find_response(request.path_params["response_id"])
+    async def get_response(self, request: Request) -> Response:
+        """GET /responses/{response_id}: a stored response, or `response_not_found`.
+
+        Raises `ProblemError`.
+        """
+        run = self.service.find_response(request.path_params["response_id"])
         if run is None:
             raise ProblemError("response_not_found")
         return JSONResponse(run.snapshot())
 
-    async def create_task(request: Request) -> Response:
-        entry, store_key, checked, tokens = await begin(request, "tasks")
+    async def create_task(self, request: Request) -> Response:
+        """POST /tasks: start a background generation; 202 with the task (6.6).
+
+        Raises `ProblemError`.
+        """
+        entry, store_key, checked, tokens = await self._begin(request, "tasks")
         if checked is None:
             assert entry is not None and entry.task is not None
             task = entry.task
         else:
             try:
-                run = service.start(checked, tokens, retention_s=config.retention_s)
+                run = self.service.start(checked, tokens, retention_s=self.config.retention_s)
             except ProblemError as problem:
                 if store_key is not None:
-                    service.idempotency.pop(store_key)
+                    self.service.idempotency.pop(store_key)
                 raise problem from None
             task = Task(id=new_id("task"), run=run)
-            service.add_task(task)
+            self.service.add_task(task)
             if entry is not None:
                 entry.run = run
                 entry.task = task
@@ -709,17 +734,23 @@ def build_app(service: LmspService, token: str) -> Starlette:
             headers={"Location": f"{PREFIX}/tasks/{task.id}"},
         )
 
-    def find_task(request: Request) -> Task:
-        task = service.find_task(request.path_params["task_id"])
+    def _find_task(self, request: Request) -> Task:
+        """The task named in the path; raises `ProblemError` (`task_not_found`)."""
+        task = self.service.find_task(request.path_params["task_id"])
         if task is None:
             raise ProblemError("task_not_found")
         return task
 
-    async def get_task(request: Request) -> Response:
-        return JSONResponse(find_task(request).to_json())
+    async def get_task(self, request: Request) -> Response:
+        """GET /tasks/{task_id}: the task, or `task_not_found`. Raises `ProblemError`."""
+        return JSONResponse(self._find_task(request).to_json())
 
-    async def task_events(request: Request) -> Response:
-        task = find_task(request)
+    async def task_events(self, request: Request) -> Response:
+        """GET /tasks/{task_id}/events: the task's events from `after` / `Last-Event-ID` (SSE).
+
+        Raises `ProblemError`.
+        """
+        task = self._find_task(request)
         after_text = request.query_params.get("after")
         if after_text is None:
             after_text = request.headers.get("last-event-id")
@@ -748,34 +779,35 @@ def build_app(service: LmspService, token: str) -> Starlette:
                     "data": json.dumps({"error": problem_body("event_history_expired")}),
                 }
 
-        return _event_stream(follow(), config.send_timeout_s)
+        return _event_stream(follow(), self.config.send_timeout_s)
 
-    async def cancel_task(request: Request) -> Response:
-        task = find_task(request)
+    async def cancel_task(self, request: Request) -> Response:
+        """POST /tasks/{task_id}/cancel: cancel and wait briefly for the run to end.
+
+        Raises `ProblemError`.
+        """
+        task = self._find_task(request)
         task.run.cancel_flag.set()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(task.run.done.wait(), timeout=10)
         return JSONResponse(task.to_json())
 
+
+def build_app(service: LmspService, token: str) -> Starlette:
+    """The ASGI application serving `service` behind `token` (docs/lmsp.md)."""
+    auth = BearerAuth(token)
+    config = service.config
+    handlers = LmspHandlers(service)
     routes = [
-        Route(f"{PREFIX}/models", list_models, methods=["GET"]),
-        Route(f"{PREFIX}/models/{{model_id:path}}", get_model, methods=["GET"]),
-        Route(f"{PREFIX}/responses", create_response, methods=["POST"]),
-        Route(f"{PREFIX}/responses/{{response_id}}", get_response, methods=["GET"]),
-        Route(f"{PREFIX}/tasks", create_task, methods=["POST"]),
-        Route(f"{PREFIX}/tasks/{{task_id}}", get_task, methods=["GET"]),
-        Route(f"{PREFIX}/tasks/{{task_id}}/events", task_events, methods=["GET"]),
-        Route(f"{PREFIX}/tasks/{{task_id}}/cancel", cancel_task, methods=["POST"]),
+        Route(f"{PREFIX}/models", handlers.list_models, methods=["GET"]),
+        Route(f"{PREFIX}/models/{{model_id:path}}", handlers.get_model, methods=["GET"]),
+        Route(f"{PREFIX}/responses", handlers.create_response, methods=["POST"]),
+        Route(f"{PREFIX}/responses/{{response_id}}", handlers.get_response, methods=["GET"]),
+        Route(f"{PREFIX}/tasks", handlers.create_task, methods=["POST"]),
+        Route(f"{PREFIX}/tasks/{{task_id}}", handlers.get_task, methods=["GET"]),
+        Route(f"{PREFIX}/tasks/{{task_id}}/events", handlers.task_events, methods=["GET"]),
+        Route(f"{PREFIX}/tasks/{{task_id}}/cancel", handlers.cancel_task, methods=["POST"]),
     ]
-
-    async def on_problem(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, ProblemError)
-        return problem_response(exc, request.url.path)
-
-    async def on_http(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "invalid_request")
-        return problem_response(ProblemError(code), request.url.path)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -795,16 +827,27 @@ def build_app(service: LmspService, token: str) -> Starlette:
         Middleware(ErrorGuard),
         Middleware(LmspGate, auth=auth),
     ]
-    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
-        ProblemError: on_problem,
-        HTTPException: on_http,
+    on_error: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+        ProblemError: _on_problem,
+        HTTPException: _on_http,
     }
     return Starlette(
         routes=routes,
         middleware=middleware,
-        exception_handlers=handlers,
+        exception_handlers=on_error,
         lifespan=lifespan,
     )
+
+
+async def _on_problem(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ProblemError)
+    return problem_response(exc, request.url.path)
+
+
+async def _on_http(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "invalid_request")
+    return problem_response(ProblemError(code), request.url.path)
 
 
 def _final_answer(run: ResponseRun, instance: str) -> Response:

@@ -51,10 +51,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..connections import Capabilities, Connection, route_for
+from ..connections import route_for
 from ..errors import ErrorCode, ProviderFailure
 from ..lmsp import LmspRequest
-from .openai_chat import lmsp_to_chat
+from ..records import Capabilities, Connection
+from .chat_request import lmsp_to_chat
 
 # --------------------------------------------------------------------------
 # wasm: llama.cpp through wllama

@@ -32,7 +32,7 @@ Rules
   into events for what was not yet yielded: `response.created` is not
   repeated, items already done are skipped, an item that was added but not
   done only gets its `output_item.done` (whose full item lets the consumer
-  complete the text already streamed, as `translate.OutputAssembler` does),
+  complete the text already streamed, as `translate.GenerationAssembler` does),
   unseen items get `added` and `done`, then the terminal event. Text deltas
   already yielded are therefore never yielded again.
 - Cancelling the iterating task (or `aclose()` on the iterator) closes the
@@ -54,7 +54,6 @@ from urllib.parse import quote
 
 from pydantic import ValidationError
 
-from ..connections import Capabilities, ToolChoiceMode
 from ..errors import ProviderFailure
 from ..jsontext import JsonTextError, read_json, read_stream_payload
 from ..lmsp import (
@@ -68,6 +67,7 @@ from ..lmsp import (
     failure_from_problem,
     parse_problem,
 )
+from ..records import Capabilities, ToolChoiceMode
 from .base import HttpPort, HttpResponse, events_from_response, unreachable_hint
 from .sse import SseEvent, SseParser
 

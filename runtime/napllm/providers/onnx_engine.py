@@ -3,7 +3,7 @@ the protocol side that needs no JavaScript.
 
 The engine speaks OpenAI chat completions (web/engines/transformers-worker.js
 renders the model's own chat template and streams OpenAI chunks), so
-requests and chunks go through `openai_chat` like the other in-browser
+requests and chunks go through `chat_request` and `chat_stream` like the other in-browser
 engines; this module holds what is specific to it, as data and pure
 functions tested under CPython. The JS bridge is `napllm.browser.onnx_engine`.
 
@@ -24,7 +24,7 @@ Rules
 - Capabilities: JSON output (the runtime validates the text; no grammar),
   tools through the model's chat template with the modes `auto` and `none`
   (Hermes `<tool_call>` blocks in the text become tool calls, parsed by
-  `openai_chat.ChatStreamToLmsp` as for the wasm engine), no images.
+  `chat_stream.ChatStreamToLmsp` as for the wasm engine), no images.
 - Temperature 0 (or none) is greedy decoding in the worker.
 - Engine failures are kinds reported by JS, turned into fixed hints here;
   no engine text reaches a napplet.
@@ -37,11 +37,12 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..connections import Capabilities, Connection, route_for
+from ..connections import route_for
 from ..errors import ErrorCode, ProviderFailure
 from ..lmsp import LmspRequest
+from ..records import Capabilities, Connection
+from .chat_request import lmsp_to_chat
 from .engines import NO_ADAPTER_REASONS, NO_WEBGPU
-from .openai_chat import lmsp_to_chat
 
 ONNX_TINYCHAT_ID = "builtin-tinychat-webgpu"
 ONNX_TINYCHAT_NAME = "TinyChat (WebGPU, transformers.js)"

@@ -2,7 +2,7 @@
 
 Ollama, llama.cpp's server, llama-cpp-python's server, LM Studio and vLLM
 speak `POST /v1/chat/completions`. Requests and chunks are mapped by
-`openai_chat.py`; this module only moves them through the `HttpPort`
+`chat_request.py` and `chat_stream.py`; this module only moves them through the `HttpPort`
 (browser `fetch` or httpx, the same code under both).
 
 Rules
@@ -40,12 +40,8 @@ from ..errors import ErrorCode, ProviderFailure
 from ..jsontext import JsonTextError, read_json, read_stream_payload
 from ..lmsp import LmspEvent, LmspRequest
 from .base import HttpPort, HttpResponse, unreachable_hint
-from .openai_chat import (
-    ChatStreamToLmsp,
-    ResponseFormatStyle,
-    chat_response_to_lmsp,
-    lmsp_to_chat,
-)
+from .chat_request import ResponseFormatStyle, lmsp_to_chat
+from .chat_stream import ChatStreamToLmsp, chat_response_to_lmsp
 from .sse import SseParser
 
 CONTEXT_TOO_LONG = "The conversation is too long for the selected model's context window."
@@ -148,7 +144,7 @@ class OpenAICompatProvider:
 
     `http`: the HTTP port; `base_url`: the server root (`/v1` optional);
     `api_key`: sent as a bearer token when set; `response_format_style`: how
-    JSON output is asked for (`openai_chat.ResponseFormatStyle`);
+    JSON output is asked for (`chat_request.ResponseFormatStyle`);
     `parse_tool_call_blocks`: parse `<tool_call>` content into calls (`None`:
     whenever the request offers tools); `timeout_s`: per-read bound passed
     to the port. `respond` raises `ProviderFailure` (module rules).

@@ -1,0 +1,63 @@
+"""The generation lifecycle table (`napllm.lifecycle`): one terminal result by construction."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from napllm.lifecycle import (
+    TRANSITIONS,
+    GenEvent,
+    GenState,
+    Lifecycle,
+    LifecycleError,
+)
+
+
+def at(state: GenState) -> Lifecycle:
+    life = Lifecycle()
+    path = {
+        GenState.CHECKING: [],
+        GenState.CONSENT: [GenEvent.ASK_CONSENT],
+        GenState.RUNNING: [GenEvent.SUBMIT],
+        GenState.FLUSHING: [GenEvent.SUBMIT, GenEvent.FLUSH],
+        GenState.SETTLED: [GenEvent.SETTLE],
+    }[state]
+    for event in path:
+        life.fire(event)
+    assert life.state is state
+    return life
+
+
+@pytest.mark.parametrize(("state", "event"), list(itertools.product(GenState, GenEvent)))
+def test_only_the_table_moves_a_generation(state: GenState, event: GenEvent) -> None:
+    life = at(state)
+    if (state, event) in TRANSITIONS:
+        assert life.can(event)
+        assert life.fire(event) is TRANSITIONS[(state, event)]
+    else:
+        assert not life.can(event)
+        with pytest.raises(LifecycleError):
+            life.fire(event)
+        assert life.state is state  # a refused event changes nothing
+
+
+def test_settled_is_final_and_reachable_from_every_other_state() -> None:
+    assert not [row for row in TRANSITIONS if row[0] is GenState.SETTLED]
+    for state in GenState:
+        if state is not GenState.SETTLED:
+            assert TRANSITIONS[(state, GenEvent.SETTLE)] is GenState.SETTLED
+    # so SETTLE succeeds exactly once, whatever happened before
+    life = at(GenState.FLUSHING)
+    life.fire(GenEvent.SETTLE)
+    assert life.settled and not life.can(GenEvent.SETTLE)
+
+
+def test_deltas_flow_only_while_submitted() -> None:
+    assert [s for s in GenState if at(s).delivering] == [GenState.RUNNING, GenState.FLUSHING]
+
+
+def test_consent_comes_before_submission_never_after() -> None:
+    assert not at(GenState.RUNNING).can(GenEvent.ASK_CONSENT)
+    assert not at(GenState.CONSENT).can(GenEvent.ASK_CONSENT)
