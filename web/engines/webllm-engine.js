@@ -159,6 +159,20 @@ async function createEngine(modelId, connectionId, label) {
 }
 
 /**
+ * After a failed load, remove the model's files from WebLLM's caches (a
+ * bad or partial download is then fetched again next time). Not when the
+ * device lacks WebGPU or a feature: the download was not the problem.
+ */
+async function forgetModelFiles(modelId, kind) {
+  if (testFactory || kind === "webgpu" || kind === "feature") return;
+  try {
+    await (await webllm()).deleteModelAllInfoInCache(modelId);
+  } catch {
+    /* nothing cached */
+  }
+}
+
+/**
  * Load (or reuse) the engine for `modelId`. Resolves with JSON text
  * `{"ok": true}` or `{"ok": false, "kind"}`; never rejects.
  */
@@ -186,7 +200,9 @@ export async function ensureEngine(modelId, connectionId, label) {
         console.error("napllm webllm engine: the model could not be loaded", error);
         if (current === entry) current = null;
         progress(connectionId, `${label} could not be loaded`, -1);
-        return { ok: false, kind: errorKind(error) };
+        const kind = errorKind(error);
+        await forgetModelFiles(modelId, kind);
+        return { ok: false, kind };
       }
     })();
   }

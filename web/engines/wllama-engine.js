@@ -27,6 +27,7 @@
  */
 
 import { Wllama, wasmPaths } from "../vendor/wllama/wllama.js";
+import { forgetCachedModel } from "../js/storage.js";
 import { loadingNotice, progress } from "./page.js";
 import * as streams from "./streams.js";
 
@@ -107,16 +108,24 @@ async function load(url, params, connectionId, label) {
     } catch {
       /* already gone */
     }
-    if (!sameOrigin) {
-      try {
-        await wllama.cacheManager.delete(absolute.href);
-      } catch {
-        /* nothing cached */
-      }
-    }
+    await forgetModel(wllama, absolute.href);
     progress(connectionId, `${label} could not be loaded`, -1);
     return { wllama: null, info: { ok: false, kind: errorKind(error, stage) } };
   }
+}
+
+/**
+ * After a failed load, remove `href` from every cache that may hold it
+ * (wllama's own OPFS cache and the service worker's model cache), so a
+ * bad or cut-off download is never served again: the next try downloads.
+ */
+async function forgetModel(wllama, href) {
+  try {
+    await wllama.cacheManager.delete(href);
+  } catch {
+    /* nothing cached */
+  }
+  await forgetCachedModel(href);
 }
 
 /**

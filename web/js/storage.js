@@ -206,3 +206,27 @@ export function onConnectionsChanged(callback) {
   };
   return () => listener.close();
 }
+
+/** Cache Storage name of the models the service worker keeps (build.py MODEL_CACHE). */
+export const MODEL_CACHE = "napllm-models";
+
+/**
+ * Remove every copy of the model at `url` that the shell's service worker
+ * keeps (the model cache and any other napllm runtime cache), so the next
+ * load downloads it again. Called by an engine after a failed load.
+ * Resolves with the number of entries removed; never rejects.
+ */
+export async function forgetCachedModel(url) {
+  if (!("caches" in globalThis)) return 0;
+  let removed = 0;
+  try {
+    for (const name of await caches.keys()) {
+      if (name !== MODEL_CACHE && !name.startsWith("napllm-models")) continue;
+      const cache = await caches.open(name);
+      if (await cache.delete(String(url))) removed += 1;
+    }
+  } catch (error) {
+    console.error("napllm: could not clear a cached model", error);
+  }
+  return removed;
+}
