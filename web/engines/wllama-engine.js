@@ -27,7 +27,7 @@
  */
 
 import { Wllama, wasmPaths } from "../vendor/wllama/wllama.js";
-import { forgetCachedModel } from "../js/storage.js";
+import { forgetCachedModel, roomForModel } from "../js/storage.js";
 import { loadingNotice, progress } from "./page.js";
 import * as streams from "./streams.js";
 
@@ -65,6 +65,11 @@ function errorKind(error, stage) {
 async function load(url, params, connectionId, label) {
   const absolute = new URL(url, document.baseURI);
   const sameOrigin = absolute.origin === location.origin;
+  // wllama keeps its own copy (OPFS) besides the service worker's: two copies.
+  if (!(await roomForModel(absolute.href, { copies: 2, connectionId }))) {
+    progress(connectionId, `${label} does not fit in this browser's storage`, -1);
+    return { wllama: null, info: { ok: false, kind: "storage" } };
+  }
   const wllama = new Wllama(wasmPaths, { logger: quietLogger, suppressNativeLog: true });
   let stage = "download";
   let lastReport = 0;

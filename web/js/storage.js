@@ -230,3 +230,72 @@ export async function forgetCachedModel(url) {
   }
   return removed;
 }
+
+// ---------------------------------------------------------------- storage limits
+
+/** Bytes as text with a decimal unit: 1234567 -> "1.2 MB". */
+export function formatBytes(bytes) {
+  const value = Number(bytes);
+  if (!Number.isFinite(value) || value < 0) return "unknown size";
+  const units = ["B", "kB", "MB", "GB", "TB"];
+  let amount = value;
+  let unit = 0;
+  while (amount >= 1000 && unit < units.length - 1) {
+    amount /= 1000;
+    unit += 1;
+  }
+  return unit === 0 ? `${amount} B` : `${amount.toFixed(amount < 10 ? 1 : 0)} ${units[unit]}`;
+}
+
+let persistRequest = null;
+
+/**
+ * Ask the browser (once per page) to keep this origin's data under storage
+ * pressure (`navigator.storage.persist()`), so models and connections are
+ * not evicted. Resolves with whether storage is persistent; never rejects.
+ */
+export function requestPersistentStorage() {
+  const storage = globalThis.navigator?.storage;
+  if (!storage || typeof storage.persist !== "function") return Promise.resolve(false);
+  persistRequest ??= Promise.resolve(typeof storage.persisted === "function" ? storage.persisted() : false)
+    .then((already) => already || storage.persist())
+    .then((granted) => granted === true)
+    .catch(() => false);
+  return persistRequest;
+}
+
+/**
+ * Before a model download: does it fit? Reads the model's size (HEAD) and
+ * `navigator.storage.estimate()`; asks for persistent storage on the way.
+ * `copies`: how many copies the engine stores (wllama keeps its own copy
+ * besides the service worker's). A model already in the model cache needs
+ * no room. When it does not fit, tells the user (model size, space left)
+ * through `napllmHost.notice` and resolves false; resolves true when it
+ * fits or when the size or the quota is unknown. Never rejects.
+ */
+export async function roomForModel(url, { copies = 1, connectionId = null } = {}) {
+  requestPersistentStorage();
+  try {
+    if ("caches" in globalThis && (await (await caches.open(MODEL_CACHE)).match(String(url)))) return true;
+    const storage = globalThis.navigator?.storage;
+    if (!storage || typeof storage.estimate !== "function") return true;
+    const head = await fetch(String(url), { method: "HEAD" });
+    const size = Number(head.headers.get("content-length"));
+    if (!head.ok || !Number.isSafeInteger(size) || size <= 0) return true;
+    const { usage, quota } = await storage.estimate();
+    const free = Math.max(0, Number(quota) - Number(usage));
+    if (!Number.isFinite(free) || size * copies <= free) return true;
+    const text = `Not enough storage to download the model: it needs ${formatBytes(size * copies)}`
+      + ` and this browser has ${formatBytes(free)} left for napllm. Delete cached models in Storage`
+      + " or free disk space, then try again.";
+    const page = globalThis.napllmHost;
+    if (page && typeof page.notice === "function") {
+      const notice = { level: "error", text };
+      if (connectionId) notice.connectionId = String(connectionId);
+      page.notice(JSON.stringify(notice));
+    }
+    return false;
+  } catch {
+    return true;
+  }
+}
