@@ -182,3 +182,73 @@ def test_only_whole_gguf_files_enter_the_model_cache(
         assert page.evaluate(CACHED_URLS) == [server.url + "user/good.gguf"]
     finally:
         context.close()
+
+
+def test_a_model_too_large_for_the_quota_is_refused_before_the_download(
+    browser: Any, site: tuple[Path, SwitchableServer]
+) -> None:
+    folder, server = site
+    shutil.copyfile(folder / MODEL, folder / "user" / "big.gguf")
+    size = (folder / MODEL).stat().st_size
+    context = browser.new_context()
+    context.set_default_timeout(STEP_TIMEOUT_MS)
+    downloads: list[str] = []
+    context.on(
+        "request",
+        lambda r: downloads.append(r.method) if r.url.endswith("/user/big.gguf") else None,
+    )
+    try:
+        page = boot_controlled(context, server.url)
+        # The Storage panel says whether the browser keeps the data.
+        persisted = page.evaluate("() => navigator.storage.persisted()")
+        panel = page.locator("#storage-persistent")
+        panel.wait_for()
+        page.wait_for_function(
+            "(p) => document.querySelector('#storage-persistent').dataset.persistent === String(p)",
+            arg=persisted,
+        )
+        expected = "Storage is persistent" if persisted else "Storage is not persistent"
+        assert (panel.text_content() or "").startswith(expected)
+
+        # The browser reports less room than the model needs (half its size).
+        page.evaluate(
+            "(room) => { const real = navigator.storage.estimate.bind(navigator.storage);"
+            " navigator.storage.estimate = () => real().then((e) =>"
+            " ({ usage: e.usage, quota: e.usage + room })); }",
+            size // 2,
+        )
+        page.click("#connection-add")
+        page.fill("#connection-name", "Big model")
+        page.select_option("#connection-kind", "wasm")
+        page.fill("#connection-model-url", server.url + "user/big.gguf")
+        page.click("#connection-save")
+        page.wait_for_selector("#connection-form", state="hidden")
+        page.select_option("#napplet-select", "chat")
+        page.click("#napplet-open")
+        page.wait_for_function(
+            "() => { const f = document.querySelector('iframe.napplet-frame');"
+            " return f && f.srcdoc.length > 0; }"
+        )
+        frame = page.query_selector("iframe.napplet-frame").content_frame()
+        frame.wait_for_load_state("load")
+        frame.click("#choose")
+        page.click(".chooser-dialog button.candidate:has-text('Big model')")
+        frame.wait_for_function(
+            "() => document.querySelector('#model').textContent.includes('Big model')",
+            polling=POLL_MS,
+        )
+        frame.fill("#prompt", "Hello!")
+        frame.click("#send")
+        page.click(".consent-dialog button.allow")
+        frame.wait_for_function(
+            "() => document.querySelector('#status').classList.contains('error')", polling=POLL_MS
+        )
+        notice = page.locator("#notice-list .notice.error", has_text="Not enough storage")
+        notice.wait_for()
+        text = notice.text_content() or ""
+        assert "Big model" in text and "it needs 2.4 MB" in text and "left for napllm" in text
+        # Only the size was asked for: nothing was downloaded.
+        assert "GET" not in downloads
+        assert page.evaluate(CACHED_URLS) == []
+    finally:
+        context.close()
