@@ -158,9 +158,7 @@ def test_removing_in_one_tab_removes_it_in_the_other(tabs: list[Any]) -> None:
     assert stored_names(b) == set()
 
 
-def test_an_entry_this_build_cannot_read_is_kept_byte_for_byte(
-    browser: Any, dist_url: str
-) -> None:
+def test_an_entry_this_build_cannot_read_is_kept_byte_for_byte(browser: Any, dist_url: str) -> None:
     context = browser.new_context()
     context.set_default_timeout(STEP_TIMEOUT_MS)
     try:
@@ -235,5 +233,59 @@ def test_a_list_saved_by_an_earlier_build_is_split_into_records(
         assert set(records) == {"connection/u-0123456789ab"}
         assert json.loads(records["connection/u-0123456789ab"]["text"]) == old[0]
         assert page.locator("#connections-unreadable").is_hidden()
+    finally:
+        context.close()
+
+
+def test_removing_a_connection_in_one_tab_cancels_its_generation_in_another(
+    browser: Any, dist_url: str
+) -> None:
+    context = browser.new_context()
+    context.set_default_timeout(STEP_TIMEOUT_MS)
+    try:
+        a = context.new_page()
+        a.goto(dist_url + "index.html")
+        # Tab B hands each chunk over 400 ms apart, so its answer is still streaming.
+        b = context.new_page()
+        b.goto(dist_url + "index.html?test=1&engineDelayMs=400")
+        wait_boot(a)
+        wait_boot(b)
+        a.click("#connection-add")
+        a.fill("#connection-name", "Doomed")
+        a.select_option("#connection-kind", "wasm")
+        a.fill("#connection-model-url", dist_url + "models/tinychat/tiny-chat-q8_0.gguf")
+        a.fill("#connection-model", "tiny-chat")
+        a.click("#connection-save")
+        a.wait_for_selector("#connection-form", state="hidden")
+        wait_listed(b, {"Doomed"})
+
+        b.select_option("#napplet-select", "chat")
+        b.click("#napplet-open")
+        b.wait_for_function(
+            "() => { const f = document.querySelector('iframe.napplet-frame');"
+            " return f && f.srcdoc.length > 0; }"
+        )
+        frame = b.query_selector("iframe.napplet-frame").content_frame()
+        frame.wait_for_load_state("load")
+        frame.click("#choose")
+        b.click(".chooser-dialog button.candidate:has-text('Doomed')")
+        frame.wait_for_function(
+            "() => document.querySelector('#model').textContent.includes('Doomed')"
+        )
+        frame.fill("#prompt", "Hello!")
+        frame.click("#send")
+        b.click(".consent-dialog button.allow")
+        frame.wait_for_function(
+            "() => document.querySelector('#status').textContent === 'Answering…'"
+        )
+
+        a.click("#connection-list li.connection:has(h3:text-is('Doomed')) button.remove")
+        a.click("button.confirm-remove")
+        frame.wait_for_function(
+            "() => document.querySelector('#status').textContent.startsWith('Stopped.')"
+        )
+        # The answer was not kept, and the connection is gone from tab B's list.
+        assert frame.locator("#history li.assistant").count() == 0
+        assert "Doomed" not in listed(b)
     finally:
         context.close()
