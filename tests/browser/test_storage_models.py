@@ -38,7 +38,18 @@ class SwitchableServer:
     def __init__(self, site: Path) -> None:
         build_module = sys.modules["napllm_build"]  # loaded by tests/browser/conftest.py
         self.html_paths: set[str] = set()
+        self.cut_paths: set[str] = set()
         paths = self.html_paths
+        cut = self.cut_paths
+
+        def copyfile(handler: Any, source: Any, outputfile: Any) -> None:
+            if handler.path in cut:
+                # Half the body, then the connection drops (Content-Length promised all).
+                data = source.read()
+                outputfile.write(data[: len(data) // 2])
+                handler.close_connection = True
+                return
+            build_module.DistRequestHandler.copyfile(handler, source, outputfile)
 
         def guess_type(handler: Any, path: str) -> str:
             if any(str(path).endswith(p) for p in paths):
@@ -48,7 +59,7 @@ class SwitchableServer:
         handler = type(
             "Handler",
             (build_module.DistRequestHandler,),
-            {"quiet": True, "overlays": {}, "guess_type": guess_type},
+            {"quiet": True, "overlays": {}, "guess_type": guess_type, "copyfile": copyfile},
         )
         self.httpd = build_module.DistServer(
             ("127.0.0.1", 0), functools.partial(handler, directory=str(site))
@@ -168,6 +179,9 @@ def test_only_whole_gguf_files_enter_the_model_cache(
     (folder / "user" / "as-html.gguf").write_bytes(b"GGUF" + bytes(500))
     server.html_paths.add("/user/as-html.gguf")
     (folder / "user" / "good.gguf").write_bytes(b"GGUF" + bytes(2996))
+    # A download cut off midway.
+    (folder / "user" / "cut.gguf").write_bytes(b"GGUF" + bytes(200_000))
+    server.cut_paths.add("/user/cut.gguf")
     context = browser.new_context()
     context.set_default_timeout(STEP_TIMEOUT_MS)
     try:
@@ -175,11 +189,20 @@ def test_only_whole_gguf_files_enter_the_model_cache(
         fetch_size = "(u) => fetch(u).then((r) => r.arrayBuffer()).then((b) => b.byteLength)"
         for name in ("not-gguf.gguf", "as-html.gguf", "good.gguf"):
             page.evaluate(fetch_size, "./user/" + name)
+        cut_off = "(u) => fetch(u).then((r) => r.arrayBuffer()).then(() => 'whole', () => 'failed')"
+        assert page.evaluate(cut_off, "./user/cut.gguf") == "failed"
         page.wait_for_function(
             "() => caches.open('napllm-models').then((c) => c.keys()).then((k) => k.length > 0)"
         )
         page.wait_for_timeout(300)
         assert page.evaluate(CACHED_URLS) == [server.url + "user/good.gguf"]
+        # Once the host serves the whole file, the next try downloads and keeps it.
+        server.cut_paths.clear()
+        assert page.evaluate(fetch_size, "./user/cut.gguf") == 200_004
+        page.wait_for_function(
+            "(n) => caches.open('napllm-models').then((c) => c.keys()).then((k) => k.length === n)",
+            arg=2,
+        )
     finally:
         context.close()
 
