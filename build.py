@@ -883,7 +883,9 @@ def precache_build_id(out: DistWriter, exclude: set[Path]) -> str:
     digest = hashlib.sha256()
     for path in sorted(out.written):
         if path.is_file() and path not in exclude and path.name != "build-info.json":
-            digest.update(f"{path.relative_to(out.root).as_posix()}\0{sha256_file(path)}\0".encode())
+            digest.update(
+                f"{path.relative_to(out.root).as_posix()}\0{sha256_file(path)}\0".encode()
+            )
     return digest.hexdigest()[:16]
 
 
