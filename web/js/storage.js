@@ -96,11 +96,16 @@ function parseChanges(json) {
   };
 }
 
+// One channel object per page sends and listens: a page never hears its own saves.
 let channel = null;
-function broadcast() {
-  if (typeof BroadcastChannel !== "function") return;
+function sharedChannel() {
+  if (typeof BroadcastChannel !== "function") return null;
   channel ??= new BroadcastChannel(CHANNEL);
-  channel.postMessage({ type: "changed" });
+  return channel;
+}
+
+function broadcast() {
+  sharedChannel()?.postMessage({ type: "changed" });
 }
 
 /**
@@ -199,12 +204,13 @@ export async function loadConnections() {
  * does nothing (each tab then sees the others' changes at its next start).
  */
 export function onConnectionsChanged(callback) {
-  if (typeof BroadcastChannel !== "function") return () => {};
-  const listener = new BroadcastChannel(CHANNEL);
-  listener.onmessage = (event) => {
+  const shared = sharedChannel();
+  if (!shared) return () => {};
+  const listener = (event) => {
     if (event.data && event.data.type === "changed") callback();
   };
-  return () => listener.close();
+  shared.addEventListener("message", listener);
+  return () => shared.removeEventListener("message", listener);
 }
 
 /** Cache Storage name of the models the service worker keeps (build.py MODEL_CACHE). */
