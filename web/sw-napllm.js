@@ -21,8 +21,10 @@
  *   that build's precache until it reloads. A build's precache is deleted
  *   once no recorded client of it is left. Navigations always get the
  *   current build.
- * - Dedicated workers an old tab starts after the update are not known to
- *   belong to it; the old tab is told to reload (web/js/pwa.js) instead.
+ * - A worker an old tab starts from a URL after the update is recorded with
+ *   it (its script request names both). A worker started from a `blob:` URL
+ *   is not known to belong to it: its own requests get the current build;
+ *   the old tab is told to reload (web/js/pwa.js).
  */
 
 /* global self, caches, clients */
@@ -187,6 +189,14 @@
     }
     if (!event.clientId || new URL(request.url).origin !== self.location.origin) return;
     if (state && !(event.clientId in state.clients)) return; // the current build: Workbox answers
+    if (state && event.resultingClientId && /worker$/.test(request.destination)) {
+      // A worker an old tab starts from a URL runs that tab's build too.
+      const name = state.clients[event.clientId];
+      state.clients[event.resultingClientId] = name;
+      event.waitUntil(update((current) => {
+        current.clients[event.resultingClientId] = name;
+      }));
+    }
     if (!state && new URL(request.url).pathname.toLowerCase().endsWith(".gguf")) return;
     event.stopImmediatePropagation();
     event.respondWith(

@@ -362,6 +362,10 @@ def test_a_tab_keeps_its_build_when_another_tab_updates(
 ) -> None:
     site = tmp_path / "site"
     shutil.copytree(dist_dir, site)
+    # A worker that reports the engine file's text as it gets it.
+    (site / "probe-worker.js").write_text(
+        f"fetch('./{ENGINE}').then((r) => r.text()).then((t) => postMessage(t));\n"
+    )
     server = Server(site)
     try:
         t1 = persistent.new_page()
@@ -392,6 +396,13 @@ def test_a_tab_keeps_its_build_when_another_tab_updates(
             "function"
         )
         assert len(t2.evaluate(PRECACHES)) == 2
+        if server_up:
+            # So does a worker T2 starts now.
+            from_worker = t2.evaluate(
+                "() => new Promise((resolve) => { const w = new Worker('./probe-worker.js');"
+                " w.onmessage = (e) => resolve(e.data); })"
+            )
+            assert from_worker == build_a
         # T2 is told, and its own Reload works: it then runs build B.
         t2.wait_for_selector("#pwa-update")
         t2.evaluate("() => { window.beforeUpdate = true; }")
