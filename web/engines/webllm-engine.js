@@ -33,6 +33,7 @@
  *   documented `chat.completions.create` / `interruptGenerate` interface.
  */
 
+import { requestPersistentStorage } from "../js/storage.js";
 import { loadingNotice, progress } from "./page.js";
 import * as streams from "./streams.js";
 
@@ -149,6 +150,8 @@ async function createEngine(modelId, connectionId, label) {
   };
   if (testFactory) return testFactory(modelId, { initProgressCallback });
   const lib = await webllm();
+  // Weights of hundreds of MB: ask the browser not to evict them under pressure.
+  requestPersistentStorage();
   const worker = new Worker(new URL("./webllm-worker.js", import.meta.url), { type: "module" });
   try {
     return await lib.CreateWebWorkerMLCEngine(worker, modelId, { initProgressCallback });
