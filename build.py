@@ -816,7 +816,10 @@ PRECACHE_PATTERNS = (
     "vendor/workbox-window/*",
     f"models/tinychat/{MODEL_FILE}",
 )
-PRECACHE_IGNORES = ("sw.js", "pyodide/pyodide.js")
+PRECACHE_IGNORES = ("sw.js", "sw-build.js", "sw-napllm.js", "pyodide/pyodide.js")
+#: Scripts sw.js imports before Workbox's own code (relative to sw.js):
+#: this build's names, then napllm's part of the worker (web/sw-napllm.js).
+SW_IMPORTS = ("sw-build.js", "sw-napllm.js")
 #: Workbox refuses files above 2 MB by default; the wasm files are ~10 MB.
 PRECACHE_MAX_BYTES = 64 * 1024 * 1024
 #: Cache Storage name shared with web/js/pwa.js (the Storage section).
@@ -860,7 +863,14 @@ generateSW({
       options: {
         cacheName: caches.models,
         rangeRequests: true,
-        cacheableResponse: { statuses: [200] },
+        // Stored only once verified (web/sw-napllm.js): a 200 text/html
+        // fallback page or a cut-off download never becomes the "model".
+        plugins: [
+          {
+            cacheWillUpdate: async ({ response }) =>
+              self.napllmSw.verifiedModel(response, { gguf: true }),
+          },
+        ],
       },
     },
   ],
@@ -926,6 +936,22 @@ def write_icons(out: DistWriter) -> None:
         out.copy(cached, rel)
 
 
+def precache_build_id(out: DistWriter, exclude: set[Path]) -> str:
+    """A 16-hex-digit id of dist/'s content: changes whenever any file changes.
+
+    Hashes every written file's relative path and sha256 (``exclude`` left
+    out). Used as the service worker's cache id, so every build precaches
+    into a cache of its own (web/sw-napllm.js).
+    """
+    digest = hashlib.sha256()
+    for path in sorted(out.written):
+        if path.is_file() and path not in exclude and path.name != "build-info.json":
+            digest.update(
+                f"{path.relative_to(out.root).as_posix()}\0{sha256_file(path)}\0".encode()
+            )
+    return digest.hexdigest()[:16]
+
+
 def build_service_worker(out: DistWriter) -> dict[str, Any]:
     """Generate dist/sw.js with workbox-build (``generateSW``) and copy workbox-window.
 
@@ -936,7 +962,11 @@ def build_service_worker(out: DistWriter) -> dict[str, Any]:
     waits: ``skipWaiting`` happens only when the page posts
     ``{"type": "SKIP_WAITING"}`` (web/js/pwa.js, after the user clicks
     Reload); it claims open pages on activation so the first visit is
-    controlled without a reload. Skipped when no precached file changed.
+    controlled without a reload. Each build precaches into a cache named
+    after :func:`precache_build_id`; web/sw-napllm.js (imported first, with
+    the generated dist/sw-build.js) keeps serving tabs of an earlier build
+    from that build's cache until they reload, and verifies model files
+    before they are cached. Skipped when no precached file changed.
 
     Returns: ``{"count", "size"}`` of the precache (files, bytes).
     Raises: BuildError when Node or workbox-build fails.
@@ -947,6 +977,15 @@ def build_service_worker(out: DistWriter) -> dict[str, Any]:
         "vendor/workbox-window/workbox-window.prod.mjs",
     )
     sw = out.claim("sw.js")
+    build_id = precache_build_id(out, exclude={sw, out.root / "sw-build.js"})
+    cache_id = f"napllm-{build_id}"
+    out.write_bytes(
+        "sw-build.js",
+        (
+            "// Written by build.py: this build's names for web/sw-napllm.js.\n"
+            f"self.NAPLLM_BUILD = {json.dumps({'id': build_id, 'cacheId': cache_id})};\n"
+        ).encode(),
+    )
     options = {
         "globDirectory": str(out.root),
         "globPatterns": list(PRECACHE_PATTERNS),
@@ -954,9 +993,13 @@ def build_service_worker(out: DistWriter) -> dict[str, Any]:
         "swDest": str(sw),
         "maximumFileSizeToCacheInBytes": PRECACHE_MAX_BYTES,
         "directoryIndex": "index.html",
-        "cleanupOutdatedCaches": True,
+        # Each build precaches into its own cache; web/sw-napllm.js deletes
+        # an earlier build's cache once no open tab runs that build.
+        "cacheId": cache_id,
+        "cleanupOutdatedCaches": False,
         "clientsClaim": True,
         "skipWaiting": False,
+        "importScripts": list(SW_IMPORTS),
         "inlineWorkboxRuntime": True,
         "mode": "production",
         "sourcemap": False,

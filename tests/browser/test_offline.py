@@ -326,3 +326,92 @@ def test_manifest_icons_are_pngs_of_their_stated_size(dist_dir: Path) -> None:
         assert icon["sizes"] == f"{width}x{height}" and icon["type"] == "image/png"
         sizes.add(width)
     assert {192, 512} <= sizes
+
+
+ENGINE = "engines/wllama-engine.js"
+MARKER_B = "\n// build B\n"
+#: The text of the engine file as this page gets it.
+ENGINE_TEXT = f"() => fetch('./{ENGINE}').then((r) => r.text())"
+PRECACHES = "() => caches.keys().then((k) => k.filter((n) => n.includes('-precache-')))"
+
+
+def deploy_build_b(site: Path) -> None:
+    """Turn the copy of build A in `site` into build B: another engine file, another build id."""
+    engine = site / ENGINE
+    engine.write_text(engine.read_text() + MARKER_B)
+    old_id = json.loads(
+        re.search(r"NAPLLM_BUILD = (\{.*\});", (site / "sw-build.js").read_text()).group(1)  # type: ignore[union-attr]
+    )["id"]
+    new_id = "b" * len(old_id)
+    build_js = site / "sw-build.js"
+    build_js.write_text(build_js.read_text().replace(old_id, new_id))
+    sw = site / "sw.js"
+    text, changed = re.subn(
+        r'(url:"engines/wllama-engine\.js",revision:")[0-9a-f]+"',
+        r'\g<1>0123456789abcdef"',
+        sw.read_text(),
+    )
+    assert changed == 1, "the precache manifest has no revision for the engine file"
+    assert old_id in text
+    sw.write_text(text.replace(old_id, new_id))
+
+
+@pytest.mark.parametrize("server_up", [True, False], ids=["server-up", "server-stopped"])
+def test_a_tab_keeps_its_build_when_another_tab_updates(
+    persistent: Any, dist_dir: Path, tmp_path: Path, server_up: bool
+) -> None:
+    site = tmp_path / "site"
+    shutil.copytree(dist_dir, site)
+    # A worker that reports the engine file's text as it gets it.
+    (site / "probe-worker.js").write_text(
+        f"fetch('./{ENGINE}').then((r) => r.text()).then((t) => postMessage(t));\n"
+    )
+    server = Server(site)
+    try:
+        t1 = persistent.new_page()
+        t1.goto(server.url + "index.html")
+        wait_boot(t1)
+        wait_offline_ready(t1)
+        t2 = persistent.new_page()
+        t2.goto(server.url + "index.html")
+        wait_boot(t2)
+        wait_offline_ready(t2)
+        build_a = t2.evaluate(ENGINE_TEXT)
+        assert not build_a.endswith(MARKER_B)
+
+        deploy_build_b(site)
+        t1.evaluate("() => navigator.serviceWorker.getRegistration().then((r) => r.update())")
+        t1.wait_for_selector("#pwa-update", timeout=BOOT_TIMEOUT_MS)
+        t1.evaluate("() => { window.beforeUpdate = true; }")
+        t1.click("#pwa-update-reload")
+        t1.wait_for_function("() => window.beforeUpdate === undefined", timeout=STEP_TIMEOUT_MS)
+        wait_boot(t1)
+        assert t1.evaluate(ENGINE_TEXT).endswith(MARKER_B)
+        if not server_up:
+            server.stop()
+
+        # T2 did not reload: it is still served build A's files, from A's precache.
+        assert t2.evaluate(ENGINE_TEXT) == build_a
+        assert t2.evaluate(f"() => import('./{ENGINE}').then((m) => typeof m.ensureModel)") == (
+            "function"
+        )
+        assert len(t2.evaluate(PRECACHES)) == 2
+        if server_up:
+            # So does a worker T2 starts now.
+            from_worker = t2.evaluate(
+                "() => new Promise((resolve) => { const w = new Worker('./probe-worker.js');"
+                " w.onmessage = (e) => resolve(e.data); })"
+            )
+            assert from_worker == build_a
+        # T2 is told, and its own Reload works: it then runs build B.
+        t2.wait_for_selector("#pwa-update")
+        t2.evaluate("() => { window.beforeUpdate = true; }")
+        t2.click("#pwa-update-reload")
+        t2.wait_for_function("() => window.beforeUpdate === undefined", timeout=STEP_TIMEOUT_MS)
+        wait_boot(t2)
+        assert t2.evaluate(ENGINE_TEXT).endswith(MARKER_B)
+        assert t2.locator("#pwa-update").count() == 0
+        # No tab runs build A any more: its precache is gone.
+        t2.wait_for_function(f"() => ({PRECACHES})().then((names) => names.length === 1)")
+    finally:
+        server.stop()

@@ -32,6 +32,7 @@
  *   (the one place a test build substitutes a double; nothing here knows).
  */
 
+import { requestPersistentStorage } from "../js/storage.js";
 import { loadingNotice, progress } from "./page.js";
 import * as streams from "./streams.js";
 
@@ -137,12 +138,28 @@ async function createEngine(modelId, connectionId, label) {
     progress(connectionId, `Loading ${label}`, Number.isFinite(fraction) ? fraction : 0);
   };
   const lib = await webllm();
+  // Weights of hundreds of MB: ask the browser not to evict them under pressure.
+  requestPersistentStorage();
   const worker = new Worker(new URL("./webllm-worker.js", import.meta.url), { type: "module" });
   try {
     return await lib.CreateWebWorkerMLCEngine(worker, modelId, { initProgressCallback });
   } catch (error) {
     worker.terminate();
     throw error;
+  }
+}
+
+/**
+ * After a failed load, remove the model's files from WebLLM's caches (a
+ * bad or partial download is then fetched again next time). Not when the
+ * device lacks WebGPU or a feature: the download was not the problem.
+ */
+async function forgetModelFiles(modelId, kind) {
+  if (testFactory || kind === "webgpu" || kind === "feature") return;
+  try {
+    await (await webllm()).deleteModelAllInfoInCache(modelId);
+  } catch {
+    /* nothing cached */
   }
 }
 
@@ -174,7 +191,9 @@ export async function ensureEngine(modelId, connectionId, label) {
         console.error("napllm webllm engine: the model could not be loaded", error);
         if (current === entry) current = null;
         progress(connectionId, `${label} could not be loaded`, -1);
-        return { ok: false, kind: errorKind(error) };
+        const kind = errorKind(error);
+        await forgetModelFiles(modelId, kind);
+        return { ok: false, kind };
       }
     })();
   }

@@ -25,6 +25,7 @@
  */
 
 import { Wllama, wasmPaths } from "../vendor/wllama/wllama.js";
+import { forgetCachedModel, roomForModel } from "../js/storage.js";
 import { loadingNotice, progress } from "./page.js";
 import * as streams from "./streams.js";
 
@@ -62,6 +63,11 @@ function errorKind(error, stage) {
 async function load(url, params, connectionId, label) {
   const absolute = new URL(url, document.baseURI);
   const sameOrigin = absolute.origin === location.origin;
+  // wllama keeps its own copy (OPFS) besides the service worker's: two copies.
+  if (!(await roomForModel(absolute.href, { copies: 2, connectionId }))) {
+    progress(connectionId, `${label} does not fit in this browser's storage`, -1);
+    return { wllama: null, info: { ok: false, kind: "storage" } };
+  }
   const wllama = new Wllama(wasmPaths, { logger: quietLogger, suppressNativeLog: true });
   let stage = "download";
   let lastReport = 0;
@@ -105,16 +111,24 @@ async function load(url, params, connectionId, label) {
     } catch {
       /* already gone */
     }
-    if (!sameOrigin) {
-      try {
-        await wllama.cacheManager.delete(absolute.href);
-      } catch {
-        /* nothing cached */
-      }
-    }
+    await forgetModel(wllama, absolute.href);
     progress(connectionId, `${label} could not be loaded`, -1);
     return { wllama: null, info: { ok: false, kind: errorKind(error, stage) } };
   }
+}
+
+/**
+ * After a failed load, remove `href` from every cache that may hold it
+ * (wllama's own OPFS cache and the service worker's model cache), so a
+ * bad or cut-off download is never served again: the next try downloads.
+ */
+async function forgetModel(wllama, href) {
+  try {
+    await wllama.cacheManager.delete(href);
+  } catch {
+    /* nothing cached */
+  }
+  await forgetCachedModel(href);
 }
 
 /**

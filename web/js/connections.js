@@ -13,9 +13,15 @@
  * - Only connections the user made (`settings.userDefined`) can be edited
  *   or removed; built-in ones belong to the runtime.
  * - Every value is inserted as text, never as markup.
+ * - When another tab saves connections (storage.js tells this one), the
+ *   runtime re-reads them (`syncConnections`) and pushes the new lists; the
+ *   same happens once at attach. Its answer `{"unreadable": n}` is shown as
+ *   "n saved connection(s) could not be read by this version" (such entries
+ *   are kept as they are, never overwritten).
  */
 
 import { el, str } from "./dom.js";
+import { onConnectionsChanged } from "./storage.js";
 
 const KINDS = {
   lmsp: { label: "LMSP service", baseUrl: true, secret: "Access token", capabilities: false, charges: false },
@@ -187,15 +193,63 @@ export class ConnectionsPanel {
         this.closeForm();
       }
     });
+    this.unreadable = el("p", { id: "connections-unreadable", class: "notice warning", role: "status", hidden: true });
+    this.list.after(this.unreadable);
+    this.syncing = null;
+    this.syncAgain = false;
+    onConnectionsChanged(() => this.sync());
     this.setReady(false);
     this.renderConnections();
     this.renderGrants();
   }
 
-  /** Enable editing once the runtime is attached. */
+  /** Enable editing once the runtime is attached (and read the stored connections again). */
   setReady(ready) {
     this.addButton.disabled = !ready;
     this.root.querySelector("#connections-waiting").hidden = ready;
+    if (ready) this.sync();
+  }
+
+  /**
+   * Ask the runtime to re-read the stored connections (one sync at a time;
+   * a change announced during a sync runs one more). Without a runtime the
+   * change is picked up at attach.
+   */
+  sync() {
+    const runtime = this.runtime();
+    if (!runtime || typeof runtime.syncConnections !== "function") return;
+    if (this.syncing) {
+      this.syncAgain = true;
+      return;
+    }
+    this.syncing = (async () => {
+      do {
+        this.syncAgain = false;
+        try {
+          this.showUnreadable(await runtime.syncConnections());
+        } catch {
+          console.error("napllm: could not read the stored connections");
+        }
+      } while (this.syncAgain);
+    })().finally(() => {
+      this.syncing = null;
+    });
+  }
+
+  /** Show how many stored entries this version cannot read (`{"unreadable": n}` JSON text). */
+  showUnreadable(answer) {
+    let count = 0;
+    try {
+      const value = JSON.parse(String(answer));
+      count = Number.isSafeInteger(value?.unreadable) && value.unreadable > 0 ? value.unreadable : 0;
+    } catch {
+      count = 0;
+    }
+    this.unreadable.hidden = count === 0;
+    this.unreadable.textContent = count === 1
+      ? "1 saved connection could not be read by this version. It is kept unchanged."
+      : `${count} saved connections could not be read by this version. They are kept unchanged.`;
+    this.unreadable.dataset.count = String(count);
   }
 
   /** `napllmHost.connectionsChanged`. */

@@ -9,6 +9,13 @@
  * - A new version never takes over by itself: the page shows "A new version
  *   is available — Reload" and only a click on Reload lets the waiting
  *   worker activate (`SKIP_WAITING`), after which the page reloads once.
+ * - One tab runs one build: a tab that was open when a new version took
+ *   over (in another tab) keeps being served its own build's files by the
+ *   worker (web/sw-napllm.js) and shows the same banner; its Reload
+ *   reloads it at once (there is no waiting worker left to activate).
+ * - The Storage section says whether the browser keeps this site's data
+ *   under storage pressure (`navigator.storage.persisted()`) and offers to
+ *   ask for it (`persist()`); the engines ask before a model download.
  * - The Storage section lists every model kept in Cache Storage: the GGUF
  *   files the user added (cache `napllm-models`, runtime caching, with a
  *   Delete button each) and the built-in TinyChat (part of the app's
@@ -23,27 +30,14 @@
  */
 
 import { el } from "./dom.js";
+import { formatBytes, MODEL_CACHE, requestPersistentStorage } from "./storage.js";
 import { Workbox } from "../vendor/workbox-window/workbox-window.prod.mjs";
 
-/** Cache names shared with build.py (MODEL_CACHE, and Workbox's precache prefix). */
-export const MODEL_CACHE = "napllm-models";
-const PRECACHE_PREFIX = "workbox-precache";
+export { formatBytes, MODEL_CACHE };
+/** Part of every precache name (Workbox: `<cacheId>-precache-v2-<scope>`, one per build). */
+const PRECACHE_MARK = "-precache-";
 const REFRESH_MS = 10_000;
 const BOOT_WAIT_MS = 60_000;
-
-/** Bytes as text with a decimal unit: 1234567 -> "1.2 MB". */
-export function formatBytes(bytes) {
-  const value = Number(bytes);
-  if (!Number.isFinite(value) || value < 0) return "unknown size";
-  const units = ["B", "kB", "MB", "GB", "TB"];
-  let amount = value;
-  let unit = 0;
-  while (amount >= 1000 && unit < units.length - 1) {
-    amount /= 1000;
-    unit += 1;
-  }
-  return unit === 0 ? `${amount} B` : `${amount.toFixed(amount < 10 ? 1 : 0)} ${units[unit]}`;
-}
 
 /** The size of a cached response: Content-Length when present, else its body's size. */
 async function responseSize(response) {
@@ -76,7 +70,7 @@ export async function cachedModels() {
   try {
     const names = await caches.keys();
     for (const name of names) {
-      const builtIn = name.startsWith(PRECACHE_PREFIX);
+      const builtIn = name.includes(PRECACHE_MARK);
       if (name !== MODEL_CACHE && !builtIn) continue;
       const cache = await caches.open(name);
       for (const request of await cache.keys()) {
@@ -86,6 +80,8 @@ export async function cachedModels() {
         if (!response) continue;
         // Precache keys carry a revision query; show the plain URL.
         const url = builtIn ? request.url.split("?")[0] : request.url;
+        // An earlier build's precache, kept while a tab still runs it, holds it too.
+        if (builtIn && found.some((model) => model.builtIn && model.url === url)) continue;
         found.push({ url, name: modelName(url), bytes: await responseSize(response), builtIn, key: request.url });
       }
     }
@@ -109,6 +105,15 @@ class StorageSection {
   constructor(parent) {
     this.total = el("p", { id: "storage-total", class: "muted" }, "Measuring…");
     this.offline = el("p", { id: "storage-offline", class: "muted" }, "");
+    this.persistText = el("span", {}, "");
+    this.persistButton = el("button", { type: "button", id: "storage-persist", hidden: true }, "Keep this data");
+    this.persistButton.addEventListener("click", async () => {
+      this.persistButton.disabled = true;
+      await requestPersistentStorage();
+      this.persistButton.disabled = false;
+      await this.refresh();
+    });
+    this.persistent = el("p", { id: "storage-persistent", class: "muted" }, this.persistText, " ", this.persistButton);
     this.list = el("ul", { id: "storage-models", class: "storage-models", "aria-labelledby": "storage-heading" });
     this.empty = el("p", { id: "storage-empty", class: "muted" }, "No model downloads are stored.");
     this.section = el(
@@ -117,6 +122,7 @@ class StorageSection {
       el("h2", { id: "storage-heading" }, "Storage"),
       this.offline,
       this.total,
+      this.persistent,
       this.list,
       this.empty,
     );
@@ -183,6 +189,26 @@ class StorageSection {
     } else {
       this.total.textContent = "The browser does not report how much is stored.";
     }
+    await this.renderPersistence();
+  }
+
+  async renderPersistence() {
+    const storage = navigator.storage;
+    let persisted = null;
+    if (storage && typeof storage.persisted === "function") {
+      try {
+        persisted = (await storage.persisted()) === true;
+      } catch {
+        persisted = null;
+      }
+    }
+    this.persistent.dataset.persistent = persisted === null ? "unknown" : String(persisted);
+    this.persistText.textContent = persisted === true
+      ? "Storage is persistent: the browser keeps models and connections when space runs low."
+      : persisted === false
+        ? "Storage is not persistent: the browser may delete models and saved connections when space runs low."
+        : "The browser does not say whether it keeps this site's data when space runs low.";
+    this.persistButton.hidden = persisted !== false || typeof storage?.persist !== "function";
   }
 }
 
@@ -254,17 +280,32 @@ function start() {
     scope: new URL("../", import.meta.url).href,
   });
   let reloading = false;
-  wb.addEventListener("waiting", () => {
-    showUpdateBanner(() => {
-      // Reload once the new worker has taken over (it claims the page).
-      wb.addEventListener("controlling", () => {
-        if (!reloading) {
-          reloading = true;
-          location.reload();
-        }
-      });
-      wb.messageSkipWaiting();
-    });
+  const reload = () => {
+    if (!reloading) {
+      reloading = true;
+      location.reload();
+    }
+  };
+  const onReload = async () => {
+    // Another tab may have activated the new version already: nothing is
+    // waiting any more, and this tab only has to load it.
+    const registration = await navigator.serviceWorker.getRegistration(new URL("../", import.meta.url).href);
+    if (!registration || !registration.waiting) {
+      reload();
+      return;
+    }
+    // Reload once the new worker has taken over (it claims the page).
+    wb.addEventListener("controlling", reload);
+    navigator.serviceWorker.addEventListener("controllerchange", reload);
+    registration.waiting.postMessage({ type: "SKIP_WAITING" });
+  };
+  wb.addEventListener("waiting", () => showUpdateBanner(onReload));
+  // A page controlled before is now controlled by a newer worker (activated
+  // from another tab): it keeps its own build's files, and offers Reload.
+  let wasControlled = Boolean(navigator.serviceWorker.controller);
+  navigator.serviceWorker.addEventListener("controllerchange", () => {
+    if (wasControlled && !reloading) showUpdateBanner(onReload);
+    wasControlled = true;
   });
   const markReady = () => {
     if (navigator.serviceWorker.controller) {

@@ -1,17 +1,36 @@
 /**
- * Persistence of the connection list in IndexedDB (bridge contract,
- * `saveConnections` / `loadConnections`).
+ * Persistence of the user's connections in IndexedDB (bridge contract,
+ * `saveConnections` / `loadConnections`) and the notification of other tabs.
  *
  * Rules
- * - One database, one object store, one record holding the runtime's JSON
- *   text. The text contains credentials: it stays in the shell's origin and
- *   is never logged or shown.
- * - An empty or missing record reads as "[]".
+ * - One record per connection: database `napllm`, object store
+ *   `connections`, key `connection/<id>`, value `{text, created}` where
+ *   `text` is the connection's JSON text exactly as it was saved and
+ *   `created` orders the list (milliseconds since the epoch of the first
+ *   save). A save never rewrites the list: it reads, then puts or deletes
+ *   only the records it names, inside one readwrite transaction, so two
+ *   tabs saving different connections never erase each other's.
+ * - A record is never rewritten by this module on its own: entries the
+ *   runtime cannot read (written by a newer build, say) stay byte for byte
+ *   until a build that reads them saves them, or the user removes site data.
+ * - Earlier builds kept the whole list in one record (`list`). It is split
+ *   into per-connection records at the next load, in the same transaction
+ *   as the read; a record that already exists wins over the list's copy.
+ * - After every committed save the other tabs of this origin are told on
+ *   the BroadcastChannel `napllm-connections` (`{"type": "changed"}`); they
+ *   re-read the store (`onConnectionsChanged`).
+ * - The database version stays 1, so tabs of an earlier build still open
+ *   are not blocked by an upgrade.
+ * - The texts contain credentials: they stay in the shell's origin and are
+ *   never logged or shown.
  */
 
 const DB_NAME = "napllm";
 const STORE = "connections";
-const RECORD_KEY = "list";
+const LEGACY_KEY = "list";
+const PREFIX = "connection/";
+const CHANNEL = "napllm-connections";
+const RANGE = () => IDBKeyRange.bound(PREFIX, `${PREFIX}\uffff`);
 
 function openDatabase() {
   return new Promise((resolve, reject) => {
@@ -25,28 +44,264 @@ function openDatabase() {
   });
 }
 
+/** Run `action(store, transaction)` in one transaction; resolves with its return value on commit. */
 async function withStore(mode, action) {
   const db = await openDatabase();
   try {
     return await new Promise((resolve, reject) => {
       const transaction = db.transaction(STORE, mode);
-      const request = action(transaction.objectStore(STORE));
-      transaction.oncomplete = () => resolve(request.result);
+      let result;
+      transaction.oncomplete = () => resolve(result);
       transaction.onerror = () => reject(new Error("IndexedDB transaction failed"));
       transaction.onabort = () => reject(new Error("IndexedDB transaction aborted"));
+      try {
+        result = action(transaction.objectStore(STORE), transaction);
+      } catch (error) {
+        transaction.abort();
+        reject(error);
+      }
     });
   } finally {
     db.close();
   }
 }
 
-/** Store the connection list (JSON text). */
-export async function saveConnections(json) {
-  await withStore("readwrite", (store) => store.put(String(json), RECORD_KEY));
+function parseObject(text) {
+  try {
+    const value = JSON.parse(text);
+    return value && typeof value === "object" && !Array.isArray(value) ? value : null;
+  } catch {
+    return null;
+  }
 }
 
-/** The stored connection list as JSON text, "[]" when none. */
+/**
+ * The changes a save names: `{put: [object], remove: [id]}`.
+ * `json` is an array of connection objects (each put by its `id`) or
+ * `{"put": [object], "delete": [id]}`. Objects without a string `id` are
+ * ignored.
+ */
+function parseChanges(json) {
+  let value;
+  try {
+    value = JSON.parse(String(json));
+  } catch {
+    throw new Error("saveConnections needs JSON text");
+  }
+  const put = Array.isArray(value) ? value : Array.isArray(value?.put) ? value.put : [];
+  const remove = !Array.isArray(value) && Array.isArray(value?.delete) ? value.delete : [];
+  return {
+    put: put.filter((item) => item && typeof item === "object" && typeof item.id === "string" && item.id),
+    remove: remove.filter((id) => typeof id === "string" && id),
+  };
+}
+
+// One channel object per page sends and listens: a page never hears its own saves.
+let channel = null;
+function sharedChannel() {
+  if (typeof BroadcastChannel !== "function") return null;
+  channel ??= new BroadcastChannel(CHANNEL);
+  return channel;
+}
+
+function broadcast() {
+  sharedChannel()?.postMessage({ type: "changed" });
+}
+
+/**
+ * Save the connections `json` names (see `parseChanges`): each put is a
+ * read-modify-write of that connection's record only (its `created` is
+ * kept), each delete removes that record only; all in one transaction.
+ * Other tabs are then told. Rejects when IndexedDB fails (nothing is saved).
+ */
+export async function saveConnections(json) {
+  const { put, remove } = parseChanges(json);
+  if (put.length === 0 && remove.length === 0) return;
+  const now = Date.now();
+  await withStore("readwrite", (store) => {
+    put.forEach((item, index) => {
+      const key = PREFIX + item.id;
+      const text = JSON.stringify(item);
+      const read = store.get(key);
+      read.onsuccess = () => {
+        const existing = read.result;
+        const created = existing && Number.isFinite(existing.created) ? existing.created : now + index / 1000;
+        store.put({ text, created }, key);
+      };
+    });
+    for (const id of remove) store.delete(PREFIX + id);
+  });
+  broadcast();
+}
+
+/**
+ * The stored connections as JSON text: an array, oldest first, "[]" when
+ * none. Each record whose text is a JSON object is inlined as it was
+ * stored; any other record appears as a JSON string (the runtime counts
+ * it as unreadable). Moves a legacy `list` record into per-connection
+ * records first.
+ */
 export async function loadConnections() {
-  const value = await withStore("readonly", (store) => store.get(RECORD_KEY));
-  return typeof value === "string" && value.length > 0 ? value : "[]";
+  const records = await withStore("readwrite", (store) => {
+    const found = [];
+    const legacy = store.get(LEGACY_KEY);
+    legacy.onsuccess = () => {
+      const list = typeof legacy.result === "string" ? legacy.result : null;
+      let items = [];
+      try {
+        items = list ? JSON.parse(list) : [];
+      } catch {
+        items = [list];
+      }
+      const base = Date.now();
+      const cursorAll = () => {
+        const cursor = store.openCursor(RANGE());
+        cursor.onsuccess = () => {
+          const at = cursor.result;
+          if (!at) return;
+          found.push(at.value);
+          at.continue();
+        };
+      };
+      if (!Array.isArray(items) || items.length === 0) {
+        if (list !== null) store.delete(LEGACY_KEY);
+        cursorAll();
+        return;
+      }
+      let pending = items.length;
+      items.forEach((item, index) => {
+        const id = item && typeof item === "object" && typeof item.id === "string" && item.id
+          ? item.id
+          : `legacy-${base}-${index}`;
+        const key = PREFIX + id;
+        const read = store.get(key);
+        read.onsuccess = () => {
+          if (read.result === undefined) store.put({ text: JSON.stringify(item), created: base - items.length + index }, key);
+          pending -= 1;
+          if (pending === 0) {
+            store.delete(LEGACY_KEY);
+            cursorAll();
+          }
+        };
+      });
+    };
+    return found;
+  });
+  const created = (record) => Number(record?.created) || 0;
+  const texts = records
+    .sort((a, b) => created(a) - created(b))
+    .map((record) => {
+      const text = typeof record === "string" ? record : record?.text;
+      if (typeof text !== "string") return JSON.stringify("unreadable record");
+      return parseObject(text) ? text : JSON.stringify(text);
+    });
+  return `[${texts.join(",")}]`;
+}
+
+/**
+ * Call `callback()` whenever another tab of this origin saved connections.
+ * Returns a function that stops listening. Without BroadcastChannel it
+ * does nothing (each tab then sees the others' changes at its next start).
+ */
+export function onConnectionsChanged(callback) {
+  const shared = sharedChannel();
+  if (!shared) return () => {};
+  const listener = (event) => {
+    if (event.data && event.data.type === "changed") callback();
+  };
+  shared.addEventListener("message", listener);
+  return () => shared.removeEventListener("message", listener);
+}
+
+/** Cache Storage name of the models the service worker keeps (build.py MODEL_CACHE). */
+export const MODEL_CACHE = "napllm-models";
+
+/**
+ * Remove every copy of the model at `url` that the shell's service worker
+ * keeps (the model cache and any other napllm runtime cache), so the next
+ * load downloads it again. Called by an engine after a failed load.
+ * Resolves with the number of entries removed; never rejects.
+ */
+export async function forgetCachedModel(url) {
+  if (!("caches" in globalThis)) return 0;
+  let removed = 0;
+  try {
+    for (const name of await caches.keys()) {
+      if (name !== MODEL_CACHE && !name.startsWith("napllm-models")) continue;
+      const cache = await caches.open(name);
+      if (await cache.delete(String(url))) removed += 1;
+    }
+  } catch (error) {
+    console.error("napllm: could not clear a cached model", error);
+  }
+  return removed;
+}
+
+// ---------------------------------------------------------------- storage limits
+
+/** Bytes as text with a decimal unit: 1234567 -> "1.2 MB". */
+export function formatBytes(bytes) {
+  const value = Number(bytes);
+  if (!Number.isFinite(value) || value < 0) return "unknown size";
+  const units = ["B", "kB", "MB", "GB", "TB"];
+  let amount = value;
+  let unit = 0;
+  while (amount >= 1000 && unit < units.length - 1) {
+    amount /= 1000;
+    unit += 1;
+  }
+  return unit === 0 ? `${amount} B` : `${amount.toFixed(amount < 10 ? 1 : 0)} ${units[unit]}`;
+}
+
+let persistRequest = null;
+
+/**
+ * Ask the browser (once per page) to keep this origin's data under storage
+ * pressure (`navigator.storage.persist()`), so models and connections are
+ * not evicted. Resolves with whether storage is persistent; never rejects.
+ */
+export function requestPersistentStorage() {
+  const storage = globalThis.navigator?.storage;
+  if (!storage || typeof storage.persist !== "function") return Promise.resolve(false);
+  persistRequest ??= Promise.resolve(typeof storage.persisted === "function" ? storage.persisted() : false)
+    .then((already) => already || storage.persist())
+    .then((granted) => granted === true)
+    .catch(() => false);
+  return persistRequest;
+}
+
+/**
+ * Before a model download: does it fit? Reads the model's size (HEAD) and
+ * `navigator.storage.estimate()`; asks for persistent storage on the way.
+ * `copies`: how many copies the engine stores (wllama keeps its own copy
+ * besides the service worker's). A model already in the model cache needs
+ * no room. When it does not fit, tells the user (model size, space left)
+ * through `napllmHost.notice` and resolves false; resolves true when it
+ * fits or when the size or the quota is unknown. Never rejects.
+ */
+export async function roomForModel(url, { copies = 1, connectionId = null } = {}) {
+  requestPersistentStorage();
+  try {
+    if ("caches" in globalThis && (await (await caches.open(MODEL_CACHE)).match(String(url)))) return true;
+    const storage = globalThis.navigator?.storage;
+    if (!storage || typeof storage.estimate !== "function") return true;
+    const head = await fetch(String(url), { method: "HEAD" });
+    const size = Number(head.headers.get("content-length"));
+    if (!head.ok || !Number.isSafeInteger(size) || size <= 0) return true;
+    const { usage, quota } = await storage.estimate();
+    const free = Math.max(0, Number(quota) - Number(usage));
+    if (!Number.isFinite(free) || size * copies <= free) return true;
+    const text = `Not enough storage to download the model: it needs ${formatBytes(size * copies)}`
+      + ` and this browser has ${formatBytes(free)} left for napllm. Delete cached models in Storage`
+      + " or free disk space, then try again.";
+    const page = globalThis.napllmHost;
+    if (page && typeof page.notice === "function") {
+      const notice = { level: "error", text };
+      if (connectionId) notice.connectionId = String(connectionId);
+      page.notice(JSON.stringify(notice));
+    }
+    return false;
+  } catch {
+    return true;
+  }
 }

@@ -38,6 +38,7 @@ from ..connections import (
     spec_error_text,
 )
 from ..errors import ProviderFailure
+from ..jsontext import JsonTextError, read_json
 from ..schema import JschonValidator, set_default_validator
 from ..shell import (
     ChoiceRequest,
@@ -131,7 +132,7 @@ class DomConsent:
             napllmHost.closeDialog(token)
             raise
         try:
-            data = json.loads(str(answer))
+            data = read_json(str(answer))
         except ValueError:
             return ConsentDecision(allow=False)
         if not isinstance(data, dict):
@@ -188,6 +189,11 @@ class Runtime:
             observer=BridgeObserver(self),
         )
         self._proxies: list[Any] = []
+        #: Stored entries this build could not read at the last load or sync.
+        self.unreadable_stored = 0
+        self._unreadable_ids: set[str] = set()
+        # Saves and syncs run one at a time, so a sync never undoes a save in flight.
+        self._storage_lock = asyncio.Lock()
 
     # -- connections -----------------------------------------------------------
 
@@ -202,39 +208,114 @@ class Runtime:
         grants = [g.to_json(names.get(g.connection_id, "")) for g in self.shell.grants()]
         napllmHost.grantsChanged(json.dumps(grants))
 
-    async def persist(self) -> None:
-        """Store user connections (not built-in or test ones) via the page."""
-        stored = [
-            c.model_dump(mode="json", by_alias=True)
-            | {"credential": c.credential.get_secret_value() if c.credential else None}
-            for c in self.registry.all()
-            if c.settings.get("userDefined")
-        ]
-        await napllmHost.saveConnections(json.dumps(stored))
+    @staticmethod
+    def _stored_form(connection: Connection) -> dict[str, Any]:
+        """A user connection as stored by the page (credential included, shell-only)."""
+        secret = connection.credential.get_secret_value() if connection.credential else None
+        return connection.model_dump(mode="json", by_alias=True) | {"credential": secret}
+
+    async def persist(
+        self, put: list[Connection] | None = None, delete: list[str] | None = None
+    ) -> None:
+        """Save only the named user connections via the page (never the whole list).
+
+        `put`: connections to write, each replacing only its own record;
+        `delete`: ids whose records are removed. Records of other
+        connections, including the ones this build cannot read, are never
+        touched (web/js/storage.js does each save as one IndexedDB
+        transaction and tells the other tabs). Raises what the page raises
+        when IndexedDB fails; nothing is then saved.
+        """
+        changes = {
+            "put": [self._stored_form(c) for c in put or []],
+            "delete": list(delete or []),
+        }
+        await napllmHost.saveConnections(json.dumps(changes))
+
+    async def _read_stored(self) -> list[Connection]:
+        """The stored user connections this build can read, oldest first.
+
+        Entries it cannot read (unknown fields, another build's format,
+        broken text) are counted in `unreadable_stored` and remembered by id
+        so no new connection takes their id; they are never rewritten.
+        """
+        try:
+            stored = read_json(str(await napllmHost.loadConnections()))
+        except JsonTextError:
+            stored = []
+        readable: list[Connection] = []
+        unreadable: set[str] = set()
+        count = 0
+        for raw in stored if isinstance(stored, list) else []:
+            try:
+                connection = Connection.model_validate(raw)
+                if not connection.settings.get("userDefined"):
+                    raise ValueError("not a user connection")
+                readable.append(connection)
+            except ValueError:
+                count += 1
+                if isinstance(raw, dict) and isinstance(raw.get("id"), str):
+                    unreadable.add(raw["id"])
+        self.unreadable_stored = count
+        self._unreadable_ids = unreadable
+        return readable
 
     async def load(self) -> None:
         """Built-in connections, then the user's stored ones."""
         for connection in await default_connections(self.providers):
             self.registry.add(connection)
-        try:
-            stored = json.loads(str(await napllmHost.loadConnections()))
-        except ValueError:
-            stored = []
-        for raw in stored if isinstance(stored, list) else []:
-            try:
-                self.registry.add(Connection.model_validate(raw))
-            except Exception:
-                log.warning("a stored connection could not be read and was skipped")
+        for connection in await self._read_stored():
+            if self.registry.get(connection.id) is None:
+                self.registry.add(connection)
+            else:
+                self.unreadable_stored += 1
+
+    async def sync_stored(self) -> str:
+        """Re-read the stored connections after another tab changed them.
+
+        Adds the new ones, applies edits (their handles and grants become
+        invalid) and removes the ones gone from storage, which cancels their
+        running generations and expires their handles in this tab too
+        (NAP-LLM: a removed connection invalidates its handles). Returns
+        JSON text `{"unreadable": n}`: stored entries this build cannot read.
+        """
+        async with self._storage_lock:
+            stored = {c.id: c for c in await self._read_stored()}
+            for current in self.registry.all():
+                if current.settings.get("userDefined") and current.id not in stored:
+                    self.registry.remove(current.id)
+            for cid, connection in stored.items():
+                existing = self.registry.get(cid)
+                if existing is None:
+                    self.registry.add(connection)
+                elif not existing.settings.get("userDefined"):
+                    self.unreadable_stored += 1
+                elif self._stored_form(existing) | {"revision": 0} != self._stored_form(
+                    connection
+                ) | {"revision": 0}:
+                    changes = connection.model_dump(exclude={"id", "revision"})
+                    changes["credential"] = connection.credential
+                    self.registry.edit(cid, **changes)
+        self.publish_connections()
+        self.publish_grants()
+        return json.dumps({"unreadable": self.unreadable_stored})
+
+    def _new_id(self) -> str:
+        while True:
+            cid = "u-" + secrets.token_hex(6)
+            if self.registry.get(cid) is None and cid not in self._unreadable_ids:
+                return cid
 
     def _spec(self, text: str) -> ConnectionSpec:
-        return ConnectionSpec.model_validate(json.loads(text))
+        return ConnectionSpec.model_validate(read_json(text))
 
     async def add_connection(self, text: str) -> str:
         """Add a user connection from the form's JSON; returns its summary."""
         spec = self._spec(text)
-        connection = await connection_from_spec(spec, "u-" + secrets.token_hex(6), self.providers)
-        self.registry.add(connection)
-        await self.persist()
+        connection = await connection_from_spec(spec, self._new_id(), self.providers)
+        async with self._storage_lock:
+            await self.persist(put=[connection])
+            self.registry.add(connection)
         self.publish_connections()
         return json.dumps(connection.public_summary())
 
@@ -249,8 +330,13 @@ class Runtime:
         fresh = await connection_from_spec(spec, cid, self.providers)
         changes = fresh.model_dump(exclude={"id", "revision"})
         changes["credential"] = fresh.credential
-        edited = self.registry.edit(cid, **changes)
-        await self.persist()
+        async with self._storage_lock:
+            current = self.registry.get(cid)
+            if current is None:
+                raise ValueError("the connection was removed")
+            stored = fresh.model_copy(update={"revision": current.revision + 1})
+            await self.persist(put=[stored])
+            edited = self.registry.edit(cid, **changes)
         self.publish_connections()
         return json.dumps(edited.public_summary())
 
@@ -259,8 +345,10 @@ class Runtime:
         existing = self.registry.get(cid)
         if existing is None or not existing.settings.get("userDefined"):
             raise ValueError("only user connections can be removed")
-        self.registry.remove(cid)
-        await self.persist()
+        async with self._storage_lock:
+            await self.persist(delete=[cid])
+            if self.registry.get(cid) is not None:
+                self.registry.remove(cid)
         self.publish_connections()
 
     # -- page API --------------------------------------------------------------
@@ -268,7 +356,7 @@ class Runtime:
     def receive(self, endpoint_id: str, wire_text: str) -> None:
         """One converted message from the page (see web/js/convert.js)."""
         try:
-            wire = json.loads(str(wire_text))
+            wire = read_json(str(wire_text))
         except ValueError:
             return
         if not isinstance(wire, dict):
@@ -293,7 +381,7 @@ class Runtime:
         """Register a frame's document; returns its endpoint id."""
         from ..shell import NappletIdentity
 
-        data = json.loads(str(identity_text))
+        data = read_json(str(identity_text))
         domains = frozenset(d for d in data.get("domains", []) if isinstance(d, str))
         identity = NappletIdentity(str(data["name"]), str(data["sha256"]), domains)
         return self.shell.open_endpoint(identity)
@@ -343,6 +431,7 @@ class Runtime:
             "addConnection": self._async(self._form(self.add_connection)),
             "editConnection": self._async(self._form(self.edit_connection)),
             "removeConnection": self._async(self.remove_connection),
+            "syncConnections": self._async(self.sync_stored),
             "listConnections": self._proxy(
                 lambda: json.dumps([c.public_summary() for c in self.registry.all()])
             ),
