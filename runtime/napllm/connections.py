@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-ProviderKind = Literal["webllm", "wasm", "onnx", "lmsp", "openai", "fixture"]
+ProviderKind = Literal["webllm", "wasm", "onnx", "lmsp", "openai", "fixture", "scripted"]
 ToolChoiceMode = Literal["auto", "none", "required", "tool"]
 TOOL_CHOICE_ORDER: tuple[ToolChoiceMode, ...] = ("auto", "none", "required", "tool")
 
@@ -206,14 +206,16 @@ class ConnectionSpec(BaseModel):
     """What the connections form submits (JSON from the shell UI).
 
     `settings.baseUrl` is required for `lmsp` and `openai`, `settings.url`
-    (a GGUF) for `wasm`; `credential` is the token or API key (None keeps
-    the stored one on edit).
+    (a GGUF) for `wasm`, `settings.script` (JSON text, validated by
+    `providers.scripted.parse_script` when the connection is built) for
+    `scripted`; `credential` is the token or API key (None keeps the stored
+    one on edit).
     """
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
     name: str = Field(min_length=1, max_length=200)
-    kind: Literal["lmsp", "openai", "wasm", "webllm", "onnx"]
+    kind: Literal["lmsp", "openai", "wasm", "webllm", "onnx", "scripted"]
     model: str = Field(min_length=1, max_length=500)
     settings: dict[str, Any] = Field(default_factory=dict)
     credential: str | None = None
@@ -226,6 +228,8 @@ class ConnectionSpec(BaseModel):
             base = self.settings.get("baseUrl")
             if not isinstance(base, str) or not base.startswith(("http://", "https://")):
                 raise ValueError("baseUrl must be an http(s) URL")
+        if self.kind == "scripted" and not isinstance(self.settings.get("script"), str):
+            raise ValueError("a scripted connection needs its script text")
         return self
 
 
@@ -251,6 +255,8 @@ def route_for(kind: ProviderKind, settings: dict[str, Any]) -> str:
         return "This browser -> WebLLM on WebGPU (this device)"
     if kind == "onnx":
         return "This browser -> transformers.js (ONNX Runtime) on WebGPU (this device)"
+    if kind == "scripted":
+        return "This browser -> scripted responses (this page; no model, nothing leaves the page)"
     return "This browser -> fixture provider (this page)"
 
 

@@ -26,6 +26,7 @@ from js import Object, location, napllmHost, window  # type: ignore[import-not-f
 from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
 
 from ..connections import Connection, ConnectionRegistry, ConnectionSpec
+from ..providers.scripted import ScriptError
 from ..schema import JschonValidator, set_default_validator
 from ..shell import (
     ChoiceRequest,
@@ -176,7 +177,12 @@ class Runtime:
     async def add_connection(self, text: str) -> str:
         """Add a user connection from the form's JSON; returns its summary."""
         spec = self._spec(text)
-        connection = await connection_from_spec(spec, "u-" + secrets.token_hex(6), self.providers)
+        try:
+            connection = await connection_from_spec(
+                spec, "u-" + secrets.token_hex(6), self.providers
+            )
+        except ScriptError as exc:  # the developer's own script: say where it is wrong
+            return json.dumps({"error": f"The script cannot be used: {exc}."})
         self.registry.add(connection)
         await self.persist()
         self.publish_connections()
@@ -190,7 +196,10 @@ class Runtime:
         spec = self._spec(text)
         if spec.credential is None and existing.credential is not None:
             spec = spec.model_copy(update={"credential": existing.credential.get_secret_value()})
-        fresh = await connection_from_spec(spec, cid, self.providers)
+        try:
+            fresh = await connection_from_spec(spec, cid, self.providers)
+        except ScriptError as exc:
+            return json.dumps({"error": f"The script cannot be used: {exc}."})
         changes = fresh.model_dump(exclude={"id", "revision"})
         changes["credential"] = fresh.credential
         edited = self.registry.edit(cid, **changes)

@@ -8,6 +8,9 @@ Rules
   listing (docs/lmsp.md), read when the user adds or edits it; an `openai`
   connection's are declared by the user (OpenAI-compatible servers cannot
   report them), and the consent dialog still guards every submission.
+- A `scripted` connection plays the developer's script
+  (`providers.scripted`); its provider is kept per connection revision so
+  that each submission takes the next turn and an edit starts again.
 - `fixture` connections exist only in test mode; their `FixtureProvider`
   instances are kept so the conformance suite can script and count them.
 """
@@ -27,6 +30,7 @@ from ..errors import ErrorCode, ProviderFailure
 from ..providers.base import Provider
 from ..providers.fixture import FixtureProvider
 from ..providers.lmsp_client import LmspProvider, capabilities_from_entry, discover_models
+from ..providers.scripted import ScriptedProvider, parse_script
 from .http_fetch import FetchHttp
 
 
@@ -37,6 +41,7 @@ class BrowserProviders:
         self.http = FetchHttp()
         self._fixtures: dict[str, FixtureProvider] = {}
         self.engines: dict[str, Any] = {}
+        self._scripted: dict[str, tuple[int, ScriptedProvider]] = {}
 
     def fixture(self, cid: str) -> FixtureProvider:
         """The fixture provider of test connection `cid` (KeyError if none)."""
@@ -53,6 +58,13 @@ class BrowserProviders:
         secret = connection.credential.get_secret_value() if connection.credential else None
         if connection.kind == "fixture":
             return self._fixtures[connection.id]
+        if connection.kind == "scripted":
+            kept = self._scripted.get(connection.id)
+            if kept is None or kept[0] != connection.revision:
+                script = parse_script(str(connection.settings.get("script", "")))
+                kept = (connection.revision, ScriptedProvider(script))
+                self._scripted[connection.id] = kept
+            return kept[1]
         if connection.kind == "lmsp":
             return LmspProvider(
                 self.http,
@@ -97,6 +109,16 @@ async def connection_from_spec(
         caps = capabilities_from_entry(entry)
     elif spec.kind == "openai":
         caps = capabilities_for_spec(spec)
+    elif spec.kind == "scripted":
+        # Raises ScriptError (positioned, shown in the form) for a bad script.
+        declared = parse_script(str(settings.get("script", ""))).capabilities
+        caps = Capabilities(
+            images=declared.images,
+            images_in_tool_results=declared.images,
+            json_output=declared.json_output,
+            tools=declared.tools,
+            tool_choice_modes=("auto", "none", "required", "tool") if declared.tools else (),
+        )
     else:
         engine = providers.engines.get(spec.kind)
         if engine is None:
