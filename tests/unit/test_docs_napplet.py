@@ -28,3 +28,15 @@ def test_docs_script_and_steps_are_valid() -> None:
     assert len(script.turns) == 2
     steps = parse_steps((EXAMPLE / "steps.json").read_text(encoding="utf-8"))
     assert len(steps) == 9
+
+
+def test_ci_workflow_example_runs_napllm_check() -> None:
+    yaml = __import__("pytest").importorskip("yaml")
+    workflow = yaml.safe_load((ROOT / "docs" / "napllm-check.yml").read_text(encoding="utf-8"))
+    steps = workflow["jobs"]["napllm-check"]["steps"]
+    commands = " ".join(str(step.get("run", "")) for step in steps)
+    for part in ("napllm-check", "--script", "--steps", "--dist", "build.py", "chromium"):
+        assert part in commands
+    uploads = [s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact")]
+    assert uploads and uploads[0]["with"]["path"].startswith("napllm-check-out")
+    assert "napllm-check.yml" in (ROOT / "docs" / "napplets.md").read_text(encoding="utf-8")
