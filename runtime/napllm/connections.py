@@ -223,13 +223,17 @@ class ConnectionSpec(BaseModel):
     charges: bool = False
 
     @model_validator(mode="after")
+    def _script(self) -> ConnectionSpec:
+        if self.kind == "scripted" and not isinstance(self.settings.get("script"), str):
+            raise ValueError("a scripted connection needs its script text")
+        return self
+
+    @model_validator(mode="after")
     def _settings(self) -> ConnectionSpec:
         if self.kind in ("lmsp", "openai"):
             base = self.settings.get("baseUrl")
             if not isinstance(base, str) or not base.startswith(("http://", "https://")):
                 raise ValueError("baseUrl must be an http(s) URL")
-        if self.kind == "scripted" and not isinstance(self.settings.get("script"), str):
-            raise ValueError("a scripted connection needs its script text")
         return self
 
 

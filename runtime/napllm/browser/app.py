@@ -26,7 +26,6 @@ from js import Object, location, napllmHost, window  # type: ignore[import-not-f
 from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
 
 from ..connections import Connection, ConnectionRegistry, ConnectionSpec
-from ..providers.scripted import ScriptError
 from ..schema import JschonValidator, set_default_validator
 from ..shell import (
     ChoiceRequest,
@@ -176,6 +175,8 @@ class Runtime:
 
     async def add_connection(self, text: str) -> str:
         """Add a user connection from the form's JSON; returns its summary."""
+        from ..providers.scripted import ScriptError
+
         spec = self._spec(text)
         try:
             connection = await connection_from_spec(
@@ -196,6 +197,8 @@ class Runtime:
         spec = self._spec(text)
         if spec.credential is None and existing.credential is not None:
             spec = spec.model_copy(update={"credential": existing.credential.get_secret_value()})
+        from ..providers.scripted import ScriptError
+
         try:
             fresh = await connection_from_spec(spec, cid, self.providers)
         except ScriptError as exc:

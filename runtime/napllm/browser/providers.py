@@ -4,13 +4,13 @@ Rules
 - `lmsp` and `openai` connections use the protocol providers of
   `napllm.providers` over `FetchHttp`; their credential is read from the
   registry at submission time and never leaves Python/fetch.
+- A `scripted` connection plays the developer's script
+  (`providers.scripted`); its provider is kept per connection revision so
+  that each submission takes the next turn and an edit starts again.
 - An `lmsp` connection's capabilities come from the service's model
   listing (docs/lmsp.md), read when the user adds or edits it; an `openai`
   connection's are declared by the user (OpenAI-compatible servers cannot
   report them), and the consent dialog still guards every submission.
-- A `scripted` connection plays the developer's script
-  (`providers.scripted`); its provider is kept per connection revision so
-  that each submission takes the next turn and an edit starts again.
 - `fixture` connections exist only in test mode; their `FixtureProvider`
   instances are kept so the conformance suite can script and count them.
 """
@@ -58,13 +58,6 @@ class BrowserProviders:
         secret = connection.credential.get_secret_value() if connection.credential else None
         if connection.kind == "fixture":
             return self._fixtures[connection.id]
-        if connection.kind == "scripted":
-            kept = self._scripted.get(connection.id)
-            if kept is None or kept[0] != connection.revision:
-                script = parse_script(str(connection.settings.get("script", "")))
-                kept = (connection.revision, ScriptedProvider(script))
-                self._scripted[connection.id] = kept
-            return kept[1]
         if connection.kind == "lmsp":
             return LmspProvider(
                 self.http,
@@ -76,6 +69,14 @@ class BrowserProviders:
             from ..providers.openai_compat import OpenAICompatProvider
 
             return OpenAICompatProvider(self.http, str(connection.settings["baseUrl"]), secret)
+        if connection.kind == "scripted":
+            kept = self._scripted.get(connection.id)
+            if kept is None or kept[0] != connection.revision:
+                # A stored script that no longer parses raises ScriptError (a ProviderFailure).
+                script = parse_script(str(connection.settings.get("script", "")))
+                kept = (connection.revision, ScriptedProvider(script))
+                self._scripted[connection.id] = kept
+            return kept[1]
         engine = self.engines.get(connection.kind)
         if engine is None:
             raise ProviderFailure(

@@ -71,8 +71,21 @@ EXHAUSTED_HINT = (
 _KINDS = ("text", "json", "toolCalls", "error", "stall")
 
 
-class ScriptError(ValueError):
-    """A script that cannot be used; the message says where and why."""
+class ScriptError(ProviderFailure):
+    """A script that cannot be used; `str()` and `user_hint` say where and why.
+
+    A `ProviderFailure` (`provider-error`), so that the connections form
+    shows its message like any refused connection, and a stored script that
+    no longer parses fails a submission like any provider that cannot be
+    built. The message names positions and keys, never script values.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.PROVIDER_ERROR, user_hint=message, detail="invalid script")
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class _Strict(BaseModel):
