@@ -365,7 +365,9 @@ def fetch_wheels() -> dict[str, Path]:
 
 #: Packages of runtime/napllm that never run in the browser (CPython only):
 #: left out of the Pyodide wheel, so they are not shipped to every visitor.
-CPYTHON_ONLY = ("lmsp_service",)
+#: Packages of runtime/napllm that run only under CPython (the LMSP service, the
+#: napplet checker) and so stay out of the browser wheel.
+CPYTHON_ONLY = ("lmsp_service", "devtools")
 
 
 def napllm_sources() -> list[Path]:

@@ -158,19 +158,27 @@ class ConnectionSpec(BaseModel):
     """What the connections form submits (JSON from the shell UI).
 
     `settings.baseUrl` is required for `lmsp` and `openai`, `settings.url`
-    (a GGUF) for `wasm`; `credential` is the token or API key (None keeps
-    the stored one on edit).
+    (a GGUF) for `wasm`, `settings.script` (JSON text, validated by
+    `providers.scripted.parse_script` when the connection is built) for
+    `scripted`; `credential` is the token or API key (None keeps the stored
+    one on edit).
     """
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
     name: str = Field(min_length=1, max_length=200)
-    kind: Literal["lmsp", "openai", "wasm", "webllm", "onnx"]
+    kind: Literal["lmsp", "openai", "wasm", "webllm", "onnx", "scripted"]
     model: str = Field(min_length=1, max_length=500)
     settings: dict[str, Any] = Field(default_factory=dict)
     credential: str | None = None
     capabilities: CapabilitySpec = Field(default_factory=CapabilitySpec)
     charges: bool = False
+
+    @model_validator(mode="after")
+    def _script(self) -> ConnectionSpec:
+        if self.kind == "scripted" and not isinstance(self.settings.get("script"), str):
+            raise ValueError("a scripted connection needs its script text")
+        return self
 
     @model_validator(mode="after")
     def _settings(self) -> ConnectionSpec:
@@ -200,6 +208,8 @@ def route_for(kind: ProviderKind, settings: dict[str, Any]) -> str:
         return "This browser -> WebLLM on WebGPU (this device)"
     if kind == "onnx":
         return "This browser -> transformers.js (ONNX Runtime) on WebGPU (this device)"
+    if kind == "scripted":
+        return "This browser -> scripted responses (this page; no model, nothing leaves the page)"
     return "This browser -> fixture provider (this page)"
 
 

@@ -512,7 +512,7 @@ def parse_requirements(raw: Any) -> Requirements:
 # --------------------------------------------------------------------------
 # Connection records (the shell's own data; DESIGN.md, "Connection")
 
-ProviderKind = Literal["webllm", "wasm", "onnx", "lmsp", "openai", "fixture"]
+ProviderKind = Literal["webllm", "wasm", "onnx", "lmsp", "openai", "fixture", "scripted"]
 ToolChoiceMode = Literal["auto", "none", "required", "tool"]
 TOOL_CHOICE_ORDER: tuple[ToolChoiceMode, ...] = ("auto", "none", "required", "tool")
 

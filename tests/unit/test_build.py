@@ -247,6 +247,7 @@ def test_test_build_needs_a_built_dist(tmp_path: Path, monkeypatch: pytest.Monke
 def test_the_browser_wheel_carries_only_what_runs_in_the_browser() -> None:
     sources = [path.relative_to(ROOT).as_posix() for path in build.napllm_sources()]
     assert not [name for name in sources if name.startswith("runtime/napllm/lmsp_service/")]
+    assert not [name for name in sources if name.startswith("runtime/napllm/devtools/")]
     assert "runtime/napllm/toolcall_text.py" in sources  # shared with the service, runs in both
     assert "runtime/napllm/browser/app.py" in sources
     assert "pyproject.toml" in sources

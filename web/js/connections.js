@@ -30,6 +30,8 @@ const KINDS = {
   webllm: { label: "WebLLM on WebGPU", capabilities: false, charges: false },
   // The model id is a Hugging Face hub id (owner/name) or the URL of an ONNX model folder.
   onnx: { label: "ONNX model in this browser (WebGPU)", capabilities: false, charges: false },
+  // Napplet development: each generation plays the next turn of a JSON script (docs/napplets.md).
+  scripted: { label: "Scripted responses — for napplet development", script: true, capabilities: false, charges: false },
 };
 
 function parseList(text) {
@@ -171,6 +173,7 @@ export class ConnectionsPanel {
       kind: this.form.querySelector("#connection-kind"),
       baseUrl: this.form.querySelector("#connection-base-url"),
       modelUrl: this.form.querySelector("#connection-model-url"),
+      script: this.form.querySelector("#connection-script"),
       model: this.form.querySelector("#connection-model"),
       secret: this.form.querySelector("#connection-secret"),
       json: this.form.querySelector("#connection-cap-json"),
@@ -413,6 +416,7 @@ export class ConnectionsPanel {
       this.fields.kind.value = KINDS[item.kind] ? item.kind : "lmsp";
       this.fields.baseUrl.value = str(settings.baseUrl);
       this.fields.modelUrl.value = str(settings.url);
+      this.fields.script.value = str(settings.script);
       this.fields.model.value = str(item.model);
       this.fields.json.checked = caps.json === true;
       this.fields.tools.checked = caps.tools === true;
@@ -446,9 +450,11 @@ export class ConnectionsPanel {
     show(this.fields.baseUrl, Boolean(kind.baseUrl));
     show(this.fields.modelUrl, Boolean(kind.modelUrl));
     show(this.fields.secret, Boolean(kind.secret));
+    show(this.fields.script, Boolean(kind.script));
+    this.fields.script.required = Boolean(kind.script);
     this.fields.baseUrl.required = Boolean(kind.baseUrl);
     this.fields.modelUrl.required = Boolean(kind.modelUrl);
-    this.fields.model.required = !kind.modelUrl;
+    this.fields.model.required = !kind.modelUrl && !kind.script;
     const capGroup = this.form.querySelector("#connection-capabilities");
     capGroup.hidden = !kind.capabilities;
     capGroup.disabled = !kind.capabilities;
@@ -471,8 +477,10 @@ export class ConnectionsPanel {
     const settings = {};
     if (kind.baseUrl) settings.baseUrl = this.fields.baseUrl.value.trim();
     if (kind.modelUrl) settings.url = this.fields.modelUrl.value.trim();
+    if (kind.script) settings.script = this.fields.script.value;
     let model = this.fields.model.value.trim();
     if (!model && kind.modelUrl) model = modelFromGgufUrl(settings.url);
+    if (!model && kind.script) model = "scripted";
     const secret = kind.secret ? this.fields.secret.value : "";
     const capabilities = kind.capabilities
       ? { json: this.fields.json.checked, tools: this.fields.tools.checked, images: this.fields.images.checked }

@@ -311,8 +311,13 @@ class Runtime:
 
     async def add_connection(self, text: str) -> str:
         """Add a user connection from the form's JSON; returns its summary."""
+        from ..providers.scripted import ScriptError
+
         spec = self._spec(text)
-        connection = await connection_from_spec(spec, self._new_id(), self.providers)
+        try:
+            connection = await connection_from_spec(spec, self._new_id(), self.providers)
+        except ScriptError as exc:  # the developer's own script: say where it is wrong
+            return json.dumps({"error": f"The script cannot be used: {exc}."})
         async with self._storage_lock:
             await self.persist(put=[connection])
             self.registry.add(connection)
@@ -327,7 +332,12 @@ class Runtime:
         spec = self._spec(text)
         if spec.credential is None and existing.credential is not None:
             spec = spec.model_copy(update={"credential": existing.credential.get_secret_value()})
-        fresh = await connection_from_spec(spec, cid, self.providers)
+        from ..providers.scripted import ScriptError
+
+        try:
+            fresh = await connection_from_spec(spec, cid, self.providers)
+        except ScriptError as exc:
+            return json.dumps({"error": f"The script cannot be used: {exc}."})
         changes = fresh.model_dump(exclude={"id", "revision"})
         changes["credential"] = fresh.credential
         async with self._storage_lock:

@@ -4,6 +4,9 @@ Rules
 - `lmsp` and `openai` connections use the protocol providers of
   `napllm.providers` over `FetchHttp`; their credential is read from the
   registry at submission time and never leaves Python/fetch.
+- A `scripted` connection plays the developer's script
+  (`providers.scripted`); its provider is kept per connection revision so
+  that each submission takes the next turn and an edit starts again.
 - An `lmsp` connection's capabilities come from the service's model
   listing (docs/lmsp.md), read when the user adds or edits it; an `openai`
   connection's are declared by the user (OpenAI-compatible servers cannot
@@ -20,6 +23,7 @@ from ..connections import ConnectionSpec, capabilities_for_spec, route_for
 from ..errors import ErrorCode, ProviderFailure
 from ..providers.base import Provider
 from ..providers.lmsp_client import LmspProvider, capabilities_from_entry, discover_models
+from ..providers.scripted import ScriptedProvider, parse_script
 from ..records import Capabilities, Connection
 from .http_fetch import FetchHttp
 
@@ -30,6 +34,7 @@ class BrowserProviders:
     def __init__(self) -> None:
         self.http = FetchHttp()
         self.engines: dict[str, Any] = {}
+        self._scripted: dict[str, tuple[int, ScriptedProvider]] = {}
 
     def provider_for(self, connection: Connection) -> Provider:
         """The provider to submit to; raises `ProviderFailure` if none can be built."""
@@ -45,6 +50,14 @@ class BrowserProviders:
             from ..providers.openai_compat import OpenAICompatProvider
 
             return OpenAICompatProvider(self.http, str(connection.settings["baseUrl"]), secret)
+        if connection.kind == "scripted":
+            kept = self._scripted.get(connection.id)
+            if kept is None or kept[0] != connection.revision:
+                # A stored script that no longer parses raises ScriptError (a ProviderFailure).
+                script = parse_script(str(connection.settings.get("script", "")))
+                kept = (connection.revision, ScriptedProvider(script))
+                self._scripted[connection.id] = kept
+            return kept[1]
         engine = self.engines.get(connection.kind)
         if engine is None:
             raise ProviderFailure(
@@ -78,6 +91,16 @@ async def connection_from_spec(
         caps = capabilities_from_entry(entry)
     elif spec.kind == "openai":
         caps = capabilities_for_spec(spec)
+    elif spec.kind == "scripted":
+        # Raises ScriptError (positioned, shown in the form) for a bad script.
+        declared = parse_script(str(settings.get("script", ""))).capabilities
+        caps = Capabilities(
+            images=declared.images,
+            images_in_tool_results=declared.images,
+            json_output=declared.json_output,
+            tools=declared.tools,
+            tool_choice_modes=("auto", "none", "required", "tool") if declared.tools else (),
+        )
     else:
         engine = providers.engines.get(spec.kind)
         if engine is None:

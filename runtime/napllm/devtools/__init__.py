@@ -1,0 +1,6 @@
+"""Tools for napplet developers that run under CPython only (never in the page).
+
+`napllm.devtools.check` is the `napllm-check` command (docs/napplets.md):
+it needs Playwright and a Chromium, installed with the package's `test`
+extra, and is imported by nothing in the runtime.
+"""

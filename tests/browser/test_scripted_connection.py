@@ -1,0 +1,48 @@
+"""The scripted connection in the product shell (dist/, no test hooks): the
+connections form offers the kind with its script field, reports a bad
+script with its position, and saves a good one (route and kind shown)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+LABEL = "Scripted responses — for napplet development"
+
+
+def boot(page: Any, dist_url: str) -> None:
+    page.goto(f"{dist_url}index.html")
+    page.wait_for_function(
+        "() => ['ready', 'failed'].includes(document.body.dataset.boot)", timeout=120_000
+    )
+    assert page.evaluate("document.body.dataset.boot") == "ready"
+
+
+def test_form_adds_a_scripted_connection(page: Any, dist_url: str, request_log: Any) -> None:
+    boot(page, dist_url)
+    page.click("#connection-add")
+    page.fill("#connection-name", "Dev script")
+    page.select_option("#connection-kind", "scripted")
+    assert page.locator("#connection-kind option[value=scripted]").text_content() == LABEL
+    assert page.locator("#connection-script").is_visible()
+    assert page.locator("#connection-base-url").is_hidden()
+    assert page.locator("#connection-secret").is_hidden()
+
+    page.fill("#connection-script", '[\n  {"text": "a", "delay": 5}\n]')
+    page.click("#connection-save")
+    error = page.locator("#connection-form-error")
+    error.filter(has_text="turns[0].delay").wait_for()
+    assert "Extra inputs are not permitted" in (error.text_content() or "")
+
+    page.fill("#connection-script", '[{"text": "a"}\n{"text": "b"}]')
+    page.click("#connection-save")
+    error.filter(has_text="line 2, column 1").wait_for()
+
+    script = '[{"text": ["Hel", "lo"]}, {"stall": true}]'
+    page.fill("#connection-script", script)
+    page.click("#connection-save")
+    entry = page.locator("#connection-list li.connection", has_text="Dev script")
+    entry.wait_for()
+    assert entry.locator(".kind").text_content() == LABEL
+    assert "scripted responses" in (entry.locator(".route").text_content() or "")
+    entry.locator("button.edit").click()
+    assert page.locator("#connection-script").input_value() == script
