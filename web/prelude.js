@@ -35,7 +35,7 @@
  * - Raw envelopes: a napplet that does not use `window.napplet.llm` posts
  *   envelope objects to its *own* window (`window.postMessage(envelope,
  *   "*")`); the prelude forwards those (source is this window, data is an
- *   object) over the port. Every envelope from the shell is also dispatched
+ *   object, not a result or delta type) over the port. Every envelope from the shell is also dispatched
  *   on the window as a `message` event whose `source` is `window.parent`.
  * - WebRTC is not governed by CSP in Chromium (no `webrtc` directive), so the
  *   prelude removes the WebRTC constructors from this window and from every
@@ -145,6 +145,7 @@ export function installNappletPrelude(domains, secret) {
       ? win.reportError.bind(win)
       : (err) => setTimeout(() => { throw err; }, 0);
 
+  const isRecordLike = (v) => typeof v === "object" && v !== null && !Array.isArray(v);
   const namespace = {};
   // Set below when the llm domain is granted: handles one envelope from the shell.
   let onEnvelope = null;
@@ -384,6 +385,9 @@ export function installNappletPrelude(domains, secret) {
     if (apply(eventSource, event, []) !== win) return;
     const data = apply(eventData, event, []);
     if (typeof data !== "object" || data === null) return;
+    // Envelopes travel napplet -> shell only: results and deltas stay here.
+    const type = isRecordLike(data) ? data.type : undefined;
+    if (typeof type === "string" && (type === "llm.delta" || type.endsWith(".result"))) return;
     try {
       postToPort(data);
     } catch (err) {
