@@ -135,6 +135,39 @@ export function installNappletPrelude(domains, secret) {
     }
   };
   closeWindow(win);
+  // A frame the napplet nests gets an opaque origin of its own (the sandbox
+  // is inherited), so its globals cannot be closed from here, and srcdoc is
+  // not governed by `frame-src`: nested frames are removed as soon as they
+  // are inserted (before their document can start), in the document and in
+  // every shadow root.
+  const FRAME_TAGS = new Set(["IFRAME", "FRAME", "OBJECT", "EMBED", "FENCEDFRAME", "PORTAL"]);
+  const removeFrames = (records) => {
+    for (const record of records) {
+      for (const node of record.addedNodes) {
+        if (node.nodeType !== 1) continue;
+        const found = FRAME_TAGS.has(node.nodeName.toUpperCase()) ? [node] : [];
+        for (const tag of FRAME_TAGS) {
+          for (const inner of node.getElementsByTagName(tag)) found.push(inner);
+        }
+        for (const frame of found) {
+          if (frame.parentNode) frame.parentNode.removeChild(frame);
+        }
+      }
+    }
+  };
+  const watcher = new win.MutationObserver(removeFrames);
+  const observe = watcher.observe.bind(watcher);
+  observe(doc, { childList: true, subtree: true });
+  const attachShadow = win.Element.prototype.attachShadow;
+  Object.defineProperty(win.Element.prototype, "attachShadow", {
+    value: function (...args) {
+      const root = apply(attachShadow, this, args);
+      observe(root, { childList: true, subtree: true });
+      return root;
+    },
+    writable: false,
+    configurable: false,
+  });
   const getRandomValues = win.crypto.getRandomValues.bind(win.crypto);
   const freeze = Object.freeze;
   const defineProperty = Object.defineProperty;
