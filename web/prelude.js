@@ -91,6 +91,13 @@ export function installNappletPrelude(domains, secret) {
     "RTCSctpTransport", "RTCDataChannel", "RTCRtpSender", "RTCRtpReceiver", "RTCRtpTransceiver",
     "RTCEncodedAudioFrame", "RTCEncodedVideoFrame", "RTCRtpScriptTransform",
   ];
+  // Markup that would create a declarative (possibly closed) shadow root;
+  // checked with intrinsics captured now (napplet code may replace them).
+  const toStr = String;
+  const lower = String.prototype.toLowerCase;
+  const indexOf = String.prototype.indexOf;
+  const join = Array.prototype.join;
+  const declarative = (text) => apply(indexOf, apply(lower, text, []), ["shadowrootmode"]) !== -1;
   const closeWindow = (target) => {
     try {
       for (const name of RTC_NAMES) {
@@ -112,8 +119,11 @@ export function installNappletPrelude(domains, secret) {
       const readyState = getter(docProto, "readyState");
       // write() after parsing would open the document again (dropping listeners).
       const guarded = (original) => function (...parts) {
+        // (parts are joined once: what is checked is what is written)
         if (apply(readyState, this, []) !== "loading") refuse();
-        return apply(original, this, parts);
+        const text = apply(join, parts, [""]);
+        if (declarative(text)) refuse();
+        return apply(original, this, [text]);
       };
       Object.defineProperty(docProto, "open", { value: refuse, writable: false, configurable: false });
       Object.defineProperty(docProto, "write", { value: guarded(write), writable: false, configurable: false });
@@ -158,6 +168,27 @@ export function installNappletPrelude(domains, secret) {
   const watcher = new win.MutationObserver(removeFrames);
   const observe = watcher.observe.bind(watcher);
   observe(doc, { childList: true, subtree: true });
+  // Declarative shadow roots (which may be closed) come only from markup:
+  // the napplet's own bytes are checked by the shell; markup given to the
+  // parsing methods that honour them is refused here.
+  const refuseDeclarative = (proto, name, isStatic) => {
+    const original = proto && proto[name];
+    if (typeof original !== "function") return;
+    Object.defineProperty(proto, name, {
+      value: function (html, ...rest) {
+        const text = toStr(html);
+        if (declarative(text)) {
+          throw new win.DOMException("Declarative shadow roots are not available to napplets.", "NotSupportedError");
+        }
+        return apply(original, isStatic ? proto : this, [text, ...rest]);
+      },
+      writable: false,
+      configurable: false,
+    });
+  };
+  refuseDeclarative(win.Element.prototype, "setHTMLUnsafe", false);
+  refuseDeclarative(win.ShadowRoot && win.ShadowRoot.prototype, "setHTMLUnsafe", false);
+  refuseDeclarative(win.Document, "parseHTMLUnsafe", true);
   const attachShadow = win.Element.prototype.attachShadow;
   Object.defineProperty(win.Element.prototype, "attachShadow", {
     value: function (...args) {

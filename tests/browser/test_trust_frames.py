@@ -468,18 +468,34 @@ WEBRTC_ATTEMPTS = """async (port) => {
     + 'try { const pc = new RTCPeerConnection(ice); pc.createDataChannel("x");'
     + ' pc.createOffer().then((o) => pc.setLocalDescription(o)); parent.postMessage("rtc:created", "*"); }'
     + ' catch (e) { parent.postMessage("rtc:" + e.name, "*"); }';
-  const nested = (sandbox) => new Promise((resolve) => {
+  const nested = (sandbox, mount) => new Promise((resolve) => {
     const f = document.createElement('iframe');
     if (sandbox) f.setAttribute('sandbox', 'allow-scripts');
     const onMessage = (e) => { if (typeof e.data === 'string' && e.data.startsWith('rtc:')) {
       removeEventListener('message', onMessage); resolve(e.data); } };
     addEventListener('message', onMessage);
     f.srcdoc = '<script>' + run + '<' + '/script>';
-    document.body.append(f);
+    (mount || ((frame) => document.body.append(frame)))(f);
     setTimeout(() => resolve('did not run'), 1500);
   });
   out.nestedSrcdoc = await nested(false);
   out.nestedSandboxed = await nested(true);
+  out.closedShadow = await nested(true, (frame) => {
+    const host = document.createElement('div');
+    document.body.append(host);
+    host.attachShadow({mode: 'closed'}).append(frame);
+  });
+  const frameMarkup = '<iframe sandbox="allow-scripts" srcdoc="<script>'
+    + run.replaceAll('"', '&quot;') + '<' + '/script>"></iframe>';
+  out.declarative = await nested(true, () => {
+    const host = document.createElement('div');
+    document.body.append(host);
+    try {
+      host.setHTMLUnsafe('<div><template shadowrootmode="closed">' + frameMarkup + '</template></div>');
+    } catch (e) { out.setHTMLUnsafe = 'threw ' + e.name; }
+  });
+  try { Document.parseHTMLUnsafe('<template shadowrootmode="open"></template>'); out.parse = 'parsed'; }
+  catch (e) { out.parse = 'threw ' + e.name; }
   await new Promise((r) => setTimeout(r, 1000));
   return out;
 }"""
@@ -507,9 +523,32 @@ def test_webrtc_sends_no_udp_from_the_napplet_or_its_frames(shell: ShellPage, ud
     for name in ("own", "webkit", "appended", "framesIndex", "grandchild", "innerHTML"):
         assert out[name] == "absent" or out[name].startswith("unreachable"), (name, out)
     assert out["open"].startswith("threw") and out["foreignOpen"].startswith("threw"), out
-    assert out["nestedSrcdoc"] != "rtc:created" and out["nestedSandboxed"] != "rtc:created", out
+    for name in ("nestedSrcdoc", "nestedSandboxed", "closedShadow", "declarative"):
+        assert out[name] == "did not run", (name, out)
+    assert out["setHTMLUnsafe"].startswith("threw") and out["parse"].startswith("threw"), out
     # the napplet itself is unharmed
     assert app.select(FULL)
+
+
+def test_a_napplet_with_declarative_shadow_roots_does_not_run(
+    shell: ShellPage, hostile: Hostile
+) -> None:
+    # a closed declarative shadow root would hide a nested frame from the prelude
+    url = hostile.page(
+        "/dsd/index.html",
+        '<!doctype html><div><template shadowrootmode="closed">'
+        '<iframe sandbox="allow-scripts" srcdoc="<script>new RTCPeerConnection()</script>">'
+        "</iframe></template></div>",
+    )
+    shell.page.fill("#napplet-url", url)
+    shell.page.click("#napplet-url-open")
+    shell.page.locator("#notice-list .notice", has_text="declarative shadow roots").wait_for()
+    assert shell.page.locator("iframe.napplet-frame").count() == 0
+    shell.page.locator("#napplet-tabs .tab").last.wait_for()
+    key = (shell.page.locator("#napplet-tabs .tab").last.get_attribute("id") or "").removesuffix(
+        "-tab"
+    )
+    shell.open.append(Napplet(shell, key, url))
 
 
 # --------------------------------------------------------------------------- 7. dev mode
@@ -576,7 +615,9 @@ def test_a_link_shows_the_origin_and_starts_without_llm_access(
         assert origin in consent_text and "\u202e" not in consent_text
         shell.allow()
         frame.wait_for_function("() => window.done !== null", polling=POLL_MS)
-        options = page.locator("#inspector-endpoint option").all_inner_texts()
+        options = page.evaluate(
+            "() => [...document.querySelectorAll('#inspector-endpoint option')].map((o) => o.text)"
+        )
         assert any(origin in option for option in options), options
     finally:
         context.close()

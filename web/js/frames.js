@@ -281,8 +281,16 @@ export class NappletArea {
       this.notify("error", `Napplet “${tab.name}” is larger than ${MAX_NAPPLET_BYTES / 1048576} MiB.`);
       return false;
     }
+    const text = new TextDecoder("utf-8").decode(bytes);
+    // A declarative shadow root may be closed: frames inside it could not be
+    // removed by the prelude (see web/prelude.js), so such napplets do not run.
+    if (/shadowrootmode/i.test(text)) {
+      tab.status.textContent = "This napplet uses declarative shadow roots, which napplets cannot use.";
+      this.notify("error", `Napplet “${tab.name}” uses declarative shadow roots (shadowrootmode), which napplets cannot use.`);
+      return false;
+    }
     tab.sha256 = await sha256Hex(bytes);
-    tab.text = new TextDecoder("utf-8").decode(bytes);
+    tab.text = text;
     tab.identity.textContent = `${tab.name} · #${tab.sha256.slice(0, 12)}` + (tab.origin ? ` · from ${tab.origin}` : "");
     tab.identity.title = `sha256 ${tab.sha256}` + (tab.origin ? `\nloaded from ${tab.url}` : "");
     tab.status.textContent = "";
