@@ -11,6 +11,7 @@ running. Checked against dist/ served with a CSP header:
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Iterator
@@ -18,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TEST_PREFIX, build_module
 from shellpage import ShellPage, generate, install_napplets
 
+from conftest import TEST_PREFIX, build_module
 from napllm.providers.fixture import text_script
 
 pytestmark = pytest.mark.browser
@@ -42,17 +43,15 @@ def recommended_csp() -> str:
 def serve(dist_dir: Path, test_pages_dir: Path, csp: str) -> tuple[Any, str]:
     """dist/ with build.py's headers plus `Content-Security-Policy: csp`."""
 
-    class Handler(build_module.DistRequestHandler):  # type: ignore[name-defined,misc]
-        quiet = True
-        overlays = {TEST_PREFIX: str(test_pages_dir)}
+    server = build_module.make_server(dist_dir, quiet=True, overlays={TEST_PREFIX: test_pages_dir})
+    base = server.RequestHandlerClass.func  # functools.partial(handler, directory=...)
 
-        def end_headers(self) -> None:
-            self.send_header("Content-Security-Policy", csp)
-            super().end_headers()
+    def end_headers(self: Any) -> None:
+        self.send_header("Content-Security-Policy", csp)
+        super(with_csp, self).end_headers()
 
-    server = build_module.DistServer(
-        ("127.0.0.1", 0), lambda *a, **k: Handler(*a, directory=str(dist_dir), **k)
-    )
+    with_csp = type("WithCsp", (base,), {"end_headers": end_headers})
+    server.RequestHandlerClass = functools.partial(with_csp, directory=str(dist_dir))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}/"
 

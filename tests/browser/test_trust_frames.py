@@ -21,6 +21,8 @@ The browser-level boundary (CSP, sandbox) is in test_isolation.py; the
 deployer's CSP in test_trust_csp.py.
 """
 
+# ruff: noqa: E501  (the JavaScript embedded below keeps its natural line length)
+
 from __future__ import annotations
 
 import http.server
@@ -70,7 +72,7 @@ def hostile() -> Iterator[Hostile]:
     state = Hostile()
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             state.hits.append(self.path)
             body = state.pages.get(unquote(urlsplit(self.path).path))
             self.send_response(200 if body is not None else 404)
@@ -151,7 +153,9 @@ def booted(context: Any, dist_url: str, test_pages_dir: Path) -> ShellPage:
 def shell(booted: ShellPage, request_log: Any) -> Iterator[ShellPage]:
     yield booted
     booted.reset()
-    booted.page.evaluate("() => document.querySelectorAll('#notice-list .notice').forEach((n) => n.remove())")
+    booted.page.evaluate(
+        "() => document.querySelectorAll('#notice-list .notice').forEach((n) => n.remove())"
+    )
 
 
 def tab_text(napplet: Napplet) -> str:
@@ -565,9 +569,7 @@ def test_a_link_shows_the_origin_and_starts_without_llm_access(
     origin = hostile.url.rstrip("/")
     context = browser.new_context()
     try:
-        shell = ShellPage(
-            context.new_page(), dist_url, install_napplets(test_pages_dir, dist_url)
-        )
+        shell = ShellPage(context.new_page(), dist_url, install_napplets(test_pages_dir, dist_url))
         shell.boot("?test=1&napplet=" + quote(url, safe=""))
         page = shell.page
         page.wait_for_function("() => document.querySelectorAll('#napplet-tabs .tab').length === 1")
