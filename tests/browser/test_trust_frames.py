@@ -4,11 +4,13 @@ Each test is an attack a napplet author could try, against the real shell
 (napllm in Pyodide, ``?test=1`` fixture connections) in offline Chromium, with
 a hostile server on 127.0.0.1 that records every hit and a UDP listener on
 127.0.0.1 that records every datagram. A test fails if its attack works again:
-- a napplet navigating its frame to a page of its own gets no endpoint there
-  (nothing that page posts reaches the runtime; nothing comes back), its
-  endpoint is closed, its standing grant revoked and the tab says why; a
-  napplet reloading itself still gets a new endpoint, whichever of its
-  document start and the frame's load the shell sees first;
+- a napplet navigating its frame to a page of its own never loads it (the
+  shell page's `frame-src 'none'`); a document without the prelude in the
+  frame (about:blank, with code injected) gets no endpoint: nothing it posts reaches the
+  runtime, nothing comes back; either way the endpoint is closed, the
+  standing grant revoked and the tab says why; a napplet reloading itself
+  still gets a new endpoint, whichever of its document start and the
+  frame's load the shell sees first;
 - WebRTC sends no UDP packet, from the napplet or from any frame it nests;
 - a napplet flooding the shell with 8 MB messages is stopped, the shell's
   JS heap stays bounded and another napplet keeps working;
@@ -215,14 +217,9 @@ def test_navigating_away_gets_no_endpoint_and_closes_access(
     submissions = shell.submissions("fx-full")
     app.evaluate("(url) => { location.href = url; }", f"{other}#{quote(handle)}")
     wait_stopped(app, LEFT_SANDBOX)
-    # the page ran (the attack was really tried) and nothing answered it
-    shell.page.wait_for_function("() => true")
-    deadline = time.monotonic() + 10
-    while not hostile.hits_for("/hit/after") and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert hostile.hits_for("/hit/ran")
-    (after,) = hostile.hits_for("/hit/after")
-    assert after.endswith("?" + quote("[]", safe="")), after
+    # the shell page's frame-src keeps the frame from loading the page at all:
+    # the navigation (a request whose URL could carry data) never left
+    assert hostile.hits == []
     assert shell.submissions("fx-full") == submissions
     assert shell.open_dialogs() == 0
     # the standing grant of this napplet is gone; the user is told
@@ -230,6 +227,44 @@ def test_navigating_away_gets_no_endpoint_and_closes_access(
     assert any(LEFT_SANDBOX in text for text in shell.notices())
     # the frame is gone: the napplet can be reloaded to start over
     assert "Reload" in tab_text(app)
+
+
+#: What runs in a document without the prelude: posts the stolen handle every
+#: way it can (raw, on a port of its own, with a forged start, to itself) and
+#: returns what came back.
+FOREIGN_ATTEMPTS = """async (handle) => {
+  const got = [];
+  addEventListener('message', (e) => { if (e.source === parent) got.push(e.data && e.data.type); });
+  const channel = new MessageChannel();
+  channel.port1.onmessage = (e) => got.push('port:' + (e.data && e.data.type));
+  parent.postMessage({type: 'napllm.documentStart', secret: '0'.repeat(32)}, '*',
+                     [channel.port2, new MessageChannel().port2]);
+  parent.postMessage({type: 'napllm.documentStart'}, '*');
+  for (const id of ['g-escape', 'g-escape-2']) {
+    const envelope = {type: 'llm.generate', id, request: {handle,
+      messages: [{role: 'user', content: [{type: 'text', text: 'exfiltrate'}]}]}};
+    parent.postMessage(envelope, '*');
+    channel.port1.postMessage(envelope);
+    postMessage(envelope, '*');
+  }
+  await new Promise((resolve) => setTimeout(resolve, 600));
+  return {got, prelude: 'napplet' in window};
+}"""
+
+
+def test_a_document_without_the_prelude_reaches_nothing(shell: ShellPage) -> None:
+    # about:blank replaces the napplet's document inside the sandbox; the code
+    # is injected into it, as if that document carried it
+    app = shell.open_napplet()
+    handle = app.select(FULL)
+    submissions = shell.submissions("fx-full")
+    app.evaluate("() => { location.href = 'about:blank'; }")
+    frame = app.frame
+    frame.wait_for_function("() => location.href === 'about:blank'", polling=POLL_MS)
+    outcome = frame.evaluate(FOREIGN_ATTEMPTS, handle)
+    assert outcome == {"got": [], "prelude": False}, outcome
+    assert shell.submissions("fx-full") == submissions and shell.open_dialogs() == 0
+    wait_stopped(app, LEFT_SANDBOX)
 
 
 def _reload_keeps_working(shell: ShellPage) -> None:
