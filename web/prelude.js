@@ -466,6 +466,11 @@ export function installNappletPrelude(domains, secret) {
   listen(win, "load", (event) => {
     if (apply(eventTarget, event, []) === doc) postControl({ loaded: true });
   }, true);
+  // The shell may ask whether this document is still the frame's.
+  control.port1.onmessage = (event) => {
+    const data = apply(eventData, event, []);
+    if (data && typeof data === "object" && typeof data.ping === "number") postControl({ pong: data.ping });
+  };
   postToParent({ type: "napllm.documentStart", secret }, "*", [channel.port2, control.port2]);
 }
 

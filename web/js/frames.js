@@ -23,7 +23,9 @@
  *   one is closed: its generations end, its handles expire).
  * - Each `load` of a frame must be matched by the load report a started
  *   document's prelude sends on its second (control) port, within
- *   `START_GRACE_MS` and in either order. A load nobody reports is either
+ *   `START_GRACE_MS` and in either order (then the bound document is asked
+ *   once more, for a page too busy to report in time). A load nobody
+ *   reports is either
  *   the first document (the prelude could not run: the page's Content
  *   Security Policy is named) or a document the napplet navigated to: its
  *   endpoint is closed, the tab's standing grants are revoked, the frame is
@@ -476,8 +478,29 @@ export class NappletArea {
 
   checkLoad(record, loads) {
     if (!record.live || record.reports >= loads) return;
-    if (loads === 1 && record.starts === 0) this.preludeDidNotStart(record);
-    else this.leftSandbox(record);
+    if (loads === 1 && record.starts === 0) {
+      this.preludeDidNotStart(record);
+      return;
+    }
+    // A busy page may have delayed the report: ask the document bound now.
+    // Only one document of a frame is alive, so if it answers, the load was
+    // its own; a document that was navigated away never answers.
+    const doc = record.doc;
+    if (doc && doc.live) {
+      doc.pings += 1;
+      const ping = doc.pings;
+      doc.control.postMessage({ ping });
+      setTimeout(() => {
+        if (!record.live || record.reports >= loads) return;
+        if (doc.live && doc.pongs >= ping) {
+          record.reports = Math.max(record.reports, loads);
+          return;
+        }
+        this.leftSandbox(record);
+      }, START_GRACE_MS);
+      return;
+    }
+    this.leftSandbox(record);
   }
 
   /** The frame now shows a document that did not start from the shell's srcdoc. */
@@ -553,6 +576,8 @@ export class NappletArea {
       port,
       control,
       reported: false,
+      pings: 0,
+      pongs: 0,
       endpointId: null,
       opening: false,
       queue: [],
@@ -566,7 +591,12 @@ export class NappletArea {
     port.onmessage = (event) => this.onPortMessage(doc, event);
     control.onmessage = (event) => {
       const data = event.data;
-      if (doc.reported || !data || data.loaded !== true) return;
+      if (!data || typeof data !== "object") return;
+      if (Number.isInteger(data.pong)) {
+        doc.pongs = Math.max(doc.pongs, data.pong);
+        return;
+      }
+      if (doc.reported || data.loaded !== true) return;
       doc.reported = true;
       record.reports += 1;
     };
