@@ -70,6 +70,7 @@ export function installNappletPrelude(domains, secret) {
   const MessageEventCtor = win.MessageEvent;
   const getter = (proto, name) => Object.getOwnPropertyDescriptor(proto, name).get;
   const apply = Reflect.apply;
+  const defineOwn = Object.defineProperty;
   const eventData = getter(win.MessageEvent.prototype, "data");
   const eventSource = getter(win.MessageEvent.prototype, "source");
   const eventTarget = getter(win.Event.prototype, "target");
@@ -100,14 +101,15 @@ export function installNappletPrelude(domains, secret) {
   const declarative = (text) => apply(indexOf, apply(lower, text, []), ["shadowrootmode"]) !== -1;
   const closeWindow = (target) => {
     try {
-      for (const name of RTC_NAMES) {
+      for (let i = 0; i < RTC_NAMES.length; i += 1) {
+        const name = RTC_NAMES[i];
         try {
           delete target[name];
         } catch {
           // Not configurable: shadow it instead.
         }
         if (name in target) {
-          Object.defineProperty(target, name, { value: undefined, writable: false, configurable: false });
+          defineOwn(target, name, { value: undefined, writable: false, configurable: false });
         }
       }
       const refuse = () => {
@@ -125,9 +127,9 @@ export function installNappletPrelude(domains, secret) {
         if (declarative(text)) refuse();
         return apply(original, this, [text]);
       };
-      Object.defineProperty(docProto, "open", { value: refuse, writable: false, configurable: false });
-      Object.defineProperty(docProto, "write", { value: guarded(write), writable: false, configurable: false });
-      Object.defineProperty(docProto, "writeln", { value: guarded(writeln), writable: false, configurable: false });
+      defineOwn(docProto, "open", { value: refuse, writable: false, configurable: false });
+      defineOwn(docProto, "write", { value: guarded(write), writable: false, configurable: false });
+      defineOwn(docProto, "writeln", { value: guarded(writeln), writable: false, configurable: false });
       // A frame the napplet creates gets the same treatment as it loads
       // (about:blank loads synchronously when the frame is inserted).
       listen(target, "load", (event) => {
@@ -150,17 +152,38 @@ export function installNappletPrelude(domains, secret) {
   // not governed by `frame-src`: nested frames are removed as soon as they
   // are inserted (before their document can start), in the document and in
   // every shadow root.
-  const FRAME_TAGS = new Set(["IFRAME", "FRAME", "OBJECT", "EMBED", "FENCEDFRAME", "PORTAL"]);
+  // Every DOM method used here is captured now: napplet code may replace
+  // prototypes (and array iteration) to keep a frame alive.
+  const FRAME_TAGS = ["iframe", "frame", "object", "embed", "fencedframe", "portal"];
+  const addedNodes = getter(win.MutationRecord.prototype, "addedNodes");
+  const listLength = getter(win.NodeList.prototype, "length");
+  const listItem = win.NodeList.prototype.item;
+  const collectionLength = getter(win.HTMLCollection.prototype, "length");
+  const collectionItem = win.HTMLCollection.prototype.item;
+  const nodeTypeOf = getter(win.Node.prototype, "nodeType");
+  const localNameOf = getter(win.Element.prototype, "localName");
+  const byTag = win.Element.prototype.getElementsByTagName;
+  const parentOf = getter(win.Node.prototype, "parentNode");
+  const removeChild = win.Node.prototype.removeChild;
+  const removeNode = (node) => {
+    const parent = apply(parentOf, node, []);
+    if (parent) apply(removeChild, parent, [node]);
+  };
   const removeFrames = (records) => {
-    for (const record of records) {
-      for (const node of record.addedNodes) {
-        if (node.nodeType !== 1) continue;
-        const found = FRAME_TAGS.has(node.nodeName.toUpperCase()) ? [node] : [];
-        for (const tag of FRAME_TAGS) {
-          for (const inner of node.getElementsByTagName(tag)) found.push(inner);
-        }
-        for (const frame of found) {
-          if (frame.parentNode) frame.parentNode.removeChild(frame);
+    for (let r = 0; r < records.length; r += 1) {
+      const nodes = apply(addedNodes, records[r], []);
+      const count = apply(listLength, nodes, []);
+      for (let n = 0; n < count; n += 1) {
+        const node = apply(listItem, nodes, [n]);
+        if (!node || apply(nodeTypeOf, node, []) !== 1) continue;
+        for (let t = 0; t < FRAME_TAGS.length; t += 1) {
+          // (a live collection: removed from the end; no array a napplet
+          // could hook with an index setter on Array.prototype)
+          const inner = apply(byTag, node, [FRAME_TAGS[t]]);
+          for (let i = apply(collectionLength, inner, []) - 1; i >= 0; i -= 1) {
+            removeNode(apply(collectionItem, inner, [i]));
+          }
+          if (apply(localNameOf, node, []) === FRAME_TAGS[t]) removeNode(node);
         }
       }
     }
@@ -174,13 +197,15 @@ export function installNappletPrelude(domains, secret) {
   const refuseDeclarative = (proto, name, isStatic) => {
     const original = proto && proto[name];
     if (typeof original !== "function") return;
-    Object.defineProperty(proto, name, {
+    defineOwn(proto, name, {
       value: function (html, ...rest) {
         const text = toStr(html);
         if (declarative(text)) {
           throw new win.DOMException("Declarative shadow roots are not available to napplets.", "NotSupportedError");
         }
-        return apply(original, isStatic ? proto : this, [text, ...rest]);
+        const args = [text];
+        for (let i = 0; i < rest.length; i += 1) args[args.length] = rest[i];
+        return apply(original, isStatic ? proto : this, args);
       },
       writable: false,
       configurable: false,
@@ -190,7 +215,7 @@ export function installNappletPrelude(domains, secret) {
   refuseDeclarative(win.ShadowRoot && win.ShadowRoot.prototype, "setHTMLUnsafe", false);
   refuseDeclarative(win.Document, "parseHTMLUnsafe", true);
   const attachShadow = win.Element.prototype.attachShadow;
-  Object.defineProperty(win.Element.prototype, "attachShadow", {
+  defineOwn(win.Element.prototype, "attachShadow", {
     value: function (...args) {
       const root = apply(attachShadow, this, args);
       observe(root, { childList: true, subtree: true });

@@ -405,7 +405,8 @@ window.sent = 0;
 const pad = 'x'.repeat(8 * 1000 * 1000);
 (async () => {
   for (let i = 0; i < 500; i++) {
-    postMessage({type: 'x.flood', id: 'f' + i, pad}, '*');
+    parent.postMessage({type: 'x.flood', id: 'r' + i, pad}, '*');  // raw, to the shell
+    postMessage({type: 'x.flood', id: 'f' + i, pad}, '*');  // forwarded by the prelude
     window.sent = i + 1;
     if (i % 4 === 3) await new Promise((resolve) => setTimeout(resolve, 0));
   }
@@ -518,6 +519,18 @@ WEBRTC_ATTEMPTS = """async (port) => {
     setTimeout(() => resolve('did not run'), 1500);
   });
   out.nestedSrcdoc = await nested(false);
+  // the prelude's DOM methods cannot be taken away from it
+  const saved = [Node.prototype.removeChild, Element.prototype.getElementsByTagName,
+                 Object.getOwnPropertyDescriptor(MutationRecord.prototype, 'addedNodes')];
+  Node.prototype.removeChild = function () { return arguments[0]; };
+  Element.prototype.getElementsByTagName = () => [];
+  Object.defineProperty(MutationRecord.prototype, 'addedNodes', {get: () => [], configurable: true});
+  Object.defineProperty(Array.prototype, '0', {set() {}, configurable: true});
+  out.sabotaged = await nested(true);
+  Node.prototype.removeChild = saved[0];
+  Element.prototype.getElementsByTagName = saved[1];
+  Object.defineProperty(MutationRecord.prototype, 'addedNodes', saved[2]);
+  delete Array.prototype[0];
   out.nestedSandboxed = await nested(true);
   out.closedShadow = await nested(true, (frame) => {
     const host = document.createElement('div');
@@ -562,7 +575,7 @@ def test_webrtc_sends_no_udp_from_the_napplet_or_its_frames(shell: ShellPage, ud
     for name in ("own", "webkit", "appended", "framesIndex", "grandchild", "innerHTML"):
         assert out[name] == "absent" or out[name].startswith("unreachable"), (name, out)
     assert out["open"].startswith("threw") and out["foreignOpen"].startswith("threw"), out
-    for name in ("nestedSrcdoc", "nestedSandboxed", "closedShadow", "declarative"):
+    for name in ("nestedSrcdoc", "nestedSandboxed", "sabotaged", "closedShadow", "declarative"):
         assert out[name] == "did not run", (name, out)
     assert out["setHTMLUnsafe"].startswith("threw") and out["parse"].startswith("threw"), out
     # the napplet itself is unharmed

@@ -703,10 +703,12 @@ export class NappletArea {
     if (!source) return;
     if (source === window) return;
     const record = this.byWindow.get(source);
-    if (!record || !record.live) return;
+    // The port count is checked before `data` is read: reading it is what
+    // deserializes a message, so a flood of anything else costs nothing here.
+    if (!record || !record.live || event.ports.length !== 2) return;
     const data = event.data;
     if (!data || typeof data !== "object" || data.type !== DOCUMENT_START) return;
-    if (data.secret !== record.secret || event.ports.length !== 2) return;
+    if (data.secret !== record.secret) return;
     this.startDocument(record, event.ports[0], event.ports[1]);
   }
 
