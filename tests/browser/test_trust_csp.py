@@ -4,7 +4,8 @@ A napplet's srcdoc frame inherits the shell page's CSP, so a policy without
 `'unsafe-inline'` scripts stops the shell's prelude (and the napplet) from
 running. Checked against dist/ served with a CSP header:
 - the policy the README's deploy section recommends keeps everything working
-  (boot, a napplet selects and generates);
+  (boot, a napplet selects and generates, on a fixture connection and on
+  the built-in llama.cpp engine);
 - a policy that blocks inline scripts gives the tab a specific error that
   names the page's policy, instead of a napplet that silently does nothing.
 """
@@ -91,6 +92,14 @@ def test_the_recommended_csp_keeps_napplets_working(csp_shell: ShellPage) -> Non
     shell.queue("fx-full", text_script(["works"]))
     result = app.run(generate("g1", handle))
     assert result["result"]["content"] == [{"type": "text", "text": "works"}]
+    # the built-in engine (llama.cpp in WebAssembly, its workers) works under it too
+    app.post({"type": "llm.select", "id": "s-tiny"})
+    shell.chooser().locator(".candidate[data-candidate-id='builtin-tinychat']").click()
+    tiny = app.wait_for("s-tiny", "llm.select.result")["model"]["handle"]
+    app.post(generate("g-tiny", tiny, temperature=0, maxTokens=8))
+    shell.allow()
+    outcome = app.wait_for("g-tiny", timeout_ms=120_000)
+    assert "result" in outcome and outcome["result"]["content"], outcome
 
 
 @pytest.mark.parametrize("csp_shell", ["breaking"], indirect=True)
