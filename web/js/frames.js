@@ -32,8 +32,8 @@
  *   removed and the tab says why. This only informs and cleans up: such a
  *   document never had a port, so it never reached the runtime.
  * - Bounded work: a frame may start at most `MAX_STARTS` documents per
- *   `RATE_WINDOW_MS`, and send at most `FLOOD_MAX_CHARS` /
- *   `FLOOD_MAX_MESSAGES` per window; past either it is stopped with a
+ *   `RATE_WINDOW_MS`, and its documents together send at most
+ *   `FLOOD_MAX_CHARS` / `FLOOD_MAX_MESSAGES` per window; past either it is stopped with a
  *   notice (other napplets are unaffected). Messages waiting for an
  *   endpoint are capped in count and bytes. Closed endpoints are removed
  *   from every map here and from the inspector.
@@ -76,9 +76,9 @@ export const RATE_WINDOW_MS = 10_000;
 export const START_GRACE_MS = 2000;
 /** Most documents one frame may start per window (a napplet reloading itself). */
 export const MAX_STARTS = 20;
-/** Most UTF-16 code units of envelopes one document may send per window. */
+/** Most UTF-16 code units of envelopes one frame may send per window. */
 export const FLOOD_MAX_CHARS = 64 * 1024 * 1024;
-/** Most envelopes one document may send per window. */
+/** Most envelopes one frame may send per window. */
 export const FLOOD_MAX_MESSAGES = 4000;
 /** Longest napplet name shown, in code points. */
 export const MAX_NAME_LENGTH = 40;
@@ -456,6 +456,10 @@ export class NappletArea {
       starts: 0,
       reports: 0,
       startTimes: [],
+      // Traffic of all the frame's documents (a reload does not reset it).
+      times: [],
+      chars: [],
+      charTotal: 0,
       live: true,
     };
     tab.record = record;
@@ -582,9 +586,6 @@ export class NappletArea {
       opening: false,
       queue: [],
       queueChars: 0,
-      times: [],
-      chars: [],
-      charTotal: 0,
       live: true,
     };
     record.doc = doc;
@@ -731,22 +732,23 @@ export class NappletArea {
     this.deliver(doc, wire);
   }
 
-  /** Count `cost` code units against the document's budget; false when it is spent. */
+  /** Count `cost` code units against the frame's budget; false when it is spent. */
   meter(doc, cost) {
+    const budget = doc.record;
     const now = performance.now();
     let drop = 0;
-    while (drop < doc.times.length && now - doc.times[drop] > RATE_WINDOW_MS) {
-      doc.charTotal -= doc.chars[drop];
+    while (drop < budget.times.length && now - budget.times[drop] > RATE_WINDOW_MS) {
+      budget.charTotal -= budget.chars[drop];
       drop += 1;
     }
     if (drop > 0) {
-      doc.times.splice(0, drop);
-      doc.chars.splice(0, drop);
+      budget.times.splice(0, drop);
+      budget.chars.splice(0, drop);
     }
-    doc.times.push(now);
-    doc.chars.push(cost);
-    doc.charTotal += cost;
-    return doc.times.length <= FLOOD_MAX_MESSAGES && doc.charTotal <= FLOOD_MAX_CHARS;
+    budget.times.push(now);
+    budget.chars.push(cost);
+    budget.charTotal += cost;
+    return budget.times.length <= FLOOD_MAX_MESSAGES && budget.charTotal <= FLOOD_MAX_CHARS;
   }
 
   deliver(doc, wire) {
