@@ -193,6 +193,14 @@ def main() -> None:
                     "() => { const f = document.querySelector('iframe.napplet-frame');"
                     " return f && f.srcdoc.length > 0; }"
                 )
+                # a link opens the napplet with LLM access off: turn it on
+                old = page.query_selector("iframe.napplet-frame")
+                page.click(".llm-toggle")
+                page.wait_for_function(
+                    "(old) => { const f = document.querySelector('iframe.napplet-frame');"
+                    " return f && f !== old && f.srcdoc.length > 0; }",
+                    arg=old,
+                )
                 frame = page.query_selector("iframe.napplet-frame").content_frame()
                 frame.wait_for_load_state("load")
                 frame.wait_for_function("() => typeof window.runShell === 'function'", polling=20)

@@ -17,10 +17,31 @@
  * - No whole-request timeout: selection waits on a person and streams can
  *   run for minutes. The runtime bounds generation time (NAP-LLM,
  *   Cancellation and deadlines).
- * - At install it posts `{"type": "napllm.documentStart"}`, before any
- *   napplet script runs: the shell gives each later document of the frame a
- *   new endpoint before that document's first message (a napplet reloading
- *   itself is a new endpoint).
+ * - Binding (issue: only a document started from the shell's srcdoc gets an
+ *   endpoint): the shell writes a fresh unguessable `secret` into the
+ *   prelude's source for every frame it builds. At install the prelude
+ *   removes its own `<script>` element (so napplet code never sees the
+ *   secret), creates a `MessageChannel` and posts
+ *   `{"type": "napllm.documentStart", "secret"}` to `window.parent` with two
+ *   ports transferred. Every envelope then travels over the first port, in
+ *   both directions; the second carries only the prelude's report of this
+ *   document's `load`. The shell ignores anything else the frame posts. A document
+ *   the frame navigates to has no prelude, no secret and no port, so it gets
+ *   nothing; a napplet reloading itself runs the prelude again and gets a new
+ *   endpoint.
+ * - The port never reaches napplet code: it lives in this closure, and every
+ *   method the prelude uses on it, on events and on the window is captured
+ *   (bound) at install, before any napplet script can replace a prototype.
+ * - Raw envelopes: a napplet that does not use `window.napplet.llm` posts
+ *   envelope objects to its *own* window (`window.postMessage(envelope,
+ *   "*")`); the prelude forwards those (source is this window, data is an
+ *   object, not a result or delta type) over the port. Every envelope from the shell is also dispatched
+ *   on the window as a `message` event whose `source` is `window.parent`.
+ * - WebRTC is not governed by CSP in Chromium (no `webrtc` directive), so the
+ *   prelude removes the WebRTC constructors from this window and from every
+ *   frame the napplet creates (a nested frame's window is closed the same way
+ *   when it loads); `document.open` is refused, since it would drop the
+ *   prelude's listeners.
  * - Errors reject with `LlmError` carrying the Error record's `code` and
  *   `message` (NAP-LLM, Error Handling).
  */
@@ -29,15 +50,180 @@
  * Install `window.napplet` in the current (frame) window.
  *
  * @param {string[]} domains granted domains; only "llm" is known here.
+ * @param {string} secret the per-frame secret the shell wrote into this source.
  */
-export function installNappletPrelude(domains) {
+export function installNappletPrelude(domains, secret) {
   "use strict";
   const win = window;
+  const doc = win.document;
   const parentWindow = win.parent;
+  // The secret is in this script's text: remove the element before any
+  // napplet byte is parsed.
+  const own = doc.currentScript;
+  if (own && own.parentNode) own.parentNode.removeChild(own);
+
   // Captured at install so that napplet code replacing globals later cannot
-  // redirect or observe the prelude's traffic.
+  // redirect or observe the prelude's traffic (or reach its port).
   const postToParent = parentWindow.postMessage.bind(parentWindow);
   const addListener = win.addEventListener.bind(win);
+  const dispatch = win.dispatchEvent.bind(win);
+  const MessageEventCtor = win.MessageEvent;
+  const getter = (proto, name) => Object.getOwnPropertyDescriptor(proto, name).get;
+  const apply = Reflect.apply;
+  const defineOwn = Object.defineProperty;
+  const eventData = getter(win.MessageEvent.prototype, "data");
+  const eventSource = getter(win.MessageEvent.prototype, "source");
+  const eventTarget = getter(win.Event.prototype, "target");
+  const frameWindow = getter(win.HTMLIFrameElement.prototype, "contentWindow");
+  const addListenerTo = win.EventTarget.prototype.addEventListener;
+  const listen = (target, type, handler, capture) => apply(addListenerTo, target, [type, handler, capture]);
+  const channel = new win.MessageChannel();
+  const port = channel.port1;
+  // A second channel for the prelude's own reports (napplet code can post
+  // anything on the first one through the relay below).
+  const control = new win.MessageChannel();
+  const postControl = win.MessagePort.prototype.postMessage.bind(control.port1);
+  const postToPort = win.MessagePort.prototype.postMessage.bind(port);
+
+  // WebRTC sends UDP that no CSP directive governs in Chromium: remove its
+  // constructors here and in every same-origin window the napplet creates.
+  const RTC_NAMES = [
+    "RTCPeerConnection", "webkitRTCPeerConnection", "RTCIceTransport", "RTCDtlsTransport",
+    "RTCSctpTransport", "RTCDataChannel", "RTCRtpSender", "RTCRtpReceiver", "RTCRtpTransceiver",
+    "RTCEncodedAudioFrame", "RTCEncodedVideoFrame", "RTCRtpScriptTransform",
+  ];
+  // Markup that would create a declarative (possibly closed) shadow root;
+  // checked with intrinsics captured now (napplet code may replace them).
+  const toStr = String;
+  const lower = String.prototype.toLowerCase;
+  const indexOf = String.prototype.indexOf;
+  const join = Array.prototype.join;
+  const declarative = (text) => apply(indexOf, apply(lower, text, []), ["shadowrootmode"]) !== -1;
+  const closeWindow = (target) => {
+    try {
+      for (let i = 0; i < RTC_NAMES.length; i += 1) {
+        const name = RTC_NAMES[i];
+        try {
+          delete target[name];
+        } catch {
+          // Not configurable: shadow it instead.
+        }
+        if (name in target) {
+          defineOwn(target, name, { value: undefined, writable: false, configurable: false });
+        }
+      }
+      const refuse = () => {
+        throw new target.DOMException("document.open is not available to napplets.", "NotSupportedError");
+      };
+      const docProto = target.Document.prototype;
+      const write = docProto.write;
+      const writeln = docProto.writeln;
+      const readyState = getter(docProto, "readyState");
+      // write() after parsing would open the document again (dropping listeners).
+      const guarded = (original) => function (...parts) {
+        // (parts are joined once: what is checked is what is written)
+        if (apply(readyState, this, []) !== "loading") refuse();
+        const text = apply(join, parts, [""]);
+        if (declarative(text)) refuse();
+        return apply(original, this, [text]);
+      };
+      defineOwn(docProto, "open", { value: refuse, writable: false, configurable: false });
+      defineOwn(docProto, "write", { value: guarded(write), writable: false, configurable: false });
+      defineOwn(docProto, "writeln", { value: guarded(writeln), writable: false, configurable: false });
+      // A frame the napplet creates gets the same treatment as it loads
+      // (about:blank loads synchronously when the frame is inserted).
+      listen(target, "load", (event) => {
+        const frame = apply(eventTarget, event, []);
+        let child = null;
+        try {
+          child = apply(frameWindow, frame, []);
+        } catch {
+          child = null; // not a frame element
+        }
+        if (child) closeWindow(child);
+      }, true);
+    } catch {
+      // Best effort on an exotic window.
+    }
+  };
+  closeWindow(win);
+  // A frame the napplet nests gets an opaque origin of its own (the sandbox
+  // is inherited), so its globals cannot be closed from here, and srcdoc is
+  // not governed by `frame-src`: nested frames are removed as soon as they
+  // are inserted (before their document can start), in the document and in
+  // every shadow root.
+  // Every DOM method used here is captured now: napplet code may replace
+  // prototypes (and array iteration) to keep a frame alive.
+  const FRAME_TAGS = ["iframe", "frame", "object", "embed", "fencedframe", "portal"];
+  const addedNodes = getter(win.MutationRecord.prototype, "addedNodes");
+  const listLength = getter(win.NodeList.prototype, "length");
+  const listItem = win.NodeList.prototype.item;
+  const collectionLength = getter(win.HTMLCollection.prototype, "length");
+  const collectionItem = win.HTMLCollection.prototype.item;
+  const nodeTypeOf = getter(win.Node.prototype, "nodeType");
+  const localNameOf = getter(win.Element.prototype, "localName");
+  const byTag = win.Element.prototype.getElementsByTagName;
+  const parentOf = getter(win.Node.prototype, "parentNode");
+  const removeChild = win.Node.prototype.removeChild;
+  const removeNode = (node) => {
+    const parent = apply(parentOf, node, []);
+    if (parent) apply(removeChild, parent, [node]);
+  };
+  const removeFrames = (records) => {
+    for (let r = 0; r < records.length; r += 1) {
+      const nodes = apply(addedNodes, records[r], []);
+      const count = apply(listLength, nodes, []);
+      for (let n = 0; n < count; n += 1) {
+        const node = apply(listItem, nodes, [n]);
+        if (!node || apply(nodeTypeOf, node, []) !== 1) continue;
+        for (let t = 0; t < FRAME_TAGS.length; t += 1) {
+          // (a live collection: removed from the end; no array a napplet
+          // could hook with an index setter on Array.prototype)
+          const inner = apply(byTag, node, [FRAME_TAGS[t]]);
+          for (let i = apply(collectionLength, inner, []) - 1; i >= 0; i -= 1) {
+            removeNode(apply(collectionItem, inner, [i]));
+          }
+          if (apply(localNameOf, node, []) === FRAME_TAGS[t]) removeNode(node);
+        }
+      }
+    }
+  };
+  const watcher = new win.MutationObserver(removeFrames);
+  const observe = watcher.observe.bind(watcher);
+  observe(doc, { childList: true, subtree: true });
+  // Declarative shadow roots (which may be closed) come only from markup:
+  // the napplet's own bytes are checked by the shell; markup given to the
+  // parsing methods that honour them is refused here.
+  const refuseDeclarative = (proto, name, isStatic) => {
+    const original = proto && proto[name];
+    if (typeof original !== "function") return;
+    defineOwn(proto, name, {
+      value: function (html, ...rest) {
+        const text = toStr(html);
+        if (declarative(text)) {
+          throw new win.DOMException("Declarative shadow roots are not available to napplets.", "NotSupportedError");
+        }
+        const args = [text];
+        for (let i = 0; i < rest.length; i += 1) args[args.length] = rest[i];
+        return apply(original, isStatic ? proto : this, args);
+      },
+      writable: false,
+      configurable: false,
+    });
+  };
+  refuseDeclarative(win.Element.prototype, "setHTMLUnsafe", false);
+  refuseDeclarative(win.ShadowRoot && win.ShadowRoot.prototype, "setHTMLUnsafe", false);
+  refuseDeclarative(win.Document, "parseHTMLUnsafe", true);
+  const attachShadow = win.Element.prototype.attachShadow;
+  defineOwn(win.Element.prototype, "attachShadow", {
+    value: function (...args) {
+      const root = apply(attachShadow, this, args);
+      observe(root, { childList: true, subtree: true });
+      return root;
+    },
+    writable: false,
+    configurable: false,
+  });
   const getRandomValues = win.crypto.getRandomValues.bind(win.crypto);
   const freeze = Object.freeze;
   const defineProperty = Object.defineProperty;
@@ -48,7 +234,10 @@ export function installNappletPrelude(domains) {
       ? win.reportError.bind(win)
       : (err) => setTimeout(() => { throw err; }, 0);
 
+  const isRecordLike = (v) => typeof v === "object" && v !== null && !Array.isArray(v);
   const namespace = {};
+  // Set below when the llm domain is granted: handles one envelope from the shell.
+  let onEnvelope = null;
 
   if (domains.indexOf("llm") !== -1) {
     /** An NAP-LLM failure: `code` is the Error record's code (NAP-LLM, Error Handling). */
@@ -85,7 +274,7 @@ export function installNappletPrelude(domains) {
 
     const send = (message) => {
       try {
-        postToParent(message, "*");
+        postToPort(message);
         return null;
       } catch (err) {
         // A value structured clone cannot carry (a function, a DOM node...).
@@ -220,15 +409,7 @@ export function installNappletPrelude(domains) {
       });
     };
 
-    // Announce this document before any napplet script can post: the shell
-    // gives every document after the frame's first one a new endpoint, from
-    // this message on (a napplet reloading itself). The shell consumes this
-    // message itself; the runtime never sees it.
-    postToParent({ type: "napllm.documentStart" }, "*");
-
-    addListener("message", (event) => {
-      if (event.source !== parentWindow) return;
-      const message = event.data;
+    onEnvelope = (message) => {
       if (!isRecord(message) || typeof message.type !== "string") return;
       if (message.type === "llm.delta") {
         if (typeof message.requestId !== "string") return;
@@ -241,7 +422,7 @@ export function installNappletPrelude(domains) {
       if (!entry || entry.resultType !== message.type) return;
       pending.delete(message.id);
       entry.onResult(message);
-    });
+    };
 
     namespace.llm = freeze({
       /** NAP-LLM `select`: resolves with a Model record; `requirements` omitted when undefined. */
@@ -270,16 +451,64 @@ export function installNappletPrelude(domains) {
     configurable: false,
     enumerable: true,
   });
+
+  // Envelopes from the shell: to the binding first, then to the window as a
+  // `message` event from the parent (for napplets that read raw envelopes).
+  port.onmessage = (event) => {
+    const message = apply(eventData, event, []);
+    if (onEnvelope) {
+      try {
+        onEnvelope(message);
+      } catch (err) {
+        report(err);
+      }
+    }
+    try {
+      dispatch(new MessageEventCtor("message", { data: message, source: parentWindow }));
+    } catch (err) {
+      report(err);
+    }
+  };
+  // Raw envelopes the napplet posts to its own window go to the shell.
+  addListener("message", (event) => {
+    if (apply(eventSource, event, []) !== win) return;
+    const data = apply(eventData, event, []);
+    if (typeof data !== "object" || data === null) return;
+    // Envelopes travel napplet -> shell only: results and deltas stay here.
+    const type = isRecordLike(data) ? data.type : undefined;
+    if (typeof type === "string" && (type === "llm.delta" || type.endsWith(".result"))) return;
+    try {
+      postToPort(data);
+    } catch (err) {
+      report(err);
+    }
+  }, true);
+
+  // Announce this document before any napplet script runs: the shell binds
+  // it (and only it) to a new endpoint through the transferred port.
+  // This document's load, reported so that the shell can tell its frame's
+  // loads of started documents from loads of anything else.
+  listen(win, "load", (event) => {
+    if (apply(eventTarget, event, []) === doc) postControl({ loaded: true });
+  }, true);
+  // The shell may ask whether this document is still the frame's.
+  control.port1.onmessage = (event) => {
+    const data = apply(eventData, event, []);
+    if (data && typeof data === "object" && typeof data.ping === "number") postControl({ pong: data.ping });
+  };
+  postToParent({ type: "napllm.documentStart", secret }, "*", [channel.port2, control.port2]);
 }
 
 /**
  * The prelude as inline script text for a frame granted `domains`.
  *
  * @param {string[]} domains e.g. ["llm"] or [].
+ * @param {string} secret the frame's secret (hex digits only).
  * @returns {string} JavaScript source (contains no "</script").
  */
-export function preludeSource(domains) {
-  const text = "(" + installNappletPrelude.toString() + ")(" + JSON.stringify(domains) + ");";
+export function preludeSource(domains, secret) {
+  const text =
+    "(" + installNappletPrelude.toString() + ")(" + JSON.stringify(domains) + ", " + JSON.stringify(String(secret)) + ");";
   // Never possible with the source above, but a premature end tag would let
   // the napplet's bytes run before the prelude finished.
   return text.replace(/<\/(script)/gi, "<\\/$1");

@@ -9,7 +9,8 @@
  *   called the boot indicator is visible and napplet messages are queued
  *   per frame.
  * - Only relative URLs: the page works under any sub-path.
- * - `?napplet=<http(s) url>` opens that napplet at start (development);
+ * - `?napplet=<http(s) url>` opens that napplet at start (development),
+ *   with its origin shown and LLM access off until the person turns it on;
  *   query parameters are read with URLSearchParams only.
  */
 
@@ -271,7 +272,8 @@ $("#napplet-url-form").addEventListener("submit", (event) => {
     input.focus();
     return;
   }
-  area.open({ url, name: nameFromUrl(url) });
+  // Typed by the person: LLM access starts on; the origin is shown.
+  area.open({ url, name: nameFromUrl(url), fromUrl: true });
   input.value = "";
 });
 
@@ -288,7 +290,9 @@ function openFromQuery() {
     notify("error", "The napplet parameter must be an http or https URL.");
     return;
   }
-  area.open({ url, name: nameFromUrl(url) });
+  // A link may come from anyone: the napplet opens with LLM access off
+  // until the person turns it on in its tab, and its origin is shown.
+  area.open({ url, name: nameFromUrl(url), fromUrl: true, llm: false });
 }
 
 // ---------------------------------------------------------------- boot

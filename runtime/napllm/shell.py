@@ -88,12 +88,15 @@ class NappletIdentity:
     """A napplet as loaded: `name` plus the sha256 (hex) of its exact bytes.
 
     `domains`: the NAP domains exposed to it (the shell serves `llm` only if
-    present).
+    present). `origin`: where a napplet opened from a URL was loaded from
+    (``"https://example.org"``), shown wherever it is named; ``""`` for a
+    napplet listed by the shell itself.
     """
 
     name: str
     sha256: str
     domains: frozenset[str] = frozenset({"llm"})
+    origin: str = ""
 
     @property
     def short_hash(self) -> str:
@@ -101,8 +104,11 @@ class NappletIdentity:
         return self.sha256[:12]
 
     def to_json(self) -> dict[str, str]:
-        """`{"name", "sha256", "shortHash"}` for the UI."""
-        return {"name": self.name, "sha256": self.sha256, "shortHash": self.short_hash}
+        """`{"name", "sha256", "shortHash"}` (plus `"origin"` when set) for the UI."""
+        out = {"name": self.name, "sha256": self.sha256, "shortHash": self.short_hash}
+        if self.origin:
+            out["origin"] = self.origin
+        return out
 
 
 @dataclass(frozen=True)

@@ -150,7 +150,8 @@ class Napplet:
     # -- sending -------------------------------------------------------------------
 
     def post(self, envelope: Any) -> None:
-        """`window.parent.postMessage(envelope, "*")` from inside the frame."""
+        """Post `envelope` raw from inside the frame (to its own window; the prelude
+        forwards it to the shell over the frame's port)."""
         self.frame.evaluate("(e) => window.probe.post(e)", envelope)
 
     def post_js(self, expression: str) -> None:

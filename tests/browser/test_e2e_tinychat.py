@@ -97,6 +97,18 @@ class Shell:
         self.page.wait_for_function(
             "document.body.dataset.boot === 'ready'", timeout=BOOT_TIMEOUT_MS
         )
+        # a link opens the napplet with LLM access off: turn it on, as a person does
+        self.page.wait_for_function(
+            "() => { const f = document.querySelector('iframe.napplet-frame');"
+            " return f && f.srcdoc.length > 0; }"
+        )
+        old = self.page.query_selector("iframe.napplet-frame")
+        self.page.click(".llm-toggle")
+        self.page.wait_for_function(
+            "(old) => { const f = document.querySelector('iframe.napplet-frame');"
+            " return f && f !== old && f.srcdoc.length > 0; }",
+            arg=old,
+        )
         return self.frame()
 
     def frame(self) -> Any:

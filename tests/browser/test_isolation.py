@@ -430,6 +430,9 @@ def test_boot_and_generation_stay_on_loopback(
         # the development query opens the napplet at start
         shell.boot("?test=1&" + napplet_query(shell.probe_url).lstrip("?"))
         app = shell.adopt(shell.probe_url)
+        # a link opens the napplet with LLM access off; the person turns it on
+        assert app.evaluate("() => Object.keys(window.napplet)") == []
+        app.set_llm(True)
         handle = app.select(FULL)
         shell.queue("fx-full", text_script(["Hello", " there"]))
         result = app.run(generate("g1", handle))

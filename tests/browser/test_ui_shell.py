@@ -200,9 +200,22 @@ def shell(page: Page, request_log: Any, test_page: TestPage, base_url: str) -> I
     yield Shell()
 
 
+def _turn_llm_on(shell: Any) -> Any:
+    """A link opens a napplet with LLM access off: the person turns it on (a fresh frame)."""
+    old = shell.page.query_selector("iframe.napplet-frame")
+    shell.page.check(".llm-toggle")
+    shell.page.wait_for_function(
+        "(old) => { const f = document.querySelector('iframe.napplet-frame');"
+        " return f && f !== old && f.srcdoc.length > 0; }",
+        arg=old,
+    )
+    return shell.wait_frame_ready()
+
+
 def _open_probe(shell: Any, query: str = "") -> Any:
     shell.goto(f"?napplet={quote(shell.probe_url, safe='')}{query}")
-    return shell.wait_frame_ready()
+    shell.wait_frame_ready()
+    return _turn_llm_on(shell)
 
 
 # --------------------------------------------------------------------------- frames
@@ -234,6 +247,7 @@ def test_frame_is_sandboxed_with_csp_first_and_prelude(shell: Any) -> None:
         "name": "probe.html",
         "sha256": hashlib.sha256(PROBE_NAPPLET.encode()).hexdigest(),
         "domains": ["llm"],
+        "origin": shell.probe_url.split("/_test/")[0],
     }
     assert frame.evaluate("origin") == "null"
 
@@ -289,7 +303,7 @@ def test_llm_toggle_reloads_without_the_domain_and_closes_the_endpoint(shell: An
     assert descriptor == {"writable": False, "configurable": False}
     assert shell.fake("fake.closed") == [first[1]]
     # No endpoint without the domain: a raw message reaches nothing.
-    frame.evaluate("parent.postMessage({type: 'llm.select', id: 'x'}, '*')")
+    frame.evaluate("postMessage({type: 'llm.select', id: 'x'}, '*')")
     shell.page.wait_for_timeout(200)
     assert shell.envelopes() == []
     assert len(shell.calls("openEndpoint")) == 1
@@ -329,7 +343,7 @@ def test_messages_from_other_sources_are_dropped(shell: Any) -> None:
           document.body.append(f);
         })"""
     )
-    frame.evaluate("parent.postMessage({type: 'llm.select', id: 'mine'}, '*')")
+    frame.evaluate("postMessage({type: 'llm.select', id: 'mine'}, '*')")
     shell.page.wait_for_function("window.__fake.received.length >= 1")
     shell.page.wait_for_timeout(150)
     ids = [json.loads(e["json"])["id"] for e in shell.envelopes()]
@@ -413,8 +427,6 @@ CONVERSIONS: list[tuple[str, dict[str, Any]]] = [
     ),
     ("new Map([['type', 'llm.select']])", {"unclonable": True, "type": None, "id": None}),
     ("({type: 7, id: {}, x: undefined})", {"unclonable": True, "type": None, "id": None}),
-    ("null", {"json": None}),
-    ("'llm.select'", {"json": "llm.select"}),
     ("[1, 2]", {"json": [1, 2]}),
     ("({type: 'llm.select', id: '\\ud800'})", {"json": {"type": "llm.select", "id": "\ud800"}}),
 ]
@@ -423,7 +435,7 @@ CONVERSIONS: list[tuple[str, dict[str, Any]]] = [
 def test_messages_are_converted_to_wire_json(shell: Any) -> None:
     frame = _open_probe(shell)
     for expression, _ in CONVERSIONS:
-        frame.evaluate(f"parent.postMessage({expression}, '*')")
+        frame.evaluate(f"postMessage({expression}, '*')")
     shell.page.wait_for_function(f"window.__fake.received.length === {len(CONVERSIONS)}")
     wires = [json.loads(w) for w in shell.fake("fake.received.map(([, w]) => w)")]
     got = []
@@ -440,18 +452,18 @@ def test_messages_are_converted_to_wire_json(shell: Any) -> None:
 def test_oversized_and_too_deep_messages_are_marked_too_large(shell: Any) -> None:
     frame = _open_probe(shell)
     frame.evaluate(
-        "parent.postMessage({type: 'llm.generate', id: 'big', request: 'x'.repeat(8 * 1024 * 1024 + 1)}, '*')"
+        "postMessage({type: 'llm.generate', id: 'big', request: 'x'.repeat(8 * 1024 * 1024 + 1)}, '*')"
     )
     frame.evaluate(
         "(() => { let v = {}; const root = v; for (let i = 0; i < 200; i++) { v.a = {}; v = v.a; }"
-        " parent.postMessage({type: 'llm.generate', id: 'deep', request: root}, '*'); })()"
+        " postMessage({type: 'llm.generate', id: 'deep', request: root}, '*'); })()"
     )
     # Escapes count: 5 MiB of control characters become 30 MiB of JSON text.
     frame.evaluate(
-        "parent.postMessage({type: 'llm.generate', id: 'esc', request: '\\u0001'.repeat(5 * 1024 * 1024)}, '*')"
+        "postMessage({type: 'llm.generate', id: 'esc', request: '\\u0001'.repeat(5 * 1024 * 1024)}, '*')"
     )
     frame.evaluate(
-        "parent.postMessage({type: 'llm.generate', id: 'fits', request: 'y'.repeat(1024 * 1024)}, '*')"
+        "postMessage({type: 'llm.generate', id: 'fits', request: 'y'.repeat(1024 * 1024)}, '*')"
     )
     shell.page.wait_for_function("window.__fake.received.length === 4")
     wires = [json.loads(w) for w in shell.fake("fake.received.map(([, w]) => w)")]
@@ -463,10 +475,11 @@ def test_oversized_and_too_deep_messages_are_marked_too_large(shell: Any) -> Non
 
 def test_messages_before_attach_are_queued_in_order(shell: Any) -> None:
     shell.goto(f"?hold=1&napplet={quote(shell.probe_url, safe='')}", wait_attached=False)
-    frame = shell.wait_frame_ready()
+    shell.wait_frame_ready()
+    frame = _turn_llm_on(shell)
     assert shell.page.is_visible("#boot")
     frame.evaluate(
-        "for (let i = 0; i < 5; i++) parent.postMessage({type: 'llm.select', id: 'q' + i}, '*')"
+        "for (let i = 0; i < 5; i++) postMessage({type: 'llm.select', id: 'q' + i}, '*')"
     )
     shell.page.wait_for_timeout(150)
     assert shell.fake("fake.received.length") == 0
@@ -492,7 +505,7 @@ def test_reload_self_navigation_and_close_change_endpoints(shell: Any) -> None:
     assert shell.fake("fake.closed") == ["ep1", "ep2"]
     frame = shell.frame()
     frame.wait_for_function("() => window.report && window.report.hasLlm")
-    frame.evaluate("parent.postMessage({type: 'llm.select', id: 'after'}, '*')")
+    frame.evaluate("postMessage({type: 'llm.select', id: 'after'}, '*')")
     shell.page.wait_for_function("window.__fake.received.length === 1")
     assert shell.fake("fake.received[0][0]") == "ep3"
     # Closing the tab closes its endpoint; later posts to it are dropped.
@@ -517,8 +530,8 @@ def test_two_tabs_of_one_napplet_are_separate_endpoints(shell: Any) -> None:
     shell.page.keyboard.press("ArrowLeft")
     assert tabs[0].get_attribute("aria-selected") == "true"
     assert shell.page.evaluate("document.activeElement.id") == tabs[0].get_attribute("id")
-    frames[0].evaluate("parent.postMessage({type: 'llm.select', id: 'a'}, '*')")
-    frames[1].evaluate("parent.postMessage({type: 'llm.select', id: 'b'}, '*')")
+    frames[0].evaluate("postMessage({type: 'llm.select', id: 'a'}, '*')")
+    frames[1].evaluate("postMessage({type: 'llm.select', id: 'b'}, '*')")
     shell.page.wait_for_function("window.__fake.received.length === 2")
     by_endpoint = {
         r[0]: json.loads(json.loads(r[1])["json"])["id"] for r in shell.fake("fake.received")

