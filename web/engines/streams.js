@@ -4,7 +4,10 @@
  *
  * Rules
  * - A stream is identified by a string id. Its producer pushes OpenAI chat
- *   chunks (`push`) and finally ends it (`end`, with an error kind or none).
+ *   chunks (`push`, or `pushSerialized` for chunks already turned into JSON
+ *   text, as the wasm engine's worker sends them) and finally ends it (`end`,
+ *   with an error kind or none). The queue holds JSON texts, so a read only
+ *   concatenates them: the main thread does no per-token parsing.
  * - `next(id)` resolves with JSON text `{"chunks": [...], "done": bool,
  *   "error": null | {"kind": text}}` holding every chunk queued since the
  *   previous read (one bridge crossing per batch, not per token); once
@@ -24,6 +27,11 @@ function wake(stream) {
   const waiter = stream.waiter;
   stream.waiter = null;
   if (waiter) waiter();
+}
+
+/** The open stream `id` (its state object), or null once it is read out or cancelled. */
+export function byId(id) {
+  return streams.get(String(id)) || null;
 }
 
 /** Create a stream; returns its state object (`id`, `controller`, `aborted`). */
@@ -48,8 +56,19 @@ export function open(prefix, deliveryDelayMs = 0) {
 /** Queue one chunk (ignored once the stream is aborted or ended). */
 export function push(stream, chunk) {
   if (stream.done || stream.aborted) return;
-  stream.queue.push(chunk);
+  stream.queue.push(JSON.stringify(chunk));
   wake(stream);
+}
+
+/** Queue chunks given as JSON texts (each one chunk; ignored once aborted or ended). */
+export function pushSerialized(stream, texts) {
+  if (stream.done || stream.aborted) return;
+  for (const text of texts) stream.queue.push(String(text));
+  wake(stream);
+}
+
+function batch(texts) {
+  return `{"chunks":[${texts.join(",")}],"done":false,"error":null}`;
 }
 
 /** End the stream; `errorKind` names a failure (see the Python side's hints). */
@@ -70,10 +89,9 @@ export async function next(id) {
       if (stream.delayMs > 0) {
         await sleep(stream.delayMs);
         if (stream.aborted) break;
-        return JSON.stringify({ chunks: [stream.queue.shift()], done: false, error: null });
+        return batch([stream.queue.shift()]);
       }
-      const chunks = stream.queue.splice(0, stream.queue.length);
-      return JSON.stringify({ chunks, done: false, error: null });
+      return batch(stream.queue.splice(0, stream.queue.length));
     }
     if (stream.done) break;
     await new Promise((resolve) => {
@@ -94,6 +112,13 @@ export function cancel(id) {
   stream.done = true;
   wake(stream);
   return true;
+}
+
+/** End every open stream whose id starts with `prefix` (its producer is gone). */
+export function endAll(prefix, errorKind) {
+  for (const stream of streams.values()) {
+    if (stream.id.startsWith(`${prefix}-`)) end(stream, errorKind);
+  }
 }
 
 /** Number of streams not yet read to the end or cancelled. */
