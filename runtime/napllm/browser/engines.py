@@ -8,7 +8,10 @@ Rules (DESIGN.md "The data path"; providers/base.py; pitfalls.md)
   Python holds no JS object beyond one call.
 - Everything crossing the bridge is JSON text or a plain string: the chat
   body goes in as JSON, chunks come back in batches of JSON text
-  (web/engines/streams.js) and are mapped with `openai_chat.ChatStreamToLmsp`.
+  (web/engines/streams.js): every chunk the engine produced since the last
+  read, so the engine runs ahead and the runtime works per batch. Runs of
+  text-only chunks in a batch are merged (`merge_text_chunks`) before they
+  are mapped with `openai_chat.ChatStreamToLmsp`.
   No proxy is created (JS never calls back into Python).
 - Cancellation is task cancellation: the provider's iterator is closed, and
   its `finally` aborts the JS stream (wllama: AbortSignal; WebLLM:
@@ -41,6 +44,7 @@ from ..providers.engines import (
     GpuReport,
     WebLLMRecord,
     engine_failure,
+    merge_text_chunks,
     tinychat_connection,
     wasm_capabilities,
     wasm_chat_body,
@@ -99,7 +103,7 @@ async def stream_chunks(
                 raise ProviderFailure(detail=f"{engine}: unreadable chunk batch") from exc
             if not isinstance(batch, dict) or not isinstance(batch.get("chunks"), list):
                 raise ProviderFailure(detail=f"{engine}: malformed chunk batch")
-            for chunk in batch["chunks"]:
+            for chunk in merge_text_chunks(batch["chunks"]):
                 for event in state.feed(chunk):
                     yield event
             if batch.get("done") is True:
