@@ -20,8 +20,8 @@ is better; latencies: lower is better), with the model-size caveat: on a
 small model that makes thousands of tokens per second (TinyChat, 1.2 MB),
 the per-chunk cost of each server's HTTP streaming dominates, not inference,
 so the ratio says how lean the streaming is, not how fast a real model is
-served. It also checks that both servers produced the same text (exit
-status 1 otherwise).
+served. It also checks that every response of both servers starts with
+TinyChat's answer to the prompt (exit status 1 otherwise).
 
 Usage: python bench/bench_lmsp_service.py [--model PATH] [--tokens 200]
        [--requests-per-client 2] [--levels 1 4 16] [--rounds 3] [--quick]
@@ -50,6 +50,8 @@ from napllm.providers.sse import SseParser
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = REPO / "models" / "tinychat" / "tiny-chat-q8_0.gguf"
 PROMPT = "Hello!"
+#: TinyChat's greedy answer to PROMPT (models/tinychat/README.md).
+ANSWER = "Hello! How can I help you today?"
 MODEL_ID = "bench"
 
 
@@ -337,10 +339,16 @@ def main() -> int:
         "per-chunk HTTP streaming cost dominates these ratios, not inference; with a model "
         "that makes tens of tokens per second they tend to 1."
     )
-    texts = {name: {s.text for (n, _), r in results.items() if n == name for s in r.samples}
-             for name in ("napllm", "llama-cpp")}  # fmt: skip
-    same = len(texts["napllm"]) == 1 and texts["napllm"] == texts["llama-cpp"]
-    print(f"same text from both servers in every response: {'yes' if same else 'NO'}")
+    # Past the model's own answer the forced tokens run free with small
+    # argmax margins (a server's prompt-cache reuse can change them), so
+    # only the answer itself is compared.
+    texts = [(n, s.text) for (n, _), r in results.items() for s in r.samples]
+    wrong = [n for n, text in texts if not text.startswith(ANSWER)]
+    same = not wrong
+    print(
+        f"every response of both servers starts with the model's answer {ANSWER!r}: "
+        f"{'yes' if same else f'NO ({len(wrong)} of {len(texts)})'}"
+    )
     return 0 if same else 1
 
 
