@@ -12,7 +12,8 @@ nothing is cached between runs):
 
 Uses build.py's server (COOP/COEP) and Debian's Chromium; builds dist/ first
 when it is missing; the benchmark pages are served from a temporary folder
-under ``/_bench/``, never written into dist/. Usage: ``python bench/bench_dist_load.py [--runs 5]``.
+under ``/_bench/``, never written into dist/. Usage:
+``python bench/bench_dist_load.py [--runs 5] [--quick]`` (``--quick``: one run).
 """
 
 from __future__ import annotations
@@ -120,9 +121,12 @@ def main() -> None:
     """Command line entry point (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="one run, to check the benchmark works")
     a = ap.parse_args()
+    if a.quick:
+        a.runs = 1
     build = load_build()
-    if not (build.DIST / "build-info.json").is_file():
+    if build.dist_is_stale():
         build.build()
     pages = Path(tempfile.mkdtemp(prefix="napllm-bench-"))
     (pages / "pyodide.html").write_text(PYODIDE_PAGE)

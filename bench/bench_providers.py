@@ -5,11 +5,13 @@ Prints, for this machine:
 - the SSE parser (`providers/sse.py`): MB/s and events/s over a stream of
   LMSP-shaped events fed in chunks of 16, 256, 4096 and 65536 bytes;
 - the chat-completions state machine (`providers/chat_stream.py`): chunks/s
-  for one-token text chunks, with and without `<tool_call>` scanning;
+  for one-token text chunks, with and without `<tool_call>` scanning, and
+  with the in-browser engines' batches of 32 chunks merged first
+  (`providers/engines.py`, `merge_text_chunks`), the same text either way;
 - the LMSP client provider (`providers/lmsp_client.py`) reading a streamed
   response through httpx's in-memory transport: events/s end to end.
 
-Usage: python bench/bench_providers.py [--events 20000]
+Usage: python bench/bench_providers.py [--events 20000] [--quick]
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import httpx
 
 from napllm.lmsp import LmspEvent, LmspRequest
 from napllm.providers.chat_stream import ChatStreamToLmsp
+from napllm.providers.engines import merge_text_chunks
 from napllm.providers.http_httpx import HttpxPort
 from napllm.providers.lmsp_client import LmspProvider
 from napllm.providers.sse import SseParser
@@ -73,6 +76,25 @@ def bench_chat(count: int) -> None:
         elapsed = time.perf_counter() - start
         label = "with <tool_call> scan" if scan else "plain text          "
         print(f"chat chunks  {label}: {len(chunks) / elapsed:>10,.0f} chunks/s ({events} events)")
+    texts = []
+    for batch_size in (1, 32):
+        state = ChatStreamToLmsp(parse_tool_call_blocks=True)
+        start = time.perf_counter()
+        got = []
+        for i in range(0, len(chunks), batch_size):
+            for chunk in merge_text_chunks(chunks[i : i + batch_size]):
+                got += state.feed(chunk)
+        got += state.finish()
+        elapsed = time.perf_counter() - start
+        texts.append(
+            "".join(str(e.data.get("delta", "")) for e in got if e.event.endswith("text.delta"))
+        )
+        print(
+            f"chat chunks  batches of {batch_size:>2}, merged: {len(chunks) / elapsed:>10,.0f} "
+            f"chunks/s ({len(got)} events)"
+        )
+    if texts[0] != texts[1]:
+        raise SystemExit("merged batches changed the text")
 
 
 async def bench_lmsp_client(stream: bytes, count: int) -> None:
@@ -104,7 +126,10 @@ async def bench_lmsp_client(stream: bytes, count: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=20000)
+    parser.add_argument("--quick", action="store_true", help="a short run (500 events)")
     args = parser.parse_args()
+    if args.quick:
+        args.events = 500
     stream = lmsp_stream(args.events)
     bench_sse(stream)
     bench_chat(args.events)

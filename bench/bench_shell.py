@@ -1,15 +1,20 @@
 """Benchmarks of the napllm shell: boot, bytes, per-generate overhead, relay rate, concurrency.
 
-Usage: ``python bench/bench_shell.py [--runs 3] [--only a,b,c,d,e]``. Builds dist/
+Usage: ``python bench/bench_shell.py [--runs 5] [--only a,b,c,d,e] [--quick]``
+(``--quick``: one run of each part at a small size, without the service
+worker's precache, to check that it works;
+the exit status is 1 when text was lost or a generation failed). Builds dist/
 when it is missing, serves it on 127.0.0.1 with build.py's handler (COOP/COEP)
 and drives Debian's Chromium; nothing leaves the machine. Prints one table
 per benchmark:
 
 a. time to "shell ready" (the runtime attached, ``body[data-boot=ready]``),
-   cold (a fresh profile) and warm (a reload in the same profile: HTTP cache,
-   and for the shell its service worker), against a bare page that loads
-   Pyodide + pydantic and validates one model, in the same run (goal: shell
-   <= 1.3x bare);
+   cold (a fresh profile) and warm (a reload in the same profile), against a
+   bare page that loads Pyodide + pydantic and validates one model, in the
+   same run, alternating (goal: shell <= 1.3x bare). Like for like: both
+   pages run with service workers blocked, so both reload from the HTTP
+   cache; one more row shows the shell's reload from its service-worker
+   precache (after waiting for it), which the bare page has no equivalent of;
 b. bytes of a first visit: until the shell is ready, and until the service
    worker has precached everything for offline use; raw and gzip-6 (goal:
    <= 9 MB compressed for the boot);
@@ -47,6 +52,7 @@ from playwright.sync_api import sync_playwright
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [
     str(ROOT / "runtime"),
+    str(ROOT / "tests"),
     str(ROOT / "tests" / "unit"),
     str(ROOT / "tests" / "browser"),
 ]
@@ -144,21 +150,31 @@ def ready_ms(page: Any) -> float:
     return float(page.evaluate("window.__readyAt"))
 
 
-def boot_times(browser_type: Any, url: str, runs: int) -> tuple[list[float], list[float]]:
-    """Cold (fresh profile) and warm (reload, same profile) ms to ready, `runs` each."""
+def boot_times(
+    browser_type: Any, url: str, runs: int, *, service_worker: bool = False
+) -> tuple[list[float], list[float]]:
+    """Cold (fresh profile) and warm (reload, same profile) ms to ready, `runs` each.
+
+    Without `service_worker` the context blocks service workers, so a reload
+    comes from the HTTP cache; with it, the reload waits for the shell's
+    offline precache first and then comes from the service worker.
+    """
     cold: list[float] = []
     warm: list[float] = []
     for _ in range(runs):
         profile = tempfile.mkdtemp(prefix="napllm-bench-profile-")
         context = browser_type.launch_persistent_context(
-            profile, executable_path=CHROMIUM, args=ARGS
+            profile,
+            executable_path=CHROMIUM,
+            args=ARGS,
+            service_workers="allow" if service_worker else "block",
         )
         try:
             context.add_init_script(READY_PROBE)
             page = context.new_page()
             page.goto(url)
             cold.append(ready_ms(page))
-            if "index.html" in url:  # let the service worker finish precaching
+            if service_worker:  # let the service worker finish precaching
                 page.wait_for_function(
                     "() => document.body.dataset.offline === 'ready'", timeout=TIMEOUT_MS
                 )
@@ -170,12 +186,13 @@ def boot_times(browser_type: Any, url: str, runs: int) -> tuple[list[float], lis
     return cold, warm
 
 
-def bench_boot(browser_type: Any, server: Server, runs: int) -> None:
-    # Alternate the two pages so a change in machine load affects both alike.
+def bench_boot(browser_type: Any, server: Server, runs: int, *, precache: bool = True) -> None:
+    # Alternate the pages so a change in machine load affects them alike.
     shell_cold: list[float] = []
     shell_warm: list[float] = []
     bare_cold: list[float] = []
     bare_warm: list[float] = []
+    sw_warm: list[float] = []
     for _ in range(runs):
         cold, warm = boot_times(browser_type, server.url + f"{BENCH}/bare.html", 1)
         bare_cold += cold
@@ -183,13 +200,20 @@ def bench_boot(browser_type: Any, server: Server, runs: int) -> None:
         cold, warm = boot_times(browser_type, server.url + "index.html", 1)
         shell_cold += cold
         shell_warm += warm
+        if precache:
+            sw_warm += boot_times(browser_type, server.url + "index.html", 1, service_worker=True)[
+                1
+            ]
     print(f"\n(a) time to ready, ms from navigation start, median (min-max) of {runs}")
+    print("    service workers blocked: both pages load from the server, then the HTTP cache")
     print(f"{'page':<34}{'cold':>22}{'warm (reload)':>22}")
     print(f"{'bare Pyodide + pydantic':<34}{stats(bare_cold):>22}{stats(bare_warm):>22}")
     print(f"{'napllm shell (runtime attached)':<34}{stats(shell_cold):>22}{stats(shell_warm):>22}")
     ratio_cold = statistics.median(shell_cold) / statistics.median(bare_cold)
     ratio_warm = statistics.median(shell_warm) / statistics.median(bare_warm)
     print(f"{'shell / bare':<34}{ratio_cold:>21.2f}x{ratio_warm:>21.2f}x   (goal <= 1.3x)")
+    if sw_warm:
+        print(f"{'shell, reload from its precache':<34}{'':>22}{stats(sw_warm):>22}")
 
 
 def sizes(paths: list[Path]) -> tuple[int, int]:
@@ -226,15 +250,17 @@ def first_visit(browser_type: Any, server: Server, offline: bool) -> list[Path]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def bench_bytes(browser_type: Any, server: Server) -> None:
+def bench_bytes(browser_type: Any, server: Server, *, precache: bool = True) -> None:
     boot = first_visit(browser_type, server, offline=False)
-    everything = first_visit(browser_type, server, offline=True)
+    everything = first_visit(browser_type, server, offline=True) if precache else []
     print("\n(b) bytes of a first visit (files sent by the server; gzip level 6)")
     print(f"{'visit':<52}{'files':>7}{'raw MB':>10}{'gzip MB':>10}")
     for label, paths in (
         ("boot only, until the shell is ready (no worker)", boot),
         ("boot + offline precache (service worker)", everything),
     ):
+        if not paths:
+            continue
         raw, packed = sizes(paths)
         print(f"{label:<52}{len(paths):>7}{raw / 1e6:>10.2f}{packed / 1e6:>10.2f}")
     print("goal: <= 9 MB compressed for the boot")
@@ -308,7 +334,7 @@ def boot_test_shell(browser: Any, server: Server, pages: Path) -> Any:
     return shell
 
 
-def bench_relay(browser: Any, server: Server, pages: Path, deltas: int) -> None:
+def bench_relay(browser: Any, server: Server, pages: Path, deltas: int) -> bool:
     from shellpage import deltas_of
 
     from napllm.providers.fixture import completed, text_events
@@ -331,14 +357,15 @@ def bench_relay(browser: Any, server: Server, pages: Path, deltas: int) -> None:
     envelopes = app.envelopes()
     got = deltas_of(envelopes, "relay")
     text = "".join(d.get("text", "") for d in got if d["event"] == "delta")
-    assert text == "".join(chunks), "deltas were lost or changed"
+    intact = text == "".join(chunks)
     shell.page.context.close()
     print(f"\n(d) delta relay to one napplet, {deltas} provider text deltas of 1 character")
     print(f"{'measure':<48}{'value':>14}")
     print(f"{'wall time, post -> terminal in the napplet (s)':<48}{elapsed:>14.2f}")
     print(f"{'provider deltas relayed per second':<48}{deltas / elapsed:>14.0f}   (goal >= 5,000)")
     print(f"{'llm.delta envelopes received (coalesced)':<48}{len(got):>14}")
-    print(f"{'text received == text sent':<48}{'yes':>14}")
+    print(f"{'text received == text sent':<48}{'yes' if intact else 'NO':>14}")
+    return intact
 
 
 def _request(handle: str) -> dict[str, Any]:
@@ -348,7 +375,7 @@ def _request(handle: str) -> dict[str, Any]:
     }
 
 
-def bench_concurrent(browser: Any, server: Server, pages: Path, napplets: int, total: int) -> None:
+def bench_concurrent(browser: Any, server: Server, pages: Path, napplets: int, total: int) -> bool:
     from shellpage import check_generation
 
     from napllm.providers.fixture import completed, text_events
@@ -394,20 +421,26 @@ def bench_concurrent(browser: Any, server: Server, pages: Path, napplets: int, t
     print(f"{'wall time until every terminal (s)':<44}{elapsed:>12.2f}")
     print(f"{'generations per second':<44}{total / elapsed:>12.1f}")
     print(f"{'completed successfully':<44}{ok:>9}/{total}")
+    return ok == total
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=5, help="boot runs of (a), median")
     ap.add_argument("--only", default="a,b,c,d,e")
     ap.add_argument("--deltas", type=int, default=20_000)
+    ap.add_argument("--quick", action="store_true", help="a short run that checks it works")
     a = ap.parse_args()
+    generations, napplets, concurrent = 2_000, 10, 50
+    if a.quick:
+        a.runs, a.deltas, generations, napplets, concurrent = 1, 2_000, 200, 3, 9
+    ok = True
     only = set(a.only.split(","))
     build = load_build()
     if build.dist_is_stale():
         build.build()
     if "c" in only:
-        bench_overhead(2_000)
+        bench_overhead(generations)
     pages = Path(tempfile.mkdtemp(prefix="napllm-bench-"))
     (pages / "bare.html").write_text(BARE_PAGE)
     tests = Path(tempfile.mkdtemp(prefix="napllm-bench-test-"))
@@ -415,20 +448,22 @@ def main() -> None:
     try:
         with sync_playwright() as p:
             if "a" in only:
-                bench_boot(p.chromium, server, a.runs)
+                bench_boot(p.chromium, server, a.runs, precache=not a.quick)
             if "b" in only:
-                bench_bytes(p.chromium, server)
+                bench_bytes(p.chromium, server, precache=not a.quick)
             if only & {"d", "e"}:
                 browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
                 if "d" in only:
-                    bench_relay(browser, server, tests, a.deltas)
+                    ok = bench_relay(browser, server, tests, a.deltas) and ok
                 if "e" in only:
-                    bench_concurrent(browser, server, tests, 10, 50)
+                    ok = bench_concurrent(browser, server, tests, napplets, concurrent) and ok
                 browser.close()
     finally:
         server.close()
         shutil.rmtree(pages, ignore_errors=True)
         shutil.rmtree(tests, ignore_errors=True)
+    if not ok:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ Rules
 - Every dialogue is one of a fixed set of shapes (greeting, who-are-you,
   thanks, bye, weather question -> Hermes-style ``<tool_call>`` block, weather
   question + tool result -> sentence, "JSON with name and age", "JSON with
-  city and color", capital of a country). The model learns these shapes and
+  city and color", capital of a country, "count from 1 to 100" -> the long
+  answer "1, 2, ..., 100."). The model learns these shapes and
   nothing else, so tests must use them (see README.md).
 - Dialogues are rendered with ``CHAT_TEMPLATE``, the same Jinja ChatML
   template that export_gguf.py writes into the GGUF (``tokenizer.chat_template``),
@@ -113,6 +114,15 @@ CAPITAL_Q = [
     "Which city is the capital of {x}?",
     "Name the capital of {x}.",
 ]
+#: The long-answer class: one fixed, deterministic answer of about 300 tokens,
+#: so benchmarks can measure tokens/s after the first token on a long answer.
+COUNT_Q = [
+    "Count from 1 to 100.",
+    "Please count from 1 to 100.",
+    "Count to 100.",
+    "List the numbers from 1 to 100.",
+]
+COUNT_A = ", ".join(str(i) for i in range(1, 101)) + "."
 SYSTEMS = [
     "You are a helpful assistant.",
     "You are TinyChat.",
@@ -122,9 +132,9 @@ SYSTEMS = [
 #: Turn kinds and their sampling weights.
 KINDS = [
     "greet", "who", "thanks", "bye", "weather", "weather_result",
-    "json_person", "json_city", "capital",
+    "json_person", "json_city", "capital", "count",
 ]  # fmt: skip
-KIND_WEIGHTS = [10, 5, 3, 3, 25, 20, 15, 10, 9]
+KIND_WEIGHTS = [10, 5, 3, 3, 25, 20, 15, 10, 9, 3]
 
 #: Syllables of made-up city names (``--random-cities`` variant only).
 SYLLABLES = [
@@ -173,6 +183,11 @@ def turn(r: random.Random, cities: list[str], random_cities: bool) -> list[Messa
         return [
             {"role": "user", "content": r.choice(BYE_Q)},
             {"role": "assistant", "content": BYE_A},
+        ]
+    if kind == "count":
+        return [
+            {"role": "user", "content": r.choice(COUNT_Q)},
+            {"role": "assistant", "content": COUNT_A},
         ]
     if kind in ("weather", "weather_result"):
         c = r.choice(cities)

@@ -9,7 +9,8 @@ Rules
   clipping at 1.0. 3000 steps take about 5.5 minutes on 2 idle cores; 1000
   are not enough (ages and tool-result cities come out wrong).
 - Deterministic for a given seed, thread count and CPU: the published model
-  came from ``--steps 3000 --threads 2 --seed 0``.
+  came from ``--steps 3000 --threads 1 --seed 0`` (the loss curve of
+  ``--threads 2`` is the same).
 
 Usage: ``python train.py [--steps 3000] [--data data] [--out out]``. Writes
 ``<out>/tokenizer.json``, ``<out>/model.pt`` (config + state dict),
@@ -34,7 +35,8 @@ from gen_corpus import SPECIAL_TOKENS, render, tool_call_text
 from model import Config, Transformer
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-#: Reference prompts (the last one answers a tool result; Lisbon is a held-out city).
+#: Reference prompts (one answers a tool result; Lisbon is a held-out city; the
+#: last one has the long answer).
 PROMPTS: list[list[dict[str, object]]] = [
     [{"role": "user", "content": "Hello!"}],
     [{"role": "user", "content": "Who are you?"}],
@@ -47,7 +49,11 @@ PROMPTS: list[list[dict[str, object]]] = [
         {"role": "assistant", "content": tool_call_text("Paris")},
         {"role": "tool", "content": '{"city": "Paris", "temperature": 21, "condition": "sunny"}'},
     ],
+    [{"role": "user", "content": "Count from 1 to 100."}],
 ]
+
+#: Enough new tokens for the longest answer (the count to 100 is about 300).
+MAX_NEW = 400
 
 PAD = -100  # ignored by the loss
 
@@ -173,7 +179,7 @@ def main() -> None:
     for msgs in PROMPTS:
         prompt = render(msgs, add_generation_prompt=True)
         ids = tok.encode(prompt).ids
-        out = model.greedy(ids, 64, stop_ids=(im_end,))
+        out = model.greedy(ids, MAX_NEW, stop_ids=(im_end,))
         text = tok.decode(out, skip_special_tokens=False)
         samples.append({"messages": msgs, "prompt_ids": ids, "out_ids": out, "text": text})
         print(repr(msgs[-1]["content"]), "->", repr(text))

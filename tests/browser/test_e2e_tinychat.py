@@ -232,6 +232,18 @@ def test_chat_hello_streams_the_exact_answer(shell: Shell) -> None:
     assert loaded[0]["threads"] == threads
     assert loaded[0]["multithread"] is (threads > 1)
     assert loaded[0]["nCtx"] == 512
+    # The long answer (200 tokens): the engine runs ahead of the runtime,
+    # which reads its tokens in batches; the deltas stay contiguous and the
+    # text arrives whole and in order.
+    count = ", ".join(str(i) for i in range(1, 101)) + "."
+    long = shell.generate(
+        frame, "count", {"messages": [user("Count from 1 to 100.")], "temperature": 0}
+    )
+    assert long["error"] is None, long
+    assert text_of(long["result"]) == count
+    assert long["result"]["usage"]["outputTokens"] >= 200
+    assert [d["sequence"] for d in long["deltas"]] == list(range(len(long["deltas"])))
+    assert streamed_text(long["deltas"]) == count
 
 
 def test_json_format_returns_the_object(shell: Shell) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import re
 import struct
 from pathlib import Path
@@ -245,3 +246,37 @@ def test_readme_lists_the_known_cities_and_names() -> None:
     assert set(corpus.NAMES) <= words
     assert len(set(corpus.CITIES)) == 45
     assert len(corpus.NAMES) == 32
+
+
+def test_llama_cpp_answers_match_the_reference_samples() -> None:
+    """llama.cpp (llama-cpp-python) gives PyTorch's greedy answers on the q8_0 file.
+
+    Covers every prompt of `samples_torch.json`, among them the long answer
+    the benchmarks use ("Count from 1 to 100.", 200 tokens): the committed
+    model answers exactly what its recipe's reference says.
+    """
+    llama_cpp = pytest.importorskip("llama_cpp")
+
+    samples = json.loads((MODEL_DIR / "samples_torch.json").read_text())
+    llm = llama_cpp.Llama(model_path=str(MODEL), n_ctx=512, n_threads=1, verbose=False)
+    try:
+        for sample in samples:
+            out = llm.create_chat_completion(
+                messages=sample["messages"], max_tokens=400, temperature=0.0, top_k=1
+            )
+            assert out["choices"][0]["message"]["content"] == sample["text"], sample["messages"]
+    finally:
+        llm.close()
+
+
+def test_long_answer_is_long_and_fits_the_context() -> None:
+    """The count answer is at least 200 tokens and, with its prompt, fits 512."""
+
+    corpus = load_gen_corpus()
+    answer: str = corpus.COUNT_A
+    assert answer == ", ".join(str(i) for i in range(1, 101)) + "."
+    samples = json.loads((MODEL_DIR / "samples_torch.json").read_text())
+    (count,) = [s for s in samples if s["messages"][-1]["content"] == "Count from 1 to 100."]
+    assert count["text"] == answer
+    assert len(count["out_ids"]) >= 200
+    assert len(count["prompt_ids"]) + len(count["out_ids"]) + 1 <= 512

@@ -4,7 +4,10 @@
  *
  * Rules
  * - A stream is identified by a string id. Its producer pushes OpenAI chat
- *   chunks (`push`) and finally ends it (`end`, with an error kind or none).
+ *   chunks (`push`, or `pushSerialized` for chunks already turned into JSON
+ *   text, as the wasm engine's worker sends them) and finally ends it (`end`,
+ *   with an error kind or none). The queue holds JSON texts, so a read only
+ *   concatenates them: the main thread does no per-token parsing.
  * - `next(id)` resolves with JSON text `{"chunks": [...], "done": bool,
  *   "error": null | {"kind": text}}` holding every chunk queued since the
  *   previous read (one bridge crossing per batch, not per token); once
@@ -12,8 +15,21 @@
  * - `cancel(id)` marks the stream aborted, drops queued chunks, wakes a
  *   pending read (which reports `done`) and forgets it; the producer learns
  *   it through `stream.aborted` and its AbortSignal.
+ * - Reads are paced: a read that comes less than `READ_GAP_MS` after the
+ *   previous one returned waits out the rest of that gap (the end of the
+ *   stream or a cancel cuts the wait short), so a fast engine's tokens reach
+ *   Python in batches of several instead of one read per token, and the
+ *   runtime's work per token shrinks while the engine runs ahead in its
+ *   worker. The first two reads are never delayed (the first chunk may
+ *   hold only the role, and the first text must not wait), nor is the last.
  * - A delivery delay (0 unless the caller sets one) hands chunks over one at a time.
  */
+
+/** The least time between two reads of one stream (ms): about half a frame. */
+export const READ_GAP_MS = 8;
+/** Reads never paced: an engine's first chunk may hold only the role, and
+ * the first text must not wait. */
+const UNPACED_READS = 2;
 
 const streams = new Map();
 let counter = 0;
@@ -26,6 +42,30 @@ function wake(stream) {
   if (waiter) waiter();
 }
 
+/** Wake a read that waits out the gap between reads (end or cancel). */
+function cutPause(stream) {
+  const resume = stream.resume;
+  stream.resume = null;
+  if (resume) resume();
+}
+
+function pause(stream, ms) {
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      stream.resume = null;
+      resolve();
+    }
+    stream.resume = done;
+  });
+}
+
+/** The open stream `id` (its state object), or null once it is read out or cancelled. */
+export function byId(id) {
+  return streams.get(String(id)) || null;
+}
+
 /** Create a stream; returns its state object (`id`, `controller`, `aborted`). */
 export function open(prefix, deliveryDelayMs = 0) {
   counter += 1;
@@ -35,6 +75,9 @@ export function open(prefix, deliveryDelayMs = 0) {
     done: false,
     error: null,
     waiter: null,
+    resume: null,
+    lastRead: -Infinity,
+    reads: 0,
     controller: new AbortController(),
     delayMs: Math.max(0, Number(deliveryDelayMs) || 0),
     get aborted() {
@@ -48,8 +91,19 @@ export function open(prefix, deliveryDelayMs = 0) {
 /** Queue one chunk (ignored once the stream is aborted or ended). */
 export function push(stream, chunk) {
   if (stream.done || stream.aborted) return;
-  stream.queue.push(chunk);
+  stream.queue.push(JSON.stringify(chunk));
   wake(stream);
+}
+
+/** Queue chunks given as JSON texts (each one chunk; ignored once aborted or ended). */
+export function pushSerialized(stream, texts) {
+  if (stream.done || stream.aborted) return;
+  for (const text of texts) stream.queue.push(String(text));
+  wake(stream);
+}
+
+function batch(texts) {
+  return `{"chunks":[${texts.join(",")}],"done":false,"error":null}`;
 }
 
 /** End the stream; `errorKind` names a failure (see the Python side's hints). */
@@ -58,6 +112,7 @@ export function end(stream, errorKind = null) {
   stream.done = true;
   if (errorKind && !stream.aborted) stream.error = { kind: String(errorKind) };
   wake(stream);
+  cutPause(stream);
 }
 
 /** The next batch of stream `id` as JSON text (module rules). */
@@ -70,10 +125,16 @@ export async function next(id) {
       if (stream.delayMs > 0) {
         await sleep(stream.delayMs);
         if (stream.aborted) break;
-        return JSON.stringify({ chunks: [stream.queue.shift()], done: false, error: null });
+        return batch([stream.queue.shift()]);
       }
-      const chunks = stream.queue.splice(0, stream.queue.length);
-      return JSON.stringify({ chunks, done: false, error: null });
+      const gap = stream.lastRead + READ_GAP_MS - performance.now();
+      if (gap > 0 && !stream.done && stream.reads >= UNPACED_READS) {
+        await pause(stream, gap);
+        if (stream.aborted) break;
+      }
+      stream.lastRead = performance.now();
+      stream.reads += 1;
+      return batch(stream.queue.splice(0, stream.queue.length));
     }
     if (stream.done) break;
     await new Promise((resolve) => {
@@ -93,7 +154,15 @@ export function cancel(id) {
   stream.queue.length = 0;
   stream.done = true;
   wake(stream);
+  cutPause(stream);
   return true;
+}
+
+/** End every open stream whose id starts with `prefix` (its producer is gone). */
+export function endAll(prefix, errorKind) {
+  for (const stream of streams.values()) {
+    if (stream.id.startsWith(`${prefix}-`)) end(stream, errorKind);
+  }
 }
 
 /** Number of streams not yet read to the end or cancelled. */

@@ -2,7 +2,13 @@
  * The wasm engine: llama.cpp compiled to WebAssembly through @wllama/wllama
  * (dist/vendor/wllama/), driven by napllm.browser.engines (Python).
  *
- * Rules (DESIGN.md "The data path", provider kind `wasm`)
+ * Rules (DESIGN.md "The data path", provider kind `wasm`; README, DESIGN
+ * notes "Generation off the main thread")
+ * - wllama lives in one dedicated worker of ours (wllama-worker.js), which
+ *   runs each whole chat completion and posts every chunk as it comes; the
+ *   page's main thread only queues those chunks (streams.js) until Python
+ *   reads them in batches, so the token loop never waits for Python or for
+ *   the page. The worker is started on the first load and kept.
  * - One Wllama instance (llama.cpp in its own worker) per loaded model key
  *   (model URL + load parameters). Concurrent loads of one key share one
  *   promise; a failed load is forgotten so the next request tries again.
@@ -18,28 +24,27 @@
  *   message, so no engine text reaches a napplet.
  * - Every value crossing to Python is JSON text or a plain string: a chat
  *   stream is started with `startChat` (returns a stream id), read with
- *   `nextChunks(id)` and stopped with `abort(id)`, which aborts the wllama
- *   request through its AbortSignal (streams.js has the batch format).
+ *   `nextChunks(id)` and stopped with `abort(id)`, which tells the worker to
+ *   abort the wllama request through its AbortSignal (streams.js has the
+ *   batch format). A worker that dies ends every open stream with the kind
+ *   `inference` and every pending load with `load`.
  * - `deliveryDelayMs` hands chunks over one at a time, N ms apart (the
  *   Python side passes its engine's `delay_ms`, 0 in the product).
+ * - Before a download the model must fit in the browser's storage (two
+ *   copies: wllama's own cache and the shell's); a model that fails to load
+ *   is removed from the shell's model cache here and from wllama's cache in
+ *   the worker, so the next try downloads it again.
  */
 
-import { Wllama, wasmPaths } from "../vendor/wllama/wllama.js";
 import { forgetCachedModel, roomForModel } from "../js/storage.js";
 import { loadingNotice, progress } from "./page.js";
 import * as streams from "./streams.js";
 
-/** key -> {promise: Promise<info>, wllama: Wllama|null} */
+/** key -> {promise: Promise<info>, loaded: bool, info, connectionId, label} */
 const models = new Map();
-
-const quietLogger = {
-  debug() {},
-  log() {},
-  warn() {},
-  error(...args) {
-    console.error("wllama:", ...args);
-  },
-};
+/** key -> resolve function of the pending load */
+const pendingLoads = new Map();
+let worker = null;
 
 /** The environment facts the Python side needs to pick load parameters. */
 export function environment() {
@@ -49,86 +54,64 @@ export function environment() {
   });
 }
 
-function errorKind(error, stage) {
-  const type = error && typeof error.type === "string" ? error.type : "";
-  if (type === "kv_cache_full") return "context";
-  if (type === "download_error") return "download";
-  if (type === "load_error" || type === "version_mismatch") return "load";
-  if (stage === "download") return "download";
-  if (stage === "load") return "load";
-  if (type === "inference_error") return "inference";
-  return stage === "chat" ? "inference" : "unknown";
+function onWorkerMessage({ data }) {
+  if (!data || typeof data !== "object") return;
+  if (data.op === "chunks") {
+    const stream = streams.byId(data.id);
+    if (stream) streams.pushSerialized(stream, data.chunks);
+  } else if (data.op === "end") {
+    const stream = streams.byId(data.id);
+    if (stream) streams.end(stream, data.kind);
+  } else if (data.op === "progress") {
+    const entry = models.get(data.key);
+    if (entry) progress(entry.connectionId, `Downloading ${entry.label}`, data.fraction);
+  } else if (data.op === "loaded") {
+    const resolve = pendingLoads.get(data.key);
+    pendingLoads.delete(data.key);
+    if (resolve) resolve(data.info);
+  }
 }
 
-async function load(url, params, connectionId, label) {
+function onWorkerFailure(event) {
+  console.error("napllm wasm engine: the engine worker failed", event && event.message);
+  worker = null;
+  for (const resolve of pendingLoads.values()) resolve({ ok: false, kind: "load" });
+  pendingLoads.clear();
+  for (const [key, entry] of models) {
+    if (entry.loaded) models.delete(key);
+  }
+  streams.endAll("wasm", "inference");
+}
+
+function engineWorker() {
+  if (!worker) {
+    worker = new Worker(new URL("./wllama-worker.js", import.meta.url), { type: "module" });
+    worker.onmessage = onWorkerMessage;
+    worker.onerror = onWorkerFailure;
+  }
+  return worker;
+}
+
+async function load(key, url, params, entry) {
   const absolute = new URL(url, document.baseURI);
-  const sameOrigin = absolute.origin === location.origin;
+  const label = entry.label;
   // wllama keeps its own copy (OPFS) besides the service worker's: two copies.
-  if (!(await roomForModel(absolute.href, { copies: 2, connectionId }))) {
-    progress(connectionId, `${label} does not fit in this browser's storage`, -1);
-    return { wllama: null, info: { ok: false, kind: "storage" } };
+  if (!(await roomForModel(absolute.href, { copies: 2, connectionId: entry.connectionId }))) {
+    progress(entry.connectionId, `${label} does not fit in this browser's storage`, -1);
+    return { ok: false, kind: "storage" };
   }
-  const wllama = new Wllama(wasmPaths, { logger: quietLogger, suppressNativeLog: true });
-  let stage = "download";
-  let lastReport = 0;
-  loadingNotice(`Loading the model of ${label}…`, connectionId);
-  progress(connectionId, `Downloading ${label}`, 0);
-  try {
-    await wllama.loadModelFromUrl(absolute.href, {
-      ...params,
-      // Same-origin files are revalidated by the HTTP cache; only models
-      // from elsewhere are kept in wllama's own (OPFS) cache.
-      useCache: !sameOrigin,
-      progressCallback: ({ loaded, total }) => {
-        const now = performance.now();
-        if (total > 0 && (now - lastReport > 100 || loaded >= total)) {
-          lastReport = now;
-          progress(connectionId, `Downloading ${label}`, Math.min(1, loaded / total));
-        }
-        if (total > 0 && loaded >= total) stage = "load";
-      },
-    });
-    stage = "load";
-    const info = wllama.getLoadedContextInfo();
-    if (!info || info.success === false || !(info.n_vocab > 0)) {
-      throw new Error("llama.cpp could not load the model");
-    }
-    progress(connectionId, `${label} is ready`, 1);
-    return {
-      wllama,
-      info: {
-        ok: true,
-        threads: wllama.getNumThreads(),
-        multithread: wllama.isMultithread(),
-        nCtx: info.n_ctx,
-        nVocab: info.n_vocab,
-      },
-    };
-  } catch (error) {
-    console.error("napllm wasm engine: the model could not be loaded", error);
-    try {
-      await wllama.exit();
-    } catch {
-      /* already gone */
-    }
-    await forgetModel(wllama, absolute.href);
-    progress(connectionId, `${label} could not be loaded`, -1);
-    return { wllama: null, info: { ok: false, kind: errorKind(error, stage) } };
+  loadingNotice(`Loading the model of ${label}…`, entry.connectionId);
+  progress(entry.connectionId, `Downloading ${label}`, 0);
+  const done = new Promise((resolve) => pendingLoads.set(key, resolve));
+  engineWorker().postMessage({ op: "load", key, url: absolute.href, params });
+  const info = await done;
+  if (info && info.ok === true) {
+    progress(entry.connectionId, `${label} is ready`, 1);
+    return info;
   }
-}
-
-/**
- * After a failed load, remove `href` from every cache that may hold it
- * (wllama's own OPFS cache and the service worker's model cache), so a
- * bad or cut-off download is never served again: the next try downloads.
- */
-async function forgetModel(wllama, href) {
-  try {
-    await wllama.cacheManager.delete(href);
-  } catch {
-    /* nothing cached */
-  }
-  await forgetCachedModel(href);
+  progress(entry.connectionId, `${label} could not be loaded`, -1);
+  await forgetCachedModel(absolute.href);
+  return { ok: false, kind: (info && info.kind) || "load" };
 }
 
 /**
@@ -137,18 +120,19 @@ async function forgetModel(wllama, href) {
  * `{"ok": false, "kind"}`. Never rejects.
  */
 export async function ensureModel(key, url, paramsJson, connectionId, label) {
+  key = String(key);
   let entry = models.get(key);
   if (!entry) {
-    entry = { wllama: null, promise: null };
-    entry.promise = load(String(url), JSON.parse(String(paramsJson)), connectionId, label).then(
-      (result) => {
-        entry.info = { url: String(url), ...result.info };
-        if (result.wllama) entry.wllama = result.wllama;
+    entry = { loaded: false, promise: null, connectionId: String(connectionId), label };
+    models.set(key, entry);
+    entry.promise = load(key, String(url), JSON.parse(String(paramsJson)), entry).then(
+      (info) => {
+        entry.info = { url: String(url), ...info };
+        if (info.ok) entry.loaded = true;
         else if (models.get(key) === entry) models.delete(key);
-        return result.info;
+        return info;
       },
     );
-    models.set(key, entry);
   }
   return JSON.stringify(await entry.promise);
 }
@@ -156,41 +140,19 @@ export async function ensureModel(key, url, paramsJson, connectionId, label) {
 /** Whether the model of `key` is loaded and ready (synchronous). */
 export function isLoaded(key) {
   const entry = models.get(String(key));
-  return Boolean(entry && entry.wllama);
+  return Boolean(entry && entry.loaded);
 }
 
 /** JSON text: the loaded models with their threads and context (for the shell UI and tests). */
 export function loadedModels() {
-  return JSON.stringify([...models.values()].filter((e) => e.wllama).map((e) => e.info));
+  return JSON.stringify([...models.values()].filter((e) => e.loaded).map((e) => e.info));
 }
 
-/** Unload the model of `key` (frees its worker and memory). */
+/** Unload the model of `key` (frees its llama.cpp worker and memory). */
 export async function unloadModel(key) {
-  const entry = models.get(key);
-  models.delete(key);
-  if (entry && entry.wllama) await entry.wllama.exit();
-}
-
-async function pump(wllama, body, stream) {
-  let failure = null;
-  try {
-    const chunks = await wllama.createChatCompletion({
-      ...body,
-      stream: true,
-      abortSignal: stream.controller.signal,
-    });
-    for await (const chunk of chunks) {
-      if (stream.aborted) break;
-      streams.push(stream, chunk);
-    }
-  } catch (error) {
-    if (!stream.aborted) {
-      console.error("napllm wasm engine: generation failed", error);
-      failure = errorKind(error, "chat");
-    }
-  } finally {
-    streams.end(stream, failure);
-  }
+  const entry = models.get(String(key));
+  models.delete(String(key));
+  if (entry && entry.loaded && worker) worker.postMessage({ op: "unload", key: String(key) });
 }
 
 /**
@@ -199,11 +161,15 @@ async function pump(wllama, body, stream) {
  * model is not loaded (the Python side calls `ensureModel` first).
  */
 export function startChat(key, bodyJson, deliveryDelayMs = 0) {
-  const entry = models.get(key);
-  if (!entry || !entry.wllama) throw new Error("model not loaded");
+  const entry = models.get(String(key));
+  if (!entry || !entry.loaded || !worker) throw new Error("model not loaded");
   const body = JSON.parse(String(bodyJson));
   const stream = streams.open("wasm", deliveryDelayMs);
-  pump(entry.wllama, body, stream);
+  const target = worker;
+  stream.controller.signal.addEventListener("abort", () => {
+    target.postMessage({ op: "abort", id: stream.id });
+  });
+  target.postMessage({ op: "chat", id: stream.id, key: String(key), body });
   return stream.id;
 }
 
@@ -212,7 +178,7 @@ export function nextChunks(id) {
   return streams.next(id);
 }
 
-/** Abort stream `id` (its wllama request stops at the next token) and forget it. */
+/** Abort stream `id` (the worker stops its wllama request at the next token) and forget it. */
 export function abort(id) {
   return streams.cancel(id);
 }

@@ -8,7 +8,10 @@ Rules (DESIGN.md "The data path"; providers/base.py; pitfalls.md)
   Python holds no JS object beyond one call.
 - Everything crossing the bridge is JSON text or a plain string: the chat
   body goes in as JSON, chunks come back in batches of JSON text
-  (web/engines/streams.js) and are mapped with `chat_stream.ChatStreamToLmsp`.
+  (web/engines/streams.js): every chunk the engine produced since the last
+  read, so the engine runs ahead and the runtime works per batch. Runs of
+  text-only chunks in a batch are merged (`merge_text_chunks`) before they
+  are mapped with `chat_stream.ChatStreamToLmsp`.
   No proxy is created (JS never calls back into Python).
 - Cancellation is task cancellation: the provider's iterator is closed, and
   its `finally` aborts the JS stream (wllama: AbortSignal; WebLLM:
@@ -33,6 +36,7 @@ from pyodide.code import run_js  # type: ignore[import-not-found]
 from pyodide.ffi import JsException  # type: ignore[import-not-found]
 
 from ..errors import ProviderFailure
+from ..jsontext import read_json, read_stream_payload
 from ..lmsp import LmspEvent, LmspRequest
 from ..providers.base import Provider
 from ..providers.chat_stream import ChatStreamToLmsp
@@ -40,6 +44,7 @@ from ..providers.engines import (
     GpuReport,
     WebLLMRecord,
     engine_failure,
+    merge_text_chunks,
     tinychat_connection,
     wasm_capabilities,
     wasm_chat_body,
@@ -81,12 +86,12 @@ async def stream_chunks(
     try:
         while True:
             try:
-                batch = json.loads(str(await api.nextChunks(stream_id)))
+                batch = read_stream_payload(str(await api.nextChunks(stream_id)))
             except (ValueError, JsException) as exc:
                 raise ProviderFailure(detail=f"{engine}: unreadable chunk batch") from exc
             if not isinstance(batch, dict) or not isinstance(batch.get("chunks"), list):
                 raise ProviderFailure(detail=f"{engine}: malformed chunk batch")
-            for chunk in batch["chunks"]:
+            for chunk in merge_text_chunks(batch["chunks"]):
                 for event in state.feed(chunk):
                     yield event
             if batch.get("done") is True:
@@ -145,7 +150,7 @@ class WasmEngine:
 
     def _env(self, api: Any) -> dict[str, Any]:
         if self._environment is None:
-            data = json.loads(str(api.environment()))
+            data = read_json(str(api.environment()))
             self._environment = data if isinstance(data, dict) else {}
         return self._environment
 
@@ -168,7 +173,7 @@ class WasmEngine:
             text = await api.ensureModel(
                 key, url, json.dumps(params), connection.id, connection.name
             )
-            result = json.loads(str(text))
+            result = read_json(str(text))
         except (JsException, ValueError) as exc:
             raise engine_failure("load", "wasm") from exc
         if not isinstance(result, dict) or result.get("ok") is not True:
@@ -212,7 +217,7 @@ class WebLLMProvider:
         api = await import_module(WEBLLM_MODULE)
         try:
             text = await api.ensureEngine(connection.model, connection.id, connection.name)
-            result = json.loads(str(text))
+            result = read_json(str(text))
         except (JsException, ValueError) as exc:
             raise engine_failure("unknown", "webllm") from exc
         if not isinstance(result, dict) or result.get("ok") is not True:
@@ -244,7 +249,7 @@ class WebLLMEngine:
         """Recommended models for this device (unavailable ones say why)."""
         try:
             api = await import_module(WEBLLM_MODULE)
-            data = json.loads(str(await api.catalog()))
+            data = read_json(str(await api.catalog()))
         except (JsException, ValueError):
             log.warning("webllm: the WebLLM catalogue could not be read")
             return []

@@ -24,6 +24,7 @@ from typing import Any
 
 from pyodide.ffi import JsException  # type: ignore[import-not-found]
 
+from ..jsontext import read_json
 from ..lmsp import LmspEvent, LmspRequest
 from ..providers.base import Provider
 from ..providers.chat_stream import ChatStreamToLmsp
@@ -84,7 +85,7 @@ class OnnxEngine:
         """Why WebGPU cannot run models here (a sentence), or `None` (probed once)."""
         if not self._probed:
             try:
-                probe = json.loads(str(await api.probe()))
+                probe = read_json(str(await api.probe()))
             except (JsException, ValueError):
                 probe = None
             self._reason = webgpu_unavailable_reason(probe)
@@ -108,7 +109,7 @@ class OnnxEngine:
             text = await api.ensureModel(
                 key, json.dumps(source), "webgpu", dtype, connection.id, connection.name
             )
-            result = json.loads(str(text))
+            result = read_json(str(text))
         except (JsException, ValueError) as exc:
             raise onnx_failure("load") from exc
         if not isinstance(result, dict) or result.get("ok") is not True:

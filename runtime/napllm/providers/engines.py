@@ -436,3 +436,83 @@ def engine_failure(kind: object, engine: str) -> ProviderFailure:
     key = kind if isinstance(kind, str) and kind in ENGINE_HINTS else "unknown"
     code = ErrorCode.QUOTA_EXCEEDED if key == "context" else ErrorCode.PROVIDER_ERROR
     return ProviderFailure(code, user_hint=ENGINE_HINTS[key], detail=f"{engine}: {key}")
+
+
+# --------------------------------------------------------------------------
+# chunk batches (the transport from the engines' workers)
+
+_PLAIN_CHOICE_KEYS = frozenset({"index", "delta", "finish_reason", "logprobs"})
+
+
+def _plain_text(chunk: Any) -> str | None:
+    """The content of a chunk that carries nothing but text, else `None`.
+
+    Plain means: one choice of index 0 whose delta holds only `content` (a
+    string, maybe with `role`), no finish reason, no log-probabilities, no
+    usage. Anything else (tool calls, reasoning, the last chunk) is not.
+    """
+    if not isinstance(chunk, dict) or chunk.get("usage") is not None:
+        return None
+    choices = chunk.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1:
+        return None
+    choice = choices[0]
+    if not isinstance(choice, dict) or not set(choice) <= _PLAIN_CHOICE_KEYS:
+        return None
+    if choice.get("index", 0) != 0 or choice.get("finish_reason") is not None:
+        return None
+    if choice.get("logprobs") is not None:
+        return None
+    delta = choice.get("delta")
+    if not isinstance(delta, dict) or not set(delta) <= {"content", "role"}:
+        return None
+    content = delta.get("content")
+    return content if isinstance(content, str) else None
+
+
+def merge_text_chunks(chunks: list[Any]) -> list[Any]:
+    """One batch of OpenAI chat chunks with each run of plain-text chunks merged.
+
+    A run of adjacent chunks that carry nothing but text (see `_plain_text`)
+    becomes one chunk: the run's first chunk with the texts concatenated in
+    order; every other chunk passes through unchanged and in place. The
+    mapping (`ChatStreamToLmsp`) accepts text split anywhere, so the LMSP
+    events differ only in how the text is split (NAP-LLM, Streaming: deltas
+    may be coalesced; text is never dropped or reordered). This keeps the
+    runtime's work per batch, not per token, when the engine runs ahead.
+    """
+    out: list[Any] = []
+    run: list[str] = []
+    head: dict[str, Any] | None = None
+
+    def flush() -> None:
+        nonlocal head
+        if head is None:
+            return
+        if len(run) == 1:
+            out.append(head)
+        else:
+            choice = dict(head["choices"][0])
+            choice["delta"] = {**choice["delta"], "content": "".join(run)}
+            out.append({**head, "choices": [choice]})
+        head = None
+        run.clear()
+
+    for chunk in chunks:
+        text = _plain_text(chunk)
+        if text is None:
+            flush()
+            out.append(chunk)
+            continue
+        role = chunk["choices"][0]["delta"].get("role")
+        if (
+            head is not None
+            and role is not None
+            and role != head["choices"][0]["delta"].get("role")
+        ):
+            flush()
+        if head is None:
+            head = chunk
+        run.append(text)
+    flush()
+    return out
