@@ -25,7 +25,7 @@ GGUF = TINYCHAT / "tiny-chat-q8_0.gguf"
 SAMPLES = json.loads((TINYCHAT / "samples_torch.json").read_text())
 REEXPORT = f"python models/tinychat/onnx/export_onnx.py models/tinychat/{GGUF.name}"
 EOS = 2
-MAX_NEW = 64
+MAX_NEW = 256  # the long counting answer is 200 tokens
 
 
 def sha256(path: Path) -> str:

@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         if prompt != sample["prompt_ids"]:
             print("tokenizer mismatch:", sample["text"][:40])
             failures += 1
-        got = model.greedy(sample["prompt_ids"], 64, stop_ids=(tok["eos"],))
+        got = model.greedy(sample["prompt_ids"], len(sample["out_ids"]) + 8, stop_ids=(tok["eos"],))
         if got != sample["out_ids"]:
             print("torch mismatch:", sample["text"][:40])
             failures += 1
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         onnx.checker.check_model(str(staged))
         session = ort.InferenceSession(str(staged), providers=["CPUExecutionProvider"])
         for sample in samples:
-            got = ort_greedy(session, cfg, sample["prompt_ids"], 64, tok["eos"])
+            got = ort_greedy(session, cfg, sample["prompt_ids"], len(sample["out_ids"]) + 8, tok["eos"])
             if got != sample["out_ids"]:
                 print("onnxruntime mismatch:", sample["text"][:40], got)
                 failures += 1
