@@ -7,8 +7,9 @@ import json
 from typing import Any
 
 import pytest
-from harness import WEATHER_TOOL, Harness, generate
+from harness import Harness, generate
 
+from fixtures import WEATHER_TOOL
 from napllm.connections import ConnectionSpec, route_for
 from napllm.providers.scripted import (
     ErrorTurn,
