@@ -115,9 +115,11 @@ def stats(values: list[float]) -> str:
 
 
 class Server:
-    """dist/ on 127.0.0.1 with overlays; records every file it sends."""
+    """A build folder (dist/ by default) on 127.0.0.1 with overlays; records every file it sends."""
 
-    def __init__(self, build: ModuleType, overlays: dict[str, Path]) -> None:
+    def __init__(
+        self, build: ModuleType, overlays: dict[str, Path], directory: Path | None = None
+    ) -> None:
         self.sent: list[Path] = []
         sent = self.sent
 
@@ -135,7 +137,7 @@ class Server:
             {"quiet": True, "overlays": extra, "log_request": log_request},
         )
         self.httpd = build.DistServer(
-            ("127.0.0.1", 0), functools.partial(handler, directory=str(build.DIST))
+            ("127.0.0.1", 0), functools.partial(handler, directory=str(directory or build.DIST))
         )
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
@@ -452,12 +454,21 @@ def main() -> None:
             if "b" in only:
                 bench_bytes(p.chromium, server, precache=not a.quick)
             if only & {"d", "e"}:
+                # the relay and concurrency runs drive fixture connections,
+                # which only the test build (dist-test/) has
+                test_server = Server(build, {f"/{TEST}/": tests}, build.build_test_dist())
                 browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-                if "d" in only:
-                    ok = bench_relay(browser, server, tests, a.deltas) and ok
-                if "e" in only:
-                    ok = bench_concurrent(browser, server, tests, napplets, concurrent) and ok
-                browser.close()
+                try:
+                    if "d" in only:
+                        ok = bench_relay(browser, test_server, tests, a.deltas) and ok
+                    if "e" in only:
+                        ok = (
+                            bench_concurrent(browser, test_server, tests, napplets, concurrent)
+                            and ok
+                        )
+                finally:
+                    browser.close()
+                    test_server.close()
     finally:
         server.close()
         shutil.rmtree(pages, ignore_errors=True)

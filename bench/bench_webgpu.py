@@ -223,9 +223,17 @@ def main() -> None:
                 adapter = page.evaluate(ADAPTER)
                 if not adapter:
                     raise SystemExit("no WebGPU adapter in this Chromium")
+                # a link opens the napplet with LLM access off: turn it on
                 page.wait_for_function(
                     "() => { const f = document.querySelector('iframe.napplet-frame');"
                     " return f && f.srcdoc.length > 0; }"
+                )
+                old = page.query_selector("iframe.napplet-frame")
+                page.click(".llm-toggle")
+                page.wait_for_function(
+                    "(old) => { const f = document.querySelector('iframe.napplet-frame');"
+                    " return f && f !== old && f.srcdoc.length > 0; }",
+                    arg=old,
                 )
                 frame = page.query_selector("iframe.napplet-frame").content_frame()
                 frame.wait_for_load_state("load")

@@ -46,7 +46,7 @@ area = new NappletArea({
 });
 const connections = new ConnectionsPanel($("#connections"), getRuntime);
 const accounts = new AccountSwitcher($("#account"), getRuntime);
-const tabOfEndpoint = (endpointId) => area.byEndpoint.get(String(endpointId))?.tab ?? null;
+const tabOfEndpoint = (endpointId) => area.tabOfEndpoint(endpointId);
 const tabOfKey = (key) => area.tabs.find((tab) => tab.key === key) ?? null;
 
 /** Show (or clear) a refusal period of a napplet in its tab's toolbar and as a notice. */

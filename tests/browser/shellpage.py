@@ -495,3 +495,30 @@ def wait_deltas(napplet: Napplet, rid: str, count: int = 1) -> None:
         arg=[rid, count],
         polling=POLL_MS,
     )
+
+
+def linked_napplet_frame(page: Any, index: int = 0) -> Any:
+    """The content frame of the `index`-th napplet frame, with LLM access on.
+
+    A napplet opened by a link (`?napplet=`) or the URL form starts with LLM
+    access off: its tab's switch is turned on (the shell then builds a fresh
+    frame) before the frame is returned, loaded.
+    """
+    frames = "iframe.napplet-frame"
+    page.wait_for_function(
+        "([sel, n]) => { const f = document.querySelectorAll(sel)[n];"
+        " return f && f.srcdoc.length > 0; }",
+        arg=[frames, index],
+    )
+    toggle = page.locator(".llm-toggle").nth(index)
+    if not toggle.is_checked():
+        old = page.query_selector_all(frames)[index]
+        toggle.click()
+        page.wait_for_function(
+            "([sel, n, old]) => { const f = document.querySelectorAll(sel)[n];"
+            " return f && f !== old && f.srcdoc.length > 0; }",
+            arg=[frames, index, old],
+        )
+    frame = page.query_selector_all(frames)[index].content_frame()
+    frame.wait_for_load_state("load")
+    return frame

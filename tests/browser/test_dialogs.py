@@ -40,7 +40,7 @@ LOOP = """
   window.loop = {sent: 0, results: []};
   const send = (slot) => {
     window.loop.sent += 1;
-    window.parent.postMessage({type: 'llm.generate', id: `loop-${slot}-${window.loop.sent}`,
+    window.postMessage({type: 'llm.generate', id: `loop-${slot}-${window.loop.sent}`,
       request: {handle, messages: [{role: 'user', content: [{type: 'text', text: 'hi'}]}]}}, '*');
   };
   window.addEventListener('message', (event) => {

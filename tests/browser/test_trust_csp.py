@@ -62,10 +62,11 @@ POLICIES = {"recommended": recommended_csp, "breaking": lambda: BREAKING_CSP}
 
 @pytest.fixture
 def csp_shell(
-    browser: Any, dist_dir: Path, test_pages_dir: Path, request: pytest.FixtureRequest
+    browser: Any, test_dist_dir: Path, test_pages_dir: Path, request: pytest.FixtureRequest
 ) -> Iterator[ShellPage]:
-    """A fresh browser context on dist/ served with the policy named by the parameter."""
-    server, url = serve(dist_dir, test_pages_dir, POLICIES[request.param]())
+    """A fresh browser context on the test build (dist/ plus the hooks that drive its
+    fixture connections) served with the policy named by the parameter."""
+    server, url = serve(test_dist_dir, test_pages_dir, POLICIES[request.param]())
     context = browser.new_context()
     try:
         yield ShellPage(context.new_page(), url, install_napplets(test_pages_dir, url))

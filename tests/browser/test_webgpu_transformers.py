@@ -33,6 +33,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import pytest
+from shellpage import linked_napplet_frame
 
 pytestmark = [pytest.mark.browser, pytest.mark.webgpu]
 
@@ -272,12 +273,7 @@ def shell(
     # cancel lands mid-stream however fast the adapter is.
     page.goto(f"{base_url}index.html?test=1&engineDelayMs=100&napplet={quote(driver, safe='')}")
     page.wait_for_function("document.body.dataset.boot === 'ready'", timeout=BOOT_TIMEOUT_MS)
-    page.wait_for_function(
-        "() => { const f = document.querySelector('iframe.napplet-frame');"
-        " return f && f.srcdoc.length > 0; }"
-    )
-    frame = page.query_selector("iframe.napplet-frame").content_frame()
-    frame.wait_for_load_state("load")
+    frame = linked_napplet_frame(page)
     frame.wait_for_function("() => typeof window.start === 'function'", polling=POLL_MS)
     try:
         yield Shell(page, frame)
@@ -470,11 +466,7 @@ def test_without_webgpu_the_connection_says_so_and_nothing_is_fetched(
     item = page.text_content(f"#connection-list > li[data-connection-id='{CONNECTION}']") or ""
     assert "TinyChat (WebGPU, transformers.js)" in item
     assert "Unavailable" in item and "WebGPU" in item
-    page.wait_for_function(
-        "() => { const f = document.querySelector('iframe.napplet-frame');"
-        " return f && f.srcdoc.length > 0; }"
-    )
-    frame = page.query_selector("iframe.napplet-frame").content_frame()
+    frame = linked_napplet_frame(page)
     frame.wait_for_function("() => typeof window.selectModel === 'function'", polling=POLL_MS)
     frame.evaluate("() => window.selectModel({})")
     page.wait_for_selector(".chooser-dialog button.candidate")

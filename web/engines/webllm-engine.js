@@ -155,7 +155,7 @@ async function createEngine(modelId, connectionId, label) {
  * device lacks WebGPU or a feature: the download was not the problem.
  */
 async function forgetModelFiles(modelId, kind) {
-  if (testFactory || kind === "webgpu" || kind === "feature") return;
+  if (kind === "webgpu" || kind === "feature") return;
   try {
     await (await webllm()).deleteModelAllInfoInCache(modelId);
   } catch {

@@ -215,6 +215,12 @@ export class NappletArea {
     this.updateEmpty();
   }
 
+  /** The tab whose current document holds endpoint `endpointId`, or null. */
+  tabOfEndpoint(endpointId) {
+    const doc = this.byEndpoint.get(String(endpointId));
+    return doc ? doc.record.tab : null;
+  }
+
   /** The label of an endpoint for the inspector: tab title, origin and id. */
   describeEndpoint(endpointId) {
     const doc = this.byEndpoint.get(endpointId);
