@@ -953,9 +953,13 @@ def test_inspector_records_filters_and_clears(shell: Any) -> None:
     shell.page.select_option("#inspector-direction", "out")
     shell.page.wait_for_function("document.querySelectorAll('#inspector-list li').length === 1")
     shell.page.select_option("#inspector-direction", "")
+    shell.page.wait_for_function("document.querySelectorAll('#inspector-list li').length === 4")
     shell.page.fill("#inspector-text", "h9")
-    shell.page.wait_for_function("document.querySelectorAll('#inspector-list li').length === 1")
-    assert shell.page.get_attribute("#inspector-list li", "data-type") == "llm.describe"
+    # (the "out" filter above also left one entry: wait for the text filter's own)
+    shell.page.wait_for_function(
+        "() => { const ls = document.querySelectorAll('#inspector-list li');"
+        " return ls.length === 1 && ls[0].dataset.type === 'llm.describe'; }"
+    )
     shell.page.fill("#inspector-text", "")
     shell.page.select_option("#inspector-endpoint", "ep1")
     shell.page.wait_for_function("document.querySelectorAll('#inspector-list li').length === 4")
