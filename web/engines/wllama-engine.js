@@ -30,10 +30,12 @@
  *   `inference` and every pending load with `load`.
  * - `deliveryDelayMs` hands chunks over one at a time, N ms apart (the
  *   Python side passes its engine's `delay_ms`, 0 in the product).
- * - Before a download the model must fit in the browser's storage (two
- *   copies: wllama's own cache and the shell's); a model that fails to load
- *   is removed from the shell's model cache here and from wllama's cache in
- *   the worker, so the next try downloads it again.
+ * - Before a download the model must fit in the browser's storage (one
+ *   copy: the service worker's model cache; the worker downloads and checks
+ *   the file itself and hands it to wllama, which keeps no copy of its own);
+ *   a model that fails to load is removed from the shell's model cache here
+ *   and from wllama's (OPFS) cache in the worker, so the next try downloads
+ *   it again. A failed load also drops the worker's state for that key.
  */
 
 import { forgetCachedModel, roomForModel } from "../js/storage.js";
@@ -95,8 +97,9 @@ function engineWorker() {
 async function load(key, url, params, entry) {
   const absolute = new URL(url, document.baseURI);
   const label = entry.label;
-  // wllama keeps its own copy (OPFS) besides the service worker's: two copies.
-  if (!(await roomForModel(absolute.href, { copies: 2, connectionId: entry.connectionId }))) {
+  // One copy is kept: the service worker's (the worker downloads the file
+  // itself, so wllama keeps none of its own).
+  if (!(await roomForModel(absolute.href, { copies: 1, connectionId: entry.connectionId }))) {
     progress(entry.connectionId, `${label} does not fit in this browser's storage`, -1);
     return { ok: false, kind: "storage" };
   }

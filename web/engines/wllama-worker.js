@@ -16,11 +16,19 @@
  *   `{op: "chunks", id, chunks: [JSON text, ...]}` for every chunk wllama
  *   yields (each chunk already serialized, so the page only concatenates),
  *   `{op: "end", id, kind: null | text}` once per chat.
+ * - Model files are downloaded here, checked as they arrive (status 200,
+ *   not a text type, the GGUF magic, the declared length) and handed to
+ *   wllama as Blobs; wllama's own download and its OPFS cache are not used
+ *   (that cache kept any answer, a fallback page too, and never asked the
+ *   host again). A failed load removes the URL from that cache as well, for
+ *   copies an older build left there.
  * - Errors are classified into kinds (`download`, `load`, `context`,
  *   `inference`, `unknown`); no engine text leaves this worker.
  */
 
-import { Wllama, wasmPaths } from "../vendor/wllama/wllama.js";
+import { CacheManager, ModelManager, Wllama, wasmPaths } from "../vendor/wllama/wllama.js";
+
+const GGUF_MAGIC = [0x47, 0x47, 0x55, 0x46];
 
 /** key -> Wllama */
 const models = new Map();
@@ -47,27 +55,111 @@ function errorKind(error, stage) {
   return stage === "chat" ? "inference" : "unknown";
 }
 
+/** A download that is no model (wrong status, type, magic or length). */
+class NotAModel extends Error {
+  constructor(reason) {
+    super(reason);
+    this.type = "download_error";
+  }
+}
+
+/**
+ * The whole file at `url` as a Blob, checked on the way: status 200, a
+ * content type that is not text, HTML, JSON or XML, the GGUF magic at byte
+ * 0 when `gguf`, and exactly the declared length. `cache: "no-cache"` makes
+ * the HTTP cache ask the host again, so an answer it kept from before (a
+ * fallback page) is never reused once the host serves another file; the
+ * service worker's model cache (verified copies only) still answers first.
+ * `onBytes(seen, expected)` reports the bytes so far (expected: null when
+ * unknown). Throws NotAModel or the
+ * network's error.
+ */
+async function download(url, gguf, onBytes) {
+  const response = await fetch(url, { cache: "no-cache" });
+  if (response.status !== 200 || !response.body) throw new NotAModel(`status ${response.status}`);
+  if (/^text\/|html|json|xml/i.test(response.headers.get("content-type") || "")) {
+    throw new NotAModel("not a model content type");
+  }
+  const encoding = (response.headers.get("content-encoding") || "identity").toLowerCase();
+  const declared = Number(response.headers.get("content-length"));
+  const expected = encoding === "identity" && response.headers.has("content-length")
+    && Number.isSafeInteger(declared) ? declared : null;
+  const reader = response.body.getReader();
+  const parts = [];
+  let seen = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    if (gguf && seen < 4) {
+      for (let i = 0; seen + i < 4 && i < value.byteLength; i += 1) {
+        if (value[i] !== GGUF_MAGIC[seen + i]) {
+          await reader.cancel();
+          throw new NotAModel("not a GGUF file");
+        }
+      }
+    }
+    seen += value.byteLength;
+    if (expected !== null && seen > expected) {
+      await reader.cancel();
+      throw new NotAModel("longer than declared");
+    }
+    parts.push(value);
+    onBytes(seen, expected);
+  }
+  if ((gguf && seen < 4) || (expected !== null && seen !== expected)) throw new NotAModel("incomplete file");
+  return new Blob(parts);
+}
+
+/**
+ * Remove every file of the model at `urls` from wllama's own (OPFS) cache.
+ * wllama keeps a copy there whenever it downloads a model itself (even
+ * with `useCache: false`) and then never asks the host again, so a bad copy
+ * from an older build would be loaded for good. This worker downloads the
+ * files itself (see `load`), so that cache holds nothing of napllm's any
+ * more. Never throws.
+ */
+async function forgetWllamaCopies(urls) {
+  try {
+    const cache = new CacheManager();
+    const names = new Set(await Promise.all(urls.map((u) => cache.getNameFromURL(u))));
+    const stale = (await cache.list()).some((entry) => names.has(entry.name)
+      || urls.includes(entry.metadata && entry.metadata.originalURL));
+    if (stale) {
+      await cache.deleteMany((entry) => names.has(entry.name)
+        || urls.includes(entry.metadata && entry.metadata.originalURL));
+    }
+  } catch {
+    /* no OPFS here, or nothing cached */
+  }
+}
+
 async function load(key, url, params) {
-  const sameOrigin = new URL(url).origin === self.location.origin;
+  // All shards of a split model (`-00001-of-00003.gguf`), in order.
+  const urls = ModelManager.parseModelUrl(url);
   const wllama = new Wllama(wasmPaths, { logger: quietLogger, suppressNativeLog: true });
   let stage = "download";
   let lastReport = 0;
   try {
-    await wllama.loadModelFromUrl(url, {
-      ...params,
-      // Same-origin files are revalidated by the HTTP cache; only models
-      // from elsewhere are kept in wllama's own (OPFS) cache.
-      useCache: !sameOrigin,
-      progressCallback: ({ loaded, total }) => {
+    await forgetWllamaCopies(urls);
+    // The files are downloaded here, not by wllama: wllama's own download
+    // keeps an unchecked copy in OPFS that it never fetches again (a
+    // fallback page stayed "the model" for good). Here each file is checked
+    // as it arrives, and the only kept copy is the service worker's,
+    // verified the same way (web/sw-napllm.js).
+    const blobs = [];
+    for (let index = 0; index < urls.length; index += 1) {
+      blobs.push(await download(urls[index], true, (seen, expected) => {
         const now = performance.now();
-        if (total > 0 && (now - lastReport > 100 || loaded >= total)) {
+        if (now - lastReport > 100) {
           lastReport = now;
-          self.postMessage({ op: "progress", key, fraction: Math.min(1, loaded / total) });
+          const part = expected ? Math.min(1, seen / expected) : 0;
+          self.postMessage({ op: "progress", key, fraction: (index + part) / urls.length });
         }
-        if (total > 0 && loaded >= total) stage = "load";
-      },
-    });
+      }));
+      self.postMessage({ op: "progress", key, fraction: (index + 1) / urls.length });
+    }
     stage = "load";
+    await wllama.loadModel(blobs, params);
     const info = wllama.getLoadedContextInfo();
     if (!info || info.success === false || !(info.n_vocab > 0)) {
       throw new Error("llama.cpp could not load the model");
@@ -87,13 +179,7 @@ async function load(key, url, params) {
     } catch {
       /* already gone */
     }
-    if (!sameOrigin) {
-      try {
-        await wllama.cacheManager.delete(url);
-      } catch {
-        /* nothing cached */
-      }
-    }
+    await forgetWllamaCopies(urls);
     return { ok: false, kind: errorKind(error, stage) };
   }
 }

@@ -273,9 +273,8 @@ export function requestPersistentStorage() {
 /**
  * Before a model download: does it fit? Reads the model's size (HEAD) and
  * `navigator.storage.estimate()`; asks for persistent storage on the way.
- * `copies`: how many copies the engine stores (wllama keeps its own copy
- * besides the service worker's). A model already in the model cache needs
- * no room. When it does not fit, tells the user (model size, space left)
+ * `copies`: how many copies the engine stores (the wasm engine keeps one,
+ * the service worker's). A model already in the model cache needs no room. When it does not fit, tells the user (model size, space left)
  * through `napllmHost.notice` and resolves false; resolves true when it
  * fits or when the size or the quota is unknown. Never rejects.
  */
