@@ -10,7 +10,9 @@
  *   visit does not grow.
  * - One worker per model key (source + device + dtype). Concurrent loads of
  *   one key share one promise; a failed load terminates its worker and is
- *   forgotten, so the next request tries again.
+ *   forgotten, so the next request tries again, in a new worker that fetches
+ *   every file afresh (`fresh`; the worker has already removed the model's
+ *   files from the library's cache).
  * - Load progress goes to `napllmHost.engineProgress` (page.js).
  * - Chat streams are read from Python through streams.js (JSON text batches):
  *   `startChat` returns a stream id, `nextChunks(id)` reads, `abort(id)`
@@ -32,6 +34,9 @@ const models = new Map();
 const owners = new Map();
 
 let probed = null;
+
+/** Keys whose last load failed: their next load fetches every file afresh. */
+const failed = new Set();
 
 /**
  * JSON text `{"webgpu": bool, "reason"?: "no-webgpu"|"no-adapter"|"timeout",
@@ -66,7 +71,7 @@ export async function probe() {
   return JSON.stringify(await probed);
 }
 
-function startWorker(entry, source, device, dtype, connectionId, label) {
+function startWorker(entry, source, device, dtype, connectionId, label, fresh) {
   return new Promise((resolve) => {
     const worker = new Worker(new URL("./transformers-worker.js", import.meta.url), { type: "module" });
     entry.worker = worker;
@@ -95,7 +100,7 @@ function startWorker(entry, source, device, dtype, connectionId, label) {
       for (const stream of entry.open.values()) streams.end(stream, "inference");
       entry.open.clear();
     };
-    worker.postMessage({ type: "load", source, device, dtype });
+    worker.postMessage({ type: "load", source, device, dtype, fresh });
   });
 }
 
@@ -117,8 +122,11 @@ export async function ensureModel(key, sourceJson, device, dtype, connectionId, 
     label = String(label);
     loadingNotice(`Loading the model of ${label}…`, connectionId);
     progress(connectionId, `Loading ${label}`, 0);
-    entry.promise = startWorker(entry, source, String(device), String(dtype || ""), connectionId, label).then(
+    const fresh = failed.has(key);
+    entry.promise = startWorker(entry, source, String(device), String(dtype || ""), connectionId, label, fresh).then(
       (result) => {
+        if (result.ok) failed.delete(key);
+        else failed.add(key);
         if (result.ok) {
           entry.info = { key, device: result.device, contextSize: result.contextSize };
           progress(connectionId, `${label} is ready`, 1);

@@ -3,7 +3,7 @@
  * (onnxruntime-web) off the page's main thread. Driven by transformers-engine.js.
  *
  * Rules
- * - Messages in: `{type: "load", source, device, dtype}` once, then
+ * - Messages in: `{type: "load", source, device, dtype, fresh}` once, then
  *   `{type: "chat", id, body}` and `{type: "cancel", id}`. Messages out:
  *   `{type: "progress", fraction}`, `{type: "loaded", ok, kind?, device}`,
  *   `{type: "chunk", id, chunk}` (an OpenAI chat completion chunk) and
@@ -21,6 +21,14 @@
  *   them. Cancel interrupts the running generation through an
  *   `InterruptableStoppingCriteria` (it stops after the token being computed)
  *   or drops a queued one; the model stays loaded and usable.
+ * - Model files: from the shell's own origin they are read as a local path
+ *   and not kept by the library (the service worker and the HTTP cache
+ *   serve them); from elsewhere the library keeps them in its Cache Storage
+ *   `transformers-cache`, but only files that pass a check (`keepable`:
+ *   status 200, JSON that parses, weights that are no text or HTML). A
+ *   failed load removes the model's folder from that cache, and the engine
+ *   asks for the next load of that model with `fresh`: every file is then
+ *   fetched with `cache: "reload"`, past the HTTP cache.
  * - Errors become kinds (`download`, `load`, `context`, `inference`); the
  *   library's own text goes to the console only.
  */
@@ -41,6 +49,78 @@ env.useWasmCache = false;
 env.allowRemoteModels = false;
 env.allowLocalModels = false;
 
+// ------------------------------------------------------------ model files
+
+/** The Cache Storage the library keeps downloaded model files in (its default name). */
+const MODEL_CACHE = "transformers-cache";
+const NOT_BINARY = /^text\/|html|json|xml/i;
+const MARKUP = /html|xml/i;
+
+/**
+ * Whether `response` (a whole file the library read, for `key`) may be
+ * kept: status 200; a JSON file is no HTML/XML and parses as JSON; an ONNX
+ * or other weights file has no text, HTML, JSON or XML type and is not
+ * empty. The library caches any 200 answer before it parses it, so without
+ * this a host's fallback page stayed "config.json" for good.
+ */
+async function keepable(key, response) {
+  if (!response || response.status !== 200) return false;
+  const type = response.headers.get("content-type") || "";
+  const path = new URL(String(key), self.location.href).pathname.toLowerCase();
+  try {
+    if (path.endsWith(".json")) {
+      if (MARKUP.test(type)) return false;
+      const value = JSON.parse(await response.text());
+      return value !== null && typeof value === "object";
+    }
+    if (/\.(onnx|onnx_data|bin|safetensors)$/.test(path)) {
+      if (NOT_BINARY.test(type)) return false;
+      return (await response.arrayBuffer()).byteLength > 0;
+    }
+    return !MARKUP.test(type);
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The library's model cache, with a check before anything is stored
+ * (`keepable`); the library's own `env.useBrowserCache` would store any
+ * 200 answer. Same interface as the library's cache (`match`, `put`,
+ * `delete`).
+ */
+const verifiedCache = {
+  async match(key) {
+    return (await caches.open(MODEL_CACHE)).match(key);
+  },
+  async put(key, response) {
+    if (!(await keepable(key, response.clone()))) {
+      console.warn("napllm onnx engine: a downloaded file is no model file; not kept");
+      return;
+    }
+    await (await caches.open(MODEL_CACHE)).put(key, response);
+  },
+  async delete(key) {
+    return (await caches.open(MODEL_CACHE)).delete(key);
+  },
+};
+
+/**
+ * Remove every cached file under `prefix` (a model's folder URL) from the
+ * library's cache, so the next load downloads them again. Never throws.
+ */
+async function forgetModelFiles(prefix) {
+  if (!prefix || !("caches" in self)) return;
+  try {
+    const cache = await caches.open(MODEL_CACHE);
+    for (const request of await cache.keys()) {
+      if (request.url.startsWith(prefix)) await cache.delete(request);
+    }
+  } catch (error) {
+    console.error("napllm onnx engine: could not clear cached model files", error);
+  }
+}
+
 let model = null;
 let tokenizer = null;
 let modelName = "onnx";
@@ -58,7 +138,10 @@ function loadKind(error) {
   return "load";
 }
 
-async function load({ source, device, dtype }) {
+async function load({ source, device, dtype, fresh }) {
+  // After a failed load of this model, every file is fetched from the host
+  // again, past the HTTP cache (which may still hold the bad answer).
+  env.fetch = fresh ? (url, init = {}) => fetch(url, { ...init, cache: "reload" }) : fetch.bind(self);
   // A same-origin folder is read as a "local" path (transformers.js fetches
   // `<localModelPath><model>/<file>`); a folder elsewhere as a remote host
   // with the model's own folder name; a hub id from the Hugging Face hub.
@@ -73,13 +156,19 @@ async function load({ source, device, dtype }) {
     env.allowLocalModels = false;
     env.remoteHost = base.href;
     env.remotePathTemplate = "{model}/";
-    env.useBrowserCache = true;
   } else {
     env.allowRemoteModels = true;
     env.allowLocalModels = false;
-    env.useBrowserCache = true;
   }
   modelName = String(source.model);
+  // Files from elsewhere are kept in the library's cache, checked first.
+  env.useBrowserCache = false;
+  env.useCustomCache = Boolean(base === null || base.origin !== self.location.origin) && "caches" in self;
+  env.customCache = env.useCustomCache ? verifiedCache : null;
+  // The folder the library reads this model's files from.
+  const prefix = base
+    ? (base.origin === self.location.origin ? null : `${base.href}${modelName}/`)
+    : `${env.remoteHost}${modelName}/`;
   const files = new Map();
   const progress_callback = (report) => {
     if (!report || report.status !== "progress" || !(report.total > 0)) return;
@@ -99,6 +188,9 @@ async function load({ source, device, dtype }) {
     model = await AutoModelForCausalLM.from_pretrained(modelName, options);
   } catch (error) {
     console.error("napllm onnx engine: the model could not be loaded", error);
+    model = null;
+    tokenizer = null;
+    await forgetModelFiles(prefix);
     post({ type: "loaded", ok: false, kind: loadKind(error) });
     return;
   }

@@ -21,7 +21,8 @@
  *   wllama as Blobs; wllama's own download and its OPFS cache are not used
  *   (that cache kept any answer, a fallback page too, and never asked the
  *   host again). A failed load removes the URL from that cache as well, for
- *   copies an older build left there.
+ *   copies an older build left there, and the next load of that URL
+ *   fetches past the HTTP cache.
  * - Errors are classified into kinds (`download`, `load`, `context`,
  *   `inference`, `unknown`); no engine text leaves this worker.
  */
@@ -32,6 +33,8 @@ const GGUF_MAGIC = [0x47, 0x47, 0x55, 0x46];
 
 /** key -> Wllama */
 const models = new Map();
+/** Model URLs whose last load failed: the next load fetches them afresh. */
+const failed = new Set();
 /** chat id -> AbortController */
 const chats = new Map();
 
@@ -66,16 +69,16 @@ class NotAModel extends Error {
 /**
  * The whole file at `url` as a Blob, checked on the way: status 200, a
  * content type that is not text, HTML, JSON or XML, the GGUF magic at byte
- * 0 when `gguf`, and exactly the declared length. `cache: "no-cache"` makes
- * the HTTP cache ask the host again, so an answer it kept from before (a
- * fallback page) is never reused once the host serves another file; the
- * service worker's model cache (verified copies only) still answers first.
+ * 0 when `gguf`, and exactly the declared length. `fresh`: fetch past the
+ * HTTP cache (`cache: "reload"`), for a retry after a failed load, so an
+ * answer it kept from before (a fallback page) is not reused; the service
+ * worker's model cache (verified copies only) still answers first.
  * `onBytes(seen, expected)` reports the bytes so far (expected: null when
  * unknown). Throws NotAModel or the
  * network's error.
  */
-async function download(url, gguf, onBytes) {
-  const response = await fetch(url, { cache: "no-cache" });
+async function download(url, gguf, fresh, onBytes) {
+  const response = await fetch(url, { cache: fresh ? "reload" : "default" });
   if (response.status !== 200 || !response.body) throw new NotAModel(`status ${response.status}`);
   if (/^text\/|html|json|xml/i.test(response.headers.get("content-type") || "")) {
     throw new NotAModel("not a model content type");
@@ -148,7 +151,7 @@ async function load(key, url, params) {
     // verified the same way (web/sw-napllm.js).
     const blobs = [];
     for (let index = 0; index < urls.length; index += 1) {
-      blobs.push(await download(urls[index], true, (seen, expected) => {
+      blobs.push(await download(urls[index], true, failed.has(url), (seen, expected) => {
         const now = performance.now();
         if (now - lastReport > 100) {
           lastReport = now;
@@ -165,6 +168,7 @@ async function load(key, url, params) {
       throw new Error("llama.cpp could not load the model");
     }
     models.set(key, wllama);
+    failed.delete(url);
     return {
       ok: true,
       threads: wllama.getNumThreads(),
@@ -180,6 +184,7 @@ async function load(key, url, params) {
       /* already gone */
     }
     await forgetWllamaCopies(urls);
+    failed.add(url);
     return { ok: false, kind: errorKind(error, stage) };
   }
 }
