@@ -135,6 +135,10 @@ const napllmHost = Object.freeze({
   openConsent(token, disclosureJson) {
     return dialogs.openConsent(token, String(disclosureJson));
   },
+  /** Replace the candidates of an open or queued chooser (the connections changed). */
+  updateChooser(token, requestJson) {
+    dialogs.updateChooser(token, String(requestJson));
+  },
   /** Close or drop a chooser/consent dialog, resolving it as cancel/deny. */
   closeDialog(token) {
     dialogs.closeDialog(token);

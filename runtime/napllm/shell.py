@@ -47,7 +47,7 @@ import json
 import logging
 import secrets
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from .connections import ConnectionRegistry
@@ -247,7 +247,15 @@ class Transport(Protocol):
 
 
 class Chooser(Protocol):
-    """The model chooser (a DOM dialog in the browser)."""
+    """The model chooser (a DOM dialog in the browser).
+
+    A chooser may also offer `refresh(request, updated)`: while `choose(request)`
+    is pending, the connections changed and `updated` (the same request with
+    the candidates that fit now) replaces its candidate list. The shell calls
+    it when present; a chooser without it keeps showing the first list (a
+    pick of a candidate that is gone or changed still gets
+    `selection-expired`).
+    """
 
     async def choose(self, request: ChoiceRequest) -> str | None:
         """The chosen candidate's connection id, or None when the user cancels.
@@ -362,6 +370,17 @@ class _Endpoint:
     generations: dict[str, _Generation] = field(default_factory=dict)
     # unique key -> (the napplet's select id, the chooser task); ids may repeat
     selects: dict[str, tuple[str, asyncio.Task[None]]] = field(default_factory=dict)
+    # unique key (as in `selects`) -> the chooser's open choice
+    choices: dict[str, _Choice] = field(default_factory=dict)
+
+
+@dataclass
+class _Choice:
+    """An open chooser: what it was asked and what it offers now."""
+
+    request: ChoiceRequest
+    # connection id -> revision of every candidate the chooser offers now
+    offered: dict[str, int]
 
 
 class Shell:
@@ -561,8 +580,10 @@ class Shell:
         self, endpoint: _Endpoint, msg: Select, candidates: list[Connection], key: str
     ) -> None:
         account = self._account
+        request = ChoiceRequest(endpoint.id, endpoint.napplet, msg.requirements, candidates)
+        choice = _Choice(request, {c.id: c.revision for c in candidates})
+        endpoint.choices[key] = choice
         try:
-            request = ChoiceRequest(endpoint.id, endpoint.napplet, msg.requirements, candidates)
             chosen = await self._chooser.choose(request)
         except asyncio.CancelledError:
             return  # endpoint closed or account switched; answered there
@@ -571,6 +592,7 @@ class Shell:
             chosen = None
         finally:
             endpoint.selects.pop(key, None)
+            endpoint.choices.pop(key, None)
         if not endpoint.open or account != self._account:
             return
         if chosen is None:
@@ -579,7 +601,7 @@ class Shell:
             )
             return
         connection = self.connections.get(chosen)
-        offered = {c.id: c.revision for c in candidates}
+        offered = choice.offered
         if (
             connection is None
             or offered.get(connection.id) != connection.revision
@@ -839,6 +861,7 @@ class Shell:
     # -- connection changes -------------------------------------------------------------
 
     def _connection_changed(self, connection_id: str, change: str) -> None:
+        self._refresh_choosers()
         if change == "added":
             return
         for handle, sel in list(self._handles.items()):
@@ -857,6 +880,31 @@ class Shell:
                     self._settle(gen, NapError(ErrorCode.CANCELLED))
                 else:
                     self._settle(gen, NapError(ErrorCode.SELECTION_EXPIRED))
+
+    def _refresh_choosers(self) -> None:
+        """Every open chooser offers the connections that fit now.
+
+        A removed connection leaves its list, an added one that meets the
+        requirements joins it, an edited one is offered at its new revision
+        (or leaves when it no longer fits). A pick made from an older list
+        is checked against the revision offered now (`selection-expired`).
+        """
+        refresh = getattr(self._chooser, "refresh", None)
+        if not callable(refresh):
+            return  # it keeps showing the first list, checked against that list
+        everything = self.connections.all()
+        for endpoint in self._endpoints.values():
+            for choice in endpoint.choices.values():
+                requirements = choice.request.requirements
+                fitting = [c for c in everything if self._meets(c, requirements)]
+                offered = {c.id: c.revision for c in fitting}
+                if offered == choice.offered:
+                    continue
+                choice.offered = offered
+                try:
+                    refresh(choice.request, replace(choice.request, candidates=fitting))
+                except Exception:  # the shell must survive its chooser
+                    log.exception("chooser refresh failed")
 
 
 def _grant_key(napplet: NappletIdentity, connection_id: str, account: str) -> str:

@@ -289,3 +289,50 @@ def test_removing_a_connection_in_one_tab_cancels_its_generation_in_another(
         assert "Doomed" not in listed(b)
     finally:
         context.close()
+
+
+def chooser_names(page: Any) -> list[str]:
+    names: list[str] = page.eval_on_selector_all(
+        ".chooser-dialog[open] button.candidate .candidate-name",
+        "(nodes) => nodes.map((n) => n.textContent)",
+    )
+    return names
+
+
+def wait_chooser(page: Any, present: set[str], absent: set[str]) -> None:
+    page.wait_for_function(
+        "([present, absent]) => { const names = [...document.querySelectorAll("
+        "'.chooser-dialog[open] button.candidate .candidate-name')].map((n) => n.textContent);"
+        " return present.every((n) => names.includes(n))"
+        " && !absent.some((n) => names.includes(n)); }",
+        arg=[sorted(present), sorted(absent)],
+    )
+
+
+def test_an_open_chooser_follows_connection_changes_in_another_tab(tabs: list[Any]) -> None:
+    a, b = tabs
+    add_connection(a, "Alpha")
+    wait_listed(b, {"Alpha"})
+    b.select_option("#napplet-select", "chat")
+    b.click("#napplet-open")
+    b.wait_for_function(
+        "() => { const f = document.querySelector('iframe.napplet-frame');"
+        " return f && f.srcdoc.length > 0; }"
+    )
+    frame = b.query_selector("iframe.napplet-frame").content_frame()
+    frame.wait_for_load_state("load")
+    frame.click("#choose")
+    wait_chooser(b, {"Alpha"}, set())
+
+    # Added in tab A: it joins B's open chooser.
+    add_connection(a, "Beta")
+    wait_chooser(b, {"Alpha", "Beta"}, set())
+    # Removed in tab A: it leaves B's open chooser.
+    a.click("#connection-list li.connection:has(h3:text-is('Alpha')) button.remove")
+    a.click("button.confirm-remove")
+    wait_chooser(b, {"Beta"}, {"Alpha"})
+    assert chooser_names(b).count("Beta") == 1
+
+    # A candidate that joined while the chooser was open can be picked.
+    b.click(".chooser-dialog button.candidate:has-text('Beta')")
+    frame.wait_for_function("() => document.querySelector('#model').textContent.includes('Beta')")

@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 import pytest
-from harness import FULL_CAPS, PNG, Harness, ManualClock, generate, user
+from harness import FULL_CAPS, PNG, Chooser, Harness, ManualClock, generate, user
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from napcheck import (
@@ -41,7 +41,7 @@ from napllm.providers.fixture import (
     tool_call_script,
 )
 from napllm.records import Capabilities, Connection
-from napllm.shell import ConsentDecision, NappletIdentity, ShellPolicy
+from napllm.shell import ChoiceRequest, ConsentDecision, NappletIdentity, ShellPolicy
 from napllm.wire import Unclonable
 
 CREATED = LmspEvent(
@@ -124,6 +124,55 @@ async def test_chooser_answer_outside_candidates_is_refused() -> None:
     h.send(ep, {"type": "llm.select", "id": "s1", "requirements": {"images": True}})
     await h.settle()
     assert [c.id for c in h.chooser.requests[0].candidates] == ["vision"]
+    assert error_code(h, ep, "s1", "llm.select.result") == "selection-expired"
+
+
+class RefreshingChooser(Chooser):
+    """A chooser that shows the candidates the shell sends while it is open."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shown: list[list[str]] = []
+
+    def refresh(self, request: ChoiceRequest, updated: ChoiceRequest) -> None:
+        assert request in self.requests and updated.requirements == request.requirements
+        self.shown.append([c.id for c in updated.candidates])
+
+
+async def test_an_open_chooser_is_refreshed_when_connections_change() -> None:
+    chooser = RefreshingChooser()
+    h = Harness(chooser=chooser)
+    h.connect("fx")
+    h.connect("plain", caps=Capabilities())
+    ep = h.endpoint()
+    chooser.hold = True
+    h.send(ep, {"type": "llm.select", "id": "s1", "requirements": {"tools": True}})
+    await until(lambda: len(chooser.requests) == 1)
+    assert [c.id for c in chooser.requests[0].candidates] == ["fx"]
+    h.connect("fy")  # added and fits
+    h.connect("other", caps=Capabilities())  # added, does not fit: no refresh
+    h.registry.edit("fy", model="edited-model")  # offered at its new revision
+    h.registry.remove("fx")
+    assert chooser.shown == [["fx", "fy"], ["fx", "fy"], ["fy"]]
+    chooser.answer = lambda request: "fy"
+    chooser.release()
+    await h.settle()
+    model = terminal(h, ep, "s1", "llm.select.result")["model"]
+    assert model["model"] == "edited-model"
+
+
+async def test_a_pick_from_before_a_refresh_is_still_expired() -> None:
+    chooser = RefreshingChooser()
+    h = Harness(chooser=chooser)
+    h.connect("fx")
+    ep = h.endpoint()
+    chooser.hold = True
+    h.send(ep, {"type": "llm.select", "id": "s1"})
+    await until(lambda: len(chooser.requests) == 1)
+    h.registry.remove("fx")  # the pick below was made on the first list
+    assert chooser.shown == [[]]
+    chooser.release()
+    await h.settle()
     assert error_code(h, ep, "s1", "llm.select.result") == "selection-expired"
 
 

@@ -11,6 +11,9 @@
  *   Cancel or Esc. The consent dialog resolves with
  *   `{"allow": bool, "remember": bool}` as JSON text; Deny has the focus by
  *   default, "remember" is unchecked by default, Esc denies.
+ * - `updateChooser(token, json)` replaces the candidates of an open or
+ *   queued chooser when the connections change (added, edited, removed, in
+ *   this tab or another); the new rows are armed afresh.
  * - `closeDialog(token)` (the runtime no longer needs it) closes an open
  *   dialog or drops a queued one, resolving it as cancel/deny.
  * - Focus moves into the dialog and returns to where it was afterwards.
@@ -246,6 +249,33 @@ export class DialogQueue {
     return this.enqueue(String(token), "consent", parseJson(disclosureJson), DENY);
   }
 
+  /**
+   * The connections changed while the chooser for `token` is open or
+   * queued: show the candidates of `requestJson` instead (the napplet and
+   * its requirements stay as first shown). The new candidates are armed
+   * afresh (`ARM_DELAY_MS`), so a click meant for a row that moved is not
+   * taken for the row now under the pointer.
+   */
+  updateChooser(token, requestJson) {
+    const key = String(token);
+    const candidates = parseJson(requestJson).candidates;
+    const queued = this.queue.find((item) => item.token === key && item.kind === "chooser");
+    if (queued) {
+      queued.data = { ...queued.data, candidates };
+      return;
+    }
+    const item = this.current;
+    if (!item || item.token !== key || item.kind !== "chooser" || !item.candidatesNode) return;
+    item.data = { ...item.data, candidates };
+    const hadFocus = item.candidatesNode.contains(document.activeElement);
+    const { node, buttons } = this.chooserCandidates(item);
+    item.candidatesNode.replaceWith(node);
+    item.candidatesNode = node;
+    item.guard.stop();
+    item.guard = new ArmGuard(item.dialog, buttons);
+    if (hadFocus && item.cancelButton) item.cancelButton.focus();
+  }
+
   /** Close or drop the dialog for `token`, resolving it as cancel/deny. */
   closeDialog(token) {
     const key = String(token);
@@ -368,7 +398,6 @@ export class DialogQueue {
   buildChooser(item) {
     const data = item.data;
     const id = `chooser-${Math.random().toString(36).slice(2)}`;
-    const candidates = Array.isArray(data.candidates) ? data.candidates : [];
     const requirements = data.requirements && typeof data.requirements === "object" ? data.requirements : {};
     const wanted = [];
     if (typeof requirements.model === "string") wanted.push(`model ${requirements.model}`);
@@ -384,6 +413,27 @@ export class DialogQueue {
       wanted.length > 0 ? ` It requires: ${wanted.join(", ")}.` : "",
       " Choosing one does not send anything yet; you will be asked before each request.",
     );
+    const { node, buttons } = this.chooserCandidates(item);
+    item.candidatesNode = node;
+    const cancel = el("button", { type: "button", class: "secondary", id: `${id}-cancel` }, "Cancel");
+    cancel.addEventListener("click", () => this.deny(item));
+    const dialog = el(
+      "dialog",
+      { class: "chooser-dialog", "aria-labelledby": `${id}-title`, "aria-describedby": `${id}-desc`, dataset: { token: item.token, kind: "chooser" } },
+      title,
+      description,
+      node,
+      el("div", { class: "dialog-actions" }, cancel),
+      this.escapeRow(item, id),
+    );
+    item.guard = new ArmGuard(dialog, buttons);
+    item.cancelButton = cancel;
+    return { dialog, initialFocus: cancel };
+  }
+
+  /** The chooser's candidate list (or the "none fits" text) and its buttons. */
+  chooserCandidates(item) {
+    const candidates = Array.isArray(item.data.candidates) ? item.data.candidates : [];
     const list = el("ul", { class: "candidates" });
     const buttons = [];
     for (const candidate of candidates) {
@@ -402,22 +452,10 @@ export class DialogQueue {
       buttons.push(button);
       list.append(el("li", {}, button, capabilityBadges(candidate.capabilities)));
     }
-    const empty = list.children.length === 0
+    const node = list.children.length === 0
       ? el("p", { class: "empty" }, "No connection meets these requirements. Add one in the Connections panel.")
-      : null;
-    const cancel = el("button", { type: "button", class: "secondary", id: `${id}-cancel` }, "Cancel");
-    cancel.addEventListener("click", () => this.deny(item));
-    const dialog = el(
-      "dialog",
-      { class: "chooser-dialog", "aria-labelledby": `${id}-title`, "aria-describedby": `${id}-desc`, dataset: { token: item.token, kind: "chooser" } },
-      title,
-      description,
-      empty ?? list,
-      el("div", { class: "dialog-actions" }, cancel),
-      this.escapeRow(item, id),
-    );
-    item.guard = new ArmGuard(dialog, buttons);
-    return { dialog, initialFocus: cancel };
+      : list;
+    return { node, buttons };
   }
 
   buildConsent(item) {

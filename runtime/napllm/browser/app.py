@@ -105,18 +105,36 @@ class BridgeTransport:
 
 
 class DomChooser:
-    """The page's `<dialog>` chooser; closed when the shell no longer needs it."""
+    """The page's `<dialog>` chooser; closed when the shell no longer needs it.
+
+    An open chooser is refreshed in place when the connections change
+    (`refresh`, called by the shell; `napllmHost.updateChooser`).
+    """
+
+    def __init__(self) -> None:
+        # id() of the request of each open chooser -> its dialog token
+        self._open: dict[int, str] = {}
 
     async def choose(self, request: ChoiceRequest) -> str | None:
         """Show the dialog; the chosen connection id or None."""
         token = "c-" + secrets.token_hex(8)
+        self._open[id(request)] = token
         try:
             payload = request.to_json() | {"endpointId": request.endpoint_id}
             answer = await napllmHost.openChooser(token, json.dumps(payload))
         except asyncio.CancelledError:
             napllmHost.closeDialog(token)
             raise
+        finally:
+            self._open.pop(id(request), None)
         return str(answer) if isinstance(answer, str) and answer else None
+
+    def refresh(self, request: ChoiceRequest, updated: ChoiceRequest) -> None:
+        """Show `updated`'s candidates in the open chooser of `request`."""
+        token = self._open.get(id(request))
+        if token is not None:
+            payload = updated.to_json() | {"endpointId": updated.endpoint_id}
+            napllmHost.updateChooser(token, json.dumps(payload))
 
 
 class DomConsent:
