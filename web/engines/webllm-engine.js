@@ -149,18 +149,54 @@ async function createEngine(modelId, connectionId, label) {
   }
 }
 
+/** Cache Storage caches WebLLM keeps model files in (its cache scopes). */
+const WEBLLM_CACHES = "webllm/";
+
+/**
+ * The folder URL WebLLM reads a model record's files from: the record's
+ * `model` with a trailing slash and, for a bare repository URL,
+ * `resolve/main/` (the same rule as WebLLM's own `cleanModelUrl`).
+ */
+function modelFolder(url) {
+  let folder = String(url);
+  if (!folder.endsWith("/")) folder += "/";
+  if (!/.+\/resolve\/.+\//.test(folder)) folder += "resolve/main/";
+  return new URL(folder).href;
+}
+
 /**
  * After a failed load, remove the model's files from WebLLM's caches (a
- * bad or partial download is then fetched again next time). Not when the
- * device lacks WebGPU or a feature: the download was not the problem.
+ * bad or partial download is then fetched again next time): every entry
+ * under the model's folder, and its model library, in every `webllm/`
+ * cache. Not WebLLM's `deleteModelAllInfoInCache`: it first reads the
+ * cached `tensor-cache.json` (downloading it when missing) and stops at
+ * its first failure, so a fallback page kept as that file kept everything
+ * else too. Not when the device lacks WebGPU or a feature: the download was
+ * not the problem. Resolves with the number of entries removed; never rejects.
  */
 async function forgetModelFiles(modelId, kind) {
-  if (kind === "webgpu" || kind === "feature") return;
+  if (kind === "webgpu" || kind === "feature" || !("caches" in globalThis)) return 0;
+  let removed = 0;
   try {
-    await (await webllm()).deleteModelAllInfoInCache(modelId);
-  } catch {
-    /* nothing cached */
+    const lib = await webllm();
+    const records = (lib.prebuiltAppConfig && lib.prebuiltAppConfig.model_list) || [];
+    const record = records.find((r) => r && r.model_id === String(modelId));
+    if (!record) return 0;
+    const folder = modelFolder(record.model);
+    const library = record.model_lib ? new URL(String(record.model_lib)).href : null;
+    for (const name of await caches.keys()) {
+      if (!name.startsWith(WEBLLM_CACHES)) continue;
+      const cache = await caches.open(name);
+      for (const request of await cache.keys()) {
+        if (request.url.startsWith(folder) || request.url === library) {
+          if (await cache.delete(request)) removed += 1;
+        }
+      }
+    }
+  } catch (error) {
+    console.error("napllm webllm engine: could not clear cached model files", error);
   }
+  return removed;
 }
 
 /**
