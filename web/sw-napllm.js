@@ -21,6 +21,14 @@
  *   that build's precache until it reloads. A build's precache is deleted
  *   once no recorded client of it is left. Navigations always get the
  *   current build.
+ * - Files fetched only when first used (the onnx engine: the transformers.js
+ *   bundle, onnxruntime's wasm, the bundled TinyChat ONNX model; 30 MB that
+ *   a first visit should not download) are kept once fetched, in a cache of
+ *   this build's own (`napllm-<build id>-lazy-v1-<scope>`), and answered
+ *   from it afterwards, offline too. A file is kept only with status 200,
+ *   from this origin, not as an HTML page unless its name says HTML, and
+ *   (ONNX weights) verified like a model. It goes with its build: deleted
+ *   when that build's precache is.
  * - A worker an old tab starts from a URL after the update is recorded with
  *   it (its script request names both). A worker started from a `blob:` URL
  *   is not known to belong to it: its own requests get the current build;
@@ -38,6 +46,10 @@
   const GGUF_MAGIC = [0x47, 0x47, 0x55, 0x46];
   const NOT_A_MODEL = /^text\/|html|json|xml/i;
   const WEIGHTS = /(\.onnx|\.onnx_data|\/params_shard_\d+\.bin)$/i;
+  const LAZY_MARK = "-lazy-v1-";
+  const LAZY = `${BUILD.cacheId || "workbox"}${LAZY_MARK}${SCOPE}`;
+  /** Folders (absolute URLs) whose files are kept once first fetched. */
+  const LAZY_FOLDERS = ["vendor/transformers/", "models/tinychat-onnx/"].map((p) => new URL(p, SCOPE).href);
 
   // ------------------------------------------------------------ model files
 
@@ -99,6 +111,44 @@
     return new Response(response.body.pipeThrough(check), { status: 200, statusText: "OK", headers });
   }
 
+  // ------------------------------------------------------------ kept once used
+
+  /** The lazy cache of the build whose precache is `precache`. */
+  function lazyOf(precache) {
+    return precache.replace("-precache-v2-", LAZY_MARK);
+  }
+
+  /** Answer a file of LAZY_FOLDERS from `cacheName`, keeping it there once fetched whole. */
+  async function lazyAnswer(event, cacheName) {
+    const { request } = event;
+    const key = request.url.split(/[?#]/)[0];
+    const cache = await caches.open(cacheName);
+    const cached = await cache.match(key);
+    if (cached) return cached;
+    const response = await fetch(request);
+    const type = response.headers.get("content-type") || "";
+    if (response.status !== 200 || response.type !== "basic" || (/html/i.test(type) && !/\.html?$/i.test(key))) {
+      return response;
+    }
+    const checked = WEIGHTS.test(new URL(key).pathname) ? verifiedModel(response, { gguf: false }) : response;
+    if (!checked) return Response.error();
+    // One copy for the page, one for the cache: an unverified or cut-off body
+    // errors both, so Cache.put stores nothing and the page's load fails.
+    const [forPage, forCache] = checked.body.tee();
+    const init = { status: checked.status, statusText: checked.statusText, headers: checked.headers };
+    event.waitUntil(cache.put(key, new Response(forCache, init)).catch(() => {}));
+    return new Response(forPage, init);
+  }
+
+  self.addEventListener("fetch", (event) => {
+    const { request } = event;
+    if (request.method !== "GET" || !LAZY_FOLDERS.some((folder) => request.url.startsWith(folder))) return;
+    // A tab of an older build: its build's own copy, else the network.
+    const old = state && event.clientId ? state.clients[event.clientId] : undefined;
+    event.stopImmediatePropagation();
+    event.respondWith(lazyAnswer(event, old ? lazyOf(old) : LAZY));
+  });
+
   // Weights of other engines: verified on their way to the page.
   self.addEventListener("fetch", (event) => {
     const { request } = event;
@@ -153,6 +203,9 @@
     const used = new Set(Object.values(current.clients));
     for (const name of await caches.keys()) {
       if (name.includes(PRECACHE_MARK) && name.endsWith(SCOPE) && name !== PRECACHE && !used.has(name)) {
+        await caches.delete(name);
+      } else if (name.includes(LAZY_MARK) && name.endsWith(SCOPE) && name !== LAZY
+        && !used.has(name.replace(LAZY_MARK, "-precache-v2-"))) {
         await caches.delete(name);
       }
     }
@@ -209,5 +262,5 @@
     );
   });
 
-  self.napllmSw = { verifiedModel, precache: PRECACHE };
+  self.napllmSw = { verifiedModel, precache: PRECACHE, lazy: LAZY };
 })();

@@ -7,7 +7,8 @@
  * - `probe()` says whether WebGPU gives an adapter, without loading the
  *   library: the transformers.js bundle and onnxruntime's wasm (27 MB) are
  *   fetched only by a worker, only when a model is first used, so a first
- *   visit does not grow.
+ *   visit does not grow; the service worker keeps them from then on, so the
+ *   engine works offline after its first use (web/sw-napllm.js).
  * - One worker per model key (source + device + dtype). Concurrent loads of
  *   one key share one promise; a failed load terminates its worker and is
  *   forgotten, so the next request tries again, in a new worker that fetches

@@ -22,13 +22,14 @@
  *   `InterruptableStoppingCriteria` (it stops after the token being computed)
  *   or drops a queued one; the model stays loaded and usable.
  * - Model files: from the shell's own origin they are read as a local path
- *   and not kept by the library (the service worker and the HTTP cache
- *   serve them); from elsewhere the library keeps them in its Cache Storage
- *   `transformers-cache`, but only files that pass a check (`keepable`:
- *   status 200, JSON that parses, weights that are no text or HTML). A
- *   failed load removes the model's folder from that cache, and the engine
- *   asks for the next load of that model with `fresh`: every file is then
- *   fetched with `cache: "reload"`, past the HTTP cache.
+ *   and not kept by the library (the service worker keeps the bundled model
+ *   once used, web/sw-napllm.js); from elsewhere the library keeps them in
+ *   its Cache Storage `transformers-cache`, but only files that pass a
+ *   check (`keepable`: status 200, JSON that parses, weights that are no
+ *   text or HTML). A failed load removes the model's folder from every
+ *   cache but a build's precache, and the engine asks for the next load of
+ *   that model with `fresh`: every file is then fetched with
+ *   `cache: "reload"`, past the HTTP cache.
  * - Errors become kinds (`download`, `load`, `context`, `inference`); the
  *   library's own text goes to the console only.
  */
@@ -106,15 +107,20 @@ const verifiedCache = {
 };
 
 /**
- * Remove every cached file under `prefix` (a model's folder URL) from the
- * library's cache, so the next load downloads them again. Never throws.
+ * Remove every cached file under `prefix` (a model's folder URL) from every
+ * Cache Storage cache but a build's precache (whose files are checked by
+ * revision): the library's cache, and the service worker's cache of files
+ * kept once used, so the next load downloads them again. Never throws.
  */
 async function forgetModelFiles(prefix) {
   if (!prefix || !("caches" in self)) return;
   try {
-    const cache = await caches.open(MODEL_CACHE);
-    for (const request of await cache.keys()) {
-      if (request.url.startsWith(prefix)) await cache.delete(request);
+    for (const name of await caches.keys()) {
+      if (name.includes("-precache-")) continue;
+      const cache = await caches.open(name);
+      for (const request of await cache.keys()) {
+        if (request.url.startsWith(prefix)) await cache.delete(request);
+      }
     }
   } catch (error) {
     console.error("napllm onnx engine: could not clear cached model files", error);
@@ -166,9 +172,7 @@ async function load({ source, device, dtype, fresh }) {
   env.useCustomCache = Boolean(base === null || base.origin !== self.location.origin) && "caches" in self;
   env.customCache = env.useCustomCache ? verifiedCache : null;
   // The folder the library reads this model's files from.
-  const prefix = base
-    ? (base.origin === self.location.origin ? null : `${base.href}${modelName}/`)
-    : `${env.remoteHost}${modelName}/`;
+  const prefix = base ? `${base.href}${modelName}/` : `${env.remoteHost}${modelName}/`;
   const files = new Map();
   const progress_callback = (report) => {
     if (!report || report.status !== "progress" || !(report.total > 0)) return;
