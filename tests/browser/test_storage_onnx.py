@@ -6,7 +6,8 @@ needed). The model is the committed TinyChat ONNX export, served by a model
 host of the test's own on another 127.0.0.1 port (so transformers.js keeps
 its files in its Cache Storage), whose answers the test switches: a
 download cut off midway, then a fallback page (``200 text/html``) that the
-HTTP cache may keep for an hour, then the real files.
+HTTP cache may keep for an hour, then the real files. The last test does
+the same for a GGUF file and the wasm engine (web/engines/wllama-engine.js).
 """
 
 from __future__ import annotations
@@ -185,5 +186,52 @@ def test_bad_onnx_downloads_are_never_cached_and_the_fixed_host_loads(
             assert size == (ONNX / name).stat().st_size, name
         # The engine keeps nothing in the private file system.
         assert page.evaluate(OPFS_NAMES) == []
+    finally:
+        context.close()
+
+
+WASM_PAGE = """<!doctype html><meta charset="utf-8"><title>wasm engine</title>
+<script type="module">
+const api = await import("../engines/wllama-engine.js");
+const params = JSON.stringify({n_ctx: 512, n_threads: 1, n_gpu_layers: 0});
+window.load = async (url) => JSON.parse(await api.ensureModel("m", url, params, "c", "M"));
+window.ready = true;
+</script>
+"""
+#: wllama's own (OPFS) cache: the original URL of every file in it.
+WLLAMA_FILES = """async () => {
+  const { CacheManager } = await import('../vendor/wllama/wllama.js');
+  return (await new CacheManager().list()).map((f) => f.metadata.originalURL);
+}"""
+
+
+def test_a_gguf_fallback_page_kept_by_the_http_cache_is_not_loaded_again(
+    browser: Any, test_page: Callable[[str, str], str], model_host: ModelHost, tmp_path: Path
+) -> None:
+    # The wasm engine, no service worker: only the HTTP cache could keep the
+    # host's fallback page (it says it may, for an hour).
+    shutil.copyfile(
+        ROOT / "models" / "tinychat" / "tiny-chat-q8_0.gguf", tmp_path / "host" / "m.gguf"
+    )
+    context = browser.new_context()
+    context.set_default_timeout(STEP_TIMEOUT_MS)
+    try:
+        page = context.new_page()
+        page.goto(test_page("wasm-storage.html", WASM_PAGE))
+        page.wait_for_function("window.ready === true")
+        model_host.fallback.add("/m.gguf")
+        assert page.evaluate("(u) => window.load(u)", model_host.url + "m.gguf") == {
+            "ok": False,
+            "kind": "download",
+        }
+        assert page.evaluate(CACHED_UNDER, model_host.url) == []
+        assert page.evaluate(WLLAMA_FILES) == []
+
+        model_host.fallback.clear()
+        model_host.requests.clear()
+        loaded = page.evaluate("(u) => window.load(u)", model_host.url + "m.gguf")
+        assert loaded["ok"] is True and loaded["nVocab"] > 0
+        assert model_host.requests == ["/m.gguf"]
+        assert page.evaluate(WLLAMA_FILES) == []
     finally:
         context.close()
