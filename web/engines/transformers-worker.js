@@ -91,15 +91,24 @@ async function keepable(key, response) {
  * `delete`).
  */
 const verifiedCache = {
+  /** Set once the load failed: files still arriving from it are not kept. */
+  closed: false,
+  /** Stores in progress (a failed load waits for them, then evicts). */
+  pending: new Set(),
   async match(key) {
     return (await caches.open(MODEL_CACHE)).match(key);
   },
-  async put(key, response) {
-    if (!(await keepable(key, response.clone()))) {
-      console.warn("napllm onnx engine: a downloaded file is no model file; not kept");
-      return;
-    }
-    await (await caches.open(MODEL_CACHE)).put(key, response);
+  put(key, response) {
+    const store = (async () => {
+      if (this.closed) return;
+      if (!(await keepable(key, response.clone()))) {
+        console.warn("napllm onnx engine: a downloaded file is no model file; not kept");
+        return;
+      }
+      if (!this.closed) await (await caches.open(MODEL_CACHE)).put(key, response);
+    })();
+    this.pending.add(store);
+    return store.finally(() => this.pending.delete(store));
   },
   async delete(key) {
     return (await caches.open(MODEL_CACHE)).delete(key);
@@ -194,6 +203,9 @@ async function load({ source, device, dtype, fresh }) {
     console.error("napllm onnx engine: the model could not be loaded", error);
     model = null;
     tokenizer = null;
+    // The library may still be storing files it fetched in parallel.
+    verifiedCache.closed = true;
+    await Promise.allSettled([...verifiedCache.pending]);
     await forgetModelFiles(prefix);
     post({ type: "loaded", ok: false, kind: loadKind(error) });
     return;

@@ -136,6 +136,24 @@ async function forgetWllamaCopies(urls) {
   }
 }
 
+/**
+ * Remove every shard of the model at `urls` from the service worker's model
+ * caches (`napllm-models…`; the page removes the first URL too, this covers
+ * the other shards of a split model). Never throws.
+ */
+async function forgetServiceWorkerCopies(urls) {
+  if (!("caches" in self)) return;
+  try {
+    for (const name of await caches.keys()) {
+      if (!name.startsWith("napllm-models")) continue;
+      const cache = await caches.open(name);
+      for (const url of urls) await cache.delete(url);
+    }
+  } catch {
+    /* no Cache Storage here */
+  }
+}
+
 async function load(key, url, params) {
   // All shards of a split model (`-00001-of-00003.gguf`), in order.
   const urls = ModelManager.parseModelUrl(url);
@@ -184,6 +202,7 @@ async function load(key, url, params) {
       /* already gone */
     }
     await forgetWllamaCopies(urls);
+    await forgetServiceWorkerCopies(urls);
     failed.add(url);
     return { ok: false, kind: errorKind(error, stage) };
   }
