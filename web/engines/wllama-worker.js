@@ -30,6 +30,8 @@
 import { CacheManager, ModelManager, Wllama, wasmPaths } from "../vendor/wllama/wllama.js";
 
 const GGUF_MAGIC = [0x47, 0x47, 0x55, 0x46];
+/** Bytes gathered in memory before they become one Blob (see `download`). */
+const BLOB_PART = 64 * 1024 * 1024;
 
 /** key -> Wllama */
 const models = new Map();
@@ -74,8 +76,10 @@ class NotAModel extends Error {
  * answer it kept from before (a fallback page) is not reused; the service
  * worker's model cache (verified copies only) still answers first.
  * `onBytes(seen, expected)` reports the bytes so far (expected: null when
- * unknown). Throws NotAModel or the
- * network's error.
+ * unknown). The bytes are gathered into Blobs of about `BLOB_PART` bytes
+ * as they arrive, so the browser may keep them on disk and a large model
+ * does not have to fit in this worker's memory twice. Throws NotAModel or
+ * the network's error.
  */
 async function download(url, gguf, fresh, onBytes) {
   const response = await fetch(url, { cache: fresh ? "reload" : "default" });
@@ -88,7 +92,9 @@ async function download(url, gguf, fresh, onBytes) {
   const expected = encoding === "identity" && response.headers.has("content-length")
     && Number.isSafeInteger(declared) ? declared : null;
   const reader = response.body.getReader();
-  const parts = [];
+  const blobs = [];
+  let parts = [];
+  let buffered = 0;
   let seen = 0;
   for (;;) {
     const { done, value } = await reader.read();
@@ -107,10 +113,16 @@ async function download(url, gguf, fresh, onBytes) {
       throw new NotAModel("longer than declared");
     }
     parts.push(value);
+    buffered += value.byteLength;
+    if (buffered >= BLOB_PART) {
+      blobs.push(new Blob(parts));
+      parts = [];
+      buffered = 0;
+    }
     onBytes(seen, expected);
   }
   if ((gguf && seen < 4) || (expected !== null && seen !== expected)) throw new NotAModel("incomplete file");
-  return new Blob(parts);
+  return new Blob([...blobs, ...parts]);
 }
 
 /**
