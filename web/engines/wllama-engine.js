@@ -61,7 +61,9 @@ function onWorkerMessage({ data }) {
     if (stream) streams.pushSerialized(stream, data.chunks);
   } else if (data.op === "end") {
     const stream = streams.byId(data.id);
-    if (stream) streams.end(stream, data.kind);
+    if (!stream) return;
+    if (Array.isArray(data.chunks) && data.chunks.length > 0) streams.pushSerialized(stream, data.chunks);
+    streams.end(stream, data.kind);
   } else if (data.op === "progress") {
     const entry = models.get(data.key);
     if (entry) progress(entry.connectionId, `Downloading ${entry.label}`, data.fraction);

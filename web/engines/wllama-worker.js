@@ -13,14 +13,18 @@
  * - Messages to the page:
  *   `{op: "progress", key, fraction}` while downloading (at most every 100 ms),
  *   `{op: "loaded", key, info}` or `{op: "loaded", key, info: {ok: false, kind}}`,
- *   `{op: "chunks", id, chunks: [JSON text, ...]}` for every chunk wllama
- *   yields (each chunk already serialized, so the page only concatenates),
- *   `{op: "end", id, kind: null | text}` once per chat.
+ *   `{op: "chunks", id, chunks: [JSON text, ...]}` with the chunks wllama
+ *   yielded (each already serialized, so the page only concatenates): every
+ *   chunk at once until the first text, then batches at most every
+ *   `BATCH_MS` (batcher.js),
+ *   `{op: "end", id, kind: null | text, chunks: [JSON text, ...]}` once per
+ *   chat, with the chunks that had not been posted yet.
  * - Errors are classified into kinds (`download`, `load`, `context`,
  *   `inference`, `unknown`); no engine text leaves this worker.
  */
 
 import { Wllama, wasmPaths } from "../vendor/wllama/wllama.js";
+import { runChat } from "./batcher.js";
 
 /** key -> Wllama */
 const models = new Map();
@@ -102,6 +106,7 @@ async function chat(id, key, body) {
   const controller = new AbortController();
   chats.set(id, controller);
   let kind = null;
+  let rest = [];
   try {
     const wllama = models.get(key);
     if (!wllama) throw new Error("model not loaded");
@@ -110,10 +115,7 @@ async function chat(id, key, body) {
       stream: true,
       abortSignal: controller.signal,
     });
-    for await (const chunk of chunks) {
-      if (controller.signal.aborted) break;
-      self.postMessage({ op: "chunks", id, chunks: [JSON.stringify(chunk)] });
-    }
+    rest = await runChat(chunks, (message) => self.postMessage({ ...message, id }), controller.signal);
   } catch (error) {
     if (!controller.signal.aborted) {
       console.error("napllm wasm engine: generation failed", error);
@@ -121,7 +123,7 @@ async function chat(id, key, body) {
     }
   } finally {
     chats.delete(id);
-    self.postMessage({ op: "end", id, kind });
+    self.postMessage({ op: "end", id, kind, chunks: rest });
   }
 }
 
