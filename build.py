@@ -444,7 +444,8 @@ def build_napllm_wheel() -> Path:
 COMPILE_JS = r"""
 const { loadPyodide } = require(process.argv[2] + "/pyodide.js");
 (async () => {
-  const py = await loadPyodide({ indexURL: process.argv[2] + "/", stdout: () => {}, stderr: () => {} });
+  const quiet = () => {};
+  const py = await loadPyodide({ indexURL: process.argv[2] + "/", stdout: quiet, stderr: quiet });
   py.FS.writeFile("/tmp/napllm.whl", require("fs").readFileSync(process.argv[3]));
   const out = py.runPython(`
 import base64, importlib.util, json, sys, zipfile
