@@ -22,8 +22,8 @@
  * - Once `signal` is aborted nothing more is posted and nothing is returned.
  */
 
-/** The least time between two posts of one stream after its first text (ms). */
-export const BATCH_MS = 8;
+/** The least time between two posts of one stream after its first text (ms): one display frame. */
+export const BATCH_MS = 16;
 
 /** Whether an OpenAI chat chunk carries text or a tool call (not only a role or usage). */
 export function carriesOutput(chunk) {
