@@ -47,6 +47,7 @@ it takes a moment) with the test hooks of ``tests/hooks/`` added (see
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import email.parser
 import fcntl
@@ -428,12 +429,93 @@ def build_napllm_wheel() -> Path:
         built = sorted(wheel_dir.glob("napllm-*.whl"))
         if len(built) != 1:
             raise BuildError("pip wheel did not produce exactly one napllm wheel")
+        add_bytecode(built[0])
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
         result = out / built[0].name
         shutil.copy2(built[0], result)
     write_stamp("napllm-wheel", digest)
     return result
+
+
+#: Run by node with the Pyodide of node_modules/: compiles every module of the
+#: wheel named by argv[2] with Pyodide's own Python and prints JSON
+#: {"tag": cache tag, "pyc": {path in the wheel: base64 bytecode}}.
+COMPILE_JS = r"""
+const { loadPyodide } = require(process.argv[2] + "/pyodide.js");
+(async () => {
+  const quiet = () => {};
+  const py = await loadPyodide({ indexURL: process.argv[2] + "/", stdout: quiet, stderr: quiet });
+  py.FS.writeFile("/tmp/napllm.whl", require("fs").readFileSync(process.argv[3]));
+  const out = py.runPython(`
+import base64, importlib.util, json, sys, zipfile
+from importlib._bootstrap_external import _code_to_hash_pyc
+found = {}
+with zipfile.ZipFile("/tmp/napllm.whl") as zf:
+    for name in zf.namelist():
+        if not name.endswith(".py"):
+            continue
+        source = zf.read(name)
+        code = compile(source, name, "exec", dont_inherit=True)
+        data = _code_to_hash_pyc(code, importlib.util.source_hash(source), checked=False)
+        found[name] = base64.b64encode(bytes(data)).decode()
+json.dumps({"tag": sys.implementation.cache_tag, "pyc": found})
+`);
+  process.stdout.write(out);
+})().catch((error) => { console.error(String(error)); process.exit(1); });
+"""
+
+
+def add_bytecode(wheel: Path) -> None:
+    """Add Pyodide-compiled bytecode (``__pycache__/*.pyc``) to the napllm wheel in place.
+
+    The browser would otherwise compile every napllm module at each start
+    (Pyodide's own packages ship compiled; ours did not): about a second of
+    a warm reload. The bytecode comes from the Pyodide in node_modules/ (the
+    one dist/ ships, so the magic number matches) and is written as
+    unchecked-hash pycs, which the import system uses without comparing
+    timestamps. The sources stay in the wheel (tracebacks). Raises
+    `BuildError` when node or Pyodide fails.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "compile.cjs"
+        script.write_text(COMPILE_JS)
+        proc = subprocess.run(
+            ["node", str(script), str(NODE_MODULES / "pyodide"), str(wheel)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    if proc.returncode != 0:
+        raise BuildError(f"compiling the napllm wheel with Pyodide failed:\n{proc.stderr[-2000:]}")
+    result = json.loads(proc.stdout)
+    tag = str(result["tag"])
+    with zipfile.ZipFile(wheel, "a", compression=zipfile.ZIP_DEFLATED) as zf:
+        names = set(zf.namelist())
+        record = next(n for n in names if n.endswith(".dist-info/RECORD"))
+        lines = zf.read(record).decode()
+        added: list[str] = []
+        for source, data in sorted(result["pyc"].items()):
+            folder, _, file = source.rpartition("/")
+            target = f"{folder}/__pycache__/{file[:-3]}.{tag}.pyc"
+            if target in names:
+                continue
+            zf.writestr(target, base64.b64decode(data))
+            added.append(f"{target},,\n")
+    # A wheel's RECORD lists every file; bytecode may go without a hash.
+    rewrite_member(wheel, record, (lines + "".join(added)).encode())
+
+
+def rewrite_member(archive: Path, name: str, data: bytes) -> None:
+    """Replace member `name` of zip `archive` with `data` (the other members copied)."""
+    tmp = archive.with_name(archive.name + ".tmp")
+    with zipfile.ZipFile(archive) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            if info.filename == name:
+                dst.writestr(info, data)
+            else:
+                dst.writestr(info, src.read(info.filename))
+    tmp.replace(archive)
 
 
 # --------------------------------------------------------------------------- Pyodide

@@ -31,6 +31,14 @@ shell/direct ratios. Then, in the shell:
   DevTools protocol) and the wasm memory of the page (Pyodide's) after
   `--generations` / 10 and after `--generations` short generations.
 
+Where a short shell request's time goes: the median of each phase, from
+timestamps the benchmark records by wrapping the page's MessagePort and
+Worker methods from outside (dist/ has no hook for it): the napplet's call,
+the generate envelope reaching the shell, the chat posted to the engine
+worker, the worker's first text chunk, the first text delta posted to the
+napplet and seen by it, the worker's end, the result posted and the call
+resolved.
+
 Finally the targets, side by side. The exit status is 1 when an answer
 differs between the two paths (a correctness failure, not a slow run).
 
@@ -93,8 +101,10 @@ window.runShell = async (prompts) => {
         if (first === null && d.event === 'delta' && d.block === 'text') first = performance.now();
       }});
     const t1 = performance.now();
+    const epoch = performance.timeOrigin;
     out.push({first: first - t0, total: t1 - t0, tokens: result.usage.outputTokens,
-              text: result.content.map((p) => p.text || '').join('')});
+              text: result.content.map((p) => p.text || '').join(''),
+              at: {call: epoch + t0, firstSeen: epoch + first, done: epoch + t1}});
   }
   return out;
 };
@@ -122,6 +132,78 @@ try {
   }).observe({ type: 'longtask', buffered: true });
 } catch (e) { /* no longtask support: reported as none */ }
 """
+#: Timestamps (ms since the epoch, so the napplet frame's clock compares) of
+#: what the shell page sends and receives for one request, recorded by
+#: wrapping the page's own MessagePort and Worker methods from outside (the
+#: benchmark adds this script; dist/ has no hook): the generate envelope
+#: arriving from the napplet, the chat posted to the engine worker, the
+#: worker's first text chunk and its end, the first text delta and the result
+#: posted to the napplet. Only the top page records; `__phases.take()`
+#: returns and clears the events.
+PHASE_PROBE = """
+(() => {
+  if (window !== window.top) return;
+  const events = [];
+  const now = () => performance.timeOrigin + performance.now();
+  window.__phases = { take: () => events.splice(0, events.length) };
+  const portPost = MessagePort.prototype.postMessage;
+  MessagePort.prototype.postMessage = function (data, ...rest) {
+    if (data && typeof data === 'object') {
+      if (data.type === 'llm.delta' && data.event === 'delta') events.push(['delta', now()]);
+      else if (data.type === 'llm.generate.result') events.push(['result', now()]);
+    }
+    return portPost.call(this, data, ...rest);
+  };
+  const wrapSetter = (proto, note) => {
+    const d = Object.getOwnPropertyDescriptor(proto, 'onmessage');
+    Object.defineProperty(proto, 'onmessage', {
+      configurable: true, enumerable: d.enumerable, get() { return d.get.call(this); },
+      set(fn) {
+        d.set.call(this, typeof fn !== 'function' ? fn
+          : function (event) { note(event); return fn.call(this, event); });
+      },
+    });
+  };
+  wrapSetter(MessagePort.prototype, (event) => {
+    const d = event.data;
+    if (d && typeof d === 'object' && d.type === 'llm.generate') events.push(['received', now()]);
+  });
+  const workerPost = Worker.prototype.postMessage;
+  Worker.prototype.postMessage = function (data, ...rest) {
+    if (data && typeof data === 'object' && data.op === 'chat'
+        && String(data.id).startsWith('wasm-')) events.push(['chat', now()]);
+    return workerPost.call(this, data, ...rest);
+  };
+  wrapSetter(Worker.prototype, (event) => {
+    const d = event.data;
+    if (!d || typeof d !== 'object' || !String(d.id).startsWith('wasm-')) return;
+    if (d.op === 'end') events.push(['end', now()]);
+    else if (d.op === 'chunks' && d.chunks.some((c) => c.includes('"content":"') &&
+             !c.includes('"content":""'))) events.push(['chunk', now()]);
+  });
+})();
+"""
+
+#: The phases of one shell request: (label, from event, to event).
+PHASES = [
+    ("napplet call -> shell receives the generate envelope", "call", "received"),
+    ("shell receives -> chat posted to the engine worker", "received", "chat"),
+    ("chat posted -> worker's first text chunk on the page", "chat", "chunk"),
+    ("first text chunk -> first text delta posted to the napplet", "chunk", "delta"),
+    ("first text delta posted -> napplet sees it", "delta", "firstSeen"),
+    ("worker's end on the page -> result posted to the napplet", "end", "result"),
+    ("result posted -> napplet's generate resolves", "result", "done"),
+    ("whole request, as the napplet sees it", "call", "done"),
+]
+
+
+def phase_row(row: dict[str, Any], events: list[list[Any]]) -> dict[str, float]:
+    """The first time of each event of one request (`row["at"]` plus the page's events)."""
+    at: dict[str, float] = dict(row["at"])
+    for name, time in events:
+        at.setdefault(name, time)
+    return at
+
 
 #: Records every WebAssembly.Memory of the page (Pyodide's), created or exported.
 WASM_PROBE = """
@@ -217,8 +299,7 @@ async ([prompts, threads]) => {
     const t0 = performance.now();
     await new Promise((resolve) => {
       waiters.set(id, (d) => {
-        if (d.op === 'end') { waiters.delete(id); resolve(); return; }
-        for (const raw of d.chunks) {
+        for (const raw of d.chunks || []) {
           const chunk = JSON.parse(raw);
           const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta;
           if (delta && delta.content) {
@@ -227,6 +308,7 @@ async ([prompts, threads]) => {
           }
           if (chunk.usage) tokens = chunk.usage.completion_tokens;
         }
+        if (d.op === 'end') { waiters.delete(id); resolve(); }
       });
       worker.postMessage({ op: 'chat', id, key: 'bench', body });
     });
@@ -363,6 +445,7 @@ def main() -> None:
                 page = browser.new_page()
                 page.add_init_script(LONGTASK_PROBE)
                 page.add_init_script(WASM_PROBE)
+                page.add_init_script(PHASE_PROBE)
                 cdp = page.context.new_cdp_session(page)
                 page.set_default_timeout(120_000)
                 napplet_url = f"{base}_bench/bench.html"
@@ -386,11 +469,17 @@ def main() -> None:
                 page.evaluate(DIRECT, [["Hello!"], threads])  # load + warm-up
                 page.evaluate(WORKER, [["Hello!"], threads])
 
+                phases: list[dict[str, float]] = []
+
                 def run(path: str, prompt: str) -> list[dict[str, Any]]:
                     if path == "shell":
+                        page.evaluate("() => window.__phases.take()")
                         result: list[dict[str, Any]] = frame.evaluate(
                             "(p) => window.runShell(p)", [prompt]
                         )
+                        if prompt != LONG_PROMPT:
+                            events = page.evaluate("() => window.__phases.take()")
+                            phases.append(phase_row(result[0], events))
                         return result
                     return list(page.evaluate(PATHS[path], [[prompt], threads]))
 
@@ -488,6 +577,11 @@ def main() -> None:
         stats["shell", "short"]["first_median"] - stats[b, "short"]["first_median"]
         for b in ("direct", "worker")
     )
+    print(f"\nwhere a short shell request's time goes (median of {len(phases)}, ms)")
+    for label, start, stop in PHASES:
+        spans = [p[stop] - p[start] for p in phases if start in p and stop in p]
+        value = f"{statistics.median(spans):8.2f}" if spans else "     n/a"
+        print(f"  {label:<62} {value}")
     longest = max(longtasks, default=0.0)
     describe_max = max(describe_ms, default=float("nan"))
     describe_med = statistics.median(describe_ms) if describe_ms else float("nan")

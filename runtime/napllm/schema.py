@@ -148,19 +148,21 @@ class JsonschemaValidator:
 
 
 class JschonValidator:
-    """`jschon` with the 2020-12 metaschema (pure Python; runs in Pyodide)."""
+    """`jschon` with the 2020-12 metaschema (pure Python; runs in Pyodide).
+
+    jschon is imported and its catalogue built on the first check, not when
+    the validator is made: in the browser that is about a second of Python
+    work, which would otherwise delay every start of the shell although most
+    requests carry no JSON schema.
+    """
 
     name = "jschon"
 
-    def __init__(self) -> None:
+    def _schema(self, schema: Any) -> Any:
         import jschon
 
-        self._jschon = jschon
-        self._catalog = _jschon_catalog()
-
-    def _schema(self, schema: Any) -> Any:
-        js = self._jschon
-        return js.JSONSchema(_plain(schema), metaschema_uri=js.URI(DIALECT))
+        _jschon_catalog()
+        return jschon.JSONSchema(_plain(schema), metaschema_uri=jschon.URI(DIALECT))
 
     def check_schema(self, schema: Any) -> bool:
         """Metaschema check, then reference resolution (an unresolvable `$ref` is invalid)."""
@@ -177,7 +179,9 @@ class JschonValidator:
     def is_valid(self, schema: Any, instance: Any) -> bool:
         """Validate `instance`; any validator failure counts as invalid."""
         try:
-            result = self._schema(schema).evaluate(self._jschon.JSON(_plain(instance)))
+            import jschon
+
+            result = self._schema(schema).evaluate(jschon.JSON(_plain(instance)))
             return bool(result.valid)
         except Exception:
             return False

@@ -251,3 +251,35 @@ def test_the_browser_wheel_carries_only_what_runs_in_the_browser() -> None:
     assert "runtime/napllm/toolcall_text.py" in sources  # shared with the service, runs in both
     assert "runtime/napllm/browser/app.py" in sources
     assert "pyproject.toml" in sources
+
+
+@pytest.mark.skipif(
+    not (build.NODE_MODULES / "pyodide" / "pyodide.js").is_file(), reason="no Pyodide in node"
+)
+def test_the_napllm_wheel_gets_bytecode_compiled_by_pyodide(tmp_path: Path) -> None:
+    wheel = _wheel(
+        tmp_path / "demo-1.0-py3-none-any.whl",
+        "demo",
+        "1.0",
+        [],
+        ["demo/__init__.py", "demo/sub/mod.py"],
+    )
+    with zipfile.ZipFile(wheel, "a") as zf:
+        zf.writestr("demo/extra.py", "VALUE = 42\n")
+    build.add_bytecode(wheel)
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        pycs = sorted(n for n in names if n.endswith(".pyc"))
+        record = zf.read("demo-1.0.dist-info/RECORD").decode()
+        data = zf.read(next(n for n in pycs if "extra" in n))
+    # One unchecked-hash pyc per module, for Pyodide's Python (3.14), listed in RECORD.
+    assert [n.rsplit("/", 1)[0] for n in pycs] == [
+        "demo/__pycache__",
+        "demo/__pycache__",
+        "demo/sub/__pycache__",
+    ]
+    assert all(n.endswith(".cpython-314.pyc") for n in pycs)
+    assert int.from_bytes(data[4:8], "little") == 0b01  # hash-based, not checked
+    assert all(f"{n},," in record for n in pycs)
+    # The sources stay.
+    assert {"demo/__init__.py", "demo/sub/mod.py", "demo/extra.py"} <= set(names)

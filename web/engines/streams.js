@@ -10,26 +10,20 @@
  *   concatenates them: the main thread does no per-token parsing.
  * - `next(id)` resolves with JSON text `{"chunks": [...], "done": bool,
  *   "error": null | {"kind": text}}` holding every chunk queued since the
- *   previous read (one bridge crossing per batch, not per token); once
- *   `done` has been reported the stream is forgotten.
+ *   previous read (one bridge crossing per batch, not per token), at once:
+ *   a read waits only while nothing is queued. A batch read after the
+ *   stream ended carries `done` (and the error) itself, so the stream's
+ *   tail costs one read; once `done` has been reported the stream is
+ *   forgotten.
  * - `cancel(id)` marks the stream aborted, drops queued chunks, wakes a
  *   pending read (which reports `done`) and forgets it; the producer learns
  *   it through `stream.aborted` and its AbortSignal.
- * - Reads are paced: a read that comes less than `READ_GAP_MS` after the
- *   previous one returned waits out the rest of that gap (the end of the
- *   stream or a cancel cuts the wait short), so a fast engine's tokens reach
- *   Python in batches of several instead of one read per token, and the
- *   runtime's work per token shrinks while the engine runs ahead in its
- *   worker. The first two reads are never delayed (the first chunk may
- *   hold only the role, and the first text must not wait), nor is the last.
+ * - Batching is the producer's: an engine worker posts every chunk at once
+ *   until the first text and then at most one batch every few milliseconds
+ *   (batcher.js), so the first text never waits for a timer here and the
+ *   runtime still works per batch while the engine runs ahead.
  * - A delivery delay (0 unless the caller sets one) hands chunks over one at a time.
  */
-
-/** The least time between two reads of one stream (ms): about half a frame. */
-export const READ_GAP_MS = 8;
-/** Reads never paced: an engine's first chunk may hold only the role, and
- * the first text must not wait. */
-const UNPACED_READS = 2;
 
 const streams = new Map();
 let counter = 0;
@@ -40,25 +34,6 @@ function wake(stream) {
   const waiter = stream.waiter;
   stream.waiter = null;
   if (waiter) waiter();
-}
-
-/** Wake a read that waits out the gap between reads (end or cancel). */
-function cutPause(stream) {
-  const resume = stream.resume;
-  stream.resume = null;
-  if (resume) resume();
-}
-
-function pause(stream, ms) {
-  return new Promise((resolve) => {
-    const timer = setTimeout(done, ms);
-    function done() {
-      clearTimeout(timer);
-      stream.resume = null;
-      resolve();
-    }
-    stream.resume = done;
-  });
 }
 
 /** The open stream `id` (its state object), or null once it is read out or cancelled. */
@@ -75,9 +50,6 @@ export function open(prefix, deliveryDelayMs = 0) {
     done: false,
     error: null,
     waiter: null,
-    resume: null,
-    lastRead: -Infinity,
-    reads: 0,
     controller: new AbortController(),
     delayMs: Math.max(0, Number(deliveryDelayMs) || 0),
     get aborted() {
@@ -102,8 +74,8 @@ export function pushSerialized(stream, texts) {
   wake(stream);
 }
 
-function batch(texts) {
-  return `{"chunks":[${texts.join(",")}],"done":false,"error":null}`;
+function batch(texts, done = false, error = null) {
+  return `{"chunks":[${texts.join(",")}],"done":${done},"error":${JSON.stringify(error)}}`;
 }
 
 /** End the stream; `errorKind` names a failure (see the Python side's hints). */
@@ -112,7 +84,6 @@ export function end(stream, errorKind = null) {
   stream.done = true;
   if (errorKind && !stream.aborted) stream.error = { kind: String(errorKind) };
   wake(stream);
-  cutPause(stream);
 }
 
 /** The next batch of stream `id` as JSON text (module rules). */
@@ -127,14 +98,10 @@ export async function next(id) {
         if (stream.aborted) break;
         return batch([stream.queue.shift()]);
       }
-      const gap = stream.lastRead + READ_GAP_MS - performance.now();
-      if (gap > 0 && !stream.done && stream.reads >= UNPACED_READS) {
-        await pause(stream, gap);
-        if (stream.aborted) break;
-      }
-      stream.lastRead = performance.now();
-      stream.reads += 1;
-      return batch(stream.queue.splice(0, stream.queue.length));
+      const texts = stream.queue.splice(0, stream.queue.length);
+      if (!stream.done) return batch(texts);
+      streams.delete(stream.id);
+      return batch(texts, true, stream.error);
     }
     if (stream.done) break;
     await new Promise((resolve) => {
@@ -154,7 +121,6 @@ export function cancel(id) {
   stream.queue.length = 0;
   stream.done = true;
   wake(stream);
-  cutPause(stream);
   return true;
 }
 

@@ -28,6 +28,12 @@
  *   `context`, `inference`, `unknown`); the engine's own text never leaves
  *   this module except in the console.
  * - Streams are read from Python through streams.js (JSON text batches).
+ *   WebLLM's page-side stream would pull one chunk per round trip to its
+ *   worker (the engine waiting for the page between tokens), so a chat runs
+ *   whole in our worker instead (webllm-worker.js, on a MessagePort of its
+ *   own), which posts the chunks in batches as wllama's worker does
+ *   (batcher.js). An engine that is not WebLLM's worker client (a test
+ *   build's double) is read chunk by chunk on the page, as before.
  * - Engines are created only through the bundle's `CreateWebWorkerMLCEngine`
  *   (the one place a test build substitutes a double; nothing here knows).
  */
@@ -141,11 +147,31 @@ async function createEngine(modelId, connectionId, label) {
   // Weights of hundreds of MB: ask the browser not to evict them under pressure.
   requestPersistentStorage();
   const worker = new Worker(new URL("./webllm-worker.js", import.meta.url), { type: "module" });
+  let engine;
   try {
-    return await lib.CreateWebWorkerMLCEngine(worker, modelId, { initProgressCallback });
+    engine = await lib.CreateWebWorkerMLCEngine(worker, modelId, { initProgressCallback });
   } catch (error) {
     worker.terminate();
     throw error;
+  }
+  let port = null;
+  if (engine instanceof lib.WebWorkerMLCEngine) {
+    const channel = new MessageChannel();
+    worker.postMessage({ kind: "napllmPort" }, [channel.port2]);
+    port = channel.port1;
+  }
+  return { engine, port };
+}
+
+/** Chats of `entry` running in the worker: stream id -> {stream, resolve}. */
+function onChatMessage(entry, { data }) {
+  if (!data || typeof data !== "object") return;
+  const chat = entry.chats.get(String(data.id));
+  if (!chat) return;
+  if (Array.isArray(data.chunks) && data.chunks.length > 0) streams.pushSerialized(chat.stream, data.chunks);
+  if (data.op === "end") {
+    entry.chats.delete(String(data.id));
+    chat.resolve(data.error && typeof data.error === "object" ? data.error : null);
   }
 }
 
@@ -207,7 +233,15 @@ export async function ensureEngine(modelId, connectionId, label) {
   modelId = String(modelId);
   if (!current || current.modelId !== modelId) {
     const previous = current;
-    const entry = { modelId, engine: null, chain: Promise.resolve(), active: null, promise: null };
+    const entry = {
+      modelId,
+      engine: null,
+      port: null,
+      chats: new Map(),
+      chain: Promise.resolve(),
+      active: null,
+      promise: null,
+    };
     current = entry;
     entry.promise = (async () => {
       if (previous && previous.engine) {
@@ -220,7 +254,12 @@ export async function ensureEngine(modelId, connectionId, label) {
       loadingNotice(`Loading the model of ${label}…`, connectionId);
       progress(connectionId, `Loading ${label}`, 0);
       try {
-        entry.engine = await createEngine(modelId, connectionId, String(label));
+        const created = await createEngine(modelId, connectionId, String(label));
+        entry.engine = created.engine;
+        if (created.port) {
+          entry.port = created.port;
+          entry.port.onmessage = (event) => onChatMessage(entry, event);
+        }
         progress(connectionId, `${label} is ready`, 1);
         return { ok: true };
       } catch (error) {
@@ -242,6 +281,14 @@ async function run(entry, body, stream) {
   try {
     if (stream.aborted) return;
     entry.active = stream;
+    if (entry.port) {
+      // The worker reads the chat to its end, after a cancel too (pitfalls.md).
+      const ended = new Promise((resolve) => entry.chats.set(stream.id, { stream, resolve }));
+      entry.port.postMessage({ op: "chat", id: stream.id, body });
+      const error = await ended;
+      if (error) throw error;
+      return;
+    }
     chunks = await entry.engine.chat.completions.create(body);
     for await (const chunk of chunks) {
       // After a cancel the stream is still read to its end (pitfalls.md).

@@ -2,10 +2,59 @@
  * The WebLLM worker: runs @mlc-ai/web-llm's MLCEngine off the page's main
  * thread (WebLLM's documented Web Worker set-up: a `WebWorkerMLCEngineHandler`
  * answering the page's `CreateWebWorkerMLCEngine`). Loaded as a module
- * worker by webllm-engine.js; holds no napllm logic.
+ * worker by webllm-engine.js; holds no napllm policy.
+ *
+ * Rules (README, DESIGN notes "Generation off the main thread")
+ * - WebLLM's own protocol (load, interrupt, unload, ...) is answered by the
+ *   handler unchanged. WebLLM's page-side stream pulls one chunk per round
+ *   trip, so the engine would wait for the page between tokens; chats
+ *   therefore run here instead, whole, on a port of their own:
+ * - `{kind: "napllmPort"}` with one transferred MessagePort (sent once by
+ *   the page) opens that port. On it the page sends `{op: "chat", id, body}`
+ *   (an OpenAI chat body, streamed). Each chat runs to its end in this
+ *   worker on the handler's engine, and its chunks come back as
+ *   `{op: "chunks", id, chunks: [JSON text, ...]}` in batches (batcher.js),
+ *   then `{op: "end", id, chunks: [...], error: null | {name, message}}`.
+ *   The page classifies the error (it never reaches a napplet).
+ * - A chat interrupted through WebLLM's `interruptGenerate` ends early and
+ *   is still read to its end here, so the engine's lock is released
+ *   (pitfalls.md, mlc-ai/web-llm #447).
  */
 
 import { WebWorkerMLCEngineHandler } from "../vendor/web-llm/web-llm.js";
+import { runChat } from "./batcher.js";
 
-const handler = new WebWorkerMLCEngineHandler();
+class Handler extends WebWorkerMLCEngineHandler {
+  onmessage(event, ...rest) {
+    const data = event && event.data !== undefined ? event.data : event;
+    if (data && typeof data === "object" && data.kind === "napllmPort" && event.ports && event.ports[0]) {
+      const port = event.ports[0];
+      port.onmessage = ({ data: message }) => {
+        if (message && typeof message === "object" && message.op === "chat") {
+          this.chat(port, String(message.id), message.body || {});
+        }
+      };
+      return;
+    }
+    super.onmessage(event, ...rest);
+  }
+
+  async chat(port, id, body) {
+    const never = new AbortController().signal;
+    let rest = [];
+    let error = null;
+    try {
+      const chunks = await this.engine.chatCompletion({ ...body, stream: true });
+      rest = await runChat(chunks, (message) => port.postMessage({ ...message, id }), never);
+    } catch (failure) {
+      console.error("napllm webllm worker: generation failed", failure);
+      const name = String((failure && (failure.name || failure.constructor?.name)) || "");
+      const message = typeof failure === "string" ? failure : String((failure && failure.message) || "");
+      error = { name, message };
+    }
+    port.postMessage({ op: "end", id, chunks: rest, error });
+  }
+}
+
+const handler = new Handler();
 self.onmessage = (message) => handler.onmessage(message);

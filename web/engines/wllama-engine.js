@@ -5,10 +5,11 @@
  * Rules (DESIGN.md "The data path", provider kind `wasm`; README, DESIGN
  * notes "Generation off the main thread")
  * - wllama lives in one dedicated worker of ours (wllama-worker.js), which
- *   runs each whole chat completion and posts every chunk as it comes; the
- *   page's main thread only queues those chunks (streams.js) until Python
- *   reads them in batches, so the token loop never waits for Python or for
- *   the page. The worker is started on the first load and kept.
+ *   runs each whole chat completion and posts its chunks in batches (the
+ *   first text at once, then one batch per display frame: batcher.js); the
+ *   page's main thread only queues them (streams.js) until Python reads
+ *   them, so the token loop never waits for Python or for the page. The
+ *   worker is started on the first load and kept.
  * - One Wllama instance (llama.cpp in its own worker) per loaded model key
  *   (model URL + load parameters). Concurrent loads of one key share one
  *   promise; a failed load is forgotten so the next request tries again.
@@ -63,7 +64,9 @@ function onWorkerMessage({ data }) {
     if (stream) streams.pushSerialized(stream, data.chunks);
   } else if (data.op === "end") {
     const stream = streams.byId(data.id);
-    if (stream) streams.end(stream, data.kind);
+    if (!stream) return;
+    if (Array.isArray(data.chunks) && data.chunks.length > 0) streams.pushSerialized(stream, data.chunks);
+    streams.end(stream, data.kind);
   } else if (data.op === "progress") {
     const entry = models.get(data.key);
     if (entry) progress(entry.connectionId, `Downloading ${entry.label}`, data.fraction);

@@ -13,9 +13,12 @@
  * - Messages to the page:
  *   `{op: "progress", key, fraction}` while downloading (at most every 100 ms),
  *   `{op: "loaded", key, info}` or `{op: "loaded", key, info: {ok: false, kind}}`,
- *   `{op: "chunks", id, chunks: [JSON text, ...]}` for every chunk wllama
- *   yields (each chunk already serialized, so the page only concatenates),
- *   `{op: "end", id, kind: null | text}` once per chat.
+ *   `{op: "chunks", id, chunks: [JSON text, ...]}` with the chunks wllama
+ *   yielded (each already serialized, so the page only concatenates): every
+ *   chunk at once until the first text, then batches at most every
+ *   `BATCH_MS` (batcher.js),
+ *   `{op: "end", id, kind: null | text, chunks: [JSON text, ...]}` once per
+ *   chat, with the chunks that had not been posted yet.
  * - Model files are downloaded here, checked as they arrive (status 200,
  *   not a text type, the GGUF magic, the declared length) and handed to
  *   wllama as Blobs; wllama's own download and its OPFS cache are not used
@@ -28,6 +31,7 @@
  */
 
 import { CacheManager, ModelManager, Wllama, wasmPaths } from "../vendor/wllama/wllama.js";
+import { runChat } from "./batcher.js";
 
 const GGUF_MAGIC = [0x47, 0x47, 0x55, 0x46];
 /** Bytes gathered in memory before they become one Blob (see `download`). */
@@ -224,6 +228,7 @@ async function chat(id, key, body) {
   const controller = new AbortController();
   chats.set(id, controller);
   let kind = null;
+  let rest = [];
   try {
     const wllama = models.get(key);
     if (!wllama) throw new Error("model not loaded");
@@ -232,10 +237,7 @@ async function chat(id, key, body) {
       stream: true,
       abortSignal: controller.signal,
     });
-    for await (const chunk of chunks) {
-      if (controller.signal.aborted) break;
-      self.postMessage({ op: "chunks", id, chunks: [JSON.stringify(chunk)] });
-    }
+    rest = await runChat(chunks, (message) => self.postMessage({ ...message, id }), controller.signal);
   } catch (error) {
     if (!controller.signal.aborted) {
       console.error("napllm wasm engine: generation failed", error);
@@ -243,7 +245,7 @@ async function chat(id, key, body) {
     }
   } finally {
     chats.delete(id);
-    self.postMessage({ op: "end", id, kind });
+    self.postMessage({ op: "end", id, kind, chunks: rest });
   }
 }
 

@@ -3,9 +3,11 @@
 Rules (DESIGN.md "The data path"; providers/base.py; pitfalls.md)
 - Each engine is a JS module under web/engines/ (copied to dist/engines/),
   imported with a dynamic `import()` of an absolute URL built from the
-  page's base URL, so the shell works under any sub-path. The module is
-  imported again for every use (the browser keeps one instance per URL);
-  Python holds no JS object beyond one call.
+  page's base URL, so the shell works under any sub-path. Each module's
+  namespace is imported once and kept for the page's lifetime (the browser
+  keeps one instance per URL anyway): a request then makes no `import()`
+  and no event-loop turn for it. Beyond those few namespaces Python holds
+  no JS object longer than one call.
 - Everything crossing the bridge is JSON text or a plain string: the chat
   body goes in as JSON, chunks come back in batches of JSON text
   (web/engines/streams.js): every chunk the engine produced since the last
@@ -64,10 +66,21 @@ WLLAMA_MODULE = "engines/wllama-engine.js"
 WEBLLM_MODULE = "engines/webllm-engine.js"
 
 
+#: path -> the JS module's namespace, imported once (module rules).
+_modules: dict[str, Any] = {}
+
+
 async def import_module(path: str) -> Any:
-    """The JS module at `path` (relative to the shell page)."""
-    url = urljoin(str(document.baseURI), path)
-    return await run_js(f"import({json.dumps(url)})")
+    """The JS module at `path` (relative to the shell page), imported once.
+
+    A failed import raises `JsException` and is tried again next time.
+    """
+    module = _modules.get(path)
+    if module is None:
+        url = urljoin(str(document.baseURI), path)
+        module = await run_js(f"import({json.dumps(url)})")
+        _modules[path] = module
+    return module
 
 
 async def stream_chunks(

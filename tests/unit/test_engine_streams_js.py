@@ -1,0 +1,148 @@
+"""The engines' chunk batching in JS (web/engines/batcher.js, streams.js), run in node.
+
+What the page and the runtime receive from an engine worker: the first text
+together with the chunks before it, later chunks coalesced, every chunk once
+and in order, nothing after an abort; and a stream's tail read together with
+its end.
+"""
+
+# ruff: noqa: E501  (the JavaScript embedded below keeps its natural line length)
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ENGINES = ROOT / "web" / "engines"
+
+pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+
+
+def run_node(body: str) -> Any:
+    """Run an ES module body (with `batcher` and `streams` imported); its JSON output."""
+    script = (
+        f"import * as batcher from {json.dumps((ENGINES / 'batcher.js').as_uri())};\n"
+        f"import * as streams from {json.dumps((ENGINES / 'streams.js').as_uri())};\n"
+        f"{body}\n"
+    )
+    proc = subprocess.run(
+        ["node", "--input-type=module", "-e", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+CHUNKS = """
+const chunk = (delta, finish = null) => ({ choices: [{ index: 0, delta, finish_reason: finish }] });
+async function* engine(n, signal = null) {
+  yield chunk({ role: 'assistant', content: '' });
+  for (let i = 1; i <= n; i += 1) {
+    if (signal && i === 3) signal.abort();
+    yield chunk({ content: `${i},` });
+  }
+  yield chunk({}, 'stop');
+}
+"""
+
+
+def test_the_first_text_goes_at_once_with_the_role_and_the_rest_in_batches() -> None:
+    out = run_node(
+        CHUNKS
+        + """
+const posts = [];
+const rest = await batcher.runChat(engine(200), (m) => posts.push(m.chunks), new AbortController().signal);
+const texts = (list) => list.map((t) => JSON.parse(t).choices[0].delta.content ?? null);
+console.log(JSON.stringify({ first: texts(posts[0]), posts: posts.length,
+  all: [...posts.flat(), ...rest].map((t) => JSON.parse(t)), rest: rest.length }));
+"""
+    )
+    # The role-only chunk waits for the first text and travels with it.
+    assert out["first"] == ["", "1,"]
+    # Every chunk arrives exactly once, in order; 202 chunks in fewer posts.
+    contents = [c["choices"][0]["delta"].get("content") for c in out["all"]]
+    assert contents == ["", *[f"{i}," for i in range(1, 201)], None]
+    assert out["all"][-1]["choices"][0]["finish_reason"] == "stop"
+    assert out["posts"] < 202
+
+
+def test_a_stream_without_text_posts_nothing_and_returns_everything() -> None:
+    out = run_node(
+        """
+async function* engine() {
+  yield { choices: [{ index: 0, delta: { role: 'assistant' }, finish_reason: null }] };
+  yield { choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] };
+}
+const posts = [];
+const rest = await batcher.runChat(engine(), (m) => posts.push(m), new AbortController().signal);
+console.log(JSON.stringify({ posts: posts.length, rest: rest.length }));
+"""
+    )
+    assert out == {"posts": 0, "rest": 2}
+
+
+def test_nothing_is_posted_or_returned_after_an_abort() -> None:
+    out = run_node(
+        CHUNKS
+        + """
+const controller = new AbortController();
+const posts = [];
+const rest = await batcher.runChat(engine(50, controller), (m) => posts.push(...m.chunks), controller.signal);
+console.log(JSON.stringify({ posted: posts.map((t) => JSON.parse(t).choices[0].delta.content),
+  rest: rest.length }));
+"""
+    )
+    # The chunks before the abort may or may not have been posted yet (a
+    # batch timer); none from after it ever is.
+    assert out["posted"][:2] == ["", "1,"]
+    assert out["posted"] in (["", "1,"], ["", "1,", "2,"])
+    assert out["rest"] == 0
+
+
+def test_a_read_after_the_end_carries_the_tail_and_the_end_together() -> None:
+    out = run_node(
+        """
+const stream = streams.open('t');
+streams.pushSerialized(stream, ['{"a":1}']);
+const first = JSON.parse(await streams.next(stream.id));
+streams.pushSerialized(stream, ['{"b":2}', '{"c":3}']);
+streams.end(stream, 'inference');
+const last = JSON.parse(await streams.next(stream.id));
+console.log(JSON.stringify({ first, last, open: streams.openCount(),
+  after: JSON.parse(await streams.next(stream.id)) }));
+"""
+    )
+    assert out["first"] == {"chunks": [{"a": 1}], "done": False, "error": None}
+    assert out["last"] == {
+        "chunks": [{"b": 2}, {"c": 3}],
+        "done": True,
+        "error": {"kind": "inference"},
+    }
+    assert out["open"] == 0
+    assert out["after"]["done"] is True
+
+
+def test_a_waiting_read_gets_the_next_chunk_and_a_cancel_ends_it() -> None:
+    out = run_node(
+        """
+const stream = streams.open('t');
+const pending = streams.next(stream.id);
+streams.pushSerialized(stream, ['{"a":1}']);
+const got = JSON.parse(await pending);
+const waiting = streams.next(stream.id);
+streams.cancel(stream.id);
+console.log(JSON.stringify({ got, cancelled: JSON.parse(await waiting), aborted: stream.aborted }));
+"""
+    )
+    assert out["got"] == {"chunks": [{"a": 1}], "done": False, "error": None}
+    assert out["cancelled"] == {"chunks": [], "done": True, "error": None}
+    assert out["aborted"] is True
