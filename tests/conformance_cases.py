@@ -321,6 +321,40 @@ INVALID_CALLS: dict[str, tuple[str, str]] = {
     "unknown-name": ("launch_missiles", '{"city": "B"}'),
 }
 
+# -- LLM-C18: interleaved tool-call blocks ---------------------------------------
+
+
+def interleaved_calls(pause: float = 0.0) -> list[Any]:
+    """Two calls whose argument fragments alternate on the wire, then both complete.
+
+    `pause` (seconds) adds a `Stall` after each fragment, so that a runtime
+    that coalesces deltas over time (the page's) still streams them apart.
+    """
+    a = call_events("get_weather", '{"city": "Berlin"}', call_id="ca", output_index=0)
+    b = call_events("get_weather", '{"city": "Paris"}', call_id="cb", output_index=1)
+
+    def frag(index: int, text: str) -> list[Any]:
+        event = LmspEvent(
+            event="response.function_call_arguments.delta",
+            data={"item_id": f"fc_{index}", "output_index": index, "delta": text},
+        )
+        return [event, Stall(pause)] if pause else [event]
+
+    return [
+        CREATED,
+        a[0],
+        *frag(0, '{"ci'),
+        b[0],
+        *frag(1, '{"city": '),
+        *frag(0, 'ty": "Ber'),
+        *frag(1, '"Paris"}'),
+        *frag(0, 'lin"}'),
+        b[-1],
+        a[-1],
+        completed(),
+    ]
+
+
 # -- LLM-C19: an unlisted tool-choice mode -----------------------------------
 
 UNLISTED_MODES: dict[str, Any] = {"required": "required", "named": FORCED}

@@ -57,6 +57,7 @@ from conformance_cases import (
     SECRET_KEY,
     THINKING_HISTORY,
     assistant,
+    interleaved_calls,
     result_msg,
     truncated_parallel_turn,
 )
@@ -1243,41 +1244,10 @@ def test_llm_c17_thinking_in_user_message_is_invalid(shell: ShellPage) -> None:
 # LLM-C18: stream interleaved tool-call blocks
 
 
-def interleaved_calls() -> list[Any]:
-    a = call_events("get_weather", '{"city": "Berlin"}', call_id="ca", output_index=0)
-    b = call_events("get_weather", '{"city": "Paris"}', call_id="cb", output_index=1)
-
-    def frag(index: int, text: str) -> LmspEvent:
-        return LmspEvent(
-            event="response.function_call_arguments.delta",
-            data={"item_id": f"fc_{index}", "output_index": index, "delta": text},
-        )
-
-    # stalls keep the delta coalescing of the runtime from merging the fragments
-    return [
-        CREATED,
-        a[0],
-        frag(0, '{"ci'),
-        Stall(0.03),
-        b[0],
-        frag(1, '{"city": '),
-        Stall(0.03),
-        frag(0, 'ty": "Ber'),
-        Stall(0.03),
-        frag(1, '"Paris"}'),
-        Stall(0.03),
-        frag(0, 'lin"}'),
-        Stall(0.03),
-        b[-1],
-        a[-1],
-        completed(),
-    ]
-
-
 def test_llm_c18_interleaved_tool_call_blocks(shell: ShellPage) -> None:
     app, handle = ready(shell)
     before = shell.submissions("fx-full")
-    shell.queue("fx-full", interleaved_calls())
+    shell.queue("fx-full", interleaved_calls(0.03))
     result = app.run(generate("g1", handle, tools=[WEATHER_TOOL]))
     assert result["result"]["finish"] == "toolUse"
     assert [(p["toolCallId"], p["arguments"]) for p in result["result"]["content"]] == [
@@ -1299,7 +1269,7 @@ def test_llm_c18_interleaved_tool_call_blocks(shell: ShellPage) -> None:
 
 def test_llm_c18_provisional_block_then_failure_is_not_executable(shell: ShellPage) -> None:
     app, handle = ready(shell)
-    shell.queue("fx-full", [*interleaved_calls()[:-3], Fail(detail="stream reset")])
+    shell.queue("fx-full", [*interleaved_calls(0.03)[:-3], Fail(detail="stream reset")])
     result = app.run(generate("g1", handle, tools=[WEATHER_TOOL]))
     safe(result, ErrorCode.PROVIDER_ERROR)
     assert any(d["block"] == "toolCall" for d in deltas_of(app.envelopes(), "g1"))

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -44,6 +46,7 @@ from conformance_cases import (
     SECRET_KEY,
     THINKING_HISTORY,
     assistant,
+    interleaved_calls,
     result_msg,
     truncated_parallel_turn,
     user,
@@ -66,6 +69,23 @@ from napllm.translate import TOOL_FAILED_PREFIX
 
 TEXT_ONLY = Capabilities()
 AUTO_NONE = Capabilities(tools=True, tool_choice_modes=("auto", "none"))
+
+
+@pytest.fixture(autouse=True)
+def no_unexpected_runtime_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """Fail a test whose run logged an error of the runtime it did not check and clear.
+
+    A crash inside the shell answers `provider-error` like a provider's
+    rejection does, so the napplet cannot tell them apart; the log can. A
+    test expecting a crash asserts the record, then calls `caplog.clear()`.
+    """
+    yield
+    errors = [
+        r.getMessage()
+        for r in caplog.get_records("call")
+        if r.name.startswith("napllm") and r.levelno >= logging.ERROR
+    ]
+    assert errors == [], f"the runtime logged unexpected errors: {errors}"
 
 
 async def until(predicate: Any, limit: int = 200) -> None:
@@ -654,6 +674,7 @@ async def test_llm_c11_provider_failure_leaks_nothing(
     messages = [r.getMessage() for r in caplog.records if r.name.startswith("napllm")]
     kinds = [m.split(":")[0] for m in messages if m.startswith("provider")]
     assert kinds == [logged], messages
+    caplog.clear()  # checked: the crash case's error record is expected
     assert_not_leaked(h, SECRET_KEY, CREDENTIAL)
     assert OTHER_PROMPT not in json.dumps(h.out(attacker))
 
@@ -857,31 +878,6 @@ async def test_llm_c17_thinking_in_user_message_is_invalid() -> None:
 
 # --------------------------------------------------------------------------
 # LLM-C18: stream interleaved tool-call blocks
-
-
-def interleaved_calls() -> list[Any]:
-    a = call_events("get_weather", '{"city": "Berlin"}', call_id="ca", output_index=0)
-    b = call_events("get_weather", '{"city": "Paris"}', call_id="cb", output_index=1)
-
-    def frag(index: int, text: str) -> LmspEvent:
-        return LmspEvent(
-            event="response.function_call_arguments.delta",
-            data={"item_id": f"fc_{index}", "output_index": index, "delta": text},
-        )
-
-    return [
-        CREATED,
-        a[0],
-        frag(0, '{"ci'),
-        b[0],
-        frag(1, '{"city": '),
-        frag(0, 'ty": "Ber'),
-        frag(1, '"Paris"}'),
-        frag(0, 'lin"}'),
-        b[-1],
-        a[-1],
-        completed(),
-    ]
 
 
 async def test_llm_c18_interleaved_tool_call_blocks() -> None:
