@@ -13,6 +13,7 @@ name, and every table is used.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import conformance_cases
@@ -95,3 +96,44 @@ def test_shared_tables_are_the_only_case_tables() -> None:
             and (node.value.keys if isinstance(node.value, ast.Dict) else node.value.elts)
         ]
         assert local == [], (path.name, local)
+
+
+DOC = TESTS.parent / "docs" / "conformance.md"
+#: Short names docs/conformance.md uses for test files.
+DOC_PREFIXES = {
+    "core": CORE,
+    "browser": BROWSER,
+    "shell": TESTS / "unit" / "test_shell.py",
+    "leaks": TESTS / "unit" / "test_leaks.py",
+}
+
+
+def _cited() -> list[tuple[Path, str]]:
+    """Every `file::test_name` docs/conformance.md cites, as (file, name)."""
+    text = DOC.read_text(encoding="utf-8")
+    cited: list[tuple[Path, str]] = []
+    for where, name in re.findall(r"`([\w/.]+)::(test_\w+)(?![\w.])", text):
+        if where in DOC_PREFIXES:
+            path = DOC_PREFIXES[where]
+        elif where.startswith("tests/"):
+            path = TESTS.parent / where
+        else:
+            path = TESTS / "unit" / where
+        cited.append((path, name))
+    return cited
+
+
+def test_conformance_doc_cites_only_tests_that_exist() -> None:
+    defined: dict[Path, set[str]] = {}
+    missing = []
+    for path, name in _cited():
+        if path not in defined:
+            tree = ast.parse(path.read_text(encoding="utf-8")) if path.is_file() else None
+            defined[path] = {
+                node.name
+                for node in (tree.body if tree else [])
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            }
+        if name not in defined[path]:
+            missing.append(f"{path.relative_to(TESTS.parent)}::{name}")
+    assert sorted(set(missing)) == []
