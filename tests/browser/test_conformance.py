@@ -9,9 +9,11 @@ asserts the *required observation* of its row in the NAP-LLM Conformance
 Cases table under the name of its tests/unit/test_conformance_core.py
 counterpart, and parametrizes over the same tables (tests/conformance_cases.py),
 so every case runs in Pyodide too (tests/unit/test_conformance_tables.py
-checks both). The fixture connections are used rather than the product's
-scripted connection because the cases need what only they show: provider
-submission counts, the LMSP request sent and raw LMSP event scripts.
+checks both). Cases that only need a provider's answer run on the
+product's scripted connection, set up through the connections form
+(`scripted`); the others use the fixture connections, which show what only
+they can: provider submission counts, the LMSP request sent, and raw LMSP
+event scripts (failures, truncations, interleavings).
 
 One page is booted per module and reused: every test opens its own napplet
 tabs (fresh endpoints) and closes them, and the shared state (deadline,
@@ -83,6 +85,33 @@ JSON_ONLY = "Fixture (JSON only)"
 AUTO = "Fixture (tools, auto/none)"
 REASONING = "Fixture (opaque reasoning)"
 PAID = "Fixture (may charge)"
+
+
+#: The page's scripted connection (the product's kind for napplet development).
+SCRIPTED = "Scripted (conformance)"
+
+
+def scripted(shell: ShellPage, turns: list[dict[str, Any]]) -> str:
+    """Make the scripted connection play `turns` from its first; returns its name.
+
+    The connection is added (or edited, which starts its script again)
+    through the connections form, as a napplet developer does; its handles
+    expire with each edit. Cases that need what only the fixture connections
+    show (submission counts, the LMSP request, raw LMSP events) use those.
+    """
+    page = shell.page
+    entry = page.locator("#connection-list li.connection", has_text=SCRIPTED)
+    if entry.count() == 0:
+        page.click("#connection-add")
+        page.fill("#connection-name", SCRIPTED)
+        page.select_option("#connection-kind", "scripted")
+    else:
+        entry.locator("button.edit").click()
+    page.fill("#connection-script", json.dumps(turns))
+    page.click("#connection-save")
+    page.locator("#connection-form").wait_for(state="hidden")
+    entry.wait_for()
+    return SCRIPTED
 
 
 def safe(envelope: dict[str, Any], expected: ErrorCode) -> None:
@@ -291,15 +320,15 @@ def test_llm_c01_select_describe_generate_correlate(shell: ShellPage) -> None:
 def test_llm_c01_binding_select_describe_generate(shell: ShellPage) -> None:
     app = shell.open_napplet()
     assert app.evaluate("() => Object.keys(window.napplet)") == ["llm"]
+    name = scripted(shell, [{"text": ["Hi ", "there"], "delayMs": 30}])
     selecting = app.call("select", {"tools": True})
     assert TEXT not in shell.candidates()
-    shell.choose(FULL)
+    shell.choose(name)
     selected = app.outcome(selecting)
     assert selected["state"] == "ok"
     model = selected["value"]
     describing = app.call("describe", model["handle"])
     assert app.outcome(describing) == {"method": "describe", "state": "ok", "value": model}
-    shell.queue("fx-full", text_script(["Hi ", "there"]))
     generating = app.call_generate({"handle": model["handle"], "messages": [user("Hello!")]})
     shell.allow()
     outcome = app.outcome(generating)
@@ -571,21 +600,19 @@ def test_llm_c06_duplicate_active_id_during_consent(shell: ShellPage) -> None:
 
 
 def test_llm_c06_finished_id_may_be_reused(shell: ShellPage) -> None:
-    app, handle = ready(shell)
-    before = shell.submissions("fx-full")
-    shell.queue("fx-full", text_script("first"))
+    app, handle = ready(shell, scripted(shell, [{"text": "first"}, {"text": "second"}]))
     app.post(generate("g1", handle))
     shell.remember()
     app.wait_for("g1")
-    shell.queue("fx-full", text_script("second"))
     app.post(generate("g1", handle))
     app.frame.wait_for_function(
         "() => window.probe.envelopes()"
         ".filter((e) => e.type === 'llm.generate.result').length >= 2",
         polling=POLL_MS,
     )
-    assert [code(r) for r in _results(app, "g1")] == [None, None]
-    assert shell.submissions("fx-full") == before + 2
+    # two generations under one id, each answered by its own turn of the script
+    results = _results(app, "g1")
+    assert [r["result"]["content"][0]["text"] for r in results] == ["first", "second"]
 
 
 # --------------------------------------------------------------------------
@@ -820,17 +847,8 @@ def test_llm_c08_connection_removed_during_generation_cancels(shell: ShellPage) 
 
 
 def test_llm_c09_streamed_deltas_are_ordered_and_match_result(shell: ShellPage) -> None:
-    app, handle = ready(shell)
-    shell.queue(
-        "fx-full",
-        [
-            CREATED,
-            *text_events(["Hel", "lo, "])[:-1],
-            Stall(0.05),
-            *text_events(["Hel", "lo, ", "wor", "ld"])[3:],
-            completed(),
-        ],
-    )
+    name = scripted(shell, [{"text": ["Hel", "lo, ", "wor", "ld"], "delayMs": 50}])
+    app, handle = ready(shell, name)
     result = app.run(generate("g1", handle))
     deltas = deltas_of(app.envelopes(), "g1")
     assert deltas[0]["event"] == "start" and deltas[-1]["event"] == "end"
@@ -1054,8 +1072,8 @@ def test_llm_c13_ignored_forced_tool_is_provider_error(shell: ShellPage, case: s
 
 
 def test_llm_c13_forced_tool_obeyed(shell: ShellPage) -> None:
-    app, handle = ready(shell)
-    shell.queue("fx-full", tool_call_script([("get_weather", {"city": "B"}, "c1")]))
+    turns = [{"toolCalls": [{"name": "get_weather", "arguments": {"city": "B"}, "id": "c1"}]}]
+    app, handle = ready(shell, scripted(shell, turns))
     envelope = generate("g1", handle, tools=[WEATHER_TOOL, OTHER_TOOL], toolChoice=FORCED)
     assert app.run(envelope)["result"]["finish"] == "toolUse"
 
@@ -1364,8 +1382,8 @@ def test_llm_c21_history_without_current_tools_accepted(shell: ShellPage) -> Non
 
 
 def test_llm_c21_no_new_calls_without_current_tools(shell: ShellPage) -> None:
-    app, handle = ready(shell)
-    shell.queue("fx-full", tool_call_script([("get_weather", {"city": "B"}, "c2")]))
+    turns = [{"toolCalls": [{"name": "get_weather", "arguments": {"city": "B"}, "id": "c2"}]}]
+    app, handle = ready(shell, scripted(shell, turns))
     safe(app.run(generate("g1", handle, *HISTORY)), ErrorCode.PROVIDER_ERROR)
 
 
