@@ -973,20 +973,33 @@ def test_llm_c10_json_format_needs_an_object(shell: ShellPage, case: str) -> Non
 # LLM-C11: provider failure containing input or credentials
 
 
-def _failures(shell: ShellPage) -> dict[str, Any]:
-    """Every failure of the table hits one napplet while another one's generation runs."""
+def _failures(shell: ShellPage, console: list[str]) -> dict[str, Any]:
+    """Every failure of the table hits one napplet while another one's generation runs.
+
+    `console` is the page's console as it grows; the lines each case added
+    (the runtime's developer log) are kept in `outcome["log"][case]`.
+    """
+    marks: dict[str, int] = {}
+
+    def scene(rid: str, handle: str, value: tuple[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        case, step = value
+        marks[case] = len(console)
+        return [CREATED, *text_events("half"), step], generate(rid, handle, user("hello"))
+
     victim, victim_handle = ready(shell)
     shell.queue("fx-full", [CREATED, Stall(0.3), *text_events("fine"), completed()])
     victim.post(generate("v1", victim_handle, user(OTHER_PROMPT)))
     shell.allow()
     outcome = played(
         shell,
-        {case: step for case, (step, _logged) in cases.PROVIDER_FAILURES.items()},
-        lambda rid, h, step: (
-            [CREATED, *text_events("half"), step],
-            generate(rid, h, user("hello")),
-        ),
+        {case: (case, step) for case, (step, _logged) in cases.PROVIDER_FAILURES.items()},
+        scene,
     )
+    ordered = sorted(marks.items(), key=lambda item: item[1])  # in the order played
+    ends = [start for _, start in ordered[1:]] + [len(console)]
+    outcome["log"] = {
+        case: console[start:end] for (case, start), end in zip(ordered, ends, strict=True)
+    }
     assert code(victim.wait_for("v1")) is None
     check_generation(victim.quiet(), "v1")
     outcome["victim"] = victim.envelopes()
@@ -995,12 +1008,20 @@ def _failures(shell: ShellPage) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("case", sorted(cases.PROVIDER_FAILURES))
-def test_llm_c11_provider_failure_leaks_nothing(shell: ShellPage, case: str) -> None:
-    outcome = batch("PROVIDER_FAILURES", lambda: _failures(shell))
+def test_llm_c11_provider_failure_leaks_nothing(
+    shell: ShellPage, request_log: Any, case: str
+) -> None:
+    outcome = batch("PROVIDER_FAILURES", lambda: _failures(shell, request_log.console))
     # the spec's detail: the typed code and the runtime's fixed, safe message
     result = outcome["results"][case]
     safe(result, cases.PROVIDER_FAILURE_CODE)
     assert set(result) == {"type", "id", "error"}
+    # the developer log (the page's console) tells a provider's rejection from a crash
+    logged = cases.PROVIDER_FAILURES[case][1]
+    log = outcome["log"][case]
+    assert any(f": {logged}" in line for line in log), log
+    other = "provider or runtime failure" if logged == "provider failure" else "provider failure:"
+    assert not any(other in line for line in log), log
     shown = json.dumps([result, outcome["deltas"][case]])
     for secret in (SECRET_KEY, CREDENTIAL, OTHER_PROMPT):
         assert secret not in shown
