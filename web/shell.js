@@ -20,6 +20,7 @@ import { DialogQueue } from "./js/dialogs.js";
 import { startRuntime } from "./js/boot-runtime.js";
 import { NappletArea, isHttpUrl, nameFromUrl } from "./js/frames.js";
 import { el } from "./js/dom.js";
+import { parseJsonOr } from "./js/json.js";
 import { Inspector } from "./js/inspector.js";
 import { loadConnections, saveConnections } from "./js/storage.js";
 
@@ -159,13 +160,8 @@ const napllmHost = Object.freeze({
   },
   /** Show a notice in the shell UI: `{"level","text","connectionId"?}`. */
   notice(noticeJson) {
-    let value = null;
-    try {
-      value = JSON.parse(String(noticeJson));
-    } catch {
-      return;
-    }
-    notices.show(value);
+    const value = parseJsonOr(noticeJson, undefined);
+    if (value !== undefined) notices.show(value);
   },
   /** Model download/load progress of an engine, shown in its connection's entry. */
   engineProgress(connectionId, label, fraction) {

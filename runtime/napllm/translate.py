@@ -573,7 +573,13 @@ class GenerationAssembler:
     # -- the terminal result -----------------------------------------------------
 
     def finish(self) -> Generation:
-        """Build the Generation after the stream ended; raises `NapError`."""
+        """Build the Generation after the stream ended.
+
+        Raises `NapError` when the stream broke the LMSP rules, and the
+        provider's own `ProviderFailure` for a `response.failed` or `error`
+        event, so that the shell keeps its detail for the developer log and
+        shows its hint, as for a failure raised by the provider itself.
+        """
         if self._terminal is None:
             raise _fail("stream ended without a final event")
         name, data = self._terminal
@@ -586,8 +592,7 @@ class GenerationAssembler:
             return self._partial("refusal" if refusal else "length")
         if name == "response.failed" or name == "error":
             problem = parse_problem(data.get("error"))
-            failure = failure_from_problem(None, problem)
-            raise failure.to_nap_error()
+            raise failure_from_problem(None, problem)
         raise _fail(f"terminal event {name}")
 
     def _blocks_in_order(self) -> list[_Block]:

@@ -6,18 +6,26 @@ envelopes from inside the sandboxed frame and records what the shell
 delivers. The chooser and consent dialogs are answered with real clicks (and
 Esc); provider submissions are counted with ``napllmTest.stats``. Each test
 asserts the *required observation* of its row in the NAP-LLM Conformance
-Cases table; names follow tests/unit/test_conformance_core.py.
+Cases table under the name of its tests/unit/test_conformance_core.py
+counterpart, and parametrizes over the same tables (tests/conformance_cases.py),
+so every case runs in Pyodide too (tests/unit/test_conformance_tables.py
+checks both). Cases that only need a provider's answer run on the
+product's scripted connection, set up through the connections form
+(`scripted`); the others use the fixture connections, which show what only
+they can: provider submission counts, the LMSP request sent, and raw LMSP
+event scripts (failures, truncations, interleavings).
 
 One page is booted per module and reused: every test opens its own napplet
 tabs (fresh endpoints) and closes them, and the shared state (deadline,
-profile, standing permissions) is reset after each test.
+profile, standing permissions) is reset after each test. A case table runs
+as one batch through one tab the first time one of its cases is collected
+(`batch`); each parametrized test then asserts its own case's outcome.
 """
 
 from __future__ import annotations
 
-import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +44,29 @@ from shellpage import (
     wait_deltas,
 )
 
+import conformance_cases as cases
+from conformance_cases import (
+    CALL,
+    CALL_2,
+    CREATED,
+    CREDENTIAL,
+    FORCED,
+    HISTORY,
+    IMAGE_RESULT,
+    OTHER_PROMPT,
+    OTHER_TOOL,
+    PNG,
+    SECRET_KEY,
+    THINKING_HISTORY,
+    assistant,
+    interleaved_calls,
+    result_msg,
+    truncated_parallel_turn,
+)
+from fixtures import WEATHER_TOOL
 from napllm.errors import SAFE_MESSAGES, ErrorCode
 from napllm.lmsp import LmspEvent
 from napllm.providers.fixture import (
-    Crash,
     Fail,
     Stall,
     call_events,
@@ -59,44 +86,32 @@ AUTO = "Fixture (tools, auto/none)"
 REASONING = "Fixture (opaque reasoning)"
 PAID = "Fixture (may charge)"
 
-CREATED = LmspEvent(
-    event="response.created", data={"response_id": "resp_fixture", "status": "in_progress"}
-)
-PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(16)).decode()
-# 25 bytes, so the standard encoding ends in "==" padding
-PADDED_PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(17)).decode()
-WEATHER_TOOL = {
-    "name": "get_weather",
-    "description": "Look up current weather",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-}
-CALL = {
-    "type": "toolCall",
-    "toolCallId": "call_1",
-    "name": "get_weather",
-    "arguments": {"city": "B"},
-}
-CALL_2 = {**CALL, "toolCallId": "call_2", "arguments": {"city": "P"}}
-FORCED = {"type": "tool", "name": "get_weather"}
-OTHER_TOOL = {"name": "get_time", "parameters": {"type": "object"}}
+
+#: The page's scripted connection (the product's kind for napplet development).
+SCRIPTED = "Scripted (conformance)"
 
 
-def result_msg(call_id: str, text: str = "18 C", **extra: Any) -> dict[str, Any]:
-    return {
-        "role": "toolResult",
-        "toolCallId": call_id,
-        "toolName": "get_weather",
-        "content": [{"type": "text", "text": text}],
-        **extra,
-    }
+def scripted(shell: ShellPage, turns: list[dict[str, Any]]) -> str:
+    """Make the scripted connection play `turns` from its first; returns its name.
 
-
-def assistant(*parts: dict[str, Any]) -> dict[str, Any]:
-    return {"role": "assistant", "content": list(parts)}
+    The connection is added (or edited, which starts its script again)
+    through the connections form, as a napplet developer does; its handles
+    expire with each edit. Cases that need what only the fixture connections
+    show (submission counts, the LMSP request, raw LMSP events) use those.
+    """
+    page = shell.page
+    entry = page.locator("#connection-list li.connection", has_text=SCRIPTED)
+    if entry.count() == 0:
+        page.click("#connection-add")
+        page.fill("#connection-name", SCRIPTED)
+        page.select_option("#connection-kind", "scripted")
+    else:
+        entry.locator("button.edit").click()
+    page.fill("#connection-script", json.dumps(turns))
+    page.click("#connection-save")
+    page.locator("#connection-form").wait_for(state="hidden")
+    entry.wait_for()
+    return SCRIPTED
 
 
 def safe(envelope: dict[str, Any], expected: ErrorCode) -> None:
@@ -135,6 +150,113 @@ def last_request(shell: ShellPage, cid: str) -> dict[str, Any]:
 def items(request: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     """The input items of an LMSP request of one `type`."""
     return [i for i in request["input"] if i["type"] == kind]
+
+
+# -- case tables in batches -------------------------------------------------------
+
+_batches: dict[str, Any] = {}
+
+
+def batch(key: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """`run()`'s outcome for table `key`, computed once per module (a failure is kept)."""
+    if key not in _batches:
+        try:
+            _batches[key] = run()
+        except Exception as exc:  # every case of the table reports the batch's failure
+            _batches[key] = exc
+    outcome = _batches[key]
+    if isinstance(outcome, Exception):
+        raise AssertionError(f"the batch of {key} failed: {outcome!r}") from outcome
+    result: dict[str, Any] = outcome
+    return result
+
+
+def rejections(
+    shell: ShellPage,
+    connection: str,
+    cid: str,
+    envelopes: Callable[[str], dict[str, dict[str, Any]]],
+) -> dict[str, Any]:
+    """Post every envelope of a table at once from one tab; collect each answer.
+
+    `envelopes(handle)` maps case -> envelope (distinct ids). Returns
+    `{"answers": {case: result envelope}, "dialogs": n, "submitted": n}`,
+    the dialogs open and the provider submissions made once all were answered.
+    """
+    app, handle = ready(shell, connection)
+    table = envelopes(handle)
+    before = shell.submissions(cid)
+    for envelope in table.values():
+        app.post(envelope)
+    answers = {
+        case: app.wait_for(envelope["id"], envelope["type"] + ".result")
+        for case, envelope in table.items()
+    }
+    envelopes_seen = app.quiet()
+    for envelope in table.values():
+        terminal(envelopes_seen, envelope["id"], envelope["type"] + ".result")
+    return {
+        "answers": answers,
+        "dialogs": shell.open_dialogs(),
+        "submitted": shell.submissions(cid) - before,
+    }
+
+
+def assert_rejected(outcome: dict[str, Any], case: str, expected: str) -> None:
+    """`case` got `expected` and its table caused no dialog and no submission."""
+    answer = outcome["answers"][case]
+    assert code(answer) == expected, (case, answer)
+    assert outcome["dialogs"] == 0 and outcome["submitted"] == 0
+
+
+def with_fields(handle: str, table: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """One generate per case: a valid request with the case's fields merged in."""
+    out = {}
+    for index, (case, fields) in enumerate(sorted(table.items())):
+        envelope = generate(f"g{index}", handle)
+        envelope["request"].update(fields)
+        out[case] = envelope
+    return out
+
+
+def played(
+    shell: ShellPage,
+    table: dict[str, Any],
+    scene: Callable[[str, str, Any], tuple[list[Any], dict[str, Any]]],
+    connection: str = FULL,
+    cid: str = "fx-full",
+) -> dict[str, Any]:
+    """Play each case of a provider table in turn through one tab.
+
+    `scene(rid, handle, value)` returns `(script, envelope)`: the fixture
+    script queued for the case and the generate sent. The first generation's
+    consent is answered with "remember", so the others need no dialog.
+    Returns `{"results": {case: terminal}, "deltas": {case: [delta]},
+    "requests": {case: LMSP request}, "envelopes": everything received}`.
+    """
+    app, handle = ready(shell, connection)
+    results: dict[str, Any] = {}
+    requests: dict[str, Any] = {}
+    rids: dict[str, str] = {}
+    for index, (case, value) in enumerate(sorted(table.items())):
+        rid = f"g{index}"
+        script, envelope = scene(rid, handle, value)
+        shell.queue(cid, script)
+        app.post(envelope)
+        if index == 0:
+            shell.remember()
+        results[case] = app.wait_for(rid)
+        requests[case] = last_request(shell, cid)
+        rids[case] = rid
+    envelopes = app.quiet()
+    for rid in rids.values():
+        check_generation(envelopes, rid)
+    return {
+        "results": results,
+        "requests": requests,
+        "deltas": {case: deltas_of(envelopes, rid) for case, rid in rids.items()},
+        "envelopes": envelopes,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -198,15 +320,15 @@ def test_llm_c01_select_describe_generate_correlate(shell: ShellPage) -> None:
 def test_llm_c01_binding_select_describe_generate(shell: ShellPage) -> None:
     app = shell.open_napplet()
     assert app.evaluate("() => Object.keys(window.napplet)") == ["llm"]
+    name = scripted(shell, [{"text": ["Hi ", "there"], "delayMs": 30}])
     selecting = app.call("select", {"tools": True})
     assert TEXT not in shell.candidates()
-    shell.choose(FULL)
+    shell.choose(name)
     selected = app.outcome(selecting)
     assert selected["state"] == "ok"
     model = selected["value"]
     describing = app.call("describe", model["handle"])
     assert app.outcome(describing) == {"method": "describe", "state": "ok", "value": model}
-    shell.queue("fx-full", text_script(["Hi ", "there"]))
     generating = app.call_generate({"handle": model["handle"], "messages": [user("Hello!")]})
     shell.allow()
     outcome = app.outcome(generating)
@@ -220,7 +342,6 @@ def test_llm_c01_binding_select_describe_generate(shell: ShellPage) -> None:
 def test_llm_c01_absent_domain_gets_no_replies_and_no_dialogs(shell: ShellPage) -> None:
     plain = shell.open_napplet()
     plain.set_llm(False)
-    with_llm = shell.open_napplet()
     # absence is discoverable without a handshake: no `llm` in the namespace
     assert plain.evaluate("() => Object.keys(window.napplet)") == []
     assert plain.evaluate("() => 'llm' in window.napplet") is False
@@ -228,80 +349,75 @@ def test_llm_c01_absent_domain_gets_no_replies_and_no_dialogs(shell: ShellPage) 
     plain.post({"type": "llm.select", "id": "s1"})
     plain.post(generate("g1", "h-guess"))
     plain.post({"type": "llm.cancel", "id": "c1", "requestId": "g1"})
-    # the other napplet's llm domain still works
-    handle = with_llm.select(FULL)
-    assert handle
     assert plain.quiet() == []
     assert shell.open_dialogs() == 0 and shell.submissions("fx-full") == before
     # the napplet's own (non-llm) functionality is unaffected
     assert plain.evaluate("() => document.querySelector('h1').textContent") == "Probe napplet"
 
 
+def test_llm_c01_domain_absence_does_not_affect_other_endpoints(shell: ShellPage) -> None:
+    plain = shell.open_napplet()
+    plain.set_llm(False)
+    with_llm = shell.open_napplet()
+    plain.post({"type": "llm.select", "id": "s1"})
+    # the other napplet's llm domain still works
+    handle = with_llm.select(FULL)
+    assert handle
+    assert plain.quiet() == []
+
+
 # --------------------------------------------------------------------------
 # LLM-C02: malformed record, base64, enum or explicit null -> invalid-request
 
 
-def _image(data: str, mime: str = "image/png") -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "image", "mimeType": mime, "data": data}]}
+@pytest.mark.parametrize("case", sorted(cases.MALFORMED_REQUESTS))
+def test_llm_c02_malformed_request_is_invalid_without_generation(
+    shell: ShellPage, case: str
+) -> None:
+    outcome = batch(
+        "MALFORMED_REQUESTS",
+        lambda: rejections(
+            shell, FULL, "fx-full", lambda h: with_fields(h, cases.MALFORMED_REQUESTS)
+        ),
+    )
+    assert_rejected(outcome, case, "invalid-request")
 
 
-MALFORMED_REQUESTS: dict[str, dict[str, Any]] = {
-    "unknown request field": {"stream": True},
-    "explicit null temperature": {"temperature": None},
-    "explicit null format": {"format": None},
-    "enum format": {"format": "xml"},
-    "wrong type maxTokens": {"maxTokens": "128"},
-    "float maxTokens": {"maxTokens": 1.5},
-    "bool temperature": {"temperature": True},
-    "role enum": {"messages": [{"role": "robot", "content": [{"type": "text", "text": "x"}]}]},
-    "unknown part type": {"messages": [{"role": "user", "content": [{"type": "audio"}]}]},
-    "null part text": {"messages": [{"role": "user", "content": [{"type": "text", "text": None}]}]},
-    "empty messages": {"messages": []},
-    "empty content": {"messages": [{"role": "user", "content": []}]},
-    "base64 unpadded": {"messages": [_image(PADDED_PNG.rstrip("="))]},
-    "base64 whitespace": {"messages": [_image(PNG[:8] + "\n" + PNG[8:])]},
-    "base64 data uri": {"messages": [_image("data:image/png;base64," + PNG)]},
-    "base64 urlsafe": {"messages": [_image("_-__")]},
-    "image mime enum": {"messages": [_image(PNG, "image/gif")]},
-}
+def _envelopes(table: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {case: {**e, "id": f"e{i}"} for i, (case, e) in enumerate(sorted(table.items()))}
 
 
-def test_llm_c02_malformed_request_is_invalid_without_generation(shell: ShellPage) -> None:
-    app, handle = ready(shell)
-    cases = {}
-    for index, (case, fields) in enumerate(sorted(MALFORMED_REQUESTS.items())):
-        envelope = generate(f"g{index}", handle)
-        envelope["request"].update(fields)
-        cases[case] = envelope
-    rejected(shell, app, cases, "invalid-request", "fx-full")
-
-
-def test_llm_c02_malformed_envelope_is_invalid(shell: ShellPage) -> None:
-    app, _ = ready(shell)
-    envelopes = [
-        {"type": "llm.generate", "request": None},
-        {"type": "llm.generate", "request": "text"},
-        {"type": "llm.generate", "request": {"handle": None, "messages": []}},
-        {"type": "llm.generate", "request": {}, "extra": 1},
-        {"type": "llm.select", "requirements": None},
-        {"type": "llm.select", "requirements": {"images": "yes"}},
-        {"type": "llm.select", "requirements": {"vision": True}},
-        {"type": "llm.describe", "handle": None},
-        {"type": "llm.cancel", "requestId": 7},
-    ]
-    cases = {f"e{i}": {**e, "id": f"e{i}"} for i, e in enumerate(envelopes)}
-    rejected(shell, app, cases, "invalid-request", "fx-full")
+@pytest.mark.parametrize("case", sorted(cases.MALFORMED_ENVELOPES))
+def test_llm_c02_malformed_envelope_is_invalid(shell: ShellPage, case: str) -> None:
+    outcome = batch(
+        "MALFORMED_ENVELOPES",
+        lambda: rejections(
+            shell, FULL, "fx-full", lambda _h: _envelopes(cases.MALFORMED_ENVELOPES)
+        ),
+    )
+    assert_rejected(outcome, case, "invalid-request")
 
 
 # --------------------------------------------------------------------------
 # LLM-C03: unsupported images/JSON/tools/exact model or provider-specific input
 
 
-def test_llm_c03_select_unmet_requirement_is_unsupported(shell: ShellPage) -> None:
-    app = shell.open_napplet()
-    app.post({"type": "llm.select", "id": "s1", "requirements": {"model": "no-such-model"}})
-    assert code(app.wait_for("s1", "llm.select.result")) == "unsupported"
-    assert shell.open_dialogs() == 0
+def _unmet(_handle: str) -> dict[str, dict[str, Any]]:
+    # pinned to the text-only fixture's model, so only the case's requirement decides
+    return {
+        case: {
+            "type": "llm.select",
+            "id": f"u{index}",
+            "requirements": {"model": "fixture-text", **requirements},
+        }
+        for index, (case, requirements) in enumerate(sorted(cases.UNMET_REQUIREMENTS.items()))
+    }
+
+
+@pytest.mark.parametrize("case", sorted(cases.UNMET_REQUIREMENTS))
+def test_llm_c03_select_unmet_requirement_is_unsupported(shell: ShellPage, case: str) -> None:
+    outcome = batch("UNMET_REQUIREMENTS", lambda: rejections(shell, TEXT, "fx-text", _unmet))
+    assert_rejected(outcome, case, "unsupported")
 
 
 def test_llm_c03_select_offers_only_exact_model_no_substitution(shell: ShellPage) -> None:
@@ -317,23 +433,26 @@ def test_llm_c03_select_offers_only_exact_model_no_substitution(shell: ShellPage
     assert code(app.wait_for("s2", "llm.select.result")) == "user-cancelled"
 
 
-def test_llm_c03_generate_unsupported_input_before_submission(shell: ShellPage) -> None:
-    app, handle = ready(shell, TEXT)
-    inputs: dict[str, dict[str, Any]] = {
-        "image": {"messages": [_image(PNG)]},
-        "json": {"format": "json"},
-        "tools": {"tools": [WEATHER_TOOL]},
-        "tool history": {
-            "messages": [user("weather?"), assistant(CALL), result_msg("call_1"), user("thanks")]
-        },
-        "temperature out of range": {"temperature": 7.5},
-    }
-    cases = {}
-    for index, (case, fields) in enumerate(sorted(inputs.items())):
-        envelope = generate(f"g{index}", handle)
-        envelope["request"].update(fields)
-        cases[case] = envelope
-    rejected(shell, app, cases, "unsupported", "fx-text")
+@pytest.mark.parametrize("case", sorted(cases.UNSUPPORTED_INPUTS))
+def test_llm_c03_generate_unsupported_input_before_submission(shell: ShellPage, case: str) -> None:
+    outcome = batch(
+        "UNSUPPORTED_INPUTS",
+        lambda: rejections(
+            shell, TEXT, "fx-text", lambda h: with_fields(h, cases.UNSUPPORTED_INPUTS)
+        ),
+    )
+    assert_rejected(outcome, case, "unsupported")
+
+
+def test_llm_c03_temperature_out_of_range_is_unsupported(shell: ShellPage) -> None:
+    app, handle = ready(shell)
+    before = shell.submissions("fx-full")
+    app.post(generate("g1", handle, temperature=2.5))
+    assert code(app.wait_for("g1")) == "unsupported"
+    assert shell.open_dialogs() == 0 and shell.submissions("fx-full") == before
+    shell.queue("fx-full", text_script("ok"))
+    result = app.run(generate("g2", handle, temperature=2.0))
+    assert "result" in result and last_request(shell, "fx-full")["temperature"] == 2.0
 
 
 # --------------------------------------------------------------------------
@@ -410,6 +529,28 @@ def test_llm_c05_foreign_cancel_is_false_and_original_continues(shell: ShellPage
     assert not any(e.get("id") == "c1" for e in alpha.envelopes())
 
 
+def test_llm_c05_same_id_on_two_endpoints_cancels_only_own(shell: ShellPage) -> None:
+    alpha, handle_a = ready(shell)
+    beta, handle_b = ready(shell)
+    shell.queue("fx-full", [CREATED, *text_events("alpha text"), Stall(0.5), completed()])
+    alpha.post(generate("g1", handle_a))
+    shell.allow()
+    wait_deltas(alpha, "g1")
+    shell.queue("fx-full", [CREATED, *text_events("beta text"), Stall(None), completed()])
+    beta.post(generate("g1", handle_b))
+    shell.allow()
+    wait_deltas(beta, "g1")
+    beta.post({"type": "llm.cancel", "id": "c1", "requestId": "g1"})
+    assert beta.wait_for("c1", "llm.cancel.result")["cancelled"] is True
+    safe(beta.wait_for("g1"), ErrorCode.CANCELLED)
+    result = alpha.wait_for("g1")
+    assert result["result"]["content"] == [{"type": "text", "text": "alpha text"}]
+    check_generation(alpha.quiet(), "g1")
+    check_generation(beta.envelopes(), "g1")
+    assert "beta" not in json.dumps(alpha.envelopes())
+    assert "alpha" not in json.dumps(beta.envelopes())
+
+
 # --------------------------------------------------------------------------
 # LLM-C06: duplicate an active generation id
 
@@ -456,6 +597,22 @@ def test_llm_c06_duplicate_active_id_during_consent(shell: ShellPage) -> None:
     )
     assert [code(r) for r in _results(app, "g1")] == ["invalid-request", None]
     assert shell.submissions("fx-full") == before + 1
+
+
+def test_llm_c06_finished_id_may_be_reused(shell: ShellPage) -> None:
+    app, handle = ready(shell, scripted(shell, [{"text": "first"}, {"text": "second"}]))
+    app.post(generate("g1", handle))
+    shell.remember()
+    app.wait_for("g1")
+    app.post(generate("g1", handle))
+    app.frame.wait_for_function(
+        "() => window.probe.envelopes()"
+        ".filter((e) => e.type === 'llm.generate.result').length >= 2",
+        polling=POLL_MS,
+    )
+    # two generations under one id, each answered by its own turn of the script
+    results = _results(app, "g1")
+    assert [r["result"]["content"][0]["text"] for r in results] == ["first", "second"]
 
 
 # --------------------------------------------------------------------------
@@ -530,7 +687,33 @@ def test_llm_c07_timeout_stalled_provider(shell: ShellPage) -> None:
     assert after["closedEarly"] == stats["closedEarly"] + 2
 
 
-def test_llm_c07_revalidation_refuses_connection_edited_during_consent(shell: ShellPage) -> None:
+def test_llm_c07_timeout_with_slow_but_finite_provider_discards_late_output(
+    shell: ShellPage,
+) -> None:
+    app, handle = ready(shell)
+    # a standing grant first, so that the deadline races the provider, not the dialog
+    shell.queue("fx-full", text_script("granted"))
+    app.post(generate("g0", handle))
+    shell.remember()
+    app.wait_for("g0")
+    stats = shell.stats("fx-full")
+    shell.set_deadline(0.3)
+    shell.queue("fx-full", [CREATED, Stall(1.0), *text_events("late"), completed()])
+    app.post(generate("g1", handle))
+    safe(app.wait_for("g1", timeout_ms=5_000), ErrorCode.TIMEOUT)
+    # the provider's stream is closed once the deadline settled the generation
+    shell.page.wait_for_function(
+        "([c, n]) => JSON.parse(window.napllmTest.stats(c)).closedEarly > n",
+        arg=["fx-full", stats["closedEarly"]],
+        polling=POLL_MS,
+    )
+    envelopes = app.quiet()
+    check_generation(envelopes, "g1")
+    assert deltas_of(envelopes, "g1") == [] and "late" not in json.dumps(envelopes)
+    assert shell.submissions("fx-full") == stats["submissions"] + 1
+
+
+def test_llm_c07_revalidation_after_consent_refuses_edited_connection(shell: ShellPage) -> None:
     app, handle = ready(shell, JSON_ONLY)
     before = shell.submissions("fx-json")
     app.post(generate("g1", handle))
@@ -614,23 +797,49 @@ def test_llm_c08_llm_access_revoked_during_consent(shell: ShellPage) -> None:
     assert app.quiet() == [] and shell.submissions("fx-full") == before
 
 
-def test_llm_c08_connection_changed_during_consent(shell: ShellPage) -> None:
+@pytest.mark.parametrize("change", cases.CONNECTION_CHANGES)
+def test_llm_c08_connection_changed_during_consent(shell: ShellPage, change: str) -> None:
     app, handle = ready(shell, PAID)
     before = shell.submissions("fx-paid")
     app.post(generate("g1", handle))
     dialog = shell.consent()
     assert "may charge" in dialog.inner_text()
-    shell.rename_connection("fx-paid", "Fixture (replacement)")
     try:
+        if change == "edit":
+            shell.rename_connection("fx-paid", "Fixture (replacement)")
+        else:
+            shell.page.evaluate("() => window.napllmTest.removeConnection('fx-paid')")
         assert code(app.wait_for("g1")) == "selection-expired"
         dialog.wait_for(state="detached")
-        # a new select offers the changed connection under its new name only
+        app.post({"type": "llm.describe", "id": "d1", "handle": handle})
+        assert code(app.wait_for("d1", "llm.describe.result")) == "selection-expired"
+        # a new select offers the changed connection under its new name only, or not at all
         app.post({"type": "llm.select", "id": "s2", "requirements": {"model": "fixture-paid"}})
-        assert shell.candidates() == ["Fixture (replacement)"]
-        shell.cancel_chooser()
+        if change == "edit":
+            assert shell.candidates() == ["Fixture (replacement)"]
+            shell.cancel_chooser()
+        else:
+            assert code(app.wait_for("s2", "llm.select.result")) == "unsupported"
     finally:
+        shell.page.evaluate("() => window.napllmTest.restoreConnection('fx-paid')")
         shell.rename_connection("fx-paid", PAID)
     assert shell.submissions("fx-paid") == before
+
+
+def test_llm_c08_connection_removed_during_generation_cancels(shell: ShellPage) -> None:
+    app, handle = ready(shell, PAID)
+    stats = shell.stats("fx-paid")
+    shell.queue("fx-paid", [CREATED, *text_events("partial"), Stall(None), completed()])
+    app.post(generate("g1", handle))
+    shell.allow()
+    wait_deltas(app, "g1")
+    try:
+        shell.page.evaluate("() => window.napllmTest.removeConnection('fx-paid')")
+        safe(app.wait_for("g1"), ErrorCode.CANCELLED)
+        check_generation(app.quiet(), "g1")
+    finally:
+        shell.page.evaluate("() => window.napllmTest.restoreConnection('fx-paid')")
+    assert shell.stats("fx-paid")["closedEarly"] == stats["closedEarly"] + 1
 
 
 # --------------------------------------------------------------------------
@@ -638,17 +847,8 @@ def test_llm_c08_connection_changed_during_consent(shell: ShellPage) -> None:
 
 
 def test_llm_c09_streamed_deltas_are_ordered_and_match_result(shell: ShellPage) -> None:
-    app, handle = ready(shell)
-    shell.queue(
-        "fx-full",
-        [
-            CREATED,
-            *text_events(["Hel", "lo, "])[:-1],
-            Stall(0.05),
-            *text_events(["Hel", "lo, ", "wor", "ld"])[3:],
-            completed(),
-        ],
-    )
+    name = scripted(shell, [{"text": ["Hel", "lo, ", "wor", "ld"], "delayMs": 50}])
+    app, handle = ready(shell, name)
     result = app.run(generate("g1", handle))
     deltas = deltas_of(app.envelopes(), "g1")
     assert deltas[0]["event"] == "start" and deltas[-1]["event"] == "end"
@@ -715,119 +915,142 @@ def test_llm_c09_cancel_completion_race(shell: ShellPage) -> None:
 # LLM-C10: limit/refusal, missing finish marker or invalid JSON-object completion
 
 
-def test_llm_c10_partial_results_remain_partial(shell: ShellPage) -> None:
+def test_llm_c10_length_is_partial(shell: ShellPage) -> None:
     app, handle = ready(shell)
     shell.queue(
         "fx-full",
         [CREATED, *text_events(["Incomplete ", "answer"]), incomplete("max_output_tokens")],
     )
-    app.post(generate("g1", handle, maxTokens=3))
-    shell.remember()
-    app.wait_for("g1")
-    result = check_generation(app.quiet(), "g1")
+    result = app.run(generate("g1", handle, maxTokens=3))
     assert result["result"] == {
         "content": [{"type": "text", "text": "Incomplete answer"}],
         "finish": "length",
         "usage": {"inputTokens": 12, "outputTokens": 3},
     }
     assert last_request(shell, "fx-full")["max_output_tokens"] == 3
+
+
+def test_llm_c10_refusal_is_partial(shell: ShellPage) -> None:
+    app, handle = ready(shell)
     shell.queue("fx-full", [CREATED, *text_events("I can"), incomplete("content_filter")])
-    assert app.run(generate("g2", handle), allow=None)["result"]["finish"] == "refusal"
-    # a truncated JSON answer stays partial: it is not validated as a completed object
+    assert app.run(generate("g1", handle))["result"]["finish"] == "refusal"
+
+
+def test_llm_c10_length_with_json_format_is_not_validated_as_complete(shell: ShellPage) -> None:
+    app, handle = ready(shell)
     shell.queue("fx-full", [CREATED, *text_events('{"a": '), incomplete("max_output_tokens")])
-    result = app.run(generate("g3", handle, format="json"), allow=None)
+    result = app.run(generate("g1", handle, format="json"))
     assert result["result"]["finish"] == "length"
 
 
-def test_llm_c10_malformed_completion_is_provider_error(shell: ShellPage) -> None:
-    app, handle = ready(shell)
-    added = text_events("x")[0]
-    scripts: list[tuple[list[Any], dict[str, Any]]] = [
-        ([CREATED, *text_events("no marker")], {}),
-        ([CREATED, added, completed()], {}),
-        (text_script("[1, 2]"), {"format": "json"}),
-        (text_script('"scalar"'), {"format": "json"}),
-        (text_script("not json"), {"format": "json"}),
-        (text_script('{"a": 1} trailing'), {"format": "json"}),
-    ]
-    for index, (script, fields) in enumerate(scripts):
-        shell.queue("fx-full", script)
-        app.post(generate(f"g{index}", handle, **fields))
-        if index == 0:
-            shell.remember()
-        result = app.wait_for(f"g{index}")
-        safe(result, ErrorCode.PROVIDER_ERROR)
-    envelopes = app.quiet()
-    for index in range(len(scripts)):
-        check_generation(envelopes, f"g{index}")
-    shown = json.dumps([e for e in envelopes if e.get("type") == "llm.generate.result"])
-    assert "scalar" not in shown and "trailing" not in shown
+@pytest.mark.parametrize("case", sorted(cases.MISSING_COMPLETION))
+def test_llm_c10_missing_completion_marker_is_provider_error(shell: ShellPage, case: str) -> None:
+    outcome = batch(
+        "MISSING_COMPLETION",
+        lambda: played(
+            shell, cases.MISSING_COMPLETION, lambda rid, h, script: (script, generate(rid, h))
+        ),
+    )
+    safe(outcome["results"][case], ErrorCode.PROVIDER_ERROR)
+
+
+@pytest.mark.parametrize("case", sorted(cases.JSON_NOT_OBJECT))
+def test_llm_c10_json_format_needs_an_object(shell: ShellPage, case: str) -> None:
+    outcome = batch(
+        "JSON_NOT_OBJECT",
+        lambda: played(
+            shell,
+            cases.JSON_NOT_OBJECT,
+            lambda rid, h, text: (text_script(text), generate(rid, h, format="json")),
+        ),
+    )
+    result = outcome["results"][case]
+    safe(result, ErrorCode.PROVIDER_ERROR)
+    assert cases.JSON_NOT_OBJECT[case] not in json.dumps(result)
 
 
 # --------------------------------------------------------------------------
 # LLM-C11: provider failure containing input or credentials
 
 
-SECRET_KEY = "sk-live-4f9a8b7c6d5e4f3a2b1c"
-CREDENTIAL = "cred-3e1f-very-private-token"
-OTHER_PROMPT = "the other napplet's confidential diary"
+def _failures(shell: ShellPage, console: list[str]) -> dict[str, Any]:
+    """Every failure of the table hits one napplet while another one's generation runs.
 
-FAILURES: list[Any] = [
-    Fail(detail=f"401 body: invalid key {SECRET_KEY} for {CREDENTIAL}: {OTHER_PROMPT}"),
-    Crash(f"Traceback ... Authorization: Bearer {CREDENTIAL} {SECRET_KEY} {OTHER_PROMPT}"),
-    LmspEvent(
-        event="response.failed",
-        data={
-            "response_id": "resp_fixture",
-            "status": "failed",
-            "error": {
-                "type": "about:blank",
-                "title": f"bad key {SECRET_KEY}",
-                "status": 500,
-                "detail": f"{CREDENTIAL} {OTHER_PROMPT}",
-            },
-        },
-    ),
-    LmspEvent(event="error", data={"message": f"{SECRET_KEY} {OTHER_PROMPT}"}),
-]
+    `console` is the page's console as it grows; the lines each case added
+    (the runtime's developer log) are kept in `outcome["log"][case]`.
+    """
+    marks: dict[str, int] = {}
 
+    def scene(rid: str, handle: str, value: tuple[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        case, step = value
+        marks[case] = len(console)
+        return [CREATED, *text_events("half"), step], generate(rid, handle, user("hello"))
 
-def test_llm_c11_provider_failure_leaks_nothing(shell: ShellPage) -> None:
     victim, victim_handle = ready(shell)
-    attacker, attacker_handle = ready(shell)
-    shell.queue("fx-full", [CREATED, Stall(0.05), *text_events("fine"), completed()])
+    shell.queue("fx-full", [CREATED, Stall(0.3), *text_events("fine"), completed()])
     victim.post(generate("v1", victim_handle, user(OTHER_PROMPT)))
     shell.allow()
-    for index, failure in enumerate(FAILURES):
-        shell.queue("fx-full", [CREATED, *text_events("half"), failure])
-        attacker.post(generate(f"g{index}", attacker_handle, user("hello")))
-        if index == 0:
-            shell.remember()
-        safe(attacker.wait_for(f"g{index}"), ErrorCode.PROVIDER_ERROR)
+    outcome = played(
+        shell,
+        {case: (case, step) for case, (step, _logged) in cases.PROVIDER_FAILURES.items()},
+        scene,
+    )
+    ordered = sorted(marks.items(), key=lambda item: item[1])  # in the order played
+    ends = [start for _, start in ordered[1:]] + [len(console)]
+    outcome["log"] = {
+        case: console[start:end] for (case, start), end in zip(ordered, ends, strict=True)
+    }
     assert code(victim.wait_for("v1")) is None
-    seen_attacker = attacker.quiet()
-    for index in range(len(FAILURES)):
-        check_generation(seen_attacker, f"g{index}")
-    check_generation(victim.envelopes(), "v1")
-    everything = json.dumps([seen_attacker, victim.envelopes(), shell.notices()])
-    for secret in (SECRET_KEY, CREDENTIAL):
-        assert secret not in everything
-    assert OTHER_PROMPT not in json.dumps(seen_attacker)
-    assert OTHER_PROMPT not in json.dumps(shell.notices())
+    check_generation(victim.quiet(), "v1")
+    outcome["victim"] = victim.envelopes()
+    outcome["notices"] = shell.notices()
+    return outcome
+
+
+@pytest.mark.parametrize("case", sorted(cases.PROVIDER_FAILURES))
+def test_llm_c11_provider_failure_leaks_nothing(
+    shell: ShellPage, request_log: Any, case: str
+) -> None:
+    outcome = batch("PROVIDER_FAILURES", lambda: _failures(shell, request_log.console))
+    # the spec's detail: the typed code and the runtime's fixed, safe message
+    result = outcome["results"][case]
+    safe(result, cases.PROVIDER_FAILURE_CODE)
+    assert set(result) == {"type", "id", "error"}
+    # the developer log (the page's console) tells a provider's rejection from a crash
+    logged = cases.PROVIDER_FAILURES[case][1]
+    log = outcome["log"][case]
+    assert any(f": {logged}" in line for line in log), log
+    other = "provider or runtime failure" if logged == "provider failure" else "provider failure:"
+    assert not any(other in line for line in log), log
+    shown = json.dumps([result, outcome["deltas"][case]])
+    for secret in (SECRET_KEY, CREDENTIAL, OTHER_PROMPT):
+        assert secret not in shown
+    # nothing reaches either napplet; the shell's own notices show the user no
+    # failure text either, only the hint a provider adapter gives for the user
+    # (here the fixture's, which names the user's own key)
+    hint = cases.PROVIDER_FAILURES["fail-hint"][0].user_hint
+    notices = [n for n in outcome["notices"] if hint not in n]
+    everything = json.dumps([outcome["envelopes"], outcome["victim"], notices])
+    assert SECRET_KEY not in everything and CREDENTIAL not in everything
+    assert OTHER_PROMPT not in json.dumps([outcome["envelopes"], outcome["notices"]])
 
 
 # --------------------------------------------------------------------------
 # LLM-C12: assistant turn with multiple toolCall parts; next request omits one result
 
 
-def test_llm_c12_missing_result_of_parallel_calls_is_invalid(shell: ShellPage) -> None:
-    app, handle = ready(shell)
-    messages = [user("weather in B and P?"), assistant(CALL, CALL_2), result_msg("call_2")]
-    cases = {
-        "last turn": generate("g1", handle, *messages, tools=[WEATHER_TOOL]),
-        "earlier turn": generate("g2", handle, *messages, user("and now?"), tools=[WEATHER_TOOL]),
-    }
-    rejected(shell, app, cases, "invalid-request", "fx-full")
+@pytest.mark.parametrize("case", sorted(cases.MISSING_PARALLEL_RESULTS))
+def test_llm_c12_missing_result_of_parallel_calls_is_invalid(shell: ShellPage, case: str) -> None:
+    def envelopes(handle: str) -> dict[str, dict[str, Any]]:
+        return {
+            name: generate(f"g{i}", handle, *messages, tools=[WEATHER_TOOL])
+            for i, (name, messages) in enumerate(sorted(cases.MISSING_PARALLEL_RESULTS.items()))
+        }
+
+    outcome = batch(
+        "MISSING_PARALLEL_RESULTS", lambda: rejections(shell, FULL, "fx-full", envelopes)
+    )
+    assert_rejected(outcome, case, "invalid-request")
 
 
 def test_llm_c12_all_results_in_any_order_are_accepted(shell: ShellPage) -> None:
@@ -852,43 +1075,62 @@ def test_llm_c12_all_results_in_any_order_are_accepted(shell: ShellPage) -> None
 # LLM-C13: toolChoice forcing a named tool; provider ignores it
 
 
-def test_llm_c13_ignored_forced_tool_is_provider_error(shell: ShellPage) -> None:
-    app, handle = ready(shell)
-    scripts = [
-        text_script("I'd rather just chat."),
-        tool_call_script([("get_time", {}, "call_9")]),
-        tool_call_script([("get_weather", {"city": "B"}, "c1"), ("get_time", {}, "c2")]),
-    ]
-    for index, script in enumerate(scripts):
-        shell.queue("fx-full", script)
-        app.post(generate(f"g{index}", handle, tools=[WEATHER_TOOL, OTHER_TOOL], toolChoice=FORCED))
-        if index == 0:
-            shell.remember()
-        safe(app.wait_for(f"g{index}"), ErrorCode.PROVIDER_ERROR)
-        choice = last_request(shell, "fx-full")["tool_choice"]
-        assert choice == {"type": "function", "name": "get_weather"}
-    # violated modes are failures too, never a fallback
-    for rid, choice_mode, script in (
-        ("r1", "required", text_script("no call")),
-        ("r2", "none", tool_call_script([("get_weather", {"city": "B"}, "c1")])),
-    ):
-        shell.queue("fx-full", script)
-        app.post(generate(rid, handle, tools=[WEATHER_TOOL], toolChoice=choice_mode))
-        safe(app.wait_for(rid), ErrorCode.PROVIDER_ERROR)
-    # obeyed: the forced call is returned
-    shell.queue("fx-full", tool_call_script([("get_weather", {"city": "B"}, "c1")]))
-    envelope = generate("ok", handle, tools=[WEATHER_TOOL, OTHER_TOOL], toolChoice=FORCED)
-    assert app.run(envelope, allow=None)["result"]["finish"] == "toolUse"
+@pytest.mark.parametrize("case", sorted(cases.IGNORED_FORCED))
+def test_llm_c13_ignored_forced_tool_is_provider_error(shell: ShellPage, case: str) -> None:
+    outcome = batch(
+        "IGNORED_FORCED",
+        lambda: played(
+            shell,
+            cases.IGNORED_FORCED,
+            lambda rid, h, script: (
+                script,
+                generate(rid, h, tools=[WEATHER_TOOL, OTHER_TOOL], toolChoice=FORCED),
+            ),
+        ),
+    )
+    safe(outcome["results"][case], ErrorCode.PROVIDER_ERROR)
+    assert outcome["requests"][case]["tool_choice"] == {"type": "function", "name": "get_weather"}
+
+
+def test_llm_c13_forced_tool_obeyed(shell: ShellPage) -> None:
+    turns = [{"toolCalls": [{"name": "get_weather", "arguments": {"city": "B"}, "id": "c1"}]}]
+    app, handle = ready(shell, scripted(shell, turns))
+    envelope = generate("g1", handle, tools=[WEATHER_TOOL, OTHER_TOOL], toolChoice=FORCED)
+    assert app.run(envelope)["result"]["finish"] == "toolUse"
+
+
+@pytest.mark.parametrize("choice", sorted(cases.VIOLATED_MODES))
+def test_llm_c13_violated_mode_is_provider_error(shell: ShellPage, choice: str) -> None:
+    outcome = batch(
+        "VIOLATED_MODES",
+        lambda: played(
+            shell,
+            {mode: (mode, script) for mode, script in cases.VIOLATED_MODES.items()},
+            lambda rid, h, value: (
+                value[1],
+                generate(rid, h, tools=[WEATHER_TOOL], toolChoice=value[0]),
+            ),
+        ),
+    )
+    safe(outcome["results"][choice], ErrorCode.PROVIDER_ERROR)
+    assert outcome["requests"][choice]["tool_choice"] == choice
 
 
 # --------------------------------------------------------------------------
 # LLM-C14: provider returns no tool call id
 
 
-def test_llm_c14_synthesized_call_id_is_stable_and_round_trips(shell: ShellPage) -> None:
+@pytest.mark.parametrize("delivery", sorted(cases.ARGUMENT_DELIVERY))
+def test_llm_c14_synthesized_call_id_is_stable_and_round_trips(
+    shell: ShellPage, delivery: str
+) -> None:
     app, handle = ready(shell)
     before = shell.submissions("fx-full")
-    shell.queue("fx-full", tool_call_script([("get_weather", {"city": "B"}, None)]))
+    stream_arguments = cases.ARGUMENT_DELIVERY[delivery]
+    shell.queue(
+        "fx-full",
+        tool_call_script([("get_weather", {"city": "B"}, None)], stream_arguments=stream_arguments),
+    )
     result = app.run(generate("g1", handle, user("w?"), tools=[WEATHER_TOOL]))
     assert result["result"]["finish"] == "toolUse"
     call = result["result"]["content"][0]
@@ -903,101 +1145,103 @@ def test_llm_c14_synthesized_call_id_is_stable_and_round_trips(shell: ShellPage)
     request = last_request(shell, "fx-full")
     assert [c["call_id"] for c in items(request, "function_call")] == [call_id]
     assert [o["call_id"] for o in items(request, "function_call_output")] == [call_id]
-    # parallel calls without ids get distinct ids
+    assert shell.submissions("fx-full") == before + 2
+
+
+def test_llm_c14_empty_provider_id_is_synthesized(shell: ShellPage) -> None:
+    app, handle = ready(shell)
+    shell.queue("fx-full", tool_call_script([("get_weather", {"city": "B"}, "")]))
+    result = app.run(generate("g1", handle, tools=[WEATHER_TOOL]))
+    assert result["result"]["content"][0]["toolCallId"] != ""
+
+
+def test_llm_c14_parallel_calls_without_ids_get_distinct_ids(shell: ShellPage) -> None:
+    app, handle = ready(shell)
     shell.queue("fx-full", tool_call_script([("get_weather", {"city": "B"}, None)] * 2))
-    third = app.run(generate("g3", handle, tools=[WEATHER_TOOL]))
-    ids = [p["toolCallId"] for p in third["result"]["content"]]
-    assert len(ids) == 2 and len(set(ids)) == 2 and call_id not in ids
-    assert shell.submissions("fx-full") == before + 3
+    result = app.run(generate("g1", handle, tools=[WEATHER_TOOL]))
+    ids = [p["toolCallId"] for p in result["result"]["content"]]
+    assert len(ids) == 2 and len(set(ids)) == 2
 
 
 # --------------------------------------------------------------------------
 # LLM-C15: completed calls with different stop labels; truncated parallel turn
 
 
-def test_llm_c15_completed_calls_normalize_to_tool_use(shell: ShellPage) -> None:
-    app, handle = ready(shell)
-    for index, label in enumerate((None, "stop", "end_turn", "tool_calls", "tool_use")):
-        final = completed()
-        if label is not None:
-            final = LmspEvent(event=final.event, data={**final.data, "stop_reason": label})
-        script = [*tool_call_script([("get_weather", {"city": "B"}, "c1")])[:-1], final]
-        shell.queue("fx-full", script)
-        app.post(generate(f"g{index}", handle, tools=[WEATHER_TOOL]))
-        if index == 0:
-            shell.remember()
-        result = app.wait_for(f"g{index}")
-        assert result["result"]["finish"] == "toolUse", (label, result)
-    for index in range(5):
-        check_generation(app.quiet(), f"g{index}")
+def _labelled(rid: str, handle: str, label: str | None) -> tuple[list[Any], dict[str, Any]]:
+    final = completed()
+    if label is not None:
+        final = LmspEvent(event=final.event, data={**final.data, "stop_reason": label})
+    script = [*tool_call_script([("get_weather", {"city": "B"}, "c1")])[:-1], final]
+    return script, generate(rid, handle, tools=[WEATHER_TOOL])
 
 
-def test_llm_c15_truncated_parallel_turn_keeps_finish_without_calls(shell: ShellPage) -> None:
+@pytest.mark.parametrize("case", sorted(cases.STOP_LABELS))
+def test_llm_c15_completed_calls_normalize_to_tool_use(shell: ShellPage, case: str) -> None:
+    outcome = batch("STOP_LABELS", lambda: played(shell, cases.STOP_LABELS, _labelled))
+    assert outcome["results"][case]["result"]["finish"] == "toolUse"
+
+
+def test_llm_c15_text_and_call_turn_is_tool_use(shell: ShellPage) -> None:
     app, handle = ready(shell)
-    for index, (reason, finish) in enumerate(
-        (("max_output_tokens", "length"), ("content_filter", "refusal"))
-    ):
-        shell.queue(
-            "fx-full",
-            [
-                CREATED,
-                *text_events("Checking both.", output_index=0),
-                *call_events("get_weather", {"city": "B"}, call_id="c1", output_index=1),
-                *call_events("get_weather", '{"city": "P"}', call_id="c2", output_index=2)[:1],
-                LmspEvent(
-                    event="response.function_call_arguments.delta",
-                    data={"item_id": "fc_2", "output_index": 2, "delta": '{"city": "P'},
-                ),
-                incomplete(reason),
-            ],
-        )
-        rid = f"g{index}"
-        app.post(generate(rid, handle, tools=[WEATHER_TOOL]))
-        if index == 0:
-            shell.remember()
-        app.wait_for(rid)
-        result = check_generation(app.quiet(), rid)
-        assert result["result"]["finish"] == finish
-        assert result["result"]["content"] == [{"type": "text", "text": "Checking both."}]
-        # the provisional call blocks were streamed but are not executable content
-        assert "toolCall" in {d["block"] for d in deltas_of(app.envelopes(), rid)}
+    shell.queue(
+        "fx-full",
+        [
+            CREATED,
+            *text_events("Let me check.", output_index=0),
+            *call_events(
+                "get_weather", {"city": "B"}, output_index=1, fragments=['{"ci', 'ty":"B"}']
+            ),
+            completed(),
+        ],
+    )
+    result = app.run(generate("g1", handle, tools=[WEATHER_TOOL]))
+    assert result["result"]["finish"] == "toolUse"
+    assert [p["type"] for p in result["result"]["content"]] == ["text", "toolCall"]
+
+
+@pytest.mark.parametrize("reason", sorted(cases.TRUNCATED_TURNS))
+def test_llm_c15_truncated_parallel_turn_keeps_finish_without_calls(
+    shell: ShellPage, reason: str
+) -> None:
+    outcome = batch(
+        "TRUNCATED_TURNS",
+        lambda: played(
+            shell,
+            {r: r for r in cases.TRUNCATED_TURNS},
+            lambda rid, h, r: (truncated_parallel_turn(r), generate(rid, h, tools=[WEATHER_TOOL])),
+        ),
+    )
+    result = outcome["results"][reason]
+    assert result["result"]["finish"] == cases.TRUNCATED_TURNS[reason]
+    assert result["result"]["content"] == [{"type": "text", "text": "Checking both."}]
+    # the provisional call blocks were streamed but are not executable content
+    assert "toolCall" in {d["block"] for d in outcome["deltas"][reason]}
 
 
 # --------------------------------------------------------------------------
 # LLM-C16: completed arguments malformed or not an object; unknown tool name
 
 
-def test_llm_c16_invalid_completed_call_is_provider_error(shell: ShellPage) -> None:
-    app, handle = ready(shell)
-    calls = [
-        ("get_weather", '{"city": "B"'),
-        ("get_weather", "{'city': 'B'}"),
-        ("get_weather", '["B"]'),
-        ("get_weather", '"B"'),
-        ("get_weather", '{"city": "B"}} extra'),
-        ("launch_missiles", '{"city": "B"}'),
-    ]
-    for index, (name, arguments) in enumerate(calls):
-        shell.queue("fx-full", tool_call_script([(name, arguments, "c1")], stream_arguments=False))
-        app.post(generate(f"g{index}", handle, tools=[WEATHER_TOOL]))
-        if index == 0:
-            shell.remember()
-        result = app.wait_for(f"g{index}")
-        safe(result, ErrorCode.PROVIDER_ERROR)
-        assert arguments not in json.dumps(result)
+@pytest.mark.parametrize("case", sorted(cases.INVALID_CALLS))
+def test_llm_c16_invalid_completed_call_is_provider_error(shell: ShellPage, case: str) -> None:
+    outcome = batch(
+        "INVALID_CALLS",
+        lambda: played(
+            shell,
+            cases.INVALID_CALLS,
+            lambda rid, h, call: (
+                tool_call_script([(call[0], call[1], "c1")], stream_arguments=False),
+                generate(rid, h, tools=[WEATHER_TOOL]),
+            ),
+        ),
+    )
+    result = outcome["results"][case]
+    safe(result, ErrorCode.PROVIDER_ERROR)
+    assert cases.INVALID_CALLS[case][1] not in json.dumps(result)
 
 
 # --------------------------------------------------------------------------
 # LLM-C17: replay thinking; connection requires opaque reasoning state
-
-
-THINKING_HISTORY = [
-    user("2+2?"),
-    assistant(
-        {"type": "thinking", "text": "PRIVATE-CHAIN add two and two"}, {"type": "text", "text": "4"}
-    ),
-    user("and 3+3?"),
-]
 
 
 def test_llm_c17_thinking_omitted_from_provider_input(shell: ShellPage) -> None:
@@ -1027,45 +1271,22 @@ def test_llm_c17_required_reasoning_state_is_unsupported(shell: ShellPage) -> No
     assert shell.submissions("fx-reasoning") == before + 1
 
 
+def test_llm_c17_thinking_in_user_message_is_invalid(shell: ShellPage) -> None:
+    app, handle = ready(shell)
+    messages = [{"role": "user", "content": [{"type": "thinking", "text": "x"}]}]
+    rejected(
+        shell, app, {"thinking": generate("g1", handle, *messages)}, "invalid-request", "fx-full"
+    )
+
+
 # --------------------------------------------------------------------------
 # LLM-C18: stream interleaved tool-call blocks
-
-
-def interleaved_calls() -> list[Any]:
-    a = call_events("get_weather", '{"city": "Berlin"}', call_id="ca", output_index=0)
-    b = call_events("get_weather", '{"city": "Paris"}', call_id="cb", output_index=1)
-
-    def frag(index: int, text: str) -> LmspEvent:
-        return LmspEvent(
-            event="response.function_call_arguments.delta",
-            data={"item_id": f"fc_{index}", "output_index": index, "delta": text},
-        )
-
-    # stalls keep the delta coalescing of the runtime from merging the fragments
-    return [
-        CREATED,
-        a[0],
-        frag(0, '{"ci'),
-        Stall(0.03),
-        b[0],
-        frag(1, '{"city": '),
-        Stall(0.03),
-        frag(0, 'ty": "Ber'),
-        Stall(0.03),
-        frag(1, '"Paris"}'),
-        Stall(0.03),
-        frag(0, 'lin"}'),
-        Stall(0.03),
-        b[-1],
-        a[-1],
-        completed(),
-    ]
 
 
 def test_llm_c18_interleaved_tool_call_blocks(shell: ShellPage) -> None:
     app, handle = ready(shell)
     before = shell.submissions("fx-full")
-    shell.queue("fx-full", interleaved_calls())
+    shell.queue("fx-full", interleaved_calls(0.03))
     result = app.run(generate("g1", handle, tools=[WEATHER_TOOL]))
     assert result["result"]["finish"] == "toolUse"
     assert [(p["toolCallId"], p["arguments"]) for p in result["result"]["content"]] == [
@@ -1087,7 +1308,7 @@ def test_llm_c18_interleaved_tool_call_blocks(shell: ShellPage) -> None:
 
 def test_llm_c18_provisional_block_then_failure_is_not_executable(shell: ShellPage) -> None:
     app, handle = ready(shell)
-    shell.queue("fx-full", [*interleaved_calls()[:-3], Fail(detail="stream reset")])
+    shell.queue("fx-full", [*interleaved_calls(0.03)[:-3], Fail(detail="stream reset")])
     result = app.run(generate("g1", handle, tools=[WEATHER_TOOL]))
     safe(result, ErrorCode.PROVIDER_ERROR)
     assert any(d["block"] == "toolCall" for d in deltas_of(app.envelopes(), "g1"))
@@ -1097,20 +1318,33 @@ def test_llm_c18_provisional_block_then_failure_is_not_executable(shell: ShellPa
 # LLM-C19: request an unlisted tool-choice mode
 
 
-def test_llm_c19_unlisted_mode_is_unsupported(shell: ShellPage) -> None:
+def _unlisted(shell: ShellPage) -> dict[str, Any]:
     app = shell.open_napplet()
     app.post({"type": "llm.select", "id": "s1", "requirements": {"tools": True}})
     shell.choose(AUTO)
     model = app.wait_for("s1", "llm.select.result")["model"]
     assert model["toolChoiceModes"] == ["auto", "none"]
-    handle = model["handle"]
-    cases = {
-        "required": generate("g1", handle, tools=[WEATHER_TOOL], toolChoice="required"),
-        "named": generate("g2", handle, tools=[WEATHER_TOOL], toolChoice=FORCED),
-    }
-    rejected(shell, app, cases, "unsupported", "fx-auto")
-    # listed modes pass through unchanged
-    for rid, mode in (("g3", "auto"), ("g4", "none")):
+    app.close()
+    return rejections(
+        shell,
+        AUTO,
+        "fx-auto",
+        lambda h: {
+            case: generate(f"g{i}", h, tools=[WEATHER_TOOL], toolChoice=choice)
+            for i, (case, choice) in enumerate(sorted(cases.UNLISTED_MODES.items()))
+        },
+    )
+
+
+@pytest.mark.parametrize("case", sorted(cases.UNLISTED_MODES))
+def test_llm_c19_unlisted_mode_is_unsupported(shell: ShellPage, case: str) -> None:
+    outcome = batch("UNLISTED_MODES", lambda: _unlisted(shell))
+    assert_rejected(outcome, case, "unsupported")
+
+
+def test_llm_c19_listed_modes_pass_through_unchanged(shell: ShellPage) -> None:
+    app, handle = ready(shell, AUTO)
+    for rid, mode in (("g1", "auto"), ("g2", "none")):
         shell.queue("fx-auto", text_script("ok"))
         app.run(generate(rid, handle, tools=[WEATHER_TOOL], toolChoice=mode))
         assert last_request(shell, "fx-auto")["tool_choice"] == mode
@@ -1121,64 +1355,40 @@ def test_llm_c19_unlisted_mode_is_unsupported(shell: ShellPage) -> None:
 # non-object schema, zero maxTokens
 
 
-INVALID_TOOLS: dict[str, dict[str, Any]] = {
-    "duplicate names": {"tools": [WEATHER_TOOL, WEATHER_TOOL]},
-    "invalid name": {"tools": [{**WEATHER_TOOL, "name": "get weather"}]},
-    "long name": {"tools": [{**WEATHER_TOOL, "name": "x" * 65}]},
-    "choice without tools": {"toolChoice": "auto"},
-    "choice with empty tools": {"tools": [], "toolChoice": "required"},
-    "unknown forced name": {"tools": [WEATHER_TOOL], "toolChoice": {"type": "tool", "name": "x"}},
-    "non-object schema": {"tools": [{**WEATHER_TOOL, "parameters": {"type": "array"}}]},
-    "malformed schema": {
-        "tools": [{**WEATHER_TOOL, "parameters": {"type": "object", "properties": 3}}]
-    },
-    "zero maxTokens": {"maxTokens": 0},
-    "negative maxTokens": {"maxTokens": -5},
-}
+@pytest.mark.parametrize("case", sorted(cases.INVALID_TOOLS))
+def test_llm_c20_invalid_tools_and_limits(shell: ShellPage, case: str) -> None:
+    outcome = batch(
+        "INVALID_TOOLS",
+        lambda: rejections(shell, FULL, "fx-full", lambda h: with_fields(h, cases.INVALID_TOOLS)),
+    )
+    assert_rejected(outcome, case, "invalid-request")
 
 
-def test_llm_c20_invalid_tools_and_limits(shell: ShellPage) -> None:
+def test_llm_c20_schema_keywords_are_not_unknown_fields(shell: ShellPage) -> None:
     app, handle = ready(shell)
-    cases = {}
-    for index, (case, fields) in enumerate(sorted(INVALID_TOOLS.items())):
-        envelope = generate(f"g{index}", handle)
-        envelope["request"].update(fields)
-        cases[case] = envelope
-    rejected(shell, app, cases, "invalid-request", "fx-full")
+    before = shell.submissions("fx-full")
+    shell.queue("fx-full", text_script("ok"))
+    result = app.run(generate("g1", handle, tools=[cases.SCHEMA_KEYWORDS_TOOL]))
+    assert "result" in result and shell.submissions("fx-full") == before + 1
 
 
 # --------------------------------------------------------------------------
 # LLM-C21: misplaced/duplicate/orphaned results; history without current tools
 
 
-INVALID_HISTORIES: dict[str, list[dict[str, Any]]] = {
-    "orphaned": [user("q"), result_msg("call_1")],
-    "misplaced after user": [user("q"), assistant(CALL), user("wait"), result_msg("call_1")],
-    "duplicate": [user("q"), assistant(CALL), result_msg("call_1"), result_msg("call_1")],
-    "name mismatch": [user("q"), assistant(CALL), {**result_msg("call_1"), "toolName": "get_time"}],
-    "duplicate call ids": [
-        user("q"),
-        assistant(CALL),
-        result_msg("call_1"),
-        assistant(CALL),
-        result_msg("call_1"),
-    ],
-    "call outside assistant": [{"role": "user", "content": [CALL]}],
-    "isError on user": [{**user("q"), "isError": False}],
-}
-HISTORY = [user("weather?"), assistant(CALL), result_msg("call_1"), user("thanks, summarize")]
+@pytest.mark.parametrize("case", sorted(cases.INVALID_HISTORIES))
+def test_llm_c21_invalid_histories_rejected(shell: ShellPage, case: str) -> None:
+    def envelopes(handle: str) -> dict[str, dict[str, Any]]:
+        return {
+            name: generate(f"g{i}", handle, *messages, tools=[WEATHER_TOOL])
+            for i, (name, messages) in enumerate(sorted(cases.INVALID_HISTORIES.items()))
+        }
+
+    outcome = batch("INVALID_HISTORIES", lambda: rejections(shell, FULL, "fx-full", envelopes))
+    assert_rejected(outcome, case, "invalid-request")
 
 
-def test_llm_c21_invalid_histories_rejected(shell: ShellPage) -> None:
-    app, handle = ready(shell)
-    cases = {
-        case: generate(f"g{index}", handle, *messages, tools=[WEATHER_TOOL])
-        for index, (case, messages) in enumerate(sorted(INVALID_HISTORIES.items()))
-    }
-    rejected(shell, app, cases, "invalid-request", "fx-full")
-
-
-def test_llm_c21_history_without_current_tools(shell: ShellPage) -> None:
+def test_llm_c21_history_without_current_tools_accepted(shell: ShellPage) -> None:
     app, handle = ready(shell)
     shell.queue("fx-full", text_script("It was 18 C."))
     assert app.run(generate("g1", handle, *HISTORY))["result"]["finish"] == "stop"
@@ -1190,44 +1400,30 @@ def test_llm_c21_history_without_current_tools(shell: ShellPage) -> None:
         "function_call_output",
         "message",
     ]
-    # without current tools, a new provider call is not accepted
-    shell.queue("fx-full", tool_call_script([("get_weather", {"city": "B"}, "c2")]))
-    app.post(generate("g2", handle, *HISTORY))
-    shell.allow()
-    safe(app.wait_for("g2"), ErrorCode.PROVIDER_ERROR)
-    # a connection without tools cannot take the history at all
-    text_app, text_handle = ready(shell, TEXT)
-    rejected(
-        shell,
-        text_app,
-        {"history": generate("g1", text_handle, *HISTORY)},
-        "unsupported",
-        "fx-text",
-    )
+
+
+def test_llm_c21_no_new_calls_without_current_tools(shell: ShellPage) -> None:
+    turns = [{"toolCalls": [{"name": "get_weather", "arguments": {"city": "B"}, "id": "c2"}]}]
+    app, handle = ready(shell, scripted(shell, turns))
+    safe(app.run(generate("g1", handle, *HISTORY)), ErrorCode.PROVIDER_ERROR)
+
+
+def test_llm_c21_history_on_connection_without_tools_is_unsupported(shell: ShellPage) -> None:
+    app, handle = ready(shell, TEXT)
+    rejected(shell, app, {"history": generate("g1", handle, *HISTORY)}, "unsupported", "fx-text")
 
 
 # --------------------------------------------------------------------------
 # LLM-C22: image tool result; error result with no provider-native flag
 
 
-IMAGE_RESULT = [
-    user("screenshot?"),
-    assistant(CALL),
-    {
-        **result_msg("call_1"),
-        "content": [
-            {"type": "text", "text": "here"},
-            {"type": "image", "mimeType": "image/png", "data": PNG},
-        ],
-    },
-]
-
-
 def test_llm_c22_image_in_tool_result_unsupported_before_submission(shell: ShellPage) -> None:
     app, handle = ready(shell, AUTO)
-    cases = {"image result": generate("g1", handle, *IMAGE_RESULT, tools=[WEATHER_TOOL])}
-    rejected(shell, app, cases, "unsupported", "fx-auto")
-    # where supported, the image reaches the provider with the result
+    envelopes = {"image result": generate("g1", handle, *IMAGE_RESULT, tools=[WEATHER_TOOL])}
+    rejected(shell, app, envelopes, "unsupported", "fx-auto")
+
+
+def test_llm_c22_image_in_tool_result_accepted_where_supported(shell: ShellPage) -> None:
     full_app, full_handle = ready(shell)
     shell.queue("fx-full", text_script("I see it."))
     full_app.run(generate("g1", full_handle, *IMAGE_RESULT, tools=[WEATHER_TOOL]))
@@ -1235,21 +1431,27 @@ def test_llm_c22_image_in_tool_result_unsupported_before_submission(shell: Shell
     assert PNG in json.dumps(output)
 
 
-def test_llm_c22_error_flag_maps_to_prefix(shell: ShellPage) -> None:
+def _error_flag(shell: ShellPage, flag: bool) -> str:
+    """The tool output the provider got for a result "service unreachable" flagged `flag`."""
     app, handle = ready(shell)
-    for rid, flag, expected in (
-        ("g1", True, "Tool execution failed.\nservice unreachable"),
-        ("g2", False, "service unreachable"),
-    ):
-        messages = [
-            user("weather?"),
-            assistant(CALL),
-            result_msg("call_1", "service unreachable", isError=flag),
-        ]
-        shell.queue("fx-full", text_script("Sorry."))
-        app.run(generate(rid, handle, *messages, tools=[WEATHER_TOOL]))
-        (output,) = items(last_request(shell, "fx-full"), "function_call_output")
-        assert output["output"] == expected
+    messages = [
+        user("weather?"),
+        assistant(CALL),
+        result_msg("call_1", "service unreachable", isError=flag),
+    ]
+    shell.queue("fx-full", text_script("Sorry."))
+    app.run(generate("g1", handle, *messages, tools=[WEATHER_TOOL]))
+    (output,) = items(last_request(shell, "fx-full"), "function_call_output")
+    text: str = output["output"]
+    return text
+
+
+def test_llm_c22_error_flag_maps_to_prefix(shell: ShellPage) -> None:
+    assert _error_flag(shell, True) == "Tool execution failed.\nservice unreachable"
+
+
+def test_llm_c22_error_flag_false_has_no_prefix(shell: ShellPage) -> None:
+    assert _error_flag(shell, False) == "service unreachable"
 
 
 # --------------------------------------------------------------------------
@@ -1276,7 +1478,7 @@ def test_llm_c23_disclosure_names_tools_and_results_then_decline(shell: ShellPag
     text = dialog.inner_text()
     # the requesting napplet, the route/model, both tool definitions, both results, charges
     assert "probe.html" in text and "fixture-paid" in text
-    assert "get_weather" in text and "Look up current weather" in text
+    assert "get_weather" in text and WEATHER_TOOL["description"] in text
     assert "get_balance" in text and "Read the user's bank balance" in text
     assert "call_1" in text and "call_2" in text and "reports an error" in text
     assert "may charge you" in text
@@ -1287,3 +1489,50 @@ def test_llm_c23_disclosure_names_tools_and_results_then_decline(shell: ShellPag
     safe(app.wait_for("g1"), ErrorCode.USER_CANCELLED)
     assert shell.submissions("fx-paid") == before
     assert secret_result not in json.dumps(app.quiet())
+
+
+def test_llm_c23_disclosure_of_default_tool_schema_and_images(shell: ShellPage) -> None:
+    app, handle = ready(shell)
+    before = shell.submissions("fx-full")
+    app.post(generate("g1", handle, *IMAGE_RESULT, tools=[{"name": "get_weather"}]))
+    dialog = shell.consent()
+    # the default schema a tool without parameters is sent with, and the image counts
+    schema = dialog.locator(".tool-definitions pre").first.text_content() or ""
+    assert json.loads(schema) == {
+        "type": "object",
+        "properties": {},
+        "additionalProperties": False,
+    }
+    images = dialog.locator("dt", has_text="Images").locator("xpath=following-sibling::dd[1]")
+    assert images.inner_text() == "1"
+    results = dialog.locator(".tool-results li").all_inner_texts()
+    assert len(results) == 1 and "1 image" in results[0]
+    shell.deny()
+    safe(app.wait_for("g1"), ErrorCode.USER_CANCELLED)
+    assert shell.submissions("fx-full") == before
+
+
+# --------------------------------------------------------------------------
+# MUST sentences whose caller side is the binding (docs/conformance.md)
+
+
+def test_must_e2_binding_treats_an_unknown_error_code_as_failure(shell: ShellPage) -> None:
+    """NAP-LLM, Error Handling: "Unknown error codes MUST be treated as failures".
+
+    The runtime only sends the eight codes, so one real answer is given a
+    code the binding cannot know (`napllmTest.recodeNextError`) on its way
+    to the frame; the binding rejects with it, for a select and a generate.
+    """
+    app = shell.open_napplet()
+    recode = "() => window.napllmTest.recodeNextError('a-code-from-a-later-revision')"
+    shell.page.evaluate(recode)
+    selecting = app.call("select", {"model": "no-such-model"})
+    outcome = app.outcome(selecting)
+    assert outcome["state"] == "error" and outcome["code"] == "a-code-from-a-later-revision"
+    handle = app.select(FULL, rid="s-ok")
+    shell.page.evaluate(recode)
+    generating = app.call_generate({"handle": handle, "messages": [user("Hello!")]})
+    shell.deny()
+    outcome = app.outcome(generating)
+    assert outcome["state"] == "error" and outcome["code"] == "a-code-from-a-later-revision"
+    assert outcome["deltas"] == []

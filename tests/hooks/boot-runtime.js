@@ -1,15 +1,24 @@
 /**
  * Test build only: replaces dist/js/boot-runtime.js in dist-test/.
  *
- * With `test=1` in the page's query (URLSearchParams, not a substring) it
- * writes the test-hooks module (testhooks/napllm_testhooks.py) into
- * Pyodide's working folder and starts the runtime through it: fixture
- * connections, `window.napllmTest`, `engineDelayMs`. Without it the
- * runtime starts exactly as in the product.
+ * When `testMode` says so, it writes the test-hooks module
+ * (testhooks/napllm_testhooks.py) into Pyodide's working folder and starts
+ * the runtime through it: fixture connections, `window.napllmTest`,
+ * `engineDelayMs`. Otherwise the runtime starts exactly as in the product.
  */
 
+/**
+ * The one rule for test mode: the query's first `test` parameter is `1`
+ * (parsed with URLSearchParams, never matched as a substring). The Python
+ * hooks do not decide it again.
+ * @param {string} search a URL's query, e.g. `location.search`.
+ */
+export function testMode(search) {
+  return new URLSearchParams(search).get("test") === "1";
+}
+
 export async function startRuntime(py) {
-  if (new URLSearchParams(location.search).get("test") !== "1") {
+  if (!testMode(location.search)) {
     await py.runPythonAsync("from napllm.browser.app import start\nawait start()");
     return;
   }

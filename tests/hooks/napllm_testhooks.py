@@ -4,8 +4,9 @@
 ``dist-test/testhooks/`` and replaces ``js/boot-runtime.js`` with
 ``tests/hooks/boot-runtime.js``, which writes this file into Pyodide and
 calls `start` instead of ``napllm.browser.app.start`` when the page's query
-has ``test=1`` (parsed, not matched as a substring). The product ``dist/``
-contains none of it.
+has ``test=1``. That script's `testMode` is the one rule deciding test mode
+(the query parsed, not matched as a substring); this module never decides
+it again. The product ``dist/`` contains none of it.
 
 What it adds to the runtime
 - Fixture connections (`fx-full`, `fx-text`, `fx-json`, `fx-vision`,
@@ -13,7 +14,8 @@ What it adds to the runtime
 - ``window.napllmTest``: ``queue(cid, stepsJson)``, ``clear(cid)``,
   ``stats(cid)`` (JSON text: submissions, closedEarly, queued, requests),
   ``setDeadline(seconds)``, ``editConnection(cid, name)``,
-  ``removeConnection(cid)``.
+  ``removeConnection(cid)``, ``restoreConnection(cid)``,
+  ``recodeNextError(code)`` (the next error record sent gets `code`).
 - ``engineDelayMs=N`` (0..10000) in the query: every engine hands its chunks
   over N ms apart, so cancellation is testable with a fast model.
 """
@@ -39,11 +41,6 @@ from napllm.providers.fixture import FixtureProvider
 def query() -> dict[str, list[str]]:
     """The page's query parameters (``urllib.parse.parse_qs``)."""
     return parse_qs(str(location.search).removeprefix("?"))
-
-
-def test_mode() -> bool:
-    """True when the query has the parameter ``test`` with the value ``1``."""
-    return "1" in query().get("test", [])
 
 
 def engine_delay_ms() -> int:
@@ -124,12 +121,39 @@ def test_connections(providers: TestProviders) -> list[Connection]:
     return connections
 
 
+class RecodingTransport:
+    """The shell's transport, able to give the next error record another code.
+
+    The runtime itself only ever sends NAP-LLM's codes; a test of the
+    binding's rule that an unknown code is a failure (NAP-LLM, Error
+    Handling) re-codes one real answer in transit with `recode_next`.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.next_code: str | None = None
+
+    def recode_next(self, code: str) -> None:
+        """Give the next envelope with an `error` record the code `code`."""
+        self.next_code = code
+
+    def send(self, endpoint_id: str, envelope: dict[str, Any]) -> None:
+        """Send `envelope`, re-coded if one is pending and it is an error."""
+        error = envelope.get("error")
+        if self.next_code is not None and isinstance(error, dict):
+            envelope = {**envelope, "error": {**error, "code": self.next_code}}
+            self.next_code = None
+        self.inner.send(endpoint_id, envelope)
+
+
 class TestRuntime(Runtime):
     """The product runtime with fixture connections and ``window.napllmTest``."""
 
     def __init__(self) -> None:
         self.test_providers = TestProviders()
         super().__init__(self.test_providers)
+        self.transport = RecodingTransport(self.shell._transport)
+        self.shell._transport = self.transport
         delay = engine_delay_ms()
         for engine in self.providers.engines.values():
             engine.delay_ms = delay
@@ -137,7 +161,8 @@ class TestRuntime(Runtime):
     async def load(self) -> None:
         """The product's connections, then the fixture connections."""
         await super().load()
-        for connection in test_connections(self.test_providers):
+        self.fixture_connections = {c.id: c for c in test_connections(self.test_providers)}
+        for connection in self.fixture_connections.values():
             self.registry.add(connection)
 
     def test_api(self) -> Any:
@@ -169,6 +194,12 @@ class TestRuntime(Runtime):
             self.registry.remove(str(cid))
             self.publish_connections()
 
+        def restore(cid: str) -> None:
+            """Add fixture connection `cid` back as it was at load (after `remove`)."""
+            if self.registry.get(str(cid)) is None:
+                self.registry.add(self.fixture_connections[str(cid)])
+                self.publish_connections()
+
         def clear(cid: str) -> int:
             return fixtures.fixture(str(cid)).clear()
 
@@ -179,14 +210,14 @@ class TestRuntime(Runtime):
             "setDeadline": self._proxy(set_deadline),
             "editConnection": self._proxy(edit),
             "removeConnection": self._proxy(remove),
+            "restoreConnection": self._proxy(restore),
+            "recodeNextError": self._proxy(lambda c: self.transport.recode_next(str(c))),
         }
         return to_js(functions, dict_converter=Object.fromEntries)
 
 
 async def start() -> Runtime:
-    """Start the runtime: with the hooks when the query says ``test=1``, else the product's."""
-    if not test_mode():
-        return await start_product()
+    """Start the runtime with the hooks (boot-runtime.js calls this only in test mode)."""
     runtime = TestRuntime()
     window.napllmTest = runtime.test_api()
     await start_product(runtime)

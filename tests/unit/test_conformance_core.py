@@ -5,19 +5,21 @@ transport per endpoint, scriptable chooser and consent, the controllable
 `FixtureProvider`) and asserts the *required observation* of the NAP-LLM
 Conformance Cases table: correlation, exact error codes, provider
 submission counts, delta lifecycle and ordering, one terminal result per
-request id and no cross-endpoint delivery. The browser suite repeats the
-same cases inside Pyodide under the same test names.
+request id and no cross-endpoint delivery. The case tables live in
+tests/conformance_cases.py; the browser suite parametrizes over the same
+tables under the same test names, inside Pyodide.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from harness import PNG, Harness, generate, user
+from harness import Harness, generate
 from napcheck import (
     assert_not_leaked,
     assert_safe_error,
@@ -30,11 +32,29 @@ from napcheck import (
     terminal,
 )
 
+import conformance_cases as cases
+from conformance_cases import (
+    CALL,
+    CALL_2,
+    CREATED,
+    CREDENTIAL,
+    FORCED,
+    HISTORY,
+    IMAGE_RESULT,
+    OTHER_PROMPT,
+    OTHER_TOOL,
+    SECRET_KEY,
+    THINKING_HISTORY,
+    assistant,
+    interleaved_calls,
+    result_msg,
+    truncated_parallel_turn,
+    user,
+)
 from fixtures import WEATHER_TOOL
 from napllm.errors import SAFE_MESSAGES, ErrorCode
 from napllm.lmsp import FunctionCallIn, FunctionCallOutputIn, LmspEvent, MessageItemIn
 from napllm.providers.fixture import (
-    Crash,
     Fail,
     Stall,
     call_events,
@@ -48,34 +68,24 @@ from napllm.records import Capabilities
 from napllm.translate import TOOL_FAILED_PREFIX
 
 TEXT_ONLY = Capabilities()
-# 25 bytes, so the standard encoding ends in "==" padding
-PADDED_PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(17)).decode()
-assert PADDED_PNG.endswith("==")
 AUTO_NONE = Capabilities(tools=True, tool_choice_modes=("auto", "none"))
-CREATED = LmspEvent(
-    event="response.created", data={"response_id": "resp_fixture", "status": "in_progress"}
-)
-CALL = {
-    "type": "toolCall",
-    "toolCallId": "call_1",
-    "name": "get_weather",
-    "arguments": {"city": "B"},
-}
-CALL_2 = {**CALL, "toolCallId": "call_2", "arguments": {"city": "P"}}
 
 
-def result_msg(call_id: str, text: str = "18 C", **extra: Any) -> dict[str, Any]:
-    return {
-        "role": "toolResult",
-        "toolCallId": call_id,
-        "toolName": "get_weather",
-        "content": [{"type": "text", "text": text}],
-        **extra,
-    }
+@pytest.fixture(autouse=True)
+def no_unexpected_runtime_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """Fail a test whose run logged an error of the runtime it did not check and clear.
 
-
-def assistant(*parts: dict[str, Any]) -> dict[str, Any]:
-    return {"role": "assistant", "content": list(parts)}
+    A crash inside the shell answers `provider-error` like a provider's
+    rejection does, so the napplet cannot tell them apart; the log can. A
+    test expecting a crash asserts the record, then calls `caplog.clear()`.
+    """
+    yield
+    errors = [
+        r.getMessage()
+        for r in caplog.get_records("call")
+        if r.name.startswith("napllm") and r.levelno >= logging.ERROR
+    ]
+    assert errors == [], f"the runtime logged unexpected errors: {errors}"
 
 
 async def until(predicate: Any, limit: int = 200) -> None:
@@ -150,105 +160,21 @@ async def test_llm_c01_domain_absence_does_not_affect_other_endpoints() -> None:
 # LLM-C02: malformed record, base64, enum or explicit null -> invalid-request
 
 
-MALFORMED_REQUESTS: dict[str, Any] = {
-    "unknown request field": {"stream": True},
-    "explicit null temperature": {"temperature": None},
-    "explicit null format": {"format": None},
-    "enum format": {"format": "xml"},
-    "wrong type maxTokens": {"maxTokens": "128"},
-    "float maxTokens": {"maxTokens": 1.5},
-    "bool temperature": {"temperature": True},
-    "role enum": {"messages": [{"role": "robot", "content": [{"type": "text", "text": "x"}]}]},
-    "unknown part type": {"messages": [{"role": "user", "content": [{"type": "audio"}]}]},
-    "unknown part field": {
-        "messages": [{"role": "user", "content": [{"type": "text", "text": "x", "lang": "en"}]}]
-    },
-    "null part text": {"messages": [{"role": "user", "content": [{"type": "text", "text": None}]}]},
-    "empty messages": {"messages": []},
-    "empty content": {"messages": [{"role": "user", "content": []}]},
-    "base64 unpadded": {
-        "messages": [
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image", "mimeType": "image/png", "data": PADDED_PNG.rstrip("=")}
-                ],
-            }
-        ]
-    },
-    "base64 whitespace": {
-        "messages": [
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image", "mimeType": "image/png", "data": PNG[:8] + "\n" + PNG[8:]}
-                ],
-            }
-        ]
-    },
-    "base64 data uri": {
-        "messages": [
-            {
-                "role": "user",
-                "content": [
-                    {
-                        "type": "image",
-                        "mimeType": "image/png",
-                        "data": "data:image/png;base64," + PNG,
-                    }
-                ],
-            }
-        ]
-    },
-    "base64 urlsafe": {
-        "messages": [
-            {
-                "role": "user",
-                "content": [{"type": "image", "mimeType": "image/png", "data": "_-__"}],
-            }
-        ]
-    },
-    "image mime enum": {
-        "messages": [
-            {"role": "user", "content": [{"type": "image", "mimeType": "image/gif", "data": PNG}]}
-        ]
-    },
-    "image mime mismatch": {
-        "messages": [
-            {"role": "user", "content": [{"type": "image", "mimeType": "image/jpeg", "data": PNG}]}
-        ]
-    },
-}
-
-
-@pytest.mark.parametrize("case", sorted(MALFORMED_REQUESTS))
+@pytest.mark.parametrize("case", sorted(cases.MALFORMED_REQUESTS))
 async def test_llm_c02_malformed_request_is_invalid_without_generation(case: str) -> None:
     h, fx, ep, handle = await ready()
     envelope = generate("g1", handle)
-    envelope["request"].update(MALFORMED_REQUESTS[case])
+    envelope["request"].update(cases.MALFORMED_REQUESTS[case])
     h.send(ep, envelope)
     await h.settle()
     assert error_code(h, ep, "g1") == "invalid-request"
     assert fx.submissions == 0 and h.consent.asked == []
 
 
-@pytest.mark.parametrize(
-    "envelope",
-    [
-        {"type": "llm.generate", "id": "g1", "request": None},
-        {"type": "llm.generate", "id": "g1", "request": "text"},
-        {"type": "llm.generate", "id": "g1", "request": {"handle": None, "messages": []}},
-        {"type": "llm.generate", "id": "g1", "request": {}, "extra": 1},
-        {"type": "llm.select", "id": "g1", "requirements": None},
-        {"type": "llm.select", "id": "g1", "requirements": {"images": "yes"}},
-        {"type": "llm.select", "id": "g1", "requirements": {"model": ""}},
-        {"type": "llm.select", "id": "g1", "requirements": {"vision": True}},
-        {"type": "llm.describe", "id": "g1", "handle": None},
-        {"type": "llm.cancel", "id": "g1", "requestId": 7},
-    ],
-)
-async def test_llm_c02_malformed_envelope_is_invalid(envelope: dict[str, Any]) -> None:
+@pytest.mark.parametrize("case", sorted(cases.MALFORMED_ENVELOPES))
+async def test_llm_c02_malformed_envelope_is_invalid(case: str) -> None:
     h, fx, ep, _ = await ready()
+    envelope = {**cases.MALFORMED_ENVELOPES[case], "id": "g1"}
     h.send(ep, envelope)
     await h.settle()
     assert error_code(h, ep, "g1", envelope["type"] + ".result") == "invalid-request"
@@ -259,13 +185,9 @@ async def test_llm_c02_malformed_envelope_is_invalid(envelope: dict[str, Any]) -
 # LLM-C03: unsupported images/JSON/tools/exact model or provider input
 
 
-@pytest.mark.parametrize(
-    "requirements",
-    [{"images": True}, {"json": True}, {"tools": True}, {"model": "other-model"}],
-)
-async def test_llm_c03_select_unmet_requirement_is_unsupported(
-    requirements: dict[str, Any],
-) -> None:
+@pytest.mark.parametrize("case", sorted(cases.UNMET_REQUIREMENTS))
+async def test_llm_c03_select_unmet_requirement_is_unsupported(case: str) -> None:
+    requirements = cases.UNMET_REQUIREMENTS[case]
     h = Harness()
     fx = h.connect(caps=TEXT_ONLY)
     ep = h.endpoint()
@@ -289,26 +211,11 @@ async def test_llm_c03_select_offers_only_exact_model_no_substitution() -> None:
     assert terminal(h, ep, "s1", "llm.select.result")["model"]["model"] == "model-b"
 
 
-UNSUPPORTED_INPUT: dict[str, dict[str, Any]] = {
-    "image": {
-        "messages": [
-            {"role": "user", "content": [{"type": "image", "mimeType": "image/png", "data": PNG}]}
-        ]
-    },
-    "json": {"format": "json"},
-    "tools": {"tools": [WEATHER_TOOL]},
-    "tool history": {
-        "messages": [user("weather?"), assistant(CALL), result_msg("call_1"), user("thanks")]
-    },
-    "temperature": {"temperature": 0.5},
-}
-
-
-@pytest.mark.parametrize("case", sorted(UNSUPPORTED_INPUT))
+@pytest.mark.parametrize("case", sorted(cases.UNSUPPORTED_INPUTS))
 async def test_llm_c03_generate_unsupported_input_before_submission(case: str) -> None:
     h, fx, ep, handle = await ready(Capabilities(temperature=None))
     envelope = generate("g1", handle)
-    envelope["request"].update(UNSUPPORTED_INPUT[case])
+    envelope["request"].update(cases.UNSUPPORTED_INPUTS[case])
     h.send(ep, envelope)
     await h.settle()
     assert error_code(h, ep, "g1") == "unsupported"
@@ -601,7 +508,7 @@ async def test_llm_c08_endpoint_closed_during_consent() -> None:
     assert error_code(h, other, "d1", "llm.describe.result") == "selection-expired"
 
 
-@pytest.mark.parametrize("change", ["edit", "remove"])
+@pytest.mark.parametrize("change", cases.CONNECTION_CHANGES)
 async def test_llm_c08_connection_changed_during_consent(change: str) -> None:
     h, fx, ep, handle = await ready()
     h.consent.hold = True
@@ -724,33 +631,16 @@ async def test_llm_c10_length_with_json_format_is_not_validated_as_complete() ->
     assert result["result"]["finish"] == "length"
 
 
-@pytest.mark.parametrize(
-    "script",
-    [
-        [CREATED, *text_events("no marker")],
-        [CREATED, *text_events("no marker"), Stall(0.001)],
-        [
-            CREATED,
-            LmspEvent(
-                event="response.output_item.added",
-                data={
-                    "output_index": 0,
-                    "item": {"id": "m", "type": "message", "role": "assistant", "content": []},
-                },
-            ),
-            completed(),
-        ],
-    ],
-    ids=["ended", "ended-after-wait", "item-never-completed"],
-)
-async def test_llm_c10_missing_completion_marker_is_provider_error(script: list[Any]) -> None:
+@pytest.mark.parametrize("case", sorted(cases.MISSING_COMPLETION))
+async def test_llm_c10_missing_completion_marker_is_provider_error(case: str) -> None:
     h, fx, ep, handle = await ready()
-    fx.queue(script)
+    fx.queue(cases.MISSING_COMPLETION[case])
     assert_safe_error(await run(h, ep, generate("g1", handle)), ErrorCode.PROVIDER_ERROR)
 
 
-@pytest.mark.parametrize("text", ["[1, 2]", '"scalar"', "42", "not json", '{"a": 1} trailing'])
-async def test_llm_c10_json_format_needs_an_object(text: str) -> None:
+@pytest.mark.parametrize("case", sorted(cases.JSON_NOT_OBJECT))
+async def test_llm_c10_json_format_needs_an_object(case: str) -> None:
+    text = cases.JSON_NOT_OBJECT[case]
     h, fx, ep, handle = await ready()
     fx.queue(text_script(text))
     result = await run(h, ep, generate("g1", handle, format="json"))
@@ -762,35 +652,11 @@ async def test_llm_c10_json_format_needs_an_object(text: str) -> None:
 # LLM-C11: provider failure containing input or credentials
 
 
-SECRET_KEY = "sk-live-4f9a8b7c6d5e4f3a2b1c"
-CREDENTIAL = "cred-3e1f-very-private-token"
-OTHER_PROMPT = "the other napplet's confidential diary"
-
-
-@pytest.mark.parametrize(
-    "failure",
-    [
-        Fail(detail=f"401 body: invalid key {SECRET_KEY} for {CREDENTIAL}: {OTHER_PROMPT}"),
-        Fail(detail=SECRET_KEY, user_hint=f"Your key {SECRET_KEY} was rejected"),
-        Crash(f"Traceback ... Authorization: Bearer {CREDENTIAL} {SECRET_KEY} {OTHER_PROMPT}"),
-        LmspEvent(
-            event="response.failed",
-            data={
-                "response_id": "resp_fixture",
-                "status": "failed",
-                "error": {
-                    "type": "about:blank",
-                    "title": f"bad key {SECRET_KEY}",
-                    "status": 500,
-                    "detail": f"{CREDENTIAL} {OTHER_PROMPT}",
-                },
-            },
-        ),
-        LmspEvent(event="error", data={"message": f"{SECRET_KEY} {OTHER_PROMPT}"}),
-    ],
-    ids=["fail-detail", "fail-hint", "crash", "response-failed", "error-event"],
-)
-async def test_llm_c11_provider_failure_leaks_nothing(failure: Any) -> None:
+@pytest.mark.parametrize("case", sorted(cases.PROVIDER_FAILURES))
+async def test_llm_c11_provider_failure_leaks_nothing(
+    case: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    failure, logged = cases.PROVIDER_FAILURES[case]
     h = Harness()
     fx = h.connect(credential=CREDENTIAL, settings={"baseUrl": "http://127.0.0.1:9/" + SECRET_KEY})
     victim = h.endpoint("victim")
@@ -802,8 +668,13 @@ async def test_llm_c11_provider_failure_leaks_nothing(failure: Any) -> None:
     fx.queue([CREATED, *text_events("half"), failure])
     h.send(attacker, generate("g1", attacker_handle, [user("hello")]))
     await h.settle()
-    assert_safe_error(check_generation(h, attacker, "g1"), ErrorCode.PROVIDER_ERROR)
+    assert_safe_error(check_generation(h, attacker, "g1"), cases.PROVIDER_FAILURE_CODE)
     assert code(check_generation(h, victim, "g1")) is None
+    # the failure's own kind is kept for the developer log: a rejection is not a crash
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("napllm")]
+    kinds = [m.split(":")[0] for m in messages if m.startswith("provider")]
+    assert kinds == [logged], messages
+    caplog.clear()  # checked: the crash case's error record is expected
     assert_not_leaked(h, SECRET_KEY, CREDENTIAL)
     assert OTHER_PROMPT not in json.dumps(h.out(attacker))
 
@@ -812,15 +683,13 @@ async def test_llm_c11_provider_failure_leaks_nothing(failure: Any) -> None:
 # LLM-C12: multiple toolCall parts; the next request omits one result
 
 
-async def test_llm_c12_missing_result_of_parallel_calls_is_invalid() -> None:
+@pytest.mark.parametrize("case", sorted(cases.MISSING_PARALLEL_RESULTS))
+async def test_llm_c12_missing_result_of_parallel_calls_is_invalid(case: str) -> None:
     h, fx, ep, handle = await ready()
-    messages = [user("weather in B and P?"), assistant(CALL, CALL_2), result_msg("call_2")]
+    messages = cases.MISSING_PARALLEL_RESULTS[case]
     h.send(ep, generate("g1", handle, messages, tools=[WEATHER_TOOL]))
-    messages_later = [*messages, user("and now?")]
-    h.send(ep, generate("g2", handle, messages_later, tools=[WEATHER_TOOL]))
     await h.settle()
     assert error_code(h, ep, "g1") == "invalid-request"
-    assert error_code(h, ep, "g2") == "invalid-request"
     assert fx.submissions == 0 and h.consent.asked == []
 
 
@@ -842,22 +711,10 @@ async def test_llm_c12_all_results_in_any_order_are_accepted() -> None:
 # LLM-C13: toolChoice forcing a named tool; the provider ignores it
 
 
-FORCED = {"type": "tool", "name": "get_weather"}
-OTHER_TOOL = {"name": "get_time", "parameters": {"type": "object"}}
-
-
-@pytest.mark.parametrize(
-    "script",
-    [
-        text_script("I'd rather just chat."),
-        tool_call_script([("get_time", {}, "call_9")]),
-        tool_call_script([("get_weather", {"city": "B"}, "c1"), ("get_time", {}, "c2")]),
-    ],
-    ids=["plain-text", "other-tool", "forced-plus-other"],
-)
-async def test_llm_c13_ignored_forced_tool_is_provider_error(script: list[Any]) -> None:
+@pytest.mark.parametrize("case", sorted(cases.IGNORED_FORCED))
+async def test_llm_c13_ignored_forced_tool_is_provider_error(case: str) -> None:
     h, fx, ep, handle = await ready()
-    fx.queue(script)
+    fx.queue(cases.IGNORED_FORCED[case])
     envelope = generate("g1", handle, tools=[WEATHER_TOOL, OTHER_TOOL], toolChoice=FORCED)
     result = await run(h, ep, envelope)
     assert_safe_error(result, ErrorCode.PROVIDER_ERROR)
@@ -873,16 +730,10 @@ async def test_llm_c13_forced_tool_obeyed() -> None:
     assert result["result"]["finish"] == "toolUse"
 
 
-@pytest.mark.parametrize(
-    ("choice", "script"),
-    [
-        ("required", text_script("no call")),
-        ("none", tool_call_script([("get_weather", {"city": "B"}, "c1")])),
-    ],
-)
-async def test_llm_c13_violated_mode_is_provider_error(choice: str, script: list[Any]) -> None:
+@pytest.mark.parametrize("choice", sorted(cases.VIOLATED_MODES))
+async def test_llm_c13_violated_mode_is_provider_error(choice: str) -> None:
     h, fx, ep, handle = await ready()
-    fx.queue(script)
+    fx.queue(cases.VIOLATED_MODES[choice])
     result = await run(h, ep, generate("g1", handle, tools=[WEATHER_TOOL], toolChoice=choice))
     assert_safe_error(result, ErrorCode.PROVIDER_ERROR)
 
@@ -891,10 +742,9 @@ async def test_llm_c13_violated_mode_is_provider_error(choice: str, script: list
 # LLM-C14: the provider returns no tool call id
 
 
-@pytest.mark.parametrize("stream_arguments", [True, False])
-async def test_llm_c14_synthesized_call_id_is_stable_and_round_trips(
-    stream_arguments: bool,
-) -> None:
+@pytest.mark.parametrize("delivery", sorted(cases.ARGUMENT_DELIVERY))
+async def test_llm_c14_synthesized_call_id_is_stable_and_round_trips(delivery: str) -> None:
+    stream_arguments = cases.ARGUMENT_DELIVERY[delivery]
     h, fx, ep, handle = await ready()
     fx.queue(
         tool_call_script([("get_weather", {"city": "B"}, None)], stream_arguments=stream_arguments)
@@ -934,8 +784,9 @@ async def test_llm_c14_parallel_calls_without_ids_get_distinct_ids() -> None:
 # LLM-C15: completed calls under different stop labels; truncated parallel turn
 
 
-@pytest.mark.parametrize("label", [None, "stop", "end_turn", "tool_calls", "tool_use"])
-async def test_llm_c15_completed_calls_normalize_to_tool_use(label: str | None) -> None:
+@pytest.mark.parametrize("case", sorted(cases.STOP_LABELS))
+async def test_llm_c15_completed_calls_normalize_to_tool_use(case: str) -> None:
+    label = cases.STOP_LABELS[case]
     h, fx, ep, handle = await ready()
     final = completed()
     if label is not None:
@@ -963,26 +814,11 @@ async def test_llm_c15_text_and_call_turn_is_tool_use() -> None:
     assert [p["type"] for p in result["result"]["content"]] == ["text", "toolCall"]
 
 
-@pytest.mark.parametrize(
-    ("reason", "finish"), [("max_output_tokens", "length"), ("content_filter", "refusal")]
-)
-async def test_llm_c15_truncated_parallel_turn_keeps_finish_without_calls(
-    reason: str, finish: str
-) -> None:
+@pytest.mark.parametrize("reason", sorted(cases.TRUNCATED_TURNS))
+async def test_llm_c15_truncated_parallel_turn_keeps_finish_without_calls(reason: str) -> None:
+    finish = cases.TRUNCATED_TURNS[reason]
     h, fx, ep, handle = await ready()
-    fx.queue(
-        [
-            CREATED,
-            *text_events("Checking both.", output_index=0),
-            *call_events("get_weather", {"city": "B"}, call_id="c1", output_index=1),
-            *call_events("get_weather", '{"city": "P"}', call_id="c2", output_index=2)[:1],
-            LmspEvent(
-                event="response.function_call_arguments.delta",
-                data={"item_id": "fc_2", "output_index": 2, "delta": '{"city": "P'},
-            ),
-            incomplete(reason),
-        ]
-    )
+    fx.queue(truncated_parallel_turn(reason))
     result = await run(h, ep, generate("g1", handle, tools=[WEATHER_TOOL]))
     assert result["result"]["finish"] == finish
     assert result["result"]["content"] == [{"type": "text", "text": "Checking both."}]
@@ -995,19 +831,9 @@ async def test_llm_c15_truncated_parallel_turn_keeps_finish_without_calls(
 # LLM-C16: malformed / non-object arguments; unknown tool name
 
 
-@pytest.mark.parametrize(
-    ("name", "arguments"),
-    [
-        ("get_weather", '{"city": "B"'),
-        ("get_weather", "{'city': 'B'}"),
-        ("get_weather", '["B"]'),
-        ("get_weather", '"B"'),
-        ("get_weather", '{"city": "B"}} extra'),
-        ("launch_missiles", '{"city": "B"}'),
-    ],
-    ids=["truncated", "single-quotes", "array", "string", "trailing", "unknown-name"],
-)
-async def test_llm_c16_invalid_completed_call_is_provider_error(name: str, arguments: str) -> None:
+@pytest.mark.parametrize("case", sorted(cases.INVALID_CALLS))
+async def test_llm_c16_invalid_completed_call_is_provider_error(case: str) -> None:
+    name, arguments = cases.INVALID_CALLS[case]
     h, fx, ep, handle = await ready()
     fx.queue(tool_call_script([(name, arguments, "c1")], stream_arguments=False))
     result = await run(h, ep, generate("g1", handle, tools=[WEATHER_TOOL]))
@@ -1017,15 +843,6 @@ async def test_llm_c16_invalid_completed_call_is_provider_error(name: str, argum
 
 # --------------------------------------------------------------------------
 # LLM-C17: replayed thinking; connection requires opaque reasoning state
-
-
-THINKING_HISTORY = [
-    user("2+2?"),
-    assistant(
-        {"type": "thinking", "text": "PRIVATE-CHAIN add two and two"}, {"type": "text", "text": "4"}
-    ),
-    user("and 3+3?"),
-]
 
 
 async def test_llm_c17_thinking_omitted_from_provider_input() -> None:
@@ -1063,31 +880,6 @@ async def test_llm_c17_thinking_in_user_message_is_invalid() -> None:
 # LLM-C18: stream interleaved tool-call blocks
 
 
-def interleaved_calls() -> list[Any]:
-    a = call_events("get_weather", '{"city": "Berlin"}', call_id="ca", output_index=0)
-    b = call_events("get_weather", '{"city": "Paris"}', call_id="cb", output_index=1)
-
-    def frag(index: int, text: str) -> LmspEvent:
-        return LmspEvent(
-            event="response.function_call_arguments.delta",
-            data={"item_id": f"fc_{index}", "output_index": index, "delta": text},
-        )
-
-    return [
-        CREATED,
-        a[0],
-        frag(0, '{"ci'),
-        b[0],
-        frag(1, '{"city": '),
-        frag(0, 'ty": "Ber'),
-        frag(1, '"Paris"}'),
-        frag(0, 'lin"}'),
-        b[-1],
-        a[-1],
-        completed(),
-    ]
-
-
 async def test_llm_c18_interleaved_tool_call_blocks() -> None:
     h, fx, ep, handle = await ready()
     fx.queue(interleaved_calls())
@@ -1123,8 +915,9 @@ async def test_llm_c18_provisional_block_then_failure_is_not_executable() -> Non
 # LLM-C19: an unlisted tool-choice mode
 
 
-@pytest.mark.parametrize("choice", ["required", FORCED])
-async def test_llm_c19_unlisted_mode_is_unsupported(choice: Any) -> None:
+@pytest.mark.parametrize("case", sorted(cases.UNLISTED_MODES))
+async def test_llm_c19_unlisted_mode_is_unsupported(case: str) -> None:
+    choice = cases.UNLISTED_MODES[case]
     h, fx, ep, handle = await ready(AUTO_NONE)
     model = terminal(h, ep, "s1", "llm.select.result")["model"]
     assert model["toolChoiceModes"] == ["auto", "none"]
@@ -1145,30 +938,11 @@ async def test_llm_c19_listed_modes_pass_through_unchanged() -> None:
 # LLM-C20: invalid tool definitions and choices
 
 
-INVALID_TOOLS: dict[str, dict[str, Any]] = {
-    "duplicate names": {"tools": [WEATHER_TOOL, WEATHER_TOOL]},
-    "invalid name": {"tools": [{**WEATHER_TOOL, "name": "get weather"}]},
-    "long name": {"tools": [{**WEATHER_TOOL, "name": "x" * 65}]},
-    "empty name": {"tools": [{**WEATHER_TOOL, "name": ""}]},
-    "choice without tools": {"toolChoice": "auto"},
-    "choice with empty tools": {"tools": [], "toolChoice": "required"},
-    "unknown forced name": {"tools": [WEATHER_TOOL], "toolChoice": {"type": "tool", "name": "x"}},
-    "non-object schema": {"tools": [{**WEATHER_TOOL, "parameters": {"type": "array"}}]},
-    "schema without type": {"tools": [{**WEATHER_TOOL, "parameters": {"properties": {}}}]},
-    "malformed schema": {
-        "tools": [{**WEATHER_TOOL, "parameters": {"type": "object", "properties": 3}}]
-    },
-    "unknown choice mode": {"tools": [WEATHER_TOOL], "toolChoice": "any"},
-    "zero maxTokens": {"maxTokens": 0},
-    "negative maxTokens": {"maxTokens": -5},
-}
-
-
-@pytest.mark.parametrize("case", sorted(INVALID_TOOLS))
+@pytest.mark.parametrize("case", sorted(cases.INVALID_TOOLS))
 async def test_llm_c20_invalid_tools_and_limits(case: str) -> None:
     h, fx, ep, handle = await ready()
     envelope = generate("g1", handle)
-    envelope["request"].update(INVALID_TOOLS[case])
+    envelope["request"].update(cases.INVALID_TOOLS[case])
     h.send(ep, envelope)
     await h.settle()
     assert error_code(h, ep, "g1") == "invalid-request"
@@ -1177,15 +951,7 @@ async def test_llm_c20_invalid_tools_and_limits(case: str) -> None:
 
 async def test_llm_c20_schema_keywords_are_not_unknown_fields() -> None:
     h, fx, ep, handle = await ready()
-    tool = {
-        "name": "search",
-        "parameters": {
-            "$schema": "https://json-schema.org/draft/2020-12/schema",
-            "type": "object",
-            "properties": {"q": {"type": ["string", "null"], "default": None}},
-            "$defs": {"x": {"type": "integer"}},
-        },
-    }
+    tool = cases.SCHEMA_KEYWORDS_TOOL
     result = await run(h, ep, generate("g1", handle, tools=[tool]))
     assert "result" in result and fx.submissions == 1
 
@@ -1194,51 +960,13 @@ async def test_llm_c20_schema_keywords_are_not_unknown_fields() -> None:
 # LLM-C21: misplaced/duplicate/orphaned results; history without current tools
 
 
-INVALID_HISTORIES: dict[str, list[dict[str, Any]]] = {
-    "orphaned": [user("q"), result_msg("call_1")],
-    "orphaned unknown id": [user("q"), assistant(CALL), result_msg("call_9"), result_msg("call_1")],
-    "misplaced after user": [user("q"), assistant(CALL), user("wait"), result_msg("call_1")],
-    "duplicate": [user("q"), assistant(CALL), result_msg("call_1"), result_msg("call_1")],
-    "name mismatch": [
-        user("q"),
-        assistant(CALL),
-        {**result_msg("call_1"), "toolName": "get_time"},
-    ],
-    "earlier turn": [
-        user("q"),
-        assistant(CALL),
-        result_msg("call_1"),
-        assistant({"type": "text", "text": "done"}),
-        result_msg("call_1"),
-    ],
-    "duplicate call ids": [
-        user("q"),
-        assistant(CALL),
-        result_msg("call_1"),
-        assistant(CALL),
-        result_msg("call_1"),
-    ],
-    "call outside assistant": [{"role": "user", "content": [CALL]}],
-    "image-free toolResult with toolCall": [
-        user("q"),
-        assistant(CALL),
-        {**result_msg("call_1"), "content": [CALL]},
-    ],
-    "isError on user": [{**user("q"), "isError": False}],
-    "unanswered last turn": [user("q"), assistant(CALL)],
-}
-
-
-@pytest.mark.parametrize("case", sorted(INVALID_HISTORIES))
+@pytest.mark.parametrize("case", sorted(cases.INVALID_HISTORIES))
 async def test_llm_c21_invalid_histories_rejected(case: str) -> None:
     h, fx, ep, handle = await ready()
-    h.send(ep, generate("g1", handle, INVALID_HISTORIES[case], tools=[WEATHER_TOOL]))
+    h.send(ep, generate("g1", handle, cases.INVALID_HISTORIES[case], tools=[WEATHER_TOOL]))
     await h.settle()
     assert error_code(h, ep, "g1") == "invalid-request"
     assert fx.submissions == 0
-
-
-HISTORY = [user("weather?"), assistant(CALL), result_msg("call_1"), user("thanks, summarize")]
 
 
 async def test_llm_c21_history_without_current_tools_accepted() -> None:
@@ -1273,19 +1001,6 @@ async def test_llm_c21_history_on_connection_without_tools_is_unsupported() -> N
 # LLM-C22: image tool result; error result with no provider-native flag
 
 
-IMAGE_RESULT = [
-    user("screenshot?"),
-    assistant({**CALL, "name": "get_weather"}),
-    {
-        **result_msg("call_1"),
-        "content": [
-            {"type": "text", "text": "here"},
-            {"type": "image", "mimeType": "image/png", "data": PNG},
-        ],
-    },
-]
-
-
 async def test_llm_c22_image_in_tool_result_unsupported_before_submission() -> None:
     caps = Capabilities(images=True, tools=True, tool_choice_modes=("auto", "none"))
     h, fx, ep, handle = await ready(caps)
@@ -1300,7 +1015,7 @@ async def test_llm_c22_image_in_tool_result_accepted_where_supported() -> None:
     result = await run(h, ep, generate("g1", handle, IMAGE_RESULT, tools=[WEATHER_TOOL]))
     assert "result" in result
     output = next(i for i in fx.requests[0].input if isinstance(i, FunctionCallOutputIn))
-    assert output.images is not None and output.images[0].data == PNG
+    assert output.images is not None and output.images[0].data == cases.PNG
 
 
 async def test_llm_c22_error_flag_maps_to_prefix() -> None:

@@ -9,7 +9,7 @@ import pytest
 from harness import FULL_CAPS, PNG
 
 from fixtures import WEATHER_TOOL
-from napllm.errors import ErrorCode, NapError
+from napllm.errors import ErrorCode, NapError, ProviderFailure
 from napllm.lmsp import LmspEvent, Problem, failure_from_problem
 from napllm.providers.fixture import (
     call_events,
@@ -261,6 +261,9 @@ def run(request: GenerationRequest, events: list[Any]) -> tuple[Any, list[dict[s
     except NapError as error:
         stream.abort()
         outcome = error
+    except ProviderFailure as failure:  # a provider's failure event, as the shell maps it
+        stream.abort()
+        outcome = failure.to_nap_error()
     return outcome, sink.sent
 
 

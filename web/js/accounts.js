@@ -10,6 +10,8 @@
  * - When localStorage is unavailable the profiles live for the page only.
  */
 
+import { parseJsonOr } from "./json.js";
+
 export const DEFAULT_PROFILE = "Default";
 const PROFILES_KEY = "napllm.profiles";
 const CURRENT_KEY = "napllm.currentProfile";
@@ -77,15 +79,9 @@ export class AccountSwitcher {
   }
 
   load() {
-    let names = [];
-    try {
-      const parsed = JSON.parse(readStorage(PROFILES_KEY) ?? "[]");
-      if (Array.isArray(parsed)) {
-        names = parsed.filter((n) => typeof n === "string" && n.length > 0 && n.length <= MAX_NAME);
-      }
-    } catch {
-      names = [];
-    }
+    const names = parseJsonOr(readStorage(PROFILES_KEY) ?? "[]", [], Array.isArray).filter(
+      (n) => typeof n === "string" && n.length > 0 && n.length <= MAX_NAME,
+    );
     const unique = [DEFAULT_PROFILE, ...names.filter((n) => n !== DEFAULT_PROFILE)];
     return [...new Set(unique)];
   }

@@ -21,6 +21,7 @@
  */
 
 import { el, str } from "./dom.js";
+import { isObjectOrArray, parseJsonOr } from "./json.js";
 import { onConnectionsChanged } from "./storage.js";
 
 const KINDS = {
@@ -35,12 +36,7 @@ const KINDS = {
 };
 
 function parseList(text) {
-  try {
-    const value = JSON.parse(text);
-    return Array.isArray(value) ? value.filter((item) => item && typeof item === "object") : [];
-  } catch {
-    return [];
-  }
+  return parseJsonOr(text, [], Array.isArray).filter((item) => item && typeof item === "object");
 }
 
 /** The model id a GGUF URL implies when none was typed: its file name without `.gguf`. */
@@ -136,12 +132,9 @@ warnSharedOrigin.shown = false;
 /** The text of a runtime failure safe to show in the form (never a traceback). */
 function failureText(result) {
   if (typeof result === "string") {
-    try {
-      const value = JSON.parse(result);
-      if (value && typeof value === "object" && typeof value.error === "string") return value.error;
-    } catch {
-      // Not a structured answer: nothing to show.
-    }
+    // Not a structured answer: nothing to show.
+    const value = parseJsonOr(result, null, isObjectOrArray);
+    if (value && typeof value.error === "string") return value.error;
   }
   return null;
 }
@@ -241,13 +234,8 @@ export class ConnectionsPanel {
 
   /** Show how many stored entries this version cannot read (`{"unreadable": n}` JSON text). */
   showUnreadable(answer) {
-    let count = 0;
-    try {
-      const value = JSON.parse(String(answer));
-      count = Number.isSafeInteger(value?.unreadable) && value.unreadable > 0 ? value.unreadable : 0;
-    } catch {
-      count = 0;
-    }
+    const value = parseJsonOr(answer, null, isObjectOrArray);
+    const count = Number.isSafeInteger(value?.unreadable) && value.unreadable > 0 ? value.unreadable : 0;
     this.unreadable.hidden = count === 0;
     this.unreadable.textContent = count === 1
       ? "1 saved connection could not be read by this version. It is kept unchanged."

@@ -39,6 +39,7 @@
  */
 
 import { el, str } from "./dom.js";
+import { isObjectOrArray, parseJsonOr } from "./json.js";
 
 const DENY = JSON.stringify({ allow: false, remember: false });
 
@@ -52,14 +53,7 @@ export const MAX_PAUSE_MS = 10 * 60_000;
 /** Delay (ms) before a refused request is answered (throttles a re-send loop). */
 export const REFUSAL_DELAY_MS = 500;
 
-function parseJson(text) {
-  try {
-    const value = JSON.parse(text);
-    return value && typeof value === "object" ? value : {};
-  } catch {
-    return {};
-  }
-}
+const parseJson = (text) => parseJsonOr(text, {}, isObjectOrArray);
 
 const int = (value) => (Number.isInteger(value) && value >= 0 ? value : 0);
 

@@ -44,6 +44,7 @@
  */
 
 import { preludeSource } from "../prelude.js";
+import { el } from "./dom.js";
 import { MAX_WIRE_CHARS, toWireJson } from "./wire.js";
 
 /** The napplet frame's Content Security Policy (NIP-5D CSP baseline). */
@@ -180,8 +181,6 @@ export function isHttpUrl(url) {
 }
 
 
-let tabSerial = 0;
-
 /** Drop timestamps older than the rate window from `times` (ms, ascending). */
 function prune(times, now) {
   let drop = 0;
@@ -207,6 +206,8 @@ export class NappletArea {
     this.inspector = inspector;
     this.notify = notify;
     this.tabs = [];
+    // Numbers the tabs of this area (their keys `tab-N`, never reused).
+    this.tabSerial = 0;
     // contentWindow -> frame record (the frames built here, while live).
     this.byWindow = new Map();
     // endpoint id -> document (open endpoints only).
@@ -247,10 +248,10 @@ export class NappletArea {
       this.notify("error", "Only http and https napplet URLs can be opened.");
       return null;
     }
-    tabSerial += 1;
+    this.tabSerial += 1;
     const clean = sanitiseName(name);
     const tab = {
-      key: `tab-${tabSerial}`,
+      key: `tab-${this.tabSerial}`,
       url: absolute,
       name: clean,
       title: title ? sanitiseName(title) : clean,
@@ -305,51 +306,30 @@ export class NappletArea {
     return true;
   }
 
+  /** Create the tab's button and panel (toolbar and frame holder) and add them to the page. */
   buildTab(tab) {
     const label = this.tabLabel(tab);
-    const tabButton = document.createElement("button");
-    tabButton.type = "button";
-    tabButton.id = `${tab.key}-tab`;
-    tabButton.className = "tab";
-    tabButton.setAttribute("role", "tab");
-    tabButton.setAttribute("aria-controls", `${tab.key}-panel`);
-    tabButton.setAttribute("aria-selected", "false");
-    tabButton.tabIndex = -1;
-    tabButton.dataset.napplet = tab.name;
-    if (tab.origin) tabButton.dataset.origin = tab.origin;
-    tabButton.textContent = tab.title;
-    if (tab.origin) {
-      const origin = document.createElement("span");
-      origin.className = "tab-origin";
-      origin.textContent = ` (${tab.origin})`;
-      tabButton.append(origin);
-    }
+    const tabButton = el(
+      "button",
+      {
+        type: "button",
+        id: `${tab.key}-tab`,
+        class: "tab",
+        role: "tab",
+        "aria-controls": `${tab.key}-panel`,
+        "aria-selected": "false",
+        tabIndex: -1,
+        dataset: tab.origin ? { napplet: tab.name, origin: tab.origin } : { napplet: tab.name },
+      },
+      tab.title,
+      tab.origin ? el("span", { class: "tab-origin" }, ` (${tab.origin})`) : null,
+    );
     tabButton.addEventListener("click", () => this.select(tab));
 
-    const panel = document.createElement("section");
-    panel.id = `${tab.key}-panel`;
-    panel.className = "tabpanel";
-    panel.setAttribute("role", "tabpanel");
-    panel.setAttribute("aria-labelledby", tabButton.id);
-    panel.dataset.napplet = tab.name;
-    panel.hidden = true;
-
-    const toolbar = document.createElement("div");
-    toolbar.className = "tab-toolbar";
-    const identity = document.createElement("span");
-    identity.className = "identity";
-    identity.textContent = tab.origin ? `${tab.name} · from ${tab.origin}` : tab.name;
-    const status = document.createElement("span");
-    status.className = "tab-status";
-    status.setAttribute("role", "status");
-
+    const identity = el("span", { class: "identity" }, tab.origin ? `${tab.name} · from ${tab.origin}` : tab.name);
+    const status = el("span", { class: "tab-status", role: "status" });
     const toggleId = `${tab.key}-llm`;
-    const toggle = document.createElement("input");
-    toggle.type = "checkbox";
-    toggle.id = toggleId;
-    toggle.className = "llm-toggle";
-    toggle.checked = tab.llm;
-    toggle.setAttribute("role", "switch");
+    const toggle = el("input", { type: "checkbox", id: toggleId, class: "llm-toggle", checked: tab.llm, role: "switch" });
     toggle.addEventListener("change", () => {
       tab.llm = toggle.checked;
       if (tab.text) {
@@ -357,30 +337,34 @@ export class NappletArea {
         this.loadFrame(tab);
       }
     });
-    const toggleLabel = document.createElement("label");
-    toggleLabel.htmlFor = toggleId;
-    toggleLabel.textContent = "LLM access";
-    const toggleWrap = document.createElement("span");
-    toggleWrap.className = "toggle";
-    toggleWrap.append(toggle, toggleLabel);
-
-    const reload = document.createElement("button");
-    reload.type = "button";
-    reload.className = "reload";
-    reload.textContent = "Reload";
-    reload.setAttribute("aria-label", `Reload ${label}`);
+    const reload = el("button", { type: "button", class: "reload", "aria-label": `Reload ${label}` }, "Reload");
     reload.addEventListener("click", () => this.reload(tab));
-    const close = document.createElement("button");
-    close.type = "button";
-    close.className = "close";
-    close.textContent = "Close";
-    close.setAttribute("aria-label", `Close ${label}`);
+    const close = el("button", { type: "button", class: "close", "aria-label": `Close ${label}` }, "Close");
     close.addEventListener("click", () => this.close(tab));
 
-    toolbar.append(identity, status, toggleWrap, reload, close);
-    const holder = document.createElement("div");
-    holder.className = "frame-holder";
-    panel.append(toolbar, holder);
+    const toolbar = el(
+      "div",
+      { class: "tab-toolbar" },
+      identity,
+      status,
+      el("span", { class: "toggle" }, toggle, el("label", { for: toggleId }, "LLM access")),
+      reload,
+      close,
+    );
+    const holder = el("div", { class: "frame-holder" });
+    const panel = el(
+      "section",
+      {
+        id: `${tab.key}-panel`,
+        class: "tabpanel",
+        role: "tabpanel",
+        "aria-labelledby": tabButton.id,
+        dataset: { napplet: tab.name },
+        hidden: true,
+      },
+      toolbar,
+      holder,
+    );
 
     this.tablist.append(tabButton);
     this.panels.append(panel);
@@ -554,11 +538,7 @@ export class NappletArea {
     const { tab } = record;
     this.retire(record);
     if (tab.record === record) tab.record = null;
-    const message = document.createElement("p");
-    message.className = `frame-stopped ${level}`;
-    message.setAttribute("role", "alert");
-    message.textContent = text;
-    tab.holder.replaceChildren(message);
+    tab.holder.replaceChildren(el("p", { class: `frame-stopped ${level}`, role: "alert" }, text));
     tab.status.textContent = "Stopped. Reload to start it again.";
     this.notify(level, text);
     this.inspector.refreshEndpoints();

@@ -25,6 +25,8 @@
  *   never logged or shown.
  */
 
+import { isObject, parseJsonOr } from "./json.js";
+
 const DB_NAME = "napllm";
 const STORE = "connections";
 const LEGACY_KEY = "list";
@@ -66,14 +68,7 @@ async function withStore(mode, action) {
   }
 }
 
-function parseObject(text) {
-  try {
-    const value = JSON.parse(text);
-    return value && typeof value === "object" && !Array.isArray(value) ? value : null;
-  } catch {
-    return null;
-  }
-}
+const parseObject = (text) => parseJsonOr(text, null, isObject);
 
 /**
  * The changes a save names: `{put: [object], remove: [id]}`.

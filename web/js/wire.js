@@ -19,6 +19,8 @@
  * clone can produce in this realm, and it must never throw.
  */
 
+import { isObject, parseJsonOr } from "./json.js";
+
 /** Largest accepted envelope, in UTF-16 code units of JSON text (8 MiB). */
 export const MAX_WIRE_CHARS = 8 * 1024 * 1024;
 /** Deepest accepted nesting of arrays/objects. */
@@ -187,13 +189,8 @@ export function envelopeLabel(wireOrEnvelopeJson) {
  * @returns {string}
  */
 export function unwrapWire(text) {
-  try {
-    const value = JSON.parse(text);
-    if (value && typeof value === "object" && typeof value.json === "string" && Object.keys(value).length === 1) {
-      return value.json;
-    }
-  } catch {
-    // Not JSON: shown as is.
-  }
+  // Not JSON, or not a wire wrapper: shown as is.
+  const value = parseJsonOr(text, null, isObject);
+  if (value && typeof value.json === "string" && Object.keys(value).length === 1) return value.json;
   return text;
 }

@@ -1,17 +1,22 @@
 """The Pyodide edge: wires `napllm.shell.Shell` to the host page (web/).
 
+The page (web/shell.js) defines `window.napllmHost` and calls `start()` once
+Pyodide and napllm are loaded; `start` hands the page the `Runtime.api()`
+object (`napllmHost.attachRuntime`). The parts, each in its own module:
+
+- `bridge`: the shell's ports on the page (transport, chooser and consent
+  dialogs, observer) and the intake of a frame's messages and identity.
+- `stored`: the user's connections, saved in the page's store, kept in
+  step with the registry (the connections form, other tabs).
+- `logs`: every log line of the page is redacted of saved credentials.
+- `providers` / `engines`: the provider of each connection kind.
+- this module: `Runtime`, which assembles them and publishes the page API.
+
 Rules (DESIGN.md: the browser edge is thin)
-- The page defines `window.napllmHost` (see web/js/bridge.js for its side of
-  the contract) and calls `start()` once Pyodide and napllm are loaded.
-  Everything crossing the bridge is JSON text, so JS `null` stays `None`
+- Everything crossing the bridge is JSON text, so JS `null` stays `None`
   and no JS object is held by Python (pitfalls: jsnull, proxies).
-- This module is the only one (with `http_fetch.py` and the engine ports)
-  that imports `js`/`pyodide`; every rule it relies on lives in the shell.
-- Credentials are stored by the page in IndexedDB (shell origin) and held
-  by the registry; they never reach a frame, an envelope, the inspector or
-  an error (the page only ever receives `Connection.public_summary()`).
-  Every log line of the page goes through `RedactingFormatter`, which
-  removes each saved credential (a provider may echo one back).
+- These modules (with `http_fetch.py` and the engine ports) are the only
+  ones that import `js`/`pyodide`; every rule they rely on lives in the shell.
 - The product has no test mode: nothing here reads the page's query. A
   test build (`build.py build --with-test-hooks`) wraps `start` from a
   module that only that build contains.
@@ -21,175 +26,61 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
-import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from js import Object, napllmHost  # type: ignore[import-not-found]
 from pydantic import ValidationError
 from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
 
-from ..connections import (
-    Connection,
-    ConnectionRegistry,
-    ConnectionSpec,
-    UrlRefused,
-    spec_error_text,
-)
+from ..connections import ConnectionRegistry, UrlRefused, spec_error_text
 from ..errors import ProviderFailure
-from ..jsontext import JsonTextError, read_json
 from ..schema import JschonValidator, set_default_validator
-from ..shell import (
-    ChoiceRequest,
-    ConsentDecision,
-    Disclosure,
-    Observer,
-    Shell,
-    ShellPolicy,
+from ..shell import Shell, ShellPolicy
+from .bridge import (
+    BridgeObserver,
+    BridgeTransport,
+    DomChooser,
+    DomConsent,
+    identity_from_json,
+    message_from_wire,
 )
-from ..wire import Unclonable, loads_strict
 from .engines import register_engines
-from .providers import BrowserProviders, connection_from_spec, default_connections
+from .logs import install_log_redaction
+from .providers import BrowserProviders
+from .stored import ConnectionStore
 
-log = logging.getLogger("napllm.browser")
 
+def form_answer(
+    coro_fn: Callable[..., Awaitable[str]],
+) -> Callable[..., Awaitable[str]]:
+    """Wrap the form's add/edit: a refused field becomes `{"error": text}` (JSON text).
 
-class RedactingFormatter(logging.Formatter):
-    """Formats log records with every saved credential replaced by `[redacted]`.
-
-    A provider may echo a token in an error field that ends up in a log
-    line's developer detail (or in a traceback); the page's console must
-    never show it. `secrets` returns the current credentials (any length).
+    The text is one of napllm's fixed sentences (`spec_error_text`, a
+    provider's `user_hint`); neither pydantic's text nor a provider's reply
+    is ever shown, since both may repeat a URL or a token.
     """
 
-    def __init__(self, secrets: Callable[[], list[str]]) -> None:
-        super().__init__("%(name)s: %(levelname)s: %(message)s")
-        self._secrets = secrets
-
-    def format(self, record: logging.LogRecord) -> str:
-        """The formatted record (traceback included), credentials removed."""
-        return redact(super().format(record), self._secrets())
-
-
-def redact(text: str, secrets: list[str]) -> str:
-    """`text` with each non-empty string of `secrets` replaced by `[redacted]`."""
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        text = text.replace(secret, "[redacted]")
-    return text
-
-
-def install_log_redaction(registry: ConnectionRegistry) -> logging.Handler:
-    """Route every log record of the page (root logger) through `RedactingFormatter`."""
-
-    def current() -> list[str]:
-        return [c.credential.get_secret_value() for c in registry.all() if c.credential]
-
-    handler = logging.StreamHandler()
-    handler.setFormatter(RedactingFormatter(current))
-    root = logging.getLogger()
-    for old in list(root.handlers):
-        if getattr(old, "napllm_redacting", False):
-            root.removeHandler(old)
-    handler.napllm_redacting = True  # type: ignore[attr-defined]
-    root.addHandler(handler)
-    return handler
-
-
-class BridgeTransport:
-    """Delivers envelopes through `napllmHost.post` (JSON text)."""
-
-    def send(self, endpoint_id: str, envelope: dict[str, Any]) -> None:
-        """Post to the endpoint's frame; the page drops it if the frame is gone."""
-        napllmHost.post(endpoint_id, json.dumps(envelope, ensure_ascii=False))
-
-
-class DomChooser:
-    """The page's `<dialog>` chooser; closed when the shell no longer needs it.
-
-    An open chooser is refreshed in place when the connections change
-    (`refresh`, called by the shell; `napllmHost.updateChooser`).
-    """
-
-    def __init__(self) -> None:
-        # id() of the request of each open chooser -> its dialog token
-        self._open: dict[int, str] = {}
-
-    async def choose(self, request: ChoiceRequest) -> str | None:
-        """Show the dialog; the chosen connection id or None."""
-        token = "c-" + secrets.token_hex(8)
-        self._open[id(request)] = token
+    async def call(*args: str) -> str:
         try:
-            payload = request.to_json() | {"endpointId": request.endpoint_id}
-            answer = await napllmHost.openChooser(token, json.dumps(payload))
-        except asyncio.CancelledError:
-            napllmHost.closeDialog(token)
-            raise
-        finally:
-            self._open.pop(id(request), None)
-        return str(answer) if isinstance(answer, str) and answer else None
+            return await coro_fn(*args)
+        except ValidationError as exc:
+            return json.dumps({"error": spec_error_text(exc)})
+        except UrlRefused as exc:
+            return json.dumps({"error": str(exc)})
+        except ProviderFailure as exc:
+            hint = exc.user_hint or "The connection could not be reached."
+            return json.dumps({"error": hint})
 
-    def refresh(self, request: ChoiceRequest, updated: ChoiceRequest) -> None:
-        """Show `updated`'s candidates in the open chooser of `request`."""
-        token = self._open.get(id(request))
-        if token is not None:
-            payload = updated.to_json() | {"endpointId": updated.endpoint_id}
-            napllmHost.updateChooser(token, json.dumps(payload))
-
-
-class DomConsent:
-    """The page's `<dialog>` consent; closed when the shell no longer needs it."""
-
-    async def ask(self, disclosure: Disclosure) -> ConsentDecision:
-        """Show the dialog; Deny unless the page answered an explicit Allow."""
-        token = "k-" + secrets.token_hex(8)
-        try:
-            payload = disclosure.to_json() | {"endpointId": disclosure.endpoint_id}
-            answer = await napllmHost.openConsent(token, json.dumps(payload))
-        except asyncio.CancelledError:
-            napllmHost.closeDialog(token)
-            raise
-        try:
-            data = read_json(str(answer))
-        except ValueError:
-            return ConsentDecision(allow=False)
-        if not isinstance(data, dict):
-            return ConsentDecision(allow=False)
-        return ConsentDecision(
-            allow=data.get("allow") is True, remember=data.get("remember") is True
-        )
-
-
-class BridgeObserver(Observer):
-    """Forwards inspector records and user notices to the page."""
-
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
-
-    # Envelopes are recorded by the page itself, in (before `receive`) and
-    # out (in `napllmHost.post`), so `envelope` keeps the no-op default.
-
-    def dropped(self, endpoint_id: str, reason: str) -> None:
-        """Shown in the inspector as a note, not as an envelope."""
-        napllmHost.inspect(endpoint_id, "note", json.dumps({"dropped": reason}))
-
-    def notice(self, level: str, text: str, connection_id: str | None = None) -> None:
-        """A message for the user in the shell UI."""
-        payload: dict[str, Any] = {"level": level, "text": text}
-        if connection_id:
-            payload["connectionId"] = connection_id
-        napllmHost.notice(json.dumps(payload))
-
-    def grants_changed(self) -> None:
-        """Refresh the grants list in the connections panel."""
-        self._runtime.publish_grants()
+    return call
 
 
 class Runtime:
-    """The shell plus the page-facing API (`attachRuntime`).
+    """The shell, its ports on the page and the page-facing API (`attachRuntime`).
 
     `providers` defaults to a fresh `BrowserProviders` (a test build passes
-    its own subclass).
+    its own subclass). Attributes: `registry` (the connections), `shell`,
+    `providers`, `store` (the user's saved connections).
     """
 
     def __init__(self, providers: BrowserProviders | None = None) -> None:
@@ -204,19 +95,19 @@ class Runtime:
             DomConsent(),
             self.providers.provider_for,
             policy=ShellPolicy(),
-            observer=BridgeObserver(self),
+            observer=BridgeObserver(self.publish_grants),
+        )
+        self.store = ConnectionStore(
+            self.registry, self.providers, self.publish_connections, self.publish_grants
         )
         self._proxies: list[Any] = []
-        #: Stored entries this build could not read at the last load or sync.
-        self.unreadable_stored = 0
-        self._unreadable_ids: set[str] = set()
-        # Saves and syncs run one at a time, so a sync never undoes a save in flight.
-        self._storage_lock = asyncio.Lock()
 
-    # -- connections -----------------------------------------------------------
+    async def load(self) -> None:
+        """The built-in connections, then the user's stored ones."""
+        await self.store.load()
 
     def publish_connections(self) -> None:
-        """Send the public summaries to the page."""
+        """Send the public summaries of the connections to the page."""
         summaries = [c.public_summary() for c in self.registry.all()]
         napllmHost.connectionsChanged(json.dumps(summaries))
 
@@ -226,226 +117,30 @@ class Runtime:
         grants = [g.to_json(names.get(g.connection_id, "")) for g in self.shell.grants()]
         napllmHost.grantsChanged(json.dumps(grants))
 
-    @staticmethod
-    def _stored_form(connection: Connection) -> dict[str, Any]:
-        """A user connection as stored by the page (credential included, shell-only)."""
-        secret = connection.credential.get_secret_value() if connection.credential else None
-        return connection.model_dump(mode="json", by_alias=True) | {"credential": secret}
-
-    async def persist(
-        self, put: list[Connection] | None = None, delete: list[str] | None = None
-    ) -> None:
-        """Save only the named user connections via the page (never the whole list).
-
-        `put`: connections to write, each replacing only its own record;
-        `delete`: ids whose records are removed. Records of other
-        connections, including the ones this build cannot read, are never
-        touched (web/js/storage.js does each save as one IndexedDB
-        transaction and tells the other tabs). Raises what the page raises
-        when IndexedDB fails; nothing is then saved.
-        """
-        changes = {
-            "put": [self._stored_form(c) for c in put or []],
-            "delete": list(delete or []),
-        }
-        await napllmHost.saveConnections(json.dumps(changes))
-
-    async def _read_stored(self) -> list[Connection]:
-        """The stored user connections this build can read, oldest first.
-
-        Entries it cannot read (unknown fields, another build's format,
-        broken text) are counted in `unreadable_stored` and remembered by id
-        so no new connection takes their id; they are never rewritten.
-        """
-        try:
-            stored = read_json(str(await napllmHost.loadConnections()))
-        except JsonTextError:
-            stored = []
-        readable: list[Connection] = []
-        unreadable: set[str] = set()
-        count = 0
-        for raw in stored if isinstance(stored, list) else []:
-            try:
-                connection = Connection.model_validate(raw)
-                if not connection.settings.get("userDefined"):
-                    raise ValueError("not a user connection")
-                readable.append(connection)
-            except ValueError:
-                count += 1
-                if isinstance(raw, dict) and isinstance(raw.get("id"), str):
-                    unreadable.add(raw["id"])
-        self.unreadable_stored = count
-        self._unreadable_ids = unreadable
-        return readable
-
-    async def load(self) -> None:
-        """Built-in connections, then the user's stored ones."""
-        for connection in await default_connections(self.providers):
-            self.registry.add(connection)
-        for connection in await self._read_stored():
-            if self.registry.get(connection.id) is None:
-                self.registry.add(connection)
-            else:
-                self.unreadable_stored += 1
-
-    async def sync_stored(self) -> str:
-        """Re-read the stored connections after another tab changed them.
-
-        Adds the new ones, applies edits (their handles and grants become
-        invalid) and removes the ones gone from storage, which cancels their
-        running generations and expires their handles in this tab too
-        (NAP-LLM: a removed connection invalidates its handles). Returns
-        JSON text `{"unreadable": n}`: stored entries this build cannot read.
-        """
-        async with self._storage_lock:
-            stored = {c.id: c for c in await self._read_stored()}
-            for current in self.registry.all():
-                if current.settings.get("userDefined") and current.id not in stored:
-                    self.registry.remove(current.id)
-            for cid, connection in stored.items():
-                existing = self.registry.get(cid)
-                if existing is None:
-                    self.registry.add(connection)
-                elif not existing.settings.get("userDefined"):
-                    self.unreadable_stored += 1
-                elif self._stored_form(existing) | {"revision": 0} != self._stored_form(
-                    connection
-                ) | {"revision": 0}:
-                    changes = connection.model_dump(exclude={"id", "revision"})
-                    changes["credential"] = connection.credential
-                    self.registry.edit(cid, **changes)
-        self.publish_connections()
-        self.publish_grants()
-        return json.dumps({"unreadable": self.unreadable_stored})
-
-    def _new_id(self) -> str:
-        while True:
-            cid = "u-" + secrets.token_hex(6)
-            if self.registry.get(cid) is None and cid not in self._unreadable_ids:
-                return cid
-
-    def _spec(self, text: str) -> ConnectionSpec:
-        return ConnectionSpec.model_validate(read_json(text))
-
-    async def add_connection(self, text: str) -> str:
-        """Add a user connection from the form's JSON; returns its summary."""
-        from ..providers.scripted import ScriptError
-
-        spec = self._spec(text)
-        try:
-            connection = await connection_from_spec(spec, self._new_id(), self.providers)
-        except ScriptError as exc:  # the developer's own script: say where it is wrong
-            return json.dumps({"error": f"The script cannot be used: {exc}."})
-        async with self._storage_lock:
-            await self.persist(put=[connection])
-            self.registry.add(connection)
-        self.publish_connections()
-        return json.dumps(connection.public_summary())
-
-    async def edit_connection(self, cid: str, text: str) -> str:
-        """Edit a user connection (its handles and grants become invalid)."""
-        existing = self.registry.get(cid)
-        if existing is None or not existing.settings.get("userDefined"):
-            raise ValueError("only user connections can be edited")
-        spec = self._spec(text)
-        if spec.credential is None and existing.credential is not None:
-            spec = spec.model_copy(update={"credential": existing.credential.get_secret_value()})
-        from ..providers.scripted import ScriptError
-
-        try:
-            fresh = await connection_from_spec(spec, cid, self.providers)
-        except ScriptError as exc:
-            return json.dumps({"error": f"The script cannot be used: {exc}."})
-        changes = fresh.model_dump(exclude={"id", "revision"})
-        changes["credential"] = fresh.credential
-        async with self._storage_lock:
-            current = self.registry.get(cid)
-            if current is None:
-                raise ValueError("the connection was removed")
-            stored = fresh.model_copy(update={"revision": current.revision + 1})
-            await self.persist(put=[stored])
-            edited = self.registry.edit(cid, **changes)
-        self.publish_connections()
-        return json.dumps(edited.public_summary())
-
-    async def remove_connection(self, cid: str) -> None:
-        """Remove a user connection (its handles and grants become invalid)."""
-        existing = self.registry.get(cid)
-        if existing is None or not existing.settings.get("userDefined"):
-            raise ValueError("only user connections can be removed")
-        async with self._storage_lock:
-            await self.persist(delete=[cid])
-            if self.registry.get(cid) is not None:
-                self.registry.remove(cid)
-        self.publish_connections()
-
-    # -- page API --------------------------------------------------------------
+    # -- endpoints and their messages ------------------------------------------
 
     def receive(self, endpoint_id: str, wire_text: str) -> None:
-        """One converted message from the page (see web/js/convert.js)."""
-        try:
-            wire = read_json(str(wire_text))
-        except ValueError:
-            return
-        if not isinstance(wire, dict):
-            return
-        message: object
-        if "json" in wire and isinstance(wire["json"], str):
-            try:
-                message = loads_strict(wire["json"])
-            except ValueError:
-                message = Unclonable(None, None)
-        else:
-            kind = wire.get("type")
-            rid = wire.get("id")
-            message = Unclonable(
-                kind if isinstance(kind, str) else None,
-                rid if isinstance(rid, str) else None,
-                too_large=wire.get("tooLarge") is True,
-            )
-        self.shell.receive(str(endpoint_id), message)
+        """One message of a frame, as web/js/wire.js `toWireJson` converted it."""
+        message = message_from_wire(wire_text)
+        if message is not None:
+            self.shell.receive(str(endpoint_id), message)
 
     def open_endpoint(self, identity_text: str) -> str:
-        """Register a frame's document; returns its endpoint id."""
-        from ..shell import NappletIdentity
+        """Register a frame's document (`bridge.identity_from_json`); returns its endpoint id."""
+        return self.shell.open_endpoint(identity_from_json(identity_text))
 
-        data = read_json(str(identity_text))
-        domains = frozenset(d for d in data.get("domains", []) if isinstance(d, str))
-        origin = data.get("origin")
-        identity = NappletIdentity(
-            str(data["name"]),
-            str(data["sha256"]),
-            domains,
-            origin[:200] if isinstance(origin, str) else "",
-        )
-        return self.shell.open_endpoint(identity)
+    def switch_account(self, account: str) -> None:
+        """Switch the user account (cancels work, expires handles; DESIGN.md "Account")."""
+        self.shell.switch_account(str(account))
+        self.publish_grants()
+
+    # -- the page API ----------------------------------------------------------
 
     def _proxy(self, fn: Any) -> Any:
+        """`fn` callable from JS; the proxy lives as long as the page."""
         proxy = create_proxy(fn)
         self._proxies.append(proxy)  # page lifetime: kept, never destroyed
         return proxy
-
-    def _form(self, coro_fn: Any) -> Any:
-        """Wrap the form's add/edit: a refused field becomes `{"error": text}` (JSON).
-
-        The text is one of napllm's fixed sentences (`spec_error_text`, a
-        provider's `user_hint`); neither pydantic's text nor a provider's
-        reply is ever shown, since both may repeat a URL or a token.
-        """
-
-        async def call(*args: str) -> str:
-            try:
-                result: str = await coro_fn(*args)
-            except ValidationError as exc:
-                return json.dumps({"error": spec_error_text(exc)})
-            except UrlRefused as exc:
-                return json.dumps({"error": str(exc)})
-            except ProviderFailure as exc:
-                hint = exc.user_hint or "The connection could not be reached."
-                return json.dumps({"error": hint})
-            return result
-
-        return call
 
     def _async(self, coro_fn: Any) -> Any:
         """A JS-callable that returns a Promise of the coroutine's result."""
@@ -456,16 +151,16 @@ class Runtime:
         return self._proxy(call)
 
     def api(self) -> Any:
-        """The object handed to `napllmHost.attachRuntime`."""
+        """The object handed to `napllmHost.attachRuntime` (its methods take and give JSON text)."""
         functions = {
             "openEndpoint": self._proxy(self.open_endpoint),
             "closeEndpoint": self._proxy(lambda eid: self.shell.close_endpoint(str(eid))),
             "receive": self._proxy(self.receive),
-            "switchAccount": self._proxy(self._switch_account),
-            "addConnection": self._async(self._form(self.add_connection)),
-            "editConnection": self._async(self._form(self.edit_connection)),
-            "removeConnection": self._async(self.remove_connection),
-            "syncConnections": self._async(self.sync_stored),
+            "switchAccount": self._proxy(self.switch_account),
+            "addConnection": self._async(form_answer(self.store.add)),
+            "editConnection": self._async(form_answer(self.store.edit)),
+            "removeConnection": self._async(self.store.remove),
+            "syncConnections": self._async(self.store.sync),
             "listConnections": self._proxy(
                 lambda: json.dumps([c.public_summary() for c in self.registry.all()])
             ),
@@ -475,10 +170,6 @@ class Runtime:
             ),
         }
         return to_js(functions, dict_converter=Object.fromEntries)
-
-    def _switch_account(self, account: str) -> None:
-        self.shell.switch_account(str(account))
-        self.publish_grants()
 
 
 async def start(runtime: Runtime | None = None) -> Runtime:
