@@ -1,10 +1,14 @@
 """The scripted connection in the product shell (dist/, no test hooks): the
 connections form offers the kind with its script field, reports a bad
-script with its position, and saves a good one (route and kind shown)."""
+script with its position, and saves a good one (route and kind shown); its
+entry counts the requests it received, none before consent."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+from shellpage import ShellPage, connection_entry, generate, install_napplets
 
 LABEL = "Scripted responses — for napplet development"
 
@@ -46,3 +50,30 @@ def test_form_adds_a_scripted_connection(page: Any, dist_url: str, request_log: 
     assert "scripted responses" in (entry.locator(".route").text_content() or "")
     entry.locator("button.edit").click()
     assert page.locator("#connection-script").input_value() == script
+
+
+def test_entry_counts_requests_only_after_consent(
+    page: Any, product_url: str, test_pages_dir: Path, request_log: Any
+) -> None:
+    shell = ShellPage(page, product_url, install_napplets(test_pages_dir, product_url))
+    shell.boot(query="")
+    shell.scripted("Counted", [{"text": "one"}, {"text": "two"}])
+    progress = connection_entry(page, "Counted").locator(".script-progress")
+    assert progress.text_content() == "Requests received: 0 (next turn 1)"
+    napplet = shell.open_napplet()
+    napplet.set_llm(True)
+    handle = napplet.select("Counted")
+    denied = napplet.run(generate("g1", handle), allow=False)
+    assert denied["error"]["code"] == "user-cancelled"
+    assert shell.script_requests("Counted") == 0
+    answered = napplet.run(generate("g2", handle))
+    assert answered["result"]["content"] == [{"type": "text", "text": "one"}]
+    assert shell.script_requests("Counted") == 1
+    assert progress.text_content() == "Requests received: 1 (next turn 2 of 2)"
+    napplet.run(generate("g3", handle))
+    assert progress.text_content() == "Requests received: 2 (no turn left)"
+    # An edit is a new revision: the script and its count start again.
+    shell.scripted("Counted", [{"text": "again"}])
+    assert shell.script_requests("Counted") == 0
+    shell.remove_connection("Counted")
+    assert connection_entry(page, "Counted").count() == 0

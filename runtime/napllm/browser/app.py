@@ -39,6 +39,7 @@ from ..connections import (
 )
 from ..errors import ProviderFailure
 from ..jsontext import JsonTextError, read_json
+from ..providers.scripted import ScriptedProvider
 from ..schema import JschonValidator, set_default_validator
 from ..shell import (
     ChoiceRequest,
@@ -179,6 +180,7 @@ class Runtime:
         install_log_redaction(self.registry)
         self.providers = providers if providers is not None else BrowserProviders()
         register_engines(self.providers.engines)
+        self.providers.on_script_request = self.publish_script_progress
         self.shell = Shell(
             self.registry,
             BridgeTransport(),
@@ -201,6 +203,23 @@ class Runtime:
         """Send the public summaries to the page."""
         summaries = [c.public_summary() for c in self.registry.all()]
         napllmHost.connectionsChanged(json.dumps(summaries))
+
+    @staticmethod
+    def publish_script_progress(connection: Connection, provider: ScriptedProvider) -> None:
+        """Show a scripted connection's requests so far in its entry (docs/napplets.md).
+
+        Sends `napllmHost.scriptProgress` JSON text `{"connectionId",
+        "revision", "requests", "nextTurn" (1-based, null when no turn is
+        left), "turns"}`; no script value is sent.
+        """
+        progress = {
+            "connectionId": connection.id,
+            "revision": connection.revision,
+            "requests": provider.submissions,
+            "nextTurn": provider.next_turn,
+            "turns": len(provider.script.turns),
+        }
+        napllmHost.scriptProgress(json.dumps(progress))
 
     def publish_grants(self) -> None:
         """Send the standing grants to the page."""

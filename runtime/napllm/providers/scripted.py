@@ -38,6 +38,10 @@ Rules
   message never repeats a value of the script.
 - `ScriptedProvider` keeps the position in the script; the page builds one
   per connection revision, so editing the connection starts again at turn 1.
+- Every submission it receives is reported to `on_request` (the page shows
+  "Requests received: N" in the connection's entry), so a developer sees
+  whether a generation reached the connection at all, e.g. after a denied
+  consent it did not.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -306,13 +310,30 @@ class ScriptedProvider:
     """Plays one turn of `script` per submission (see the module rules).
 
     `position` is the index of the next turn; `submissions` counts calls.
+    `on_request`, when given, is called with the provider after each
+    submission took its turn (or found none left), before any event is
+    played; an exception it raises is not caught.
     """
 
-    def __init__(self, script: Script, rid_prefix: str = "resp_scripted") -> None:
+    def __init__(
+        self,
+        script: Script,
+        rid_prefix: str = "resp_scripted",
+        on_request: Callable[[ScriptedProvider], None] | None = None,
+    ) -> None:
         self.script = script
         self.position = 0
         self.submissions = 0
         self._rid_prefix = rid_prefix
+        self._on_request = on_request
+
+    @property
+    def next_turn(self) -> int | None:
+        """The 1-based number of the turn the next submission plays; None when
+        no turn is left (and the script does not repeat)."""
+        if self.position < len(self.script.turns):
+            return self.position + 1
+        return 1 if self.script.repeat else None
 
     def _next_turn(self) -> Turn:
         turns = self.script.turns
@@ -332,7 +353,11 @@ class ScriptedProvider:
         """The next turn's events, the last one terminal; raises `ProviderFailure`
         for an `error` turn or when no turn is left."""
         self.submissions += 1
-        turn = self._next_turn()
+        try:
+            turn = self._next_turn()
+        finally:
+            if self._on_request is not None:
+                self._on_request(self)
         rid = f"{self._rid_prefix}_{self.submissions}"
         delay = turn.delayMs / 1000
         yield LmspEvent(
