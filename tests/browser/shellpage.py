@@ -459,6 +459,10 @@ class ShellPage:
         """The requests scripted connection `name` received (its entry's count)."""
         return script_requests(self.page, name)
 
+    def script_stopped(self, name: str) -> int:
+        """Streams of scripted connection `name` closed before their end (its entry)."""
+        return script_stopped(self.page, name)
+
     def generate_requests(self) -> list[dict[str, Any]]:
         """The ``llm.generate`` envelopes napplets sent, as the envelope inspector
         lists them (oldest first; the inspector is opened if it is closed)."""
@@ -571,6 +575,12 @@ def script_requests(page: Page, name: str) -> int:
     """The "Requests received" count shown in scripted connection `name`'s entry."""
     count = connection_entry(page, name).locator(".script-progress")
     return int(count.get_attribute("data-requests") or "0")
+
+
+def script_stopped(page: Page, name: str) -> int:
+    """How many streams scripted connection `name` shows as stopped before their end."""
+    count = connection_entry(page, name).locator(".script-progress")
+    return int(count.get_attribute("data-stopped") or "0")
 
 
 def inspected_generate_requests(page: Page) -> list[dict[str, Any]]:

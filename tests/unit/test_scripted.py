@@ -168,8 +168,10 @@ async def test_stall_waits_until_cancelled_then_next_turn_plays() -> None:
     await h.settle()
     assert h.results(ep, "g5")[-1]["error"]["code"] == "cancelled"
     assert h.results(ep, "c1")[-1]["cancelled"] is True
+    assert provider.stopped == 1  # closed before its terminal event
     last = await _run(h, ep, "g6", handle)
     assert last["result"]["finish"] == "length"
+    assert provider.stopped == 1
     assert last["result"]["content"] == [{"type": "text", "text": "Cut"}]
 
 

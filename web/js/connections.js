@@ -285,9 +285,10 @@ export class ConnectionsPanel {
 
   /**
    * `napllmHost.scriptProgress`: JSON text `{"connectionId", "revision",
-   * "requests", "nextTurn" (1-based or null), "turns"}` after each request
-   * a scripted connection received. Shown in its entry as "Requests
-   * received: N" (docs/napplets.md), for the revision it was counted for.
+   * "requests", "stopped", "nextTurn" (1-based or null), "turns"}` after
+   * each request a scripted connection received and each stream stopped
+   * before its end. Shown in its entry as "Requests received: N, M stopped
+   * before the end" (docs/napplets.md), for the revision it was counted for.
    */
   setScriptProgress(progressJson) {
     let value = null;
@@ -301,6 +302,7 @@ export class ConnectionsPanel {
     const use = {
       revision: count(value.revision),
       requests: count(value.requests),
+      stopped: count(value.stopped),
       nextTurn: value.nextTurn === null ? null : count(value.nextTurn),
       turns: count(value.turns),
     };
@@ -317,14 +319,21 @@ export class ConnectionsPanel {
     if (item.kind !== "scripted") return null;
     const stored = this.scriptUse.get(str(item.id));
     // A new revision (an edit) starts the script again: its count starts at 0.
-    const use = stored && stored.revision === item.revision ? stored : { requests: 0, nextTurn: 1, turns: 0 };
+    const use = stored && stored.revision === item.revision
+      ? stored
+      : { requests: 0, stopped: 0, nextTurn: 1, turns: 0 };
     const next = use.nextTurn === null
       ? "no turn left"
       : use.turns > 0 ? `next turn ${use.nextTurn} of ${use.turns}` : `next turn ${use.nextTurn}`;
+    const stopped = use.stopped > 0 ? `, ${use.stopped} stopped before the end` : "";
     return el(
       "p",
-      { class: "script-progress", role: "status", dataset: { requests: String(use.requests) } },
-      `Requests received: ${use.requests} (${next})`,
+      {
+        class: "script-progress",
+        role: "status",
+        dataset: { requests: String(use.requests), stopped: String(use.stopped) },
+      },
+      `Requests received: ${use.requests}${stopped} (${next})`,
     );
   }
 

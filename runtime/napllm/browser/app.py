@@ -209,13 +209,15 @@ class Runtime:
         """Show a scripted connection's requests so far in its entry (docs/napplets.md).
 
         Sends `napllmHost.scriptProgress` JSON text `{"connectionId",
-        "revision", "requests", "nextTurn" (1-based, null when no turn is
-        left), "turns"}`; no script value is sent.
+        "revision", "requests", "stopped" (streams closed before their end),
+        "nextTurn" (1-based, null when no turn is left), "turns"}`; no
+        script value is sent.
         """
         progress = {
             "connectionId": connection.id,
             "revision": connection.revision,
             "requests": provider.submissions,
+            "stopped": provider.stopped,
             "nextTurn": provider.next_turn,
             "turns": len(provider.script.turns),
         }

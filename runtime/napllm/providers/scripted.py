@@ -40,8 +40,9 @@ Rules
   per connection revision, so editing the connection starts again at turn 1.
 - Every submission it receives is reported to `on_request` (the page shows
   "Requests received: N" in the connection's entry), so a developer sees
-  whether a generation reached the connection at all, e.g. after a denied
-  consent it did not.
+  whether a generation reached the connection at all (after a denied
+  consent it did not), and so is every stream closed before its end ("N
+  stopped before the end": the napplet's cancel or reload reached it).
 """
 
 from __future__ import annotations
@@ -309,10 +310,12 @@ def _split(text: str, pieces: int = 4) -> list[str]:
 class ScriptedProvider:
     """Plays one turn of `script` per submission (see the module rules).
 
-    `position` is the index of the next turn; `submissions` counts calls.
+    `position` is the index of the next turn; `submissions` counts calls;
+    `stopped` counts streams closed before their terminal event.
     `on_request`, when given, is called with the provider after each
     submission took its turn (or found none left), before any event is
-    played; an exception it raises is not caught.
+    played, and again when a stream is stopped; an exception it raises is
+    not caught.
     """
 
     def __init__(
@@ -324,6 +327,7 @@ class ScriptedProvider:
         self.script = script
         self.position = 0
         self.submissions = 0
+        self.stopped = 0
         self._rid_prefix = rid_prefix
         self._on_request = on_request
 
@@ -351,13 +355,32 @@ class ScriptedProvider:
 
     async def respond(self, request: LmspRequest) -> AsyncIterator[LmspEvent]:
         """The next turn's events, the last one terminal; raises `ProviderFailure`
-        for an `error` turn or when no turn is left."""
+        for an `error` turn or when no turn is left. A stream closed before its
+        terminal event (cancelled, its endpoint closed, the deadline) counts in
+        `stopped` and is reported to `on_request` too."""
         self.submissions += 1
         try:
             turn = self._next_turn()
         finally:
-            if self._on_request is not None:
-                self._on_request(self)
+            self._report()
+        finished = False
+        try:
+            async for event in self._play(turn):
+                finished = event.event in ("response.completed", "response.incomplete")
+                yield event
+        except ProviderFailure:
+            finished = True
+            raise
+        finally:
+            if not finished:
+                self.stopped += 1
+                self._report()
+
+    def _report(self) -> None:
+        if self._on_request is not None:
+            self._on_request(self)
+
+    async def _play(self, turn: Turn) -> AsyncIterator[LmspEvent]:
         rid = f"{self._rid_prefix}_{self.submissions}"
         delay = turn.delayMs / 1000
         yield LmspEvent(
