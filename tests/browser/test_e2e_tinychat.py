@@ -2,8 +2,9 @@
 TinyChat on llama.cpp/WebAssembly (wllama), in offline Chromium.
 
 Every test opens the real shell from dist/ (`?test=1`, so the engine's
-test-only delivery delay can be set; the built-in TinyChat connection exists
-in every mode), a napplet in a sandboxed frame, and answers the chooser and
+test-only delivery delay `engineDelayMs` can be set: it slows the real
+engine, which no scripted connection can stand in for; the built-in TinyChat
+connection exists in every mode), a napplet in a sandboxed frame, and answers the chooser and
 consent dialogs with real clicks. Exact answers are asserted with
 `temperature: 0` (greedy decoding; the engine also sends `top_k: 1`), on the
 prompts TinyChat was trained on (models/tinychat/README.md).
