@@ -167,6 +167,10 @@ const napllmHost = Object.freeze({
   engineProgress(connectionId, label, fraction) {
     connections.setProgress(String(connectionId), String(label), Number(fraction));
   },
+  /** A scripted connection received a request: its count, shown in its entry. */
+  scriptProgress(progressJson) {
+    connections.setScriptProgress(String(progressJson));
+  },
   /** Persist the connection list in IndexedDB. */
   saveConnections(json) {
     return saveConnections(String(json));

@@ -1,12 +1,22 @@
 """A page object for the real napllm shell (web/ + napllm in Pyodide) in Chromium.
 
-`ShellPage` boots ``index.html?test=1`` of the test build (the fixture
-connections ``fx-*`` and ``window.napllmTest`` exist only there, with
-``test=1`` in the query; see tests/hooks/) and drives it the way a person
-does: the napplet URL form, the chooser and consent dialogs (clicks, Esc),
-the profile switcher and the connections panel. `Napplet` wraps one open tab
+`ShellPage` boots the shell and drives it the way a person does: the
+napplet URL form, the chooser and consent dialogs (clicks, Esc), the
+profile switcher and the connections panel. `Napplet` wraps one open tab
 whose frame runs ``napplets/probe.html``: the test posts envelopes from
 inside the sandboxed frame and reads back what the shell delivered to it.
+
+Models: a test that only needs deterministic answers boots the product
+dist/ (``product_url``, `ShellPage.boot` with ``query=""``) and adds a
+*scripted connection* through the connections form
+(`scripted_connection`: every turn it will play, the same JSON a napplet
+developer pastes, docs/napplets.md). Its entry counts the requests it
+received (`ShellPage.script_requests`), which proves that nothing reached
+it before consent. Only what no real feature can do uses the test build's
+hooks (``index.html?test=1`` of dist-test/: the fixture connections
+``fx-*`` and ``window.napllmTest``; see tests/hooks/): raw or hostile
+LMSP event sequences, the LMSP request a provider received, the
+generation deadline.
 
 Rules
 - Only DOM ids and classes of web/ that are part of its markup contract are
@@ -297,6 +307,7 @@ class ShellPage:
         self.dist_url = dist_url
         self.napplets_url = napplets_url
         self.open: list[Napplet] = []
+        self.test_mode = False
         page.set_default_timeout(TIMEOUT_MS)
 
     @property
@@ -304,8 +315,10 @@ class ShellPage:
         return self.napplets_url + "probe.html"
 
     def boot(self, query: str = "?test=1") -> None:
-        """Load the shell and wait until the runtime is attached (test mode)."""
+        """Load the shell and wait until the runtime is attached (with the hooks when
+        `query` has ``test=1`` and the page is the test build)."""
         self.open = []
+        self.test_mode = "1" in parse_qs(query.removeprefix("?")).get("test", [])
         self.page.goto(f"{self.dist_url}index.html{query}")
         self.page.wait_for_function(
             "() => ['ready', 'failed'].includes(document.body.dataset.boot)",
@@ -314,7 +327,7 @@ class ShellPage:
         assert self.page.evaluate("document.body.dataset.boot") == "ready", self.page.evaluate(
             "document.querySelector('#boot-error-message').textContent"
         )
-        if "1" in parse_qs(query.removeprefix("?")).get("test", []):
+        if self.test_mode:
             self.page.wait_for_function("() => typeof window.napllmTest === 'object'")
 
     # -- napplets ------------------------------------------------------------------
@@ -432,6 +445,29 @@ class ShellPage:
             "(n) => document.querySelector('#account-select').value === n", arg=name
         )
 
+    # -- scripted connections (real features) -------------------------------------
+
+    def scripted(self, name: str, script: Script) -> None:
+        """Add (or edit, when it exists) the scripted connection `name` with `script`."""
+        scripted_connection(self.page, name, script)
+
+    def remove_connection(self, name: str) -> None:
+        """Remove the user connection `name` with its entry's Remove button."""
+        remove_connection(self.page, name)
+
+    def script_requests(self, name: str) -> int:
+        """The requests scripted connection `name` received (its entry's count)."""
+        return script_requests(self.page, name)
+
+    def script_stopped(self, name: str) -> int:
+        """Streams of scripted connection `name` closed before their end (its entry)."""
+        return script_stopped(self.page, name)
+
+    def generate_requests(self) -> list[dict[str, Any]]:
+        """The ``llm.generate`` envelopes napplets sent, as the envelope inspector
+        lists them (oldest first; the inspector is opened if it is closed)."""
+        return inspected_generate_requests(self.page)
+
     # -- test hooks ----------------------------------------------------------------
 
     def queue(self, connection_id: str, script: list[Any]) -> None:
@@ -474,12 +510,100 @@ class ShellPage:
             self.page.keyboard.press("Escape")
             self.page.wait_for_timeout(50)
         assert self.open_dialogs() == 0, "a dialog outlived its napplet"
-        self.set_deadline(300.0)
+        if self.test_mode:
+            self.set_deadline(300.0)
         if self.page.locator("#account-select").input_value() != "Default":
             self.switch_account("Default")
         for button in self.page.locator("#grant-list button.revoke").all():
             button.click()
         self.page.wait_for_function("() => !document.querySelector('#grant-list button.revoke')")
+
+
+# --------------------------------------------------------------------------- connections form
+
+#: A script: its JSON text, or a list of turns / a script object (docs/napplets.md).
+Script = str | list[Any] | dict[str, Any]
+SCRIPTED_KIND = "scripted"
+
+
+def connection_entry(page: Page, name: str) -> Any:
+    """The connections panel's entry whose heading is exactly `name`."""
+    exact = re.compile("^" + re.escape(name) + "$")
+    heading = page.locator("h3", has_text=exact)  # inside the entry (`has` is relative)
+    return page.locator("#connection-list li.connection", has=heading)
+
+
+def scripted_connection(page: Page, name: str, script: Script) -> None:
+    """Add the scripted connection `name` through the connections form, or edit
+    it (a new revision: the script starts again at turn 1, its handles expire)
+    when an entry of that name exists.
+
+    The one place that drives the add/edit form (``#connection-add``, the
+    entry's ``button.edit``, ``#connection-name``, ``#connection-kind``,
+    ``#connection-script``, ``#connection-save``, ``#connection-form-error``).
+    Waits until the form closes; fails with the form's error text if the
+    shell refused the script.
+    """
+    text = script if isinstance(script, str) else json.dumps(script)
+    entry = connection_entry(page, name)
+    if entry.count() > 0:
+        entry.locator("button.edit").click()
+    else:
+        page.click("#connection-add")
+        page.fill("#connection-name", name)
+        page.select_option("#connection-kind", SCRIPTED_KIND)
+    page.fill("#connection-script", text)
+    page.click("#connection-save")
+    page.wait_for_function(
+        "() => document.querySelector('#connection-form').hidden"
+        " || document.querySelector('#connection-form-error').textContent.trim() !== ''"
+    )
+    error = (page.locator("#connection-form-error").text_content() or "").strip()
+    assert page.locator("#connection-form").is_hidden(), f"the shell refused the script: {error}"
+    connection_entry(page, name).wait_for()
+
+
+def remove_connection(page: Page, name: str) -> None:
+    """Remove user connection `name`: its entry's Remove button, then the confirmation."""
+    entry = connection_entry(page, name)
+    entry.locator("button.remove").click()
+    entry.locator("button.confirm-remove").click()
+    entry.wait_for(state="detached")
+
+
+def script_requests(page: Page, name: str) -> int:
+    """The "Requests received" count shown in scripted connection `name`'s entry."""
+    count = connection_entry(page, name).locator(".script-progress")
+    return int(count.get_attribute("data-requests") or "0")
+
+
+def script_stopped(page: Page, name: str) -> int:
+    """How many streams scripted connection `name` shows as stopped before their end."""
+    count = connection_entry(page, name).locator(".script-progress")
+    return int(count.get_attribute("data-stopped") or "0")
+
+
+def inspected_generate_requests(page: Page) -> list[dict[str, Any]]:
+    """Every ``llm.generate`` envelope the inspector lists as received ("in"), parsed."""
+    page.evaluate("() => { document.querySelector('details.inspector-wrap').open = true; }")
+    # Rendered once open: as many rows as the count line says are shown.
+    page.wait_for_function(
+        "() => { const n = parseInt(document.querySelector('#inspector-count').textContent, 10);"
+        " return n > 0 && document.querySelectorAll('#inspector-list > li').length === n; }"
+    )
+    texts: list[str] = page.eval_on_selector_all(
+        "#inspector-list > li.dir-in",
+        "(items) => items.map((li) => li.querySelector('pre').textContent)",
+    )
+    found = []
+    for text in texts:
+        try:
+            value = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(value, dict) and value.get("type") == "llm.generate":
+            found.append(value)
+    return found
 
 
 def napplet_query(url: str) -> str:

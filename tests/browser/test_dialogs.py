@@ -1,4 +1,8 @@
-"""Hostile napplets against the chooser and consent dialogs (the real shell, test build).
+"""Hostile napplets against the chooser and consent dialogs (the product shell, dist/).
+
+The model is a scripted connection added through the connections form; its
+entry's request count shows that nothing reached it while requests were
+refused.
 
 Lock-out: a napplet keeps 16 `llm.generate` requests in flight and re-sends
 each one as soon as it is answered. The user escapes with one click ("Close
@@ -25,11 +29,12 @@ import pytest
 from shellpage import POLL_MS, Napplet, ShellPage, generate, install_napplets
 
 from envelope_rules import code
-from napllm.providers.fixture import text_script
 
 pytestmark = pytest.mark.browser
 
-FULL = "Fixture (all capabilities)"
+FULL = "Scripted (all capabilities)"
+#: Every allowed generation is answered "ok".
+SCRIPT = {"turns": [{"text": "ok"}], "repeat": True}
 #: A bit longer than the shell's ARM_DELAY_MS (500 ms): everything is armed by then.
 ARMED_MS = 700
 
@@ -63,9 +68,11 @@ def context(browser: Any) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def booted(context: Any, dist_url: str, test_pages_dir: Path) -> ShellPage:
-    shell = ShellPage(context.new_page(), dist_url, install_napplets(test_pages_dir, dist_url))
-    shell.boot()
+def booted(context: Any, product_url: str, test_pages_dir: Path) -> ShellPage:
+    napplets = install_napplets(test_pages_dir, product_url)
+    shell = ShellPage(context.new_page(), product_url, napplets)
+    shell.boot(query="")
+    shell.scripted(FULL, SCRIPT)
     return shell
 
 
@@ -122,7 +129,7 @@ def center(locator: Any) -> tuple[float, float]:
 
 
 def test_close_this_napplet_ends_a_consent_loop_with_one_click(shell: ShellPage) -> None:
-    submitted = shell.submissions("fx-full")
+    submitted = shell.script_requests(FULL)
     napplet = shell.open_napplet()
     handle = napplet.select(FULL)
     start_loop(napplet, handle)
@@ -134,7 +141,7 @@ def test_close_this_napplet_ends_a_consent_loop_with_one_click(shell: ShellPage)
     shell.open.remove(napplet)
     # The 15 queued dialogs vanished with it; none comes back.
     no_dialog_for(shell)
-    assert shell.submissions("fx-full") == submitted
+    assert shell.script_requests(FULL) == submitted
 
 
 def test_close_this_napplet_from_the_chooser(shell: ShellPage) -> None:
@@ -148,7 +155,7 @@ def test_close_this_napplet_from_the_chooser(shell: ShellPage) -> None:
 
 
 def test_refuse_until_reload_answers_user_cancelled_without_dialogs(shell: ShellPage) -> None:
-    submitted = shell.submissions("fx-full")
+    submitted = shell.script_requests(FULL)
     napplet = shell.open_napplet()
     handle = napplet.select(FULL)
     start_loop(napplet, handle)
@@ -160,7 +167,7 @@ def test_refuse_until_reload_answers_user_cancelled_without_dialogs(shell: Shell
     napplet.frame.wait_for_function("() => window.loop.results.length >= 32", polling=POLL_MS)
     assert set(loop_results(napplet)) == {"user-cancelled"}
     assert shell.open_dialogs() == 0
-    assert shell.submissions("fx-full") == submitted
+    assert shell.script_requests(FULL) == submitted
     # A reload of the napplet's document stays refused (the refusal is per tab).
     napplet.reload()
     napplet.post(generate("after-reload", handle))
@@ -169,7 +176,6 @@ def test_refuse_until_reload_answers_user_cancelled_without_dialogs(shell: Shell
     # The user can lift it from the tab.
     napplet.press(badge.locator("button.ask-again"))
     assert badge.count() == 0
-    shell.queue("fx-full", text_script("ok"))
     handle = napplet.select(FULL, rid="s2")
     napplet.post(generate("asked", handle))
     shell.allow()
@@ -177,7 +183,7 @@ def test_refuse_until_reload_answers_user_cancelled_without_dialogs(shell: Shell
 
 
 def test_denials_in_a_row_pause_the_napplet_for_a_shown_period(shell: ShellPage) -> None:
-    submitted = shell.submissions("fx-full")
+    submitted = shell.script_requests(FULL)
     napplet = shell.open_napplet()
     handle = napplet.select(FULL)
     start_loop(napplet, handle)
@@ -192,7 +198,7 @@ def test_denials_in_a_row_pause_the_napplet_for_a_shown_period(shell: ShellPage)
     assert any("refused without asking" in n for n in shell.notices())
     napplet.frame.wait_for_function("() => window.loop.results.length >= 32", polling=POLL_MS)
     assert set(loop_results(napplet)) == {"user-cancelled"}
-    assert shell.submissions("fx-full") == submitted
+    assert shell.script_requests(FULL) == submitted
     # Lifted: the dialogs come back, and Close still ends it with one click.
     napplet.press(badge.locator("button.ask-again"))
     shell.consent().locator("button.close-napplet").click()
@@ -205,7 +211,6 @@ def test_other_napplets_are_still_asked_while_one_is_refused(shell: ShellPage) -
     start_loop(hostile, hostile.select(FULL))
     shell.consent().locator("button.block-napplet").click()
     other = shell.open_napplet()
-    shell.queue("fx-full", text_script("fine"))
     handle = other.select(FULL)
     other.post(generate("g1", handle))
     shell.allow()
@@ -220,7 +225,6 @@ def test_allow_is_disabled_at_first_then_armed_and_an_early_click_does_nothing(
 ) -> None:
     napplet = shell.open_napplet()
     handle = napplet.select(FULL)
-    shell.queue("fx-full", text_script("hello"))
     napplet.post(generate("g1", handle))
     dialog = shell.consent()
     allow = dialog.locator("button.allow")
@@ -249,7 +253,6 @@ def test_a_press_that_began_before_the_dialog_does_not_allow(shell: ShellPage) -
     napplet = shell.open_napplet()
     handle = napplet.select(FULL)
     # Learn where Allow appears, and allow once deliberately.
-    shell.queue("fx-full", text_script("one"))
     napplet.post(generate("g1", handle))
     dialog = shell.consent()
     x, y = center(dialog.locator("button.allow"))
@@ -284,7 +287,6 @@ def test_a_double_click_never_allows_or_chooses(shell: ShellPage) -> None:
     shell.choose(FULL)
     handle = napplet.wait_for("s1", "llm.select.result")["model"]["handle"]
 
-    shell.queue("fx-full", text_script("two"))
     napplet.post(generate("g1", handle))
     dialog = shell.consent()
     wait_armed(dialog)
@@ -300,7 +302,7 @@ def test_a_double_click_never_allows_or_chooses(shell: ShellPage) -> None:
 
 
 def test_enter_denies_and_never_allows(shell: ShellPage) -> None:
-    submitted = shell.submissions("fx-full")
+    submitted = shell.script_requests(FULL)
     napplet = shell.open_napplet()
     handle = napplet.select(FULL)
     napplet.post(generate("g1", handle))
@@ -317,4 +319,4 @@ def test_enter_denies_and_never_allows(shell: ShellPage) -> None:
     shell.page.keyboard.press("Enter")
     chooser.wait_for(state="detached")
     assert code(napplet.wait_for("s2", "llm.select.result")) == "user-cancelled"
-    assert shell.submissions("fx-full") == submitted
+    assert shell.script_requests(FULL) == submitted

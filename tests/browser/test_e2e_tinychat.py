@@ -1,9 +1,10 @@
 """End to end on real inference: the shell, the Python runtime in Pyodide and
 TinyChat on llama.cpp/WebAssembly (wllama), in offline Chromium.
 
-Every test opens the real shell from dist/ (`?test=1`, so the engine's
-test-only delivery delay can be set; the built-in TinyChat connection exists
-in every mode), a napplet in a sandboxed frame, and answers the chooser and
+Every test opens the real shell (the test build, with its hooks off except
+in the one test that sets the engine's test-only delivery delay
+`engineDelayMs` with `?test=1`: it slows the real engine, which no scripted
+connection can stand in for), a napplet in a sandboxed frame, and answers the chooser and
 consent dialogs with real clicks. Exact answers are asserted with
 `temperature: 0` (greedy decoding; the engine also sends `top_k: 1`), on the
 prompts TinyChat was trained on (models/tinychat/README.md).
@@ -91,8 +92,11 @@ class Shell:
         self.log = log
 
     def open(self, query: str = "") -> Any:
+        """Boot the shell with the driver napplet; test mode (hooks on) only when
+        `query` sets a hook (``&engineDelayMs=N``)."""
+        hooks = f"test=1{query}&" if query else ""
         self.page.goto(
-            f"{self.base_url}index.html?test=1{query}&napplet={quote(self.driver_url, safe='')}"
+            f"{self.base_url}index.html?{hooks}napplet={quote(self.driver_url, safe='')}"
         )
         self.page.wait_for_function(
             "document.body.dataset.boot === 'ready'", timeout=BOOT_TIMEOUT_MS

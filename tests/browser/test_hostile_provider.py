@@ -8,6 +8,10 @@ provider; the napplet must get exactly one terminal result with the right
 code, nothing it receives may hold a lone surrogate, and the shell must keep
 serving afterwards. The shared JSON Schema vectors run through jschon here.
 docs/security.md ("Provider output") points to these tests.
+
+This module stays on the test build (``fx-full`` and ``napllmTest.queue``):
+the hostile outputs are malformed LMSP event sequences, and the product's
+scripted connection only plays well-formed turns, by design.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Browser isolation of napplet frames around the real shell (NIP-5D web projection;
 NAP-LLM, Shell Behavior and Security Considerations).
 
-Checked in Chromium with napllm running in Pyodide (``?test=1``):
+Checked in Chromium with napllm running in Pyodide (the product dist/, a
+scripted connection added through the connections form stands in for a
+model; its entry's counts show what reached it):
 - the napplet CSP blocks ``fetch``, XHR, WebSocket, Workers and remote images
   (no request is made, a violation is reported inside the frame);
 - the frame's sandbox is exactly ``allow-scripts``: opaque origin, no access
@@ -32,6 +34,7 @@ from shellpage import (
     ShellPage,
     check_generation,
     code,
+    connection_entry,
     deltas_of,
     generate,
     install_napplets,
@@ -40,16 +43,9 @@ from shellpage import (
     wait_deltas,
 )
 
-from napllm.lmsp import LmspEvent
-from napllm.providers.fixture import Stall, completed, text_events, text_script
-
 pytestmark = pytest.mark.browser
 
-FULL = "Fixture (all capabilities)"
-CREATED = LmspEvent(
-    event="response.created", data={"response_id": "resp_fixture", "status": "in_progress"}
-)
-STALLED = [CREATED, *text_events("early"), Stall(None), completed()]
+FULL = "Scripted"
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +57,11 @@ def context(browser: Any) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def booted(context: Any, dist_url: str, test_pages_dir: Path) -> ShellPage:
-    shell = ShellPage(context.new_page(), dist_url, install_napplets(test_pages_dir, dist_url))
-    shell.boot()
+def booted(context: Any, product_url: str, test_pages_dir: Path) -> ShellPage:
+    napplets = install_napplets(test_pages_dir, product_url)
+    shell = ShellPage(context.new_page(), product_url, napplets)
+    shell.boot(query="")
+    shell.scripted(FULL, {"turns": [{"text": "ok"}], "repeat": True})
     return shell
 
 
@@ -184,18 +182,18 @@ def test_frame_sandbox_is_exactly_allow_scripts(shell: ShellPage) -> None:
 
 
 def test_one_frame_cannot_act_as_another(shell: ShellPage) -> None:
+    shell.scripted(
+        FULL, [{"text": "alpha text", "stall": True}, {"text": "beta text", "stall": True}]
+    )
     alpha = shell.open_napplet()
     beta = shell.open_napplet()
     handle_a = alpha.select(FULL, rid="s1")
     handle_b = beta.select(FULL, rid="s1")  # the same request id in both frames
     assert handle_a != handle_b
-    stats = shell.stats("fx-full")
     # both frames run a generation with the same id at the same time
-    shell.queue("fx-full", [CREATED, *text_events("alpha text"), Stall(None), completed()])
     alpha.post(generate("g1", handle_a, user("alpha prompt")))
     shell.allow()
     wait_deltas(alpha, "g1")
-    shell.queue("fx-full", [CREATED, *text_events("beta text"), Stall(None), completed()])
     beta.post(generate("g1", handle_b, user("beta prompt")))
     shell.allow()
     wait_deltas(beta, "g1")
@@ -219,7 +217,7 @@ def test_one_frame_cannot_act_as_another(shell: ShellPage) -> None:
     check_generation(seen_b, "g1")
     assert "beta" not in json.dumps(seen_a) and "alpha" not in json.dumps(seen_b)
     assert all(d["requestId"] == "g1" for d in deltas_of(seen_a, "g1"))
-    assert shell.stats("fx-full")["submissions"] == stats["submissions"] + 2
+    assert shell.script_requests(FULL) == 2
 
 
 def test_a_frame_cannot_inject_results_into_another(shell: ShellPage) -> None:
@@ -250,7 +248,7 @@ def test_a_frame_cannot_inject_results_into_another(shell: ShellPage) -> None:
     assert victim.evaluate("(i) => window.probe.calls[i].state", selecting) == "pending"
     shell.choose(FULL)
     outcome = victim.outcome(selecting)
-    assert outcome["state"] == "ok" and outcome["value"]["model"] == "fixture-full"
+    assert outcome["state"] == "ok" and outcome["value"]["model"] == "scripted"
     assert victim.evaluate("() => window.probe.envelopes().length") == pending + 1
 
 
@@ -273,19 +271,15 @@ def test_domain_absence_has_no_binding_and_no_reply(shell: ShellPage) -> None:
 
 
 def test_reload_is_a_new_endpoint(shell: ShellPage) -> None:
+    shell.scripted(FULL, {"turns": [{"text": "early", "stall": True}, {"text": "later"}]})
     app = shell.open_napplet()
     handle = app.select(FULL)
-    stats = shell.stats("fx-full")
-    shell.queue("fx-full", STALLED)
     app.post(generate("g1", handle))
     shell.allow()
     wait_deltas(app, "g1")
     app.reload()
-    # the stalled provider stream was closed; nothing of it reaches the new document
-    shell.page.wait_for_function(
-        "(n) => JSON.parse(window.napllmTest.stats('fx-full')).closedEarly > n",
-        arg=stats["closedEarly"],
-    )
+    # the stalled stream was closed; nothing of it reaches the new document
+    connection_entry(shell.page, FULL).locator(".script-progress[data-stopped='1']").wait_for()
     app.post({"type": "llm.describe", "id": "d1", "handle": handle})
     assert code(app.wait_for("d1", "llm.describe.result")) == "selection-expired"
     app.post(generate("g1", handle))
@@ -293,12 +287,12 @@ def test_reload_is_a_new_endpoint(shell: ShellPage) -> None:
     assert [e["type"] for e in app.quiet()] == ["llm.describe.result", "llm.generate.result"]
     # pending consent is cancelled by a reload too: the dialog goes, nothing is submitted
     fresh = app.select(FULL, rid="s2")
-    before = shell.submissions("fx-full")
+    before = shell.script_requests(FULL)
     app.post(generate("g2", fresh))
     dialog = shell.consent()
     app.reload()
     dialog.wait_for(state="detached")
-    assert shell.submissions("fx-full") == before and app.quiet() == []
+    assert shell.script_requests(FULL) == before and app.quiet() == []
 
 
 def test_first_message_of_a_reloaded_document_belongs_to_the_new_endpoint(
@@ -394,7 +388,7 @@ UNCLONABLE_VALUES = {
 def test_values_json_cannot_carry_are_invalid_requests(shell: ShellPage) -> None:
     app = shell.open_napplet()
     handle = app.select(FULL)
-    before = shell.submissions("fx-full")
+    before = shell.script_requests(FULL)
     message = "{role: 'user', content: [{type: 'text', text: 'hi'}]}"
     ids = []
     # explicit null inside a record reaches the runtime as null, not as omission
@@ -413,28 +407,29 @@ def test_values_json_cannot_carry_are_invalid_requests(shell: ShellPage) -> None
     for rid in ids:
         assert code(app.wait_for(rid)) == "invalid-request", rid
     assert code(app.wait_for("sel-map", "llm.select.result")) == "invalid-request"
-    assert shell.open_dialogs() == 0 and shell.submissions("fx-full") == before
+    assert shell.open_dialogs() == 0 and shell.script_requests(FULL) == before
 
 
 # --------------------------------------------------------------------------- network
 
 
 def test_boot_and_generation_stay_on_loopback(
-    browser: Any, dist_url: str, test_pages_dir: Path, request_log: Any
+    browser: Any, product_url: str, test_pages_dir: Path, request_log: Any
 ) -> None:
     context = browser.new_context()
     log = type(request_log)("fresh boot")  # the harness's BrowserLog, for a fresh context
     log.attach(context)
     try:
-        shell = ShellPage(context.new_page(), dist_url, install_napplets(test_pages_dir, dist_url))
+        napplets = install_napplets(test_pages_dir, product_url)
+        shell = ShellPage(context.new_page(), product_url, napplets)
         # the development query opens the napplet at start
-        shell.boot("?test=1&" + napplet_query(shell.probe_url).lstrip("?"))
+        shell.boot(napplet_query(shell.probe_url))
         app = shell.adopt(shell.probe_url)
+        shell.scripted(FULL, [{"text": ["Hello", " there"]}])
         # a link opens the napplet with LLM access off; the person turns it on
         assert app.evaluate("() => Object.keys(window.napplet)") == []
         app.set_llm(True)
         handle = app.select(FULL)
-        shell.queue("fx-full", text_script(["Hello", " there"]))
         result = app.run(generate("g1", handle))
         assert result["result"]["content"] == [{"type": "text", "text": "Hello there"}]
     finally:

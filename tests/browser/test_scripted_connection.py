@@ -1,10 +1,15 @@
 """The scripted connection in the product shell (dist/, no test hooks): the
 connections form offers the kind with its script field, reports a bad
-script with its position, and saves a good one (route and kind shown)."""
+script with its position, and saves a good one (route and kind shown); its
+entry counts the requests it received (none before consent) and the ones
+stopped before their end."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+from shellpage import ShellPage, connection_entry, generate, install_napplets, wait_deltas
 
 LABEL = "Scripted responses — for napplet development"
 
@@ -46,3 +51,39 @@ def test_form_adds_a_scripted_connection(page: Any, dist_url: str, request_log: 
     assert "scripted responses" in (entry.locator(".route").text_content() or "")
     entry.locator("button.edit").click()
     assert page.locator("#connection-script").input_value() == script
+
+
+def test_entry_counts_requests_only_after_consent(
+    page: Any, product_url: str, test_pages_dir: Path, request_log: Any
+) -> None:
+    shell = ShellPage(page, product_url, install_napplets(test_pages_dir, product_url))
+    shell.boot(query="")
+    shell.scripted("Counted", [{"text": "one"}, {"text": "two", "stall": True}])
+    progress = connection_entry(page, "Counted").locator(".script-progress")
+    assert progress.text_content() == "Requests received: 0 (next turn 1)"
+    napplet = shell.open_napplet()
+    napplet.set_llm(True)
+    handle = napplet.select("Counted")
+    denied = napplet.run(generate("g1", handle), allow=False)
+    assert denied["error"]["code"] == "user-cancelled"
+    assert shell.script_requests("Counted") == 0
+    answered = napplet.run(generate("g2", handle))
+    assert answered["result"]["content"] == [{"type": "text", "text": "one"}]
+    assert shell.script_requests("Counted") == 1
+    assert progress.text_content() == "Requests received: 1 (next turn 2 of 2)"
+    # A generation the napplet cancels is counted as stopped before the end.
+    napplet.post(generate("g3", handle))
+    shell.allow()
+    wait_deltas(napplet, "g3")
+    napplet.post({"type": "llm.cancel", "id": "c3", "requestId": "g3"})
+    assert napplet.wait_for("g3")["error"]["code"] == "cancelled"
+    progress.filter(has_text="1 stopped").wait_for()
+    assert (
+        progress.text_content() == "Requests received: 2, 1 stopped before the end (no turn left)"
+    )
+    assert shell.script_stopped("Counted") == 1
+    # An edit is a new revision: the script and its count start again.
+    shell.scripted("Counted", [{"text": "again"}])
+    assert shell.script_requests("Counted") == 0
+    shell.remove_connection("Counted")
+    assert connection_entry(page, "Counted").count() == 0

@@ -25,6 +25,11 @@ JS heap, measured with CDP after ``HeapProfiler.collectGarbage``, must be
 within `HEAP_TOLERANCE` of its level after the first wave.
 
 ``-m soak`` runs `SOAK_SIZE` generations; ``-m soak_long`` the full 1,000.
+
+This module stays on the test build: the deadline waves need
+``napllmTest.setDeadline`` (the deadline is no product setting), and the
+provider crashes (an exception that is no provider failure) have no
+scripted-connection turn.
 """
 
 from __future__ import annotations

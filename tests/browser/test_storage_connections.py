@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from shellpage import remove_connection, scripted_connection
 
 BOOT_TIMEOUT_MS = 120_000
 STEP_TIMEOUT_MS = 60_000
@@ -52,13 +53,13 @@ PUT_RECORD = """([key, value]) => new Promise((resolve, reject) => {
 
 
 @pytest.fixture
-def tabs(browser: Any, dist_url: str) -> Iterator[list[Any]]:
+def tabs(browser: Any, product_url: str) -> Iterator[list[Any]]:
     """Two pages of one fresh browser context: two tabs of one profile."""
     context = browser.new_context()
     context.set_default_timeout(STEP_TIMEOUT_MS)
     pages = [context.new_page(), context.new_page()]
     for page in pages:
-        page.goto(dist_url + "index.html")
+        page.goto(product_url + "index.html")
     for page in pages:
         wait_boot(page)
     try:
@@ -158,12 +159,14 @@ def test_removing_in_one_tab_removes_it_in_the_other(tabs: list[Any]) -> None:
     assert stored_names(b) == set()
 
 
-def test_an_entry_this_build_cannot_read_is_kept_byte_for_byte(browser: Any, dist_url: str) -> None:
+def test_an_entry_this_build_cannot_read_is_kept_byte_for_byte(
+    browser: Any, product_url: str
+) -> None:
     context = browser.new_context()
     context.set_default_timeout(STEP_TIMEOUT_MS)
     try:
         page = context.new_page()
-        page.goto(dist_url + "index.html")
+        page.goto(product_url + "index.html")
         wait_boot(page)
         # A connection saved by a newer build: a field this build does not know.
         newer = {
@@ -204,13 +207,13 @@ def test_an_entry_this_build_cannot_read_is_kept_byte_for_byte(browser: Any, dis
 
 
 def test_a_list_saved_by_an_earlier_build_is_split_into_records(
-    browser: Any, dist_url: str
+    browser: Any, product_url: str
 ) -> None:
     context = browser.new_context()
     context.set_default_timeout(STEP_TIMEOUT_MS)
     try:
         page = context.new_page()
-        page.goto(dist_url + "index.html")
+        page.goto(product_url + "index.html")
         wait_boot(page)
         old = [
             {
@@ -238,25 +241,20 @@ def test_a_list_saved_by_an_earlier_build_is_split_into_records(
 
 
 def test_removing_a_connection_in_one_tab_cancels_its_generation_in_another(
-    browser: Any, dist_url: str
+    browser: Any, product_url: str
 ) -> None:
     context = browser.new_context()
     context.set_default_timeout(STEP_TIMEOUT_MS)
     try:
         a = context.new_page()
-        a.goto(dist_url + "index.html")
-        # Tab B hands each chunk over 400 ms apart, so its answer is still streaming.
+        a.goto(product_url + "index.html")
         b = context.new_page()
-        b.goto(dist_url + "index.html?test=1&engineDelayMs=400")
+        b.goto(product_url + "index.html")
         wait_boot(a)
         wait_boot(b)
-        a.click("#connection-add")
-        a.fill("#connection-name", "Doomed")
-        a.select_option("#connection-kind", "wasm")
-        a.fill("#connection-model-url", dist_url + "models/tinychat/tiny-chat-q8_0.gguf")
-        a.fill("#connection-model", "tiny-chat")
-        a.click("#connection-save")
-        a.wait_for_selector("#connection-form", state="hidden")
+        # A scripted connection whose answer never ends: tab B's answer is still
+        # streaming when tab A removes the connection.
+        scripted_connection(a, "Doomed", [{"text": ["Thinking"], "stall": True}])
         wait_listed(b, {"Doomed"})
 
         b.select_option("#napplet-select", "chat")
@@ -279,8 +277,7 @@ def test_removing_a_connection_in_one_tab_cancels_its_generation_in_another(
             "() => document.querySelector('#status').textContent === 'Answering…'"
         )
 
-        a.click("#connection-list li.connection:has(h3:text-is('Doomed')) button.remove")
-        a.click("button.confirm-remove")
+        remove_connection(a, "Doomed")
         frame.wait_for_function(
             "() => document.querySelector('#status').textContent.startsWith('Stopped.')"
         )

@@ -4,8 +4,8 @@ A napplet's srcdoc frame inherits the shell page's CSP, so a policy without
 `'unsafe-inline'` scripts stops the shell's prelude (and the napplet) from
 running. Checked against dist/ served with a CSP header:
 - the policy the README's deploy section recommends keeps everything working
-  (boot, a napplet selects and generates, on a fixture connection and on
-  the built-in llama.cpp engine);
+  (boot, the connections form, a napplet selects and generates, on a
+  scripted connection and on the built-in llama.cpp engine);
 - a policy that blocks inline scripts gives the tab a specific error that
   names the page's policy, instead of a napplet that silently does nothing.
 """
@@ -23,12 +23,11 @@ import pytest
 from shellpage import ShellPage, generate, install_napplets
 
 from conftest import TEST_PREFIX, build_module
-from napllm.providers.fixture import text_script
 
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[2]
-FULL = "Fixture (all capabilities)"
+FULL = "Scripted"
 #: The example of a policy that breaks napplets (no inline scripts).
 BREAKING_CSP = "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'"
 
@@ -62,11 +61,11 @@ POLICIES = {"recommended": recommended_csp, "breaking": lambda: BREAKING_CSP}
 
 @pytest.fixture
 def csp_shell(
-    browser: Any, test_dist_dir: Path, test_pages_dir: Path, request: pytest.FixtureRequest
+    browser: Any, dist_dir: Path, test_pages_dir: Path, request: pytest.FixtureRequest
 ) -> Iterator[ShellPage]:
-    """A fresh browser context on the test build (dist/ plus the hooks that drive its
-    fixture connections) served with the policy named by the parameter."""
-    server, url = serve(test_dist_dir, test_pages_dir, POLICIES[request.param]())
+    """A fresh browser context on the product dist/ served with the policy named by
+    the parameter."""
+    server, url = serve(dist_dir, test_pages_dir, POLICIES[request.param]())
     context = browser.new_context()
     try:
         yield ShellPage(context.new_page(), url, install_napplets(test_pages_dir, url))
@@ -86,11 +85,11 @@ def page_csp(shell: ShellPage) -> str:
 @pytest.mark.parametrize("csp_shell", ["recommended"], indirect=True)
 def test_the_recommended_csp_keeps_napplets_working(csp_shell: ShellPage) -> None:
     shell = csp_shell
-    shell.boot()
+    shell.boot(query="")
     assert page_csp(shell) == recommended_csp()
+    shell.scripted(FULL, [{"text": ["works"]}])
     app = shell.open_napplet()
     handle = app.select(FULL)
-    shell.queue("fx-full", text_script(["works"]))
     result = app.run(generate("g1", handle))
     assert result["result"]["content"] == [{"type": "text", "text": "works"}]
     # the built-in engine (llama.cpp in WebAssembly, its workers) works under it too
@@ -106,7 +105,7 @@ def test_the_recommended_csp_keeps_napplets_working(csp_shell: ShellPage) -> Non
 @pytest.mark.parametrize("csp_shell", ["breaking"], indirect=True)
 def test_a_csp_that_blocks_the_prelude_is_named_in_the_tab(csp_shell: ShellPage) -> None:
     shell = csp_shell
-    shell.boot()
+    shell.boot(query="")
     shell.page.fill("#napplet-url", shell.probe_url)
     shell.page.click("#napplet-url-open")
     stopped = shell.page.locator(".frame-stopped")

@@ -1,7 +1,8 @@
 """The napplet trust boundary against hostile napplets (items of the frame boundary).
 
 Each test is an attack a napplet author could try, against the real shell
-(napllm in Pyodide, ``?test=1`` fixture connections) in offline Chromium, with
+(the product dist/; a scripted connection added through the connections form
+stands in for a model, its entry counts what reached it) in offline Chromium, with
 a hostile server on 127.0.0.1 that records every hit and a UDP listener on
 127.0.0.1 that records every datagram. A test fails if its attack works again:
 - a napplet navigating its frame to a page of its own never loads it (the
@@ -41,11 +42,11 @@ from urllib.parse import quote, unquote, urlsplit
 import pytest
 from shellpage import POLL_MS, Napplet, ShellPage, code, generate, install_napplets
 
-from napllm.providers.fixture import text_script
-
 pytestmark = pytest.mark.browser
 
-FULL = "Fixture (all capabilities)"
+FULL = "Scripted"
+#: The script of the shared page: every allowed generation is answered "ok".
+DEFAULT_SCRIPT = {"turns": [{"text": "ok"}], "repeat": True}
 LEFT_SANDBOX = "This napplet left its sandboxed page; its model access was closed."
 
 
@@ -145,14 +146,21 @@ def context(browser: Any) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def booted(context: Any, dist_url: str, test_pages_dir: Path) -> ShellPage:
-    shell = ShellPage(context.new_page(), dist_url, install_napplets(test_pages_dir, dist_url))
-    shell.boot()
+def booted(context: Any, product_url: str, test_pages_dir: Path) -> ShellPage:
+    return boot_product(context.new_page(), product_url, test_pages_dir)
+
+
+def boot_product(page: Any, product_url: str, test_pages_dir: Path, query: str = "") -> ShellPage:
+    """The product shell on `page` with the scripted connection `FULL` added."""
+    shell = ShellPage(page, product_url, install_napplets(test_pages_dir, product_url))
+    shell.boot(query=query)
+    shell.scripted(FULL, DEFAULT_SCRIPT)
     return shell
 
 
 @pytest.fixture
 def shell(booted: ShellPage, request_log: Any) -> Iterator[ShellPage]:
+    booted.scripted(FULL, DEFAULT_SCRIPT)  # a test may have given it a script of its own
     yield booted
     booted.reset()
     booted.page.evaluate(
@@ -207,20 +215,20 @@ def test_navigating_away_gets_no_endpoint_and_closes_access(
     shell: ShellPage, hostile: Hostile
 ) -> None:
     other = hostile.page("/other.html", ESCAPE_PAGE)
+    shell.scripted(FULL, [{"text": ["granted"]}])
     app = shell.open_napplet()
     handle = app.select(FULL)
-    shell.queue("fx-full", text_script(["granted"]))
     app.post(generate("g1", handle))
     shell.remember()  # "Allow this napplet on this connection until I close the page"
     assert app.wait_for("g1")["result"]["content"][0]["text"] == "granted"
     assert shell.page.locator("#grant-list button.revoke").count() == 1
-    submissions = shell.submissions("fx-full")
+    submissions = shell.script_requests(FULL)
     app.evaluate("(url) => { location.href = url; }", f"{other}#{quote(handle)}")
     wait_stopped(app, LEFT_SANDBOX)
     # the shell page's frame-src keeps the frame from loading the page at all:
     # the navigation (a request whose URL could carry data) never left
     assert hostile.hits_for("/other.html") == [] and hostile.hits_for("/hit/") == []
-    assert shell.submissions("fx-full") == submissions
+    assert shell.script_requests(FULL) == submissions
     assert shell.open_dialogs() == 0
     # the standing grant of this napplet is gone; the user is told
     shell.page.wait_for_function("() => !document.querySelector('#grant-list button.revoke')")
@@ -257,21 +265,21 @@ def test_a_document_without_the_prelude_reaches_nothing(shell: ShellPage) -> Non
     # is injected into it, as if that document carried it
     app = shell.open_napplet()
     handle = app.select(FULL)
-    submissions = shell.submissions("fx-full")
+    submissions = shell.script_requests(FULL)
     app.evaluate("() => { location.href = 'about:blank'; }")
     frame = app.frame
     frame.wait_for_function("() => location.href === 'about:blank'", polling=POLL_MS)
     outcome = frame.evaluate(FOREIGN_ATTEMPTS, handle)
     assert outcome == {"got": [], "prelude": False}, outcome
-    assert shell.submissions("fx-full") == submissions and shell.open_dialogs() == 0
+    assert shell.script_requests(FULL) == submissions and shell.open_dialogs() == 0
     wait_stopped(app, LEFT_SANDBOX)
 
 
 def _reload_keeps_working(shell: ShellPage) -> None:
     """A napplet reloading itself gets a new endpoint; its grant stays; nothing stops it."""
+    shell.scripted(FULL, [{"text": ["one"]}, {"text": ["two"]}])
     app = shell.open_napplet()
     handle = app.select(FULL)
-    shell.queue("fx-full", text_script(["one"]))
     app.post(generate("g1", handle))
     shell.remember()
     app.wait_for("g1")
@@ -287,7 +295,6 @@ def _reload_keeps_working(shell: ShellPage) -> None:
     fresh = app.select(FULL, rid="s2")
     assert fresh != handle
     # the grant is the napplet's (same bytes): no dialog for the new endpoint
-    shell.queue("fx-full", text_script(["two"]))
     app.post(generate("g2", fresh))
     assert app.wait_for("g2")["result"]["content"][0]["text"] == "two"
     # well past the grace period the shell gives a load to be reported
@@ -337,14 +344,13 @@ HOLD_STARTS = """(() => {
 
 
 def test_reload_with_document_start_after_load(
-    browser: Any, dist_url: str, test_pages_dir: Path
+    browser: Any, product_url: str, test_pages_dir: Path
 ) -> None:
     context = browser.new_context()
     try:
         page = context.new_page()
         page.add_init_script(HOLD_STARTS)
-        shell = ShellPage(page, dist_url, install_napplets(test_pages_dir, dist_url))
-        shell.boot()
+        shell = boot_product(page, product_url, test_pages_dir)
         _reload_keeps_working(shell)
         # the reordering really happened (first document and reloads)
         assert page.evaluate("window.__heldStarts") >= 2
@@ -458,10 +464,9 @@ def test_a_flooding_napplet_is_stopped_and_memory_stays_bounded(
     assert kept < 4 * 1024 * 1024
     assert any("sent too many messages" in text for text in shell.notices())
     # the other napplet keeps working
-    shell.queue("fx-full", text_script(["still here"]))
     app.post(generate("g1", handle))
     shell.allow()
-    assert app.wait_for("g1")["result"]["content"][0]["text"] == "still here"
+    assert app.wait_for("g1")["result"]["content"][0]["text"] == "ok"
     cdp.detach()
 
 
@@ -607,7 +612,7 @@ def test_a_napplet_with_declarative_shadow_roots_does_not_run(
 
 
 def test_a_link_shows_the_origin_and_starts_without_llm_access(
-    browser: Any, dist_url: str, test_pages_dir: Path, hostile: Hostile
+    browser: Any, product_url: str, test_pages_dir: Path, hostile: Hostile
 ) -> None:
     # a hostile page named like a listed napplet, with look-alike tricks in its path
     hostile.page(
@@ -617,8 +622,8 @@ def test_a_link_shows_the_origin_and_starts_without_llm_access(
     origin = hostile.url.rstrip("/")
     context = browser.new_context()
     try:
-        shell = ShellPage(context.new_page(), dist_url, install_napplets(test_pages_dir, dist_url))
-        shell.boot("?test=1&napplet=" + quote(url, safe=""))
+        napplet = "?napplet=" + quote(url, safe="")
+        shell = boot_product(context.new_page(), product_url, test_pages_dir, napplet)
         page = shell.page
         page.wait_for_function("() => document.querySelectorAll('#napplet-tabs .tab').length === 1")
         tab = page.locator("#napplet-tabs .tab")
@@ -654,7 +659,6 @@ def test_a_link_shows_the_origin_and_starts_without_llm_access(
         shell.choose(FULL)
         frame.wait_for_function("() => window.picked !== null", polling=POLL_MS)
         handle = frame.evaluate("() => window.picked.handle")
-        shell.queue("fx-full", text_script(["hi"]))
         frame.evaluate(
             "(h) => { window.done = null; napplet.llm.generate({handle: h, messages: [{role: 'user',"
             " content: [{type: 'text', text: 'hi'}]}]}).then((r) => window.done = r); }",

@@ -1,11 +1,12 @@
-"""The example napplets against the real runtime (napllm in Pyodide, ``?test=1``).
+"""The example napplets against the real runtime (the product shell, dist/).
 
 Each napplet is opened from the shell's own napplet list, driven through its
 documented element ids, and every chooser and consent dialog is answered by
-a click, as a person would. The scripted fixture connections (``fx-*``)
-stand in for a model, so the flows are exact: what the napplet sends must
-pass the runtime's real validation (conversation rules, tool results) and
-what it shows must be what the runtime delivered.
+a click, as a person would. Scripted connections, added through the
+connections form, stand in for a model, so the flows are exact: what the
+napplet sends must pass the runtime's real validation (conversation rules,
+tool results; the envelope inspector shows what it sent) and what it shows
+must be what the runtime delivered.
 """
 
 from __future__ import annotations
@@ -18,14 +19,21 @@ from typing import Any
 import pytest
 from shellpage import POLL_MS, ShellPage, install_napplets
 
-from napllm.providers.fixture import Stall, text_script, tool_call_script
-
 pytestmark = pytest.mark.browser
 
 Frame = Any
 
-FULL = "Fixture (all capabilities)"
-JSON_ONLY = "Fixture (JSON only)"
+FULL = "Scripted (all capabilities)"
+JSON_ONLY = "Scripted (JSON only)"
+TEXT_ONLY = "Scripted (text only)"
+
+
+def capabilities(images: bool, json_output: bool, tools: bool) -> dict[str, Any]:
+    """A one-turn script object declaring these capabilities (docs/napplets.md)."""
+    return {
+        "turns": [{"text": "unused"}],
+        "capabilities": {"images": images, "json": json_output, "tools": tools},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +45,13 @@ def context(browser: Any) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def booted(context: Any, dist_url: str, test_pages_dir: Path) -> ShellPage:
-    shell = ShellPage(context.new_page(), dist_url, install_napplets(test_pages_dir, dist_url))
-    shell.boot()
+def booted(context: Any, product_url: str, test_pages_dir: Path) -> ShellPage:
+    napplets = install_napplets(test_pages_dir, product_url)
+    shell = ShellPage(context.new_page(), product_url, napplets)
+    shell.boot(query="")
+    shell.scripted(FULL, capabilities(True, True, True))
+    shell.scripted(JSON_ONLY, capabilities(False, True, False))
+    shell.scripted(TEXT_ONLY, capabilities(False, False, False))
     return shell
 
 
@@ -96,9 +108,10 @@ def choose(shell: ShellPage, frame: Frame, connection: str) -> None:
 
 
 def test_chat_streams_keeps_history_and_stops(shell: ShellPage) -> None:
+    turns = [{"text": ["Hello", " from", " the script."]}, {"text": "Again."}, {"stall": True}]
+    shell.scripted(FULL, turns)
     frame = open_example(shell, "chat")
     choose(shell, frame, FULL)
-    shell.queue("fx-full", text_script(["Hello", " from", " the fixture."]))
     frame.fill("#prompt", "Hi")
     frame.click("#send")
     consent = shell.consent()
@@ -106,20 +119,18 @@ def test_chat_streams_keeps_history_and_stops(shell: ShellPage) -> None:
     assert "1 message, 2 characters" in consent.inner_text()
     shell.allow()
     wait_text(frame, "#status", "Done.")
-    assert frame.locator("#history li.assistant").inner_text().endswith("Hello from the fixture.")
+    assert frame.locator("#history li.assistant").inner_text().endswith("Hello from the script.")
     # The whole conversation goes with the next request; the runtime accepts it.
-    shell.queue("fx-full", text_script("Again."))
     frame.fill("#prompt", "Once more")
     frame.press("#prompt", "Control+Enter")
     shell.allow()
     frame.wait_for_function(
         "() => document.querySelectorAll('#history li').length === 4", polling=POLL_MS
     )
-    request = shell.stats("fx-full")["requests"][-1]
-    roles = [item.get("role") for item in request["input"] if item["type"] == "message"]
-    assert roles == ["user", "assistant", "user"]
-    # Stop cancels a generation the provider never finishes.
-    shell.queue("fx-full", [Stall(None)])
+    wait_text(frame, "#status", "Done.")
+    request = shell.generate_requests()[-1]["request"]
+    assert [m["role"] for m in request["messages"]] == ["user", "assistant", "user"]
+    # Stop cancels a generation the connection never finishes (a stall turn).
     frame.fill("#prompt", "Take your time")
     frame.click("#send")
     shell.allow()
@@ -131,32 +142,36 @@ def test_chat_streams_keeps_history_and_stops(shell: ShellPage) -> None:
     )
     assert frame.input_value("#prompt") == "Take your time"
     assert frame.locator("#history li").count() == 4
+    assert shell.script_requests(FULL) == 3
 
 
 def test_chat_declined_consent_keeps_the_message(shell: ShellPage) -> None:
     frame = open_example(shell, "chat")
     choose(shell, frame, FULL)
-    before = shell.submissions("fx-full")
+    before = shell.script_requests(FULL)
     frame.fill("#prompt", "Secret")
     frame.click("#send")
     shell.deny()
     wait_text(frame, "#status", "You declined to send this message.")
     assert frame.input_value("#prompt") == "Secret"
-    assert shell.submissions("fx-full") == before
+    assert shell.script_requests(FULL) == before
 
 
 def test_json_example_shows_the_parsed_object(shell: ShellPage) -> None:
+    script = capabilities(False, True, False) | {
+        "turns": [{"json": {"title": "Dune", "year": 1965}}]
+    }
+    shell.scripted(JSON_ONLY, script)
     frame = open_example(shell, "json")
     frame.click("#choose")
     offered = shell.candidates()
-    assert JSON_ONLY in offered and "Fixture (text only)" not in offered
+    assert JSON_ONLY in offered and TEXT_ONLY not in offered
     shell.choose(JSON_ONLY)
     frame.wait_for_function(
         "(n) => document.querySelector('#model').textContent.startsWith(n)",
         arg=JSON_ONLY,
         polling=POLL_MS,
     )
-    shell.queue("fx-json", text_script('{"title": "Dune", "year": 1965}'))
     frame.click("#send")
     assert "a JSON object" in shell.consent().inner_text()
     shell.allow()
@@ -165,14 +180,13 @@ def test_json_example_shows_the_parsed_object(shell: ShellPage) -> None:
 
 
 def test_tools_example_runs_the_weather_loop(shell: ShellPage) -> None:
+    calls = [
+        {"name": "get_weather", "arguments": {"city": "Berlin"}, "id": "call_1"},
+        {"name": "get_weather", "arguments": {"city": "Atlantis"}, "id": "call_2"},
+    ]
+    shell.scripted(FULL, [{"toolCalls": calls}, {"text": "It is 18°C and clear in Berlin."}])
     frame = open_example(shell, "tools")
     choose(shell, frame, FULL)
-    calls = [
-        ("get_weather", {"city": "Berlin"}, "call_1"),
-        ("get_weather", {"city": "Atlantis"}, "call_2"),
-    ]
-    shell.queue("fx-full", tool_call_script(calls))
-    shell.queue("fx-full", text_script("It is 18°C and clear in Berlin."))
     frame.click("#send")
     consent = shell.consent()
     assert "get_weather" in consent.inner_text()
@@ -180,8 +194,8 @@ def test_tools_example_runs_the_weather_loop(shell: ShellPage) -> None:
     shell.remember()  # the second round is covered by the standing permission
     wait_text(frame, "#status", "Done.")
     assert frame.inner_text("#answer") == "It is 18°C and clear in Berlin."
-    request = shell.stats("fx-full")["requests"][-1]
-    outputs = [i for i in request["input"] if i["type"] == "function_call_output"]
-    assert [o["call_id"] for o in outputs] == ["call_1", "call_2"]
+    request = shell.generate_requests()[-1]["request"]
+    results = [m for m in request["messages"] if m["role"] == "toolResult"]
+    assert [m["toolCallId"] for m in results] == ["call_1", "call_2"]
     log = frame.inner_text("#log")
     assert "get_weather" in log and "No weather data for Atlantis" in log

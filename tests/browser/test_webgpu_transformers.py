@@ -269,7 +269,8 @@ def shell(
     context.on("request", lambda r: requests.append(r.url))
     page = context.new_page()
     page.set_default_timeout(STEP_TIMEOUT_MS)
-    # engineDelayMs (test mode only) hands chunks over 100 ms apart, so a
+    # engineDelayMs (test mode only; it slows the real engine under test, which
+    # a scripted connection cannot stand in for) hands chunks over 100 ms apart, so a
     # cancel lands mid-stream however fast the adapter is.
     page.goto(f"{base_url}index.html?test=1&engineDelayMs=100&napplet={quote(driver, safe='')}")
     page.wait_for_function("document.body.dataset.boot === 'ready'", timeout=BOOT_TIMEOUT_MS)
@@ -455,13 +456,13 @@ def test_user_added_onnx_model_by_folder_url_generates(shell: Shell, dist_url: s
 
 
 def test_without_webgpu_the_connection_says_so_and_nothing_is_fetched(
-    page: Any, request_log: Any, test_pages_dir: Path, dist_url: str, base_url: str
+    page: Any, request_log: Any, test_pages_dir: Path, product_url: str
 ) -> None:
-    # The default browser of the suite has no WebGPU adapter.
+    # The default browser of the suite has no WebGPU adapter; the product dist/.
     (test_pages_dir / "onnx-driver.html").write_text(DRIVER_NAPPLET, encoding="utf-8")
-    driver = quote(f"{dist_url}_test/onnx-driver.html", safe="")
+    driver = quote(f"{product_url}_test/onnx-driver.html", safe="")
     page.set_default_timeout(STEP_TIMEOUT_MS)
-    page.goto(f"{base_url}index.html?test=1&napplet={driver}")
+    page.goto(f"{product_url}index.html?napplet={driver}")
     page.wait_for_function("document.body.dataset.boot === 'ready'", timeout=BOOT_TIMEOUT_MS)
     item = page.text_content(f"#connection-list > li[data-connection-id='{CONNECTION}']") or ""
     assert "TinyChat (WebGPU, transformers.js)" in item

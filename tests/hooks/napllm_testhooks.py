@@ -9,15 +9,39 @@ has ``test=1``. That script's `testMode` is the one rule deciding test mode
 it again. The product ``dist/`` contains none of it.
 
 What it adds to the runtime
-- Fixture connections (`fx-full`, `fx-text`, `fx-json`, `fx-vision`,
-  `fx-auto`, `fx-reasoning`, `fx-paid`) backed by `FixtureProvider`.
-- ``window.napllmTest``: ``queue(cid, stepsJson)``, ``clear(cid)``,
-  ``stats(cid)`` (JSON text: submissions, closedEarly, queued, requests),
-  ``setDeadline(seconds)``, ``editConnection(cid, name)``,
+- Fixture connections (`fx-full`, `fx-text`, `fx-json`, `fx-auto`,
+  `fx-reasoning`, `fx-paid`) backed by `FixtureProvider`.
+- ``window.napllmTest``: ``queue(cid, stepsJson)``, ``stats(cid)`` (JSON
+  text: submissions, closedEarly, queued, requests), ``setDeadline(seconds)``,
+  ``editConnection(cid, name)``,
   ``removeConnection(cid)``, ``restoreConnection(cid)``,
   ``recodeNextError(code)`` (the next error record sent gets `code`).
 - ``engineDelayMs=N`` (0..10000) in the query: every engine hands its chunks
   over N ms apart, so cancellation is testable with a fast model.
+
+Why these remain (a test that needs only deterministic answers uses the
+product's scripted connection instead, through the connections form:
+tests/browser/shellpage.py `scripted_connection`; its entry counts requests
+received and streams stopped before their end)
+- `queue` takes raw LMSP event sequences, hostile ones included (malformed
+  events, events out of order, a provider that raises something other than
+  a provider failure); a script is a list of well-formed turns by design.
+- `stats` returns the LMSP request the provider received (what the runtime
+  made of the napplet's request); no product feature shows it, since it may
+  hold the user's conversation.
+- `setDeadline` shortens the runtime's generation deadline (300 s) to test
+  its expiry; the deadline is not a setting of the product.
+- `editConnection`, `removeConnection` and `restoreConnection` change a
+  built-in (non-user) connection; the product only edits or removes
+  connections the user made.
+- `recodeNextError` gives one real answer an error code the binding cannot
+  know, to test the binding's rejection (NAP-LLM E2); the runtime only sends
+  codes the spec names.
+- Fixture connections with a fixed set of capabilities (``fx-auto``: tools
+  with "auto"/"none" only; ``fx-reasoning``: opaque reasoning state;
+  ``fx-paid``: may charge) declare what a script's ``capabilities`` cannot.
+- ``engineDelayMs`` slows a real engine (llama.cpp, WebLLM, ONNX) so its
+  cancellation can be observed; a script only paces its own chunks.
 """
 
 from __future__ import annotations
@@ -84,13 +108,6 @@ def test_connections(providers: TestProviders) -> list[Connection]:
         ("fx-full", "Fixture (all capabilities)", "fixture-full", full, False),
         ("fx-text", "Fixture (text only)", "fixture-text", Capabilities(), False),
         ("fx-json", "Fixture (JSON only)", "fixture-json", Capabilities(json_output=True), False),
-        (
-            "fx-vision",
-            "Fixture (images, not in tool results)",
-            "fixture-vision",
-            Capabilities(images=True, tools=True, tool_choice_modes=("auto", "none")),
-            False,
-        ),
         ("fx-auto", "Fixture (tools, auto/none)", "fixture-auto", auto, False),
         (
             "fx-reasoning",
@@ -200,12 +217,8 @@ class TestRuntime(Runtime):
                 self.registry.add(self.fixture_connections[str(cid)])
                 self.publish_connections()
 
-        def clear(cid: str) -> int:
-            return fixtures.fixture(str(cid)).clear()
-
         functions = {
             "queue": self._proxy(queue),
-            "clear": self._proxy(clear),
             "stats": self._proxy(stats),
             "setDeadline": self._proxy(set_deadline),
             "editConnection": self._proxy(edit),

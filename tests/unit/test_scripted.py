@@ -168,8 +168,10 @@ async def test_stall_waits_until_cancelled_then_next_turn_plays() -> None:
     await h.settle()
     assert h.results(ep, "g5")[-1]["error"]["code"] == "cancelled"
     assert h.results(ep, "c1")[-1]["cancelled"] is True
+    assert provider.stopped == 1  # closed before its terminal event
     last = await _run(h, ep, "g6", handle)
     assert last["result"]["finish"] == "length"
+    assert provider.stopped == 1
     assert last["result"]["content"] == [{"type": "text", "text": "Cut"}]
 
 
@@ -187,3 +189,25 @@ async def test_error_after_streamed_text_keeps_the_partial_text_provisional() ->
     h, _, ep, handle = await _harness('[{"text": ["par", "tial"], "error": {}}]')
     result = await _run(h, ep, "g1", handle)
     assert result["error"]["code"] == "provider-error"
+
+
+async def test_each_request_is_reported_with_the_next_turn() -> None:
+    seen: list[tuple[int, int | None]] = []
+    h = Harness()
+    h.connect("sc")
+    provider = ScriptedProvider(
+        parse_script('[{"text": "a"}, {"text": "b"}]'),
+        on_request=lambda p: seen.append((p.submissions, p.next_turn)),
+    )
+    h.providers["sc"] = provider  # type: ignore[assignment]
+    ep = h.endpoint()
+    handle = await h.select(ep)
+    assert provider.next_turn == 1
+    await _run(h, ep, "g1", handle)
+    await _run(h, ep, "g2", handle)
+    assert (await _run(h, ep, "g3", handle))["error"]["code"] == "provider-error"
+    assert seen == [(1, 2), (2, None), (3, None)]
+
+    repeating = ScriptedProvider(parse_script('{"turns": [{"text": "a"}], "repeat": true}'))
+    repeating.position = 1
+    assert repeating.next_turn == 1

@@ -151,6 +151,8 @@ export class ConnectionsPanel {
     this.grants = [];
     /** connection id -> {label, fraction}: model download/load progress of an engine. */
     this.progress = new Map();
+    /** connection id -> {revision, requests, nextTurn, turns}: a scripted connection's use. */
+    this.scriptUse = new Map();
     // Bumped by every push, so a slower read at attach never overwrites a newer list.
     this.connectionsVersion = 0;
     this.grantsVersion = 0;
@@ -269,6 +271,60 @@ export class ConnectionsPanel {
     if (bar) entry.querySelector(".route")?.after(bar);
   }
 
+  /**
+   * `napllmHost.scriptProgress`: JSON text `{"connectionId", "revision",
+   * "requests", "stopped", "nextTurn" (1-based or null), "turns"}` after
+   * each request a scripted connection received and each stream stopped
+   * before its end. Shown in its entry as "Requests received: N, M stopped
+   * before the end" (docs/napplets.md), for the revision it was counted for.
+   */
+  setScriptProgress(progressJson) {
+    let value = null;
+    try {
+      value = JSON.parse(String(progressJson));
+    } catch {
+      return;
+    }
+    const count = (n) => (Number.isSafeInteger(n) && n >= 0 ? n : 0);
+    if (!value || typeof value !== "object" || typeof value.connectionId !== "string") return;
+    const use = {
+      revision: count(value.revision),
+      requests: count(value.requests),
+      stopped: count(value.stopped),
+      nextTurn: value.nextTurn === null ? null : count(value.nextTurn),
+      turns: count(value.turns),
+    };
+    this.scriptUse.set(value.connectionId, use);
+    const entry = [...this.list.querySelectorAll("li.connection")].find(
+      (node) => node.dataset.connectionId === value.connectionId,
+    );
+    const item = this.connections.find((c) => str(c.id) === value.connectionId);
+    if (!entry || !item) return;
+    entry.querySelector(".script-progress")?.replaceWith(this.renderScriptProgress(item));
+  }
+
+  renderScriptProgress(item) {
+    if (item.kind !== "scripted") return null;
+    const stored = this.scriptUse.get(str(item.id));
+    // A new revision (an edit) starts the script again: its count starts at 0.
+    const use = stored && stored.revision === item.revision
+      ? stored
+      : { requests: 0, stopped: 0, nextTurn: 1, turns: 0 };
+    const next = use.nextTurn === null
+      ? "no turn left"
+      : use.turns > 0 ? `next turn ${use.nextTurn} of ${use.turns}` : `next turn ${use.nextTurn}`;
+    const stopped = use.stopped > 0 ? `, ${use.stopped} stopped before the end` : "";
+    return el(
+      "p",
+      {
+        class: "script-progress",
+        role: "status",
+        dataset: { requests: String(use.requests), stopped: String(use.stopped) },
+      },
+      `Requests received: ${use.requests}${stopped} (${next})`,
+    );
+  }
+
   renderProgress(connectionId) {
     const state = this.progress.get(connectionId);
     if (!state) return null;
@@ -332,6 +388,7 @@ export class ConnectionsPanel {
       el("p", { class: "kind" }, kindLabel),
       el("p", {}, "Model: ", el("code", {}, str(item.model))),
       el("p", { class: "route" }, `Route: ${str(item.route)}`),
+      this.renderScriptProgress(item),
       this.renderProgress(id),
       badges,
       availability,

@@ -33,8 +33,9 @@ from js import Object, napllmHost  # type: ignore[import-not-found]
 from pydantic import ValidationError
 from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
 
-from ..connections import ConnectionRegistry, UrlRefused, spec_error_text
+from ..connections import Connection, ConnectionRegistry, UrlRefused, spec_error_text
 from ..errors import ProviderFailure
+from ..providers.scripted import ScriptedProvider
 from ..schema import JschonValidator, set_default_validator
 from ..shell import Shell, ShellPolicy
 from .bridge import (
@@ -88,6 +89,7 @@ class Runtime:
         install_log_redaction(self.registry)
         self.providers = providers if providers is not None else BrowserProviders()
         register_engines(self.providers.engines)
+        self.providers.on_script_request = self.publish_script_progress
         self.shell = Shell(
             self.registry,
             BridgeTransport(),
@@ -110,6 +112,25 @@ class Runtime:
         """Send the public summaries of the connections to the page."""
         summaries = [c.public_summary() for c in self.registry.all()]
         napllmHost.connectionsChanged(json.dumps(summaries))
+
+    @staticmethod
+    def publish_script_progress(connection: Connection, provider: ScriptedProvider) -> None:
+        """Show a scripted connection's requests so far in its entry (docs/napplets.md).
+
+        Sends `napllmHost.scriptProgress` JSON text `{"connectionId",
+        "revision", "requests", "stopped" (streams closed before their end),
+        "nextTurn" (1-based, null when no turn is left), "turns"}`; no
+        script value is sent.
+        """
+        progress = {
+            "connectionId": connection.id,
+            "revision": connection.revision,
+            "requests": provider.submissions,
+            "stopped": provider.stopped,
+            "nextTurn": provider.next_turn,
+            "turns": len(provider.script.turns),
+        }
+        napllmHost.scriptProgress(json.dumps(progress))
 
     def publish_grants(self) -> None:
         """Send the standing grants to the page."""

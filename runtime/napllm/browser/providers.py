@@ -7,6 +7,8 @@ Rules
 - A `scripted` connection plays the developer's script
   (`providers.scripted`); its provider is kept per connection revision so
   that each submission takes the next turn and an edit starts again.
+  Each submission is reported to `on_script_request(connection, provider)`
+  when set (the runtime shows the count in the connection's entry).
 - An `lmsp` connection's capabilities come from the service's model
   listing (docs/lmsp.md), read when the user adds or edits it; an `openai`
   connection's are declared by the user (OpenAI-compatible servers cannot
@@ -17,6 +19,7 @@ Rules
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..connections import ConnectionSpec, capabilities_for_spec, route_for
@@ -35,6 +38,8 @@ class BrowserProviders:
         self.http = FetchHttp()
         self.engines: dict[str, Any] = {}
         self._scripted: dict[str, tuple[int, ScriptedProvider]] = {}
+        #: Called after each submission to a scripted connection (see the rules).
+        self.on_script_request: Callable[[Connection, ScriptedProvider], None] | None = None
 
     def provider_for(self, connection: Connection) -> Provider:
         """The provider to submit to; raises `ProviderFailure` if none can be built."""
@@ -55,7 +60,12 @@ class BrowserProviders:
             if kept is None or kept[0] != connection.revision:
                 # A stored script that no longer parses raises ScriptError (a ProviderFailure).
                 script = parse_script(str(connection.settings.get("script", "")))
-                kept = (connection.revision, ScriptedProvider(script))
+
+                def report(provider: ScriptedProvider, connection: Connection = connection) -> None:
+                    if self.on_script_request is not None:
+                        self.on_script_request(connection, provider)
+
+                kept = (connection.revision, ScriptedProvider(script, on_request=report))
                 self._scripted[connection.id] = kept
             return kept[1]
         engine = self.engines.get(connection.kind)

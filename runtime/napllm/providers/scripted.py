@@ -38,6 +38,11 @@ Rules
   message never repeats a value of the script.
 - `ScriptedProvider` keeps the position in the script; the page builds one
   per connection revision, so editing the connection starts again at turn 1.
+- Every submission it receives is reported to `on_request` (the page shows
+  "Requests received: N" in the connection's entry), so a developer sees
+  whether a generation reached the connection at all (after a denied
+  consent it did not), and so is every stream closed before its end ("N
+  stopped before the end": the napplet's cancel or reload reached it).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -305,14 +310,34 @@ def _split(text: str, pieces: int = 4) -> list[str]:
 class ScriptedProvider:
     """Plays one turn of `script` per submission (see the module rules).
 
-    `position` is the index of the next turn; `submissions` counts calls.
+    `position` is the index of the next turn; `submissions` counts calls;
+    `stopped` counts streams closed before their terminal event.
+    `on_request`, when given, is called with the provider after each
+    submission took its turn (or found none left), before any event is
+    played, and again when a stream is stopped; an exception it raises is
+    not caught.
     """
 
-    def __init__(self, script: Script, rid_prefix: str = "resp_scripted") -> None:
+    def __init__(
+        self,
+        script: Script,
+        rid_prefix: str = "resp_scripted",
+        on_request: Callable[[ScriptedProvider], None] | None = None,
+    ) -> None:
         self.script = script
         self.position = 0
         self.submissions = 0
+        self.stopped = 0
         self._rid_prefix = rid_prefix
+        self._on_request = on_request
+
+    @property
+    def next_turn(self) -> int | None:
+        """The 1-based number of the turn the next submission plays; None when
+        no turn is left (and the script does not repeat)."""
+        if self.position < len(self.script.turns):
+            return self.position + 1
+        return 1 if self.script.repeat else None
 
     def _next_turn(self) -> Turn:
         turns = self.script.turns
@@ -330,9 +355,32 @@ class ScriptedProvider:
 
     async def respond(self, request: LmspRequest) -> AsyncIterator[LmspEvent]:
         """The next turn's events, the last one terminal; raises `ProviderFailure`
-        for an `error` turn or when no turn is left."""
+        for an `error` turn or when no turn is left. A stream closed before its
+        terminal event (cancelled, its endpoint closed, the deadline) counts in
+        `stopped` and is reported to `on_request` too."""
         self.submissions += 1
-        turn = self._next_turn()
+        try:
+            turn = self._next_turn()
+        finally:
+            self._report()
+        finished = False
+        try:
+            async for event in self._play(turn):
+                finished = event.event in ("response.completed", "response.incomplete")
+                yield event
+        except ProviderFailure:
+            finished = True
+            raise
+        finally:
+            if not finished:
+                self.stopped += 1
+                self._report()
+
+    def _report(self) -> None:
+        if self._on_request is not None:
+            self._on_request(self)
+
+    async def _play(self, turn: Turn) -> AsyncIterator[LmspEvent]:
         rid = f"{self._rid_prefix}_{self.submissions}"
         delay = turn.delayMs / 1000
         yield LmspEvent(
