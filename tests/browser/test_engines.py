@@ -205,7 +205,7 @@ def test_webllm_mapping_streams_tools_json_and_usage(shell: Shell) -> None:
     add_webllm_connection(shell, "Hermes on WebLLM", HERMES)
     model = choose_by_name(shell, frame, {"tools": True}, "Hermes on WebLLM")
     assert model["model"] == HERMES
-    assert model["route"] == "This browser -> WebLLM on WebGPU (this device)"
+    assert model["route"] == "This browser (WebGPU, WebLLM) on this device"
     assert model["tools"] is True and model["json"] is True and model["images"] is False
     assert model["toolChoiceModes"] == ["auto", "none"]
 

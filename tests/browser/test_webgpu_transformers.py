@@ -296,9 +296,7 @@ def test_shell_lists_the_connection_with_its_route(shell: Shell) -> None:
     assert "Unavailable" not in mine["text"]
     model = shell.choose({"json": True, "tools": True})
     assert model["name"] == "TinyChat (WebGPU, transformers.js)"
-    assert model["route"] == (
-        "This browser -> transformers.js (ONNX Runtime) on WebGPU (this device)"
-    )
+    assert model["route"] == "This browser (WebGPU, transformers.js) on this device"
     assert model["json"] is True and model["tools"] is True and model["images"] is False
 
 

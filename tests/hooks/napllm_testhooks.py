@@ -31,7 +31,8 @@ from pyodide.ffi import to_js  # type: ignore[import-not-found]
 from napllm.browser.app import Runtime
 from napllm.browser.app import start as start_product
 from napllm.browser.providers import BrowserProviders
-from napllm.connections import Capabilities, Connection, route_for
+from napllm.connections import Capabilities, Connection
+from napllm.kinds import KindInfo
 from napllm.providers.base import Provider
 from napllm.providers.fixture import FixtureProvider
 
@@ -53,6 +54,16 @@ def engine_delay_ms() -> int:
     except ValueError:
         return 0
     return max(0, min(value, 10_000))
+
+
+#: The fixture connections' kind, published to the page in the test build only.
+FIXTURE_KIND = KindInfo(
+    kind="fixture",
+    label="Test fixture",
+    summary="Answers queued by a test; no model, nothing leaves the page.",
+    test_only=True,
+)
+FIXTURE_ROUTE = "This page (test fixture: no model, nothing leaves the page)"
 
 
 class TestProviders(BrowserProviders):
@@ -106,7 +117,7 @@ def test_connections(providers: TestProviders) -> list[Connection]:
         ),
         ("fx-paid", "Fixture (may charge)", "fixture-paid", full, True),
     ]
-    route = route_for("fixture", {})
+    route = FIXTURE_ROUTE
     connections = []
     for cid, name, model, caps, charges in specs:
         providers.fixtures[cid] = FixtureProvider()
@@ -126,6 +137,8 @@ def test_connections(providers: TestProviders) -> list[Connection]:
 
 class TestRuntime(Runtime):
     """The product runtime with fixture connections and ``window.napllmTest``."""
+
+    extra_kinds = (FIXTURE_KIND,)
 
     def __init__(self) -> None:
         self.test_providers = TestProviders()

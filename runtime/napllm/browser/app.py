@@ -1,8 +1,8 @@
 """The Pyodide edge: wires `napllm.shell.Shell` to the host page (web/).
 
 Rules (DESIGN.md: the browser edge is thin)
-- The page defines `window.napllmHost` (see web/js/bridge.js for its side of
-  the contract) and calls `start()` once Pyodide and napllm are loaded.
+- The page defines `window.napllmHost` (web/shell.js, its side of the
+  contract) and calls `start()` once Pyodide and napllm are loaded.
   Everything crossing the bridge is JSON text, so JS `null` stays `None`
   and no JS object is held by Python (pitfalls: jsnull, proxies).
 - This module is the only one (with `http_fetch.py` and the engine ports)
@@ -37,8 +37,10 @@ from ..connections import (
     UrlRefused,
     spec_error_text,
 )
+from ..discovery import Target, default_targets, discover, server_info
 from ..errors import ProviderFailure
 from ..jsontext import JsonTextError, read_json
+from ..kinds import KindInfo, catalogue, route_for
 from ..schema import JschonValidator, set_default_validator
 from ..shell import (
     ChoiceRequest,
@@ -50,6 +52,7 @@ from ..shell import (
 )
 from ..wire import Unclonable, loads_strict
 from .engines import register_engines
+from .http_fetch import reaches_opaquely
 from .providers import BrowserProviders, connection_from_spec, default_connections
 
 log = logging.getLogger("napllm.browser")
@@ -171,8 +174,13 @@ class Runtime:
     """The shell plus the page-facing API (`attachRuntime`).
 
     `providers` defaults to a fresh `BrowserProviders` (a test build passes
-    its own subclass).
+    its own subclass). `extra_kinds`: kinds published to the page beyond the
+    product's (`kinds.KINDS`); `probe_targets`: the addresses "Look for
+    running servers" asks (`discovery.default_targets()`); the test build
+    sets both.
     """
+
+    extra_kinds: tuple[KindInfo, ...] = ()
 
     def __init__(self, providers: BrowserProviders | None = None) -> None:
         self.registry = ConnectionRegistry()
@@ -194,6 +202,29 @@ class Runtime:
         self._unreadable_ids: set[str] = set()
         # Saves and syncs run one at a time, so a sync never undoes a save in flight.
         self._storage_lock = asyncio.Lock()
+        self.probe_targets: list[Target] = default_targets()
+
+    # -- kinds and local servers -------------------------------------------------
+
+    def publish_kinds(self) -> None:
+        """Send the connection kinds (`kinds.catalogue`) to the page."""
+        napllmHost.connectionKinds(json.dumps(catalogue(self.extra_kinds)))
+
+    async def discover_servers(self, origin: str, kind: str, secret: str) -> str:
+        """Look for model servers on this computer (the form's button; `discovery`).
+
+        `origin`: the page's origin, named in the fixes; `kind`, `secret`:
+        the form's kind and typed secret, which is sent only to servers of
+        that kind. Returns JSON text `{"servers": [Finding.to_json()...]}`.
+        """
+        found = await discover(
+            self.providers.http,
+            self.probe_targets,
+            origin=origin,
+            reachable=reaches_opaquely,
+            secret_for=lambda t: secret if secret and _server_kind(t) == kind else None,
+        )
+        return json.dumps({"servers": [f.to_json() for f in found]})
 
     # -- connections -----------------------------------------------------------
 
@@ -251,7 +282,9 @@ class Runtime:
                 connection = Connection.model_validate(raw)
                 if not connection.settings.get("userDefined"):
                     raise ValueError("not a user connection")
-                readable.append(connection)
+                # The route is derived, never trusted from storage (kinds.route_for).
+                route = route_for(connection.kind, connection.settings)
+                readable.append(connection.model_copy(update={"route": route}))
             except ValueError:
                 count += 1
                 if isinstance(raw, dict) and isinstance(raw.get("id"), str):
@@ -364,7 +397,7 @@ class Runtime:
     # -- page API --------------------------------------------------------------
 
     def receive(self, endpoint_id: str, wire_text: str) -> None:
-        """One converted message from the page (see web/js/convert.js)."""
+        """One converted message from the page (web/js/wire.js)."""
         try:
             wire = read_json(str(wire_text))
         except ValueError:
@@ -448,6 +481,7 @@ class Runtime:
             "editConnection": self._async(self._form(self.edit_connection)),
             "removeConnection": self._async(self.remove_connection),
             "syncConnections": self._async(self.sync_stored),
+            "discoverServers": self._async(self.discover_servers),
             "listConnections": self._proxy(
                 lambda: json.dumps([c.public_summary() for c in self.registry.all()])
             ),
@@ -463,6 +497,11 @@ class Runtime:
         self.publish_grants()
 
 
+def _server_kind(target: Target) -> str | None:
+    info = server_info(target.server)
+    return info.kind if info is not None else None
+
+
 async def start(runtime: Runtime | None = None) -> Runtime:
     """Boot the runtime in the page and attach it to `napllmHost`.
 
@@ -474,6 +513,7 @@ async def start(runtime: Runtime | None = None) -> Runtime:
     if runtime is None:
         runtime = Runtime()
     await runtime.load()
+    runtime.publish_kinds()
     napllmHost.attachRuntime(runtime.api())
     runtime.publish_connections()
     runtime.publish_grants()

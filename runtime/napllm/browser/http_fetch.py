@@ -21,6 +21,9 @@ Rules
   the user what to allow (`providers.base.LOCAL_NETWORK_HINT`). A browser
   without these permission names gets the generic `ConnectionError`.
 - Bodies stream through `response.body.getReader()`; chunks arrive as bytes.
+- `reaches_opaquely` sends one `no-cors` GET without credentials and reads
+  nothing of the answer (it is opaque): it only tells "something answered"
+  from "nothing there", so the connections form can explain a CORS refusal.
 """
 
 from __future__ import annotations
@@ -59,6 +62,26 @@ async def local_network_denied() -> bool:
         if str(status.state) == "denied":
             return True
     return False
+
+
+async def reaches_opaquely(url: str, timeout_s: float) -> bool:
+    """Whether a `no-cors` GET of `url` gets any answer within `timeout_s` seconds.
+
+    The answer is opaque (status and body unreadable) and dropped at once;
+    never raises.
+    """
+    controller = AbortController.new()
+    init = {"mode": "no-cors", "credentials": "omit", "cache": "no-store"}
+    options = to_js(init | {"signal": controller.signal}, dict_converter=Object.fromEntries)
+    try:
+        await asyncio.wait_for(fetch(url, options), timeout_s)
+    except TimeoutError:
+        return False
+    except JsException:
+        return False
+    finally:
+        controller.abort()
+    return True
 
 
 class FetchResponse:
