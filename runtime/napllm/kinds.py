@@ -135,7 +135,7 @@ KINDS: tuple[KindInfo, ...] = (
     ),
     KindInfo(
         kind="scripted",
-        label="Scripted responses (for napplet development)",
+        label="Scripted responses — for napplet development",
         summary=(
             "Each request gets the next turn of a JSON script; no model, nothing leaves the page."
         ),

@@ -16,6 +16,11 @@ What it adds to the runtime
   ``removeConnection(cid)``.
 - ``engineDelayMs=N`` (0..10000) in the query: every engine hands its chunks
   over N ms apart, so cancellation is testable with a fast model.
+- ``probe=SERVER@PORT,...`` in the query (SERVER one of
+  ``napllm.discovery.SERVERS``): "Look for running servers" asks these
+  addresses on 127.0.0.1 instead of the usual ports, so a test's own servers
+  are found.
+- The ``fixture`` kind is added to the published kinds.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from napllm.browser.app import Runtime
 from napllm.browser.app import start as start_product
 from napllm.browser.providers import BrowserProviders
 from napllm.connections import Capabilities, Connection
+from napllm.discovery import Target, server_info
 from napllm.kinds import KindInfo
 from napllm.providers.base import Provider
 from napllm.providers.fixture import FixtureProvider
@@ -64,6 +70,19 @@ FIXTURE_KIND = KindInfo(
     test_only=True,
 )
 FIXTURE_ROUTE = "This page (test fixture: no model, nothing leaves the page)"
+
+
+def probe_targets() -> list[Target] | None:
+    """``probe`` from the query as discovery targets, or None when absent."""
+    raw = query().get("probe")
+    if not raw:
+        return None
+    targets = []
+    for item in raw[0].split(","):
+        server, _, port = item.partition("@")
+        if server_info(server) is not None and port.isdigit():
+            targets.append(Target(server, "127.0.0.1", int(port)))
+    return targets
 
 
 class TestProviders(BrowserProviders):
@@ -143,6 +162,9 @@ class TestRuntime(Runtime):
     def __init__(self) -> None:
         self.test_providers = TestProviders()
         super().__init__(self.test_providers)
+        targets = probe_targets()
+        if targets is not None:
+            self.probe_targets = targets
         delay = engine_delay_ms()
         for engine in self.providers.engines.values():
             engine.delay_ms = delay
