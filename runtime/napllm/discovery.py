@@ -4,7 +4,7 @@ Rules
 - Nothing is probed unless the user presses "Look for running servers". The
   probe asks each usual address (`SERVERS`: Ollama 11434, llama.cpp's
   llama-server 8080, LM Studio 1234, napllm-lmsp 11435; on 127.0.0.1, then
-  on localhost when nothing answered there) for its model list: `GET
+  on localhost when nothing this page can read answered there) for its model list: `GET
   /v1/models` (OpenAI-compatible) or `GET /lmsp/v1/models` (LMSP,
   docs/lmsp.md). All probes run at once, each bounded by `PROBE_TIMEOUT_S`.
 - A server's answer is hostile input: at most `MAX_LISTING_BYTES` are read,
@@ -17,6 +17,11 @@ Rules
   page's origin; a refusal by the browser's local network permission gets
   `LOCAL_NETWORK_HINT`; 401/403 asks for the token or key. The page's origin
   appears in a fix only when it is a plain `scheme://host[:port]`.
+- A cross-origin isolated page (`Cross-Origin-Embedder-Policy:
+  require-corp`, as `build.py serve` sends) cannot make the opaque request
+  to a server that sends no `Cross-Origin-Resource-Policy`, so a failed
+  fetch cannot tell "refuses this page" from "nothing there": such a probe is
+  `unreadable`, and its fix says what to change if the server does run.
 - A secret typed in the form is sent only to the servers of the form's kind
   (`secret_for`), and only because the user pressed the button with it filled in.
 - The addresses are a parameter (`targets`): the product uses
@@ -38,7 +43,9 @@ PROBE_TIMEOUT_S = 3.0
 MAX_LISTING_BYTES = 256 * 1024
 MAX_MODELS = 50
 
-Status = Literal["found", "needs-key", "cors", "blocked", "not-a-model-server", "absent"]
+Status = Literal[
+    "found", "needs-key", "cors", "blocked", "not-a-model-server", "unreadable", "absent"
+]
 
 
 @dataclass(frozen=True)
@@ -103,16 +110,21 @@ def server_info(server: str) -> ServerInfo | None:
 
 @dataclass(frozen=True)
 class Target:
-    """One address to probe: a server of `SERVERS` on `host`:`port`."""
+    """One address to probe: a server of `SERVERS` on `host`:`port`.
+
+    `fallback_host`: asked instead when nothing this page can read answered
+    on `host` (some servers listen on `localhost` only), or None.
+    """
 
     server: str
     host: str
     port: int
+    fallback_host: str | None = None
 
 
 def default_targets() -> list[Target]:
-    """Each server of `SERVERS` on its usual port of 127.0.0.1."""
-    return [Target(s.server, "127.0.0.1", s.port) for s in SERVERS]
+    """Each server of `SERVERS` on its usual port of 127.0.0.1, then of localhost."""
+    return [Target(s.server, "127.0.0.1", s.port, "localhost") for s in SERVERS]
 
 
 @dataclass
@@ -122,7 +134,8 @@ class Finding:
     `status`: `found` (a model list; `models` may be empty), `needs-key`
     (401/403), `cors` (running, but it refuses this page), `blocked` (the
     browser's local network permission), `not-a-model-server` (something
-    else answered), `absent` (nothing answered). `fix`: a sentence saying
+    else answered), `unreadable` (nothing this page could read, and it
+    cannot tell why), `absent` (nothing answered). `fix`: a sentence saying
     what to do, or "".
     """
 
@@ -196,7 +209,9 @@ async def _read_bounded(response: Any) -> bytes | None:
     return bytes(data)
 
 
-Opaque = Callable[[str, float], Awaitable[bool]]
+#: `reachable(url, timeout_s)`: True when an opaque request got an answer,
+#: False when nothing answered, None when this page cannot tell.
+Opaque = Callable[[str, float], Awaitable[bool | None]]
 
 
 async def probe(
@@ -211,8 +226,8 @@ async def probe(
     """Ask `target` for its model list; never raises (every failure is a `Finding`).
 
     `reachable(url, timeout_s)`: whether an opaque (`no-cors`) request
-    reaches `url`, telling a CORS refusal from an empty port; `secret`: a
-    token or key to send (see the module rules).
+    reaches `url` (None: this page cannot tell), telling a CORS refusal
+    from an empty port; `secret`: a token or key to send (module rules).
     """
     info = server_info(target.server)
     if info is None:
@@ -229,13 +244,17 @@ async def probe(
         finding.status, finding.fix = "blocked", LOCAL_NETWORK_HINT
         return finding
     except ConnectionError:
+        running: bool | None
         try:
             running = await asyncio.wait_for(reachable(url, timeout_s), timeout_s + 0.5)
         except (TimeoutError, ConnectionError):
             running = False
-        if running:
-            finding.status = "cors"
-            finding.fix = info.cors_fix.replace("{origin}", plain_origin(origin))
+        fix = info.cors_fix.replace("{origin}", plain_origin(origin))
+        if running is True:
+            finding.status, finding.fix = "cors", fix
+        elif running is None:
+            finding.status = "unreadable"
+            finding.fix = f"If {info.label} runs there, it does not accept this page. {fix}"
         return finding
     try:
         if response.status in (401, 403):
@@ -274,7 +293,7 @@ async def discover(
     secret_for: Callable[[Target], str | None] = lambda _t: None,
     timeout_s: float = PROBE_TIMEOUT_S,
 ) -> list[Finding]:
-    """Probe every target at once; on 127.0.0.1 an empty port is tried again on localhost.
+    """Probe every target at once; an empty address is tried again on its `fallback_host`.
 
     Returns one `Finding` per target, in the order of `targets`.
     """
@@ -288,8 +307,8 @@ async def discover(
             secret=secret_for(target),
             timeout_s=timeout_s,
         )
-        if found.status == "absent" and target.host == "127.0.0.1":
-            again = Target(target.server, "localhost", target.port)
+        if found.status in ("absent", "unreadable") and target.fallback_host:
+            again = Target(target.server, target.fallback_host, target.port)
             retry = await probe(
                 http,
                 again,
@@ -298,7 +317,7 @@ async def discover(
                 secret=secret_for(again),
                 timeout_s=timeout_s,
             )
-            if retry.status != "absent":
+            if retry.status not in ("absent", "unreadable"):
                 return retry
         return found
 

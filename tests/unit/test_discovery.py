@@ -34,8 +34,11 @@ def listing(*ids: Any) -> bytes:
 class World:
     """Which addresses answer what; records every request and opaque probe."""
 
-    def __init__(self, answers: dict[tuple[str, int], httpx.Response | str]) -> None:
+    def __init__(
+        self, answers: dict[tuple[str, int], httpx.Response | str], *, isolated: bool = False
+    ) -> None:
         self.answers = answers
+        self.isolated = isolated
         self.requests: list[httpx.Request] = []
         self.opaque: list[str] = []
 
@@ -49,7 +52,9 @@ class World:
         assert isinstance(answer, httpx.Response)
         return answer
 
-    async def reachable(self, url: str, timeout_s: float) -> bool:
+    async def reachable(self, url: str, timeout_s: float) -> bool | None:
+        if self.isolated:  # a cross-origin isolated page cannot send opaque requests
+            return None
         self.opaque.append(url)
         parsed = httpx.URL(url)
         return self.answers.get((parsed.host, parsed.port or 80)) == "cors"
@@ -63,11 +68,11 @@ class World:
 
 
 def test_default_targets_are_the_usual_ports() -> None:
-    assert [(t.server, t.host, t.port) for t in default_targets()] == [
-        ("ollama", "127.0.0.1", 11434),
-        ("llamacpp", "127.0.0.1", 8080),
-        ("lmstudio", "127.0.0.1", 1234),
-        ("lmsp", "127.0.0.1", 11435),
+    assert [(t.server, t.host, t.port, t.fallback_host) for t in default_targets()] == [
+        ("ollama", "127.0.0.1", 11434, "localhost"),
+        ("llamacpp", "127.0.0.1", 8080, "localhost"),
+        ("lmstudio", "127.0.0.1", 1234, "localhost"),
+        ("lmsp", "127.0.0.1", 11435, "localhost"),
     ]
 
 
@@ -112,6 +117,24 @@ async def test_cors_refusals_get_each_servers_exact_fix() -> None:
     assert "llama-server -m MODEL.gguf --port 8080" in found["llamacpp"]["fix"]
     assert "--cors" not in found["llamacpp"]["fix"]  # llama-server has no such option
     assert len(world.opaque) == 4
+
+
+async def test_an_isolated_page_says_what_to_change_if_the_server_runs() -> None:
+    world = World(
+        {
+            ("127.0.0.1", 11434): "cors",
+            ("127.0.0.1", 11435): httpx.Response(200, content=listing("tinychat")),
+        },
+        isolated=True,
+    )
+    found = await world.run()
+    assert found["lmsp"]["status"] == "found"
+    for server in ("ollama", "llamacpp", "lmstudio"):
+        assert found[server]["status"] == "unreadable"
+        assert found[server]["address"].startswith("127.0.0.1:")
+    assert found["ollama"]["fix"].startswith("If Ollama runs there, it does not accept this page.")
+    assert f"OLLAMA_ORIGINS={ORIGIN} ollama serve" in found["ollama"]["fix"]
+    assert world.opaque == []
 
 
 async def test_local_network_refusal_and_keys() -> None:
@@ -175,3 +198,10 @@ def test_only_plain_origins_appear_in_a_fix() -> None:
     assert plain_origin("https://napllm.example:8443") == "https://napllm.example:8443"
     for bad in ("null", "http://a b", "javascript:alert(1)", "http://x/$(rm -rf)", 5):
         assert plain_origin(bad) == "THIS_PAGE_ORIGIN"
+
+
+async def test_an_address_without_fallback_is_asked_once() -> None:
+    world = World({})
+    found = await world.run([Target("ollama", "127.0.0.1", 5)])
+    assert found["ollama"]["status"] == "absent"
+    assert [(r.url.host, r.url.port) for r in world.requests] == [("127.0.0.1", 5)]

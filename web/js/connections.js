@@ -617,7 +617,8 @@ export class ConnectionsPanel {
 
   /** Show the servers `discover` found (`Finding.to_json()` records). */
   renderDiscovery(servers) {
-    const seen = servers.filter((s) => s.status !== "absent");
+    const seen = servers.filter((s) => typeof FOUND_STATUS[s.status] === "string");
+    const unreadable = servers.filter((s) => s.status === "unreadable");
     const absent = servers.filter((s) => s.status === "absent").map((s) => `${str(s.label)} (${str(s.address)})`);
     const nodes = seen.map((server) => {
       const label = `${str(server.label, "A server")} at ${str(server.address)}`;
@@ -643,10 +644,25 @@ export class ConnectionsPanel {
     const summary = seen.length === 0
       ? "No model server answered on this computer."
       : `${seen.length} ${seen.length === 1 ? "server" : "servers"} found.`;
+    // A cross-origin isolated page cannot tell "refuses this page" from "not
+    // running": those addresses are listed, collapsed, with what to change if one runs.
+    const unsure = unreadable.length === 0
+      ? null
+      : el(
+        "details",
+        { class: "unreadable-servers" },
+        el("summary", {}, `Nothing this page could read at ${unreadable.map((s) => `${str(s.label)} (${str(s.address)})`).join(", ")}. Is one of them running?`),
+        el(
+          "ul",
+          {},
+          ...unreadable.map((server) => el("li", { dataset: { server: str(server.server) } }, str(server.fix))),
+        ),
+      );
     this.discoveryResults.replaceChildren(
       el("p", { class: "discovery-summary" }, summary),
       nodes.length > 0 ? el("ul", { class: "found-servers" }, ...nodes) : null,
-      absent.length > 0 ? el("p", { class: "muted" }, `Nothing answered for: ${absent.join(", ")}.`) : null,
+      unsure,
+      absent.length > 0 ? el("p", { class: "muted" }, `Nothing answered at: ${absent.join(", ")}.`) : null,
     );
   }
 

@@ -34,6 +34,7 @@ import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import js  # type: ignore[import-not-found]
 from js import AbortController, Object, fetch, navigator  # type: ignore[import-not-found]
 from pyodide.ffi import JsException, to_js  # type: ignore[import-not-found]
 
@@ -64,21 +65,24 @@ async def local_network_denied() -> bool:
     return False
 
 
-async def reaches_opaquely(url: str, timeout_s: float) -> bool:
+async def reaches_opaquely(url: str, timeout_s: float) -> bool | None:
     """Whether a `no-cors` GET of `url` gets any answer within `timeout_s` seconds.
 
     The answer is opaque (status and body unreadable) and dropped at once;
-    never raises.
+    never raises. A cross-origin isolated page (COEP `require-corp`) blocks
+    opaque answers without a `Cross-Origin-Resource-Policy` header, so there
+    a failure means "cannot tell" (None), not "nothing there" (False).
     """
+    unsure = None if getattr(js, "crossOriginIsolated", False) is True else False
     controller = AbortController.new()
     init = {"mode": "no-cors", "credentials": "omit", "cache": "no-store"}
     options = to_js(init | {"signal": controller.signal}, dict_converter=Object.fromEntries)
     try:
         await asyncio.wait_for(fetch(url, options), timeout_s)
     except TimeoutError:
-        return False
+        return unsure
     except JsException:
-        return False
+        return unsure
     finally:
         controller.abort()
     return True
