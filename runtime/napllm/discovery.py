@@ -298,25 +298,16 @@ async def discover(
     Returns one `Finding` per target, in the order of `targets`.
     """
 
-    async def one(target: Target) -> Finding:
-        found = await probe(
-            http,
-            target,
-            origin=origin,
-            reachable=reachable,
-            secret=secret_for(target),
-            timeout_s=timeout_s,
+    def ask(target: Target) -> Awaitable[Finding]:
+        secret = secret_for(target)
+        return probe(
+            http, target, origin=origin, reachable=reachable, secret=secret, timeout_s=timeout_s
         )
+
+    async def one(target: Target) -> Finding:
+        found = await ask(target)
         if found.status in ("absent", "unreadable") and target.fallback_host:
-            again = Target(target.server, target.fallback_host, target.port)
-            retry = await probe(
-                http,
-                again,
-                origin=origin,
-                reachable=reachable,
-                secret=secret_for(again),
-                timeout_s=timeout_s,
-            )
+            retry = await ask(Target(target.server, target.fallback_host, target.port))
             if retry.status not in ("absent", "unreadable"):
                 return retry
         return found
