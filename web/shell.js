@@ -154,6 +154,10 @@ const napllmHost = Object.freeze({
     connections.update(String(listJson));
     sharedOriginCheck(String(listJson));
   },
+  /** The connection kinds the runtime supports (napllm.kinds; JSON text), sent once at start. */
+  connectionKinds(listJson) {
+    connections.setKinds(String(listJson));
+  },
   /** Re-render the standing grants. */
   grantsChanged(listJson) {
     connections.updateGrants(String(listJson));

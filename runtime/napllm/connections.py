@@ -19,6 +19,8 @@ Rules
   info in a model URL (`settings.url`), both in the form's spec and in a
   stored connection, with fixed messages that never repeat the URL
   (`check_base_url`, `check_model_url`, `spec_error_text`).
+- Kinds, their form fields and their routes are described once, in
+  `kinds.py` (`host_of` and `route_for` are re-exported here).
 - `toolChoiceModes` lists exactly the supported modes without duplicates;
   `tools: true` requires `auto` and `none`; `tools: false` requires an empty
   list (NAP-LLM, Model).
@@ -31,6 +33,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .kinds import host_of, route_for
 from .records import (
     BASE_URL_MESSAGE,
     QUERY_MESSAGE,
@@ -184,33 +187,6 @@ class ConnectionSpec(BaseModel):
     def _settings(self) -> ConnectionSpec:
         _check_settings_urls(self.settings, base_required=self.kind in ("lmsp", "openai"))
         return self
-
-
-def host_of(url: str) -> str:
-    """`host:port` of an http(s) URL, for route texts (never the path or query)."""
-    rest = url.split("://", 1)[-1]
-    host = rest.split("/", 1)[0]
-    return host.rsplit("@", 1)[-1]  # drop any userinfo
-
-
-def route_for(kind: ProviderKind, settings: dict[str, Any]) -> str:
-    """The disclosure route: every hop, destination included (DESIGN.md, Route)."""
-    if kind == "lmsp":
-        return f"This browser -> LMSP service at {host_of(str(settings.get('baseUrl', '')))}"
-    if kind == "openai":
-        return (
-            "This browser -> OpenAI-compatible server at "
-            f"{host_of(str(settings.get('baseUrl', '')))}"
-        )
-    if kind == "wasm":
-        return "This browser -> llama.cpp on WebAssembly (this device)"
-    if kind == "webllm":
-        return "This browser -> WebLLM on WebGPU (this device)"
-    if kind == "onnx":
-        return "This browser -> transformers.js (ONNX Runtime) on WebGPU (this device)"
-    if kind == "scripted":
-        return "This browser -> scripted responses (this page; no model, nothing leaves the page)"
-    return "This browser -> fixture provider (this page)"
 
 
 def capabilities_for_spec(spec: ConnectionSpec) -> Capabilities:

@@ -422,12 +422,18 @@ class ModelCapabilities(_In):
 
 
 class ModelEntry(_In):
-    """One entry of `GET /lmsp/v1/models` (docs/lmsp.md)."""
+    """One entry of `GET /lmsp/v1/models` (docs/lmsp.md).
+
+    `engine`: napllm extension, the words a service gives for the engine
+    that runs the model (such as "llama.cpp"); any JSON value is accepted
+    here and only plain words are ever shown (`kinds.engine_words`).
+    """
 
     id: str
     object: str = "model"
     context_length: int | None = None
     capabilities: ModelCapabilities = Field(default_factory=ModelCapabilities)
+    engine: Any = None
 
 
 class ModelList(_In):

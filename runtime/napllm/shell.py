@@ -53,6 +53,7 @@ from typing import Any, Literal, Protocol
 from .connections import ConnectionRegistry
 from .errors import ErrorCode, NapError, ProviderFailure, unsupported
 from .intake import Cancel, Describe, Generate, Select, read_request
+from .kinds import model_display_name
 from .lifecycle import GenEvent, Lifecycle
 from .providers.base import Provider
 from .records import (
@@ -160,7 +161,8 @@ class ToolResultDisclosure:
 class Disclosure:
     """Everything the consent dialog must name (NAP-LLM, Shell Behavior).
 
-    The requesting napplet, the route and model, what is disclosed (message
+    The requesting napplet, the route and model (its id and, for people, its
+    name in words, `kinds.model_display_name`), what is disclosed (message
     count, characters, images, tool definitions, tool results) and whether
     charges may apply.
     """
@@ -184,6 +186,7 @@ class Disclosure:
             "connection": {"id": c.id, "name": c.name, "kind": c.kind},
             "route": c.route,
             "model": c.model,
+            "modelName": model_display_name(c.model),
             "charges": c.charges,
             "disclosed": {
                 "messages": self.messages,

@@ -184,7 +184,7 @@ def test_tinychat_is_the_default_connection_with_honest_capabilities(shell: Shel
     model = shell.choose(frame, {"json": True, "tools": True})
     assert model["name"] == "TinyChat (on this device)"
     assert model["model"] == "tinychat-q8_0"
-    assert model["route"] == "This browser -> llama.cpp on WebAssembly (this device)"
+    assert model["route"] == "This browser (WebAssembly, llama.cpp) on this device"
     assert model["json"] is True and model["tools"] is True and model["images"] is False
     assert model["toolChoiceModes"] == ["auto", "none"]
     # TinyChat is listed first in the connections panel, before any fixture.

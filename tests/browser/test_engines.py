@@ -127,7 +127,7 @@ def add_webllm_connection(shell: Shell, name: str, model: str) -> None:
     page.fill("#connection-model", model)
     page.click("#connection-form button[type='submit']")
     page.wait_for_function(
-        "(n) => [...document.querySelectorAll('#connection-list > li')]"
+        "(n) => [...document.querySelectorAll('#connection-list li.connection')]"
         ".some((li) => li.textContent.includes(n))",
         arg=name,
     )
@@ -135,8 +135,9 @@ def add_webllm_connection(shell: Shell, name: str, model: str) -> None:
 
 def connection_items(page: Any) -> list[dict[str, str]]:
     items: list[dict[str, str]] = page.eval_on_selector_all(
-        "#connection-list > li",
-        "(items) => items.map((li) => ({id: li.dataset.connectionId, text: li.textContent}))",
+        "#connection-list li.connection",
+        "(items) => items.map((li) => ({id: li.dataset.connectionId, text: li.textContent,"
+        " quiet: li.closest('.unavailable-group') !== null}))",
     )
     return items
 
@@ -169,7 +170,12 @@ def test_without_webgpu_webllm_models_are_listed_unavailable(
     # A handful of recommended models, not WebLLM's whole catalogue.
     assert 3 <= len(webllm) <= 6
     for item in webllm:
-        assert "Unavailable" in item["text"] and "WebGPU" in item["text"], item
+        # quiet, in the collapsed "Needs a GPU with WebGPU" group, with the reason
+        assert item["quiet"] and "WebGPU" in item["text"], item
+    group = page.locator("#connection-list > li.unavailable-group summary").inner_text()
+    quiet = [i for i in items if i["quiet"]]  # the WebLLM models and the ONNX TinyChat
+    assert group == f"Needs a GPU with WebGPU ({len(quiet)} models)"
+    assert {i["id"] for i in webllm} <= {i["id"] for i in quiet}
     # Unavailable connections are not offered to napplets.
     frame.evaluate("() => window.selectModel({})")
     page.wait_for_selector(".chooser-dialog button.candidate")
@@ -184,7 +190,7 @@ def test_without_webgpu_webllm_models_are_listed_unavailable(
     # offered, so nothing is ever fetched for it.
     add_webllm_connection(shell, "Added WebLLM", "SmolLM2-360M-Instruct-q4f32_1-MLC")
     added = [i for i in connection_items(page) if "Added WebLLM" in i["text"]]
-    assert added and "Unavailable" in added[0]["text"] and "WebGPU" in added[0]["text"]
+    assert added and added[0]["quiet"] and "WebGPU" in added[0]["text"]
     frame.evaluate("() => window.selectModel({})")
     page.wait_for_selector(".chooser-dialog button.candidate")
     names = page.eval_on_selector_all(
@@ -205,7 +211,7 @@ def test_webllm_mapping_streams_tools_json_and_usage(shell: Shell) -> None:
     add_webllm_connection(shell, "Hermes on WebLLM", HERMES)
     model = choose_by_name(shell, frame, {"tools": True}, "Hermes on WebLLM")
     assert model["model"] == HERMES
-    assert model["route"] == "This browser -> WebLLM on WebGPU (this device)"
+    assert model["route"] == "This browser (WebGPU, WebLLM) on this device"
     assert model["tools"] is True and model["json"] is True and model["images"] is False
     assert model["toolChoiceModes"] == ["auto", "none"]
 

@@ -88,6 +88,9 @@ def test_product_booted_with_test_query_has_no_hooks(
     assert page.evaluate("typeof window.napllmTest") == "undefined"
     ids = connection_ids(page)
     assert not [i for i in ids if i.startswith("fx-")], ids
+    # The product publishes only its own connection kinds (napllm.kinds), no fixture kind.
+    kinds = page.eval_on_selector_all("#connection-kind option", "(o) => o.map((x) => x.value)")
+    assert kinds == ["", "lmsp", "openai", "wasm", "webllm", "onnx", "scripted"]
     status = page.evaluate("fetch('./testhooks/napllm_testhooks.py').then((r) => r.status)")
     assert status == 404
 

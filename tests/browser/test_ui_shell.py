@@ -25,6 +25,8 @@ from urllib.parse import quote
 
 import pytest
 
+from napllm.kinds import catalogue
+
 pytestmark = pytest.mark.browser
 
 TestPage = Callable[[str, str], str]
@@ -67,6 +69,8 @@ FAKE_RUNTIME = """
     pushOnAttach: null,
     attach() {
       fake.attached = true;
+      // The runtime's own kind table (napllm.kinds.catalogue), as the real runtime publishes it.
+      window.napllmHost.connectionKinds(__KINDS__);
       window.napllmHost.attachRuntime(fake.api);
       if (fake.pushOnAttach) {
         window.napllmHost.connectionsChanged(fake.pushOnAttach.connections);
@@ -111,7 +115,7 @@ FAKE_RUNTIME = """
   };
   window.__fake = fake;
 })();
-"""
+""".replace("__KINDS__", json.dumps(json.dumps(catalogue())))
 
 #: A napplet for frame tests: reports what it sees through window globals.
 PROBE_NAPPLET = """<!doctype html>
@@ -583,7 +587,7 @@ MODEL = {
     "handle": "h1",
     "name": "Test connection",
     "model": "m",
-    "route": "This browser -> test",
+    "route": "This page (test)",
     "images": False,
     "json": True,
     "tools": False,
@@ -748,7 +752,7 @@ CHOOSER = {
             "name": "Local LMSP",
             "kind": "lmsp",
             "model": "tiny-chat",
-            "route": "This browser -> LMSP service at 127.0.0.1:11435",
+            "route": "This browser → LMSP service at 127.0.0.1:11435",
             "charges": False,
             "capabilities": {
                 "images": False,
@@ -762,7 +766,7 @@ CHOOSER = {
             "name": "Remote",
             "kind": "openai",
             "model": "big",
-            "route": "This browser -> OpenAI-compatible server at example.test",
+            "route": "This browser → OpenAI-compatible server at example.test",
             "charges": True,
             "capabilities": {"images": True, "json": True, "tools": False, "toolChoiceModes": []},
         },
@@ -772,8 +776,9 @@ CHOOSER = {
 DISCLOSURE = {
     "napplet": {"name": "tools", "sha256": "cd" * 32, "shortHash": "cdcdcdcdcdcd"},
     "connection": {"id": "c1", "name": "Local LMSP", "kind": "lmsp"},
-    "route": "This browser -> LMSP service at 127.0.0.1:11435",
-    "model": "tiny-chat",
+    "route": "This browser → LMSP service at 127.0.0.1:11435",
+    "model": "Llama-3.2-1B-Instruct-q4f16_1-MLC",
+    "modelName": "Llama 3.2 1B Instruct",
     "charges": True,
     "disclosed": {
         "messages": 3,
@@ -837,6 +842,16 @@ def test_chooser_lists_candidates_and_esc_cancels(shell: Any) -> None:
     assert [b.get_attribute("data-candidate-id") for b in buttons] == ["c1", "c2"]
     assert "may charge" in buttons[1].text_content()
     assert "127.0.0.1:11435" in buttons[0].text_content()
+    # Badges say what each connection can do, never what it cannot.
+    badges = [
+        b.eval_on_selector_all(".badges li", "(l) => l.map((x) => x.textContent)")
+        for b in dialog.query_selector_all("ul.candidates > li")
+    ]
+    assert badges == [
+        ["JSON output", "calls tools", "tool choice: auto, none"],
+        ["reads images", "JSON output"],
+    ]
+    assert dialog.query_selector(".badge.off") is None
     # Focus starts on Cancel (Enter never picks a candidate by default).
     assert shell.page.evaluate("document.activeElement.textContent") == "Cancel"
     shell.page.keyboard.press("Escape")
@@ -865,8 +880,8 @@ def test_consent_shows_disclosure_denies_by_default(shell: Any) -> None:
     for expected in (
         "tools (#cdcdcdcdcdcd)",
         "Local LMSP",
-        "127.0.0.1:11435",
-        "tiny-chat",
+        "This browser → LMSP service at 127.0.0.1:11435",
+        "Llama 3.2 1B Instruct (id Llama-3.2-1B-Instruct-q4f16_1-MLC)",
         "3 messages, 120 characters",
         "get_weather",
         "call_1",
@@ -875,6 +890,10 @@ def test_consent_shows_disclosure_denies_by_default(shell: Any) -> None:
         "may charge you",
     ):
         assert expected in text, expected
+    assert (
+        dialog.query_selector(".model-id code").text_content()
+        == "Llama-3.2-1B-Instruct-q4f16_1-MLC"
+    )
     assert dialog.query_selector("details pre") is not None
     assert '"city"' in dialog.query_selector("details pre").text_content()
     # Deny is focused, "remember" is off; Esc denies.
@@ -989,7 +1008,7 @@ CONNECTIONS = [
         "name": "My server",
         "kind": "openai",
         "model": "llama",
-        "route": "This browser -> OpenAI-compatible server at 127.0.0.1:8080",
+        "route": "This browser → OpenAI-compatible server at 127.0.0.1:8080",
         "capabilities": {
             "images": False,
             "imagesInToolResults": False,
@@ -1009,7 +1028,7 @@ CONNECTIONS = [
         "name": "WebGPU model",
         "kind": "webllm",
         "model": "SmolLM2",
-        "route": "This browser -> WebLLM on WebGPU (this device)",
+        "route": "This browser (WebGPU, WebLLM) on this device",
         "capabilities": {"images": False, "json": False, "tools": False, "toolChoiceModes": []},
         "charges": False,
         "settings": {},
@@ -1028,16 +1047,35 @@ def test_connections_panel_lists_and_edits(shell: Any) -> None:
     first = items[0].text_content()
     for expected in (
         "My server",
-        "OpenAI-compatible",
+        "OpenAI-compatible server",
         "llama",
-        "127.0.0.1:8080",
+        "Route: This browser → OpenAI-compatible server at 127.0.0.1:8080",
         "may charge",
         "credential saved",
         "Available",
     ):
         assert expected in first
+    assert items[0].eval_on_selector_all(".badges li", "(l) => l.map((x) => x.textContent)") == [
+        "JSON output",
+        "calls tools",
+        "may charge",
+        "credential saved",
+    ]
+    # A connection this device cannot run sits in a quiet, collapsed group that
+    # says what it needs and how to get it; it is not listed as an error.
+    group = shell.page.query_selector("#connection-list > li.unavailable-group")
+    assert group.eval_on_selector("details", "(d) => d.open") is False
+    assert group.query_selector("summary").text_content() == "Needs a GPU with WebGPU (1 model)"
+    assert "chrome://flags/#enable-unsafe-webgpu" in group.query_selector(".how").text_content()
+    assert not shell.page.is_visible("li.connection.quiet")
     second = items[1].text_content()
-    assert "Unavailable: WebGPU is not available in this browser." in second
+    assert items[1].get_attribute("class") == "connection quiet"
+    assert "WebLLM in this browser (WebGPU)" in second
+    assert "WebGPU is not available in this browser." in second and "Unavailable" not in second
+    assert (
+        shell.page.query_selector("#connection-list .unavailable, #connection-list .badge.off")
+        is None
+    )
     assert items[1].query_selector("button.edit") is None  # built in
     # Edit: the secret is never filled back; blank keeps it (credential null).
     items[0].query_selector("button.edit").click()
@@ -1066,9 +1104,18 @@ def test_connections_add_forms_per_kind(shell: Any) -> None:
     shell.goto()
     page = shell.page
     page.click("#connection-add")
-    assert page.evaluate("document.activeElement.id") == "connection-name"
+    # A short guided form: the kind comes first, and its fields only once picked.
+    assert page.evaluate("document.activeElement.id") == "connection-kind"
+    assert page.is_hidden("#connection-base-url") and page.is_hidden("#connection-model")
+    kinds = page.eval_on_selector_all(
+        "#connection-kind option", "(o) => o.map((x) => [x.value, x.text])"
+    )
+    assert kinds == [["", "Choose a kind…"]] + [[k["kind"], k["label"]] for k in catalogue()]
     page.fill("#connection-name", "LMSP")
     page.select_option("#connection-kind", "lmsp")
+    assert "napllm-lmsp" in page.text_content("#connection-kind-summary")
+    assert page.is_visible("#connection-discover")
+    assert page.is_hidden("#connection-forwards-to")
     assert page.is_hidden("#connection-capabilities")
     assert page.is_hidden("#connection-model-url")
     page.fill("#connection-base-url", "http://127.0.0.1:11435")
@@ -1103,13 +1150,30 @@ def test_connections_add_forms_per_kind(shell: Any) -> None:
     assert wasm["credential"] is None
     # Invalid input is refused by the form itself; Esc closes it.
     page.click("#connection-add")
+    page.select_option("#connection-kind", "wasm")
+    assert page.is_hidden("#connection-discover")
+    page.select_option("#connection-kind", "openai")
+    page.fill("#connection-name", "Proxied")
+    page.fill("#connection-base-url", "http://127.0.0.1:4000/v1")
+    page.fill("#connection-forwards-to", "api.example.com")
+    page.fill("#connection-model", "gpt")
+    page.click("#connection-save")
+    page.wait_for_function(
+        "window.__fake.calls.filter((c) => c[0] === 'addConnection').length === 3"
+    )
+    proxied = json.loads(shell.calls("addConnection")[2][1])
+    assert proxied["settings"] == {
+        "baseUrl": "http://127.0.0.1:4000/v1",
+        "forwardsTo": "api.example.com",
+    }
+    page.click("#connection-add")
     page.select_option("#connection-kind", "openai")
     page.fill("#connection-name", "Bad")
     page.fill("#connection-base-url", "not a url")
     page.fill("#connection-model", "x")
     page.click("#connection-save")
     page.wait_for_timeout(100)
-    assert len(shell.calls("addConnection")) == 2
+    assert len(shell.calls("addConnection")) == 3
     page.focus("#connection-name")
     page.keyboard.press("Escape")
     assert page.is_hidden("#connection-form")

@@ -18,6 +18,11 @@ What it adds to the runtime
   ``recodeNextError(code)`` (the next error record sent gets `code`).
 - ``engineDelayMs=N`` (0..10000) in the query: every engine hands its chunks
   over N ms apart, so cancellation is testable with a fast model.
+- ``probe=SERVER@PORT,...`` in the query (SERVER one of
+  ``napllm.discovery.SERVERS``): "Look for running servers" asks these
+  addresses on 127.0.0.1 instead of the usual ports, so a test's own servers
+  are found.
+- The ``fixture`` kind is added to the published kinds.
 
 Why these remain (a test that needs only deterministic answers uses the
 product's scripted connection instead, through the connections form:
@@ -57,7 +62,9 @@ from pyodide.ffi import to_js  # type: ignore[import-not-found]
 from napllm.browser.app import Runtime
 from napllm.browser.app import start as start_product
 from napllm.browser.providers import BrowserProviders
-from napllm.connections import Capabilities, Connection, route_for
+from napllm.connections import Capabilities, Connection
+from napllm.discovery import Target, server_info
+from napllm.kinds import KindInfo
 from napllm.providers.base import Provider
 from napllm.providers.fixture import FixtureProvider
 
@@ -74,6 +81,29 @@ def engine_delay_ms() -> int:
     except ValueError:
         return 0
     return max(0, min(value, 10_000))
+
+
+#: The fixture connections' kind, published to the page in the test build only.
+FIXTURE_KIND = KindInfo(
+    kind="fixture",
+    label="Test fixture",
+    summary="Answers queued by a test; no model, nothing leaves the page.",
+    test_only=True,
+)
+FIXTURE_ROUTE = "This page (test fixture: no model, nothing leaves the page)"
+
+
+def probe_targets() -> list[Target] | None:
+    """``probe`` from the query as discovery targets, or None when absent."""
+    raw = query().get("probe")
+    if not raw:
+        return None
+    targets = []
+    for item in raw[0].split(","):
+        server, _, port = item.partition("@")
+        if server_info(server) is not None and port.isdigit():
+            targets.append(Target(server, "127.0.0.1", int(port)))
+    return targets
 
 
 class TestProviders(BrowserProviders):
@@ -120,7 +150,7 @@ def test_connections(providers: TestProviders) -> list[Connection]:
         ),
         ("fx-paid", "Fixture (may charge)", "fixture-paid", full, True),
     ]
-    route = route_for("fixture", {})
+    route = FIXTURE_ROUTE
     connections = []
     for cid, name, model, caps, charges in specs:
         providers.fixtures[cid] = FixtureProvider()
@@ -166,11 +196,16 @@ class RecodingTransport:
 class TestRuntime(Runtime):
     """The product runtime with fixture connections and ``window.napllmTest``."""
 
+    extra_kinds = (FIXTURE_KIND,)
+
     def __init__(self) -> None:
         self.test_providers = TestProviders()
         super().__init__(self.test_providers)
         self.transport = RecodingTransport(self.shell._transport)
         self.shell._transport = self.transport
+        targets = probe_targets()
+        if targets is not None:
+            self.probe_targets = targets
         delay = engine_delay_ms()
         for engine in self.providers.engines.values():
             engine.delay_ms = delay

@@ -102,6 +102,7 @@ def test_model_listing_reports_capabilities(
         "id": lmsp_service.model_id,
         "object": "model",
         "context_length": lmsp_service.n_ctx,
+        "engine": "llama.cpp",
         "capabilities": {
             "tools": True,
             "structured_output": True,

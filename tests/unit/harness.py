@@ -27,6 +27,9 @@ from napllm.shell import (
     ShellPolicy,
 )
 
+#: The route of the fixture connections (a test-only kind, not in napllm.kinds).
+FIXTURE_ROUTE = "This page (test fixture: no model, nothing leaves the page)"
+
 FULL_CAPS = Capabilities(
     images=True,
     images_in_tool_results=True,
@@ -182,7 +185,7 @@ class Harness:
                 name=f"Fixture {cid}",
                 kind="fixture",
                 model=model,
-                route="This browser -> fixture provider (this page)",
+                route=FIXTURE_ROUTE,
                 capabilities=caps,
                 charges=charges,
                 **extra,

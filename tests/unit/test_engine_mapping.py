@@ -119,7 +119,7 @@ def test_tinychat_connection_is_offline_and_honest() -> None:
     assert connection.kind == "wasm"
     assert connection.name == "TinyChat (on this device)"
     assert connection.model == "tinychat-q8_0"
-    assert connection.route == "This browser -> llama.cpp on WebAssembly (this device)"
+    assert connection.route == "This browser (WebAssembly, llama.cpp) on this device"
     assert connection.settings["url"] == TINYCHAT_PATH and not TINYCHAT_PATH.startswith("/")
     assert connection.available is True and connection.charges is False
     public = connection.public_model("h")
@@ -298,7 +298,7 @@ def test_webllm_connections_show_availability_and_rank() -> None:
     none = webllm_connection(record("SmolLM2-360M-Instruct-q4f32_1-MLC"), GpuReport(), ())
     assert none.available is False and none.unavailable_reason == NO_WEBGPU
     assert none.settings["rank"] == 50
-    assert none.route == "This browser -> WebLLM on WebGPU (this device)"
+    assert none.route == "This browser (WebGPU, WebLLM) on this device"
     assert none.public_summary()["unavailableReason"] == NO_WEBGPU
     ready = webllm_connection(
         record("Hermes-3-Llama-3.1-8B-q4f16_1-MLC"), F16_GPU, FUNCTION_CALLING, cached=True

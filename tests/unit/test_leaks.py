@@ -218,7 +218,7 @@ def secret_connection() -> Connection:
         name="Work",
         kind="openai",
         model="m",
-        route="This browser -> OpenAI-compatible server at 127.0.0.1:8080",
+        route="This browser → OpenAI-compatible server at 127.0.0.1:8080",
         capabilities=Capabilities(tools=True, tool_choice_modes=("auto", "none")),
         settings={"baseUrl": "http://127.0.0.1:8080/v1"},
         credential=CREDENTIAL,

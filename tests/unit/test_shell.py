@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 import pytest
-from harness import FULL_CAPS, PNG, Chooser, Harness, ManualClock, generate, user
+from harness import FIXTURE_ROUTE, FULL_CAPS, PNG, Chooser, Harness, ManualClock, generate, user
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from napcheck import (
@@ -864,7 +864,8 @@ async def test_consent_asked_before_every_generation_and_names_everything() -> N
     assert len(h.consent.asked) == 2 and fx.submissions == 2
     disclosure = h.consent.asked[0].to_json()
     assert disclosure["napplet"] == {"name": "chat", "sha256": "cd" * 32, "shortHash": "cd" * 6}
-    assert disclosure["route"] == "This browser -> fixture provider (this page)"
+    assert disclosure["route"] == FIXTURE_ROUTE
+    assert disclosure["modelName"] == "fixture model"
     assert disclosure["model"] == "fixture-model" and disclosure["charges"] is True
     disclosed = disclosure["disclosed"]
     assert disclosed["messages"] == 2 and disclosed["images"] == 1
@@ -933,7 +934,7 @@ def add_connection(h: Harness, cid: str, **fields: Any) -> None:
         "name": "My connection",
         "kind": "fixture",
         "model": "fixture-model",
-        "route": "This browser -> fixture provider (this page)",
+        "route": FIXTURE_ROUTE,
         "capabilities": FULL_CAPS,
         **fields,
     }
@@ -1211,7 +1212,7 @@ async def test_describe_of_invalid_handle_is_selection_expired(change: str) -> N
     if change == "foreign":
         target = h.endpoint("other")
     elif change == "edited":
-        h.registry.edit("fx", route="This browser -> another proxy -> fixture")
+        h.registry.edit("fx", route="This browser → another proxy → fixture")
     elif change == "removed":
         h.registry.remove("fx")
     elif change == "credential":
@@ -1239,26 +1240,22 @@ async def test_added_connection_keeps_existing_handles() -> None:
     assert "model" in terminal(h, ep, "d1", "llm.describe.result")
 
 
-async def test_route_discloses_intermediaries() -> None:
+async def test_consent_shows_the_route_built_for_the_connections_kind() -> None:
+    """The dialog's route is `route_for`'s, hops included (per-kind texts: test_kinds.py)."""
+    from napllm.kinds import route_for
+
     h = Harness()
-    add_connection(
-        h, "fx", route="This browser -> corporate proxy at 127.0.0.1:3128 -> LMSP service"
-    )
+    settings = {"baseUrl": "http://127.0.0.1:4000/v1", "forwardsTo": "api.example.com"}
+    add_connection(h, "fx", kind="openai", route=route_for("openai", settings), settings=settings)
     ep = h.endpoint()
     handle = await h.select(ep)
     model = terminal(h, ep, "s1", "llm.select.result")["model"]
-    assert model["route"] == "This browser -> corporate proxy at 127.0.0.1:3128 -> LMSP service"
+    expected = (
+        "This browser → proxy at 127.0.0.1:4000 → OpenAI-compatible server at api.example.com"
+    )
+    assert model["route"] == expected
     await generated(h, ep, generate("g1", handle))
-    assert h.consent.asked[0].to_json()["route"] == model["route"]
-
-
-def test_route_texts_name_destination_and_never_credentials() -> None:
-    from napllm.connections import route_for
-
-    route = route_for("openai", {"baseUrl": "http://user:sk-live-pw@127.0.0.1:11434/v1?key=q"})
-    assert route == "This browser -> OpenAI-compatible server at 127.0.0.1:11434"
-    assert "sk-live" not in route and "key=" not in route
-    assert "this device" in route_for("webllm", {})
+    assert h.consent.asked[0].to_json()["route"] == expected
 
 
 def test_safe_messages_are_fixed_sentences() -> None:

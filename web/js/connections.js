@@ -13,6 +13,19 @@
  * - Only connections the user made (`settings.userDefined`) can be edited
  *   or removed; built-in ones belong to the runtime.
  * - Every value is inserted as text, never as markup.
+ * - The connection kinds (labels, one-line summaries, which form fields a
+ *   kind has, what a device needs to run it) are the runtime's
+ *   (napllm.kinds), published once at start (`napllmHost.connectionKinds`);
+ *   this module keeps no copy. The form starts with the kind: its other
+ *   fields appear once one is picked.
+ * - Capability badges say what a connection can do ("reads images",
+ *   "JSON output", "calls tools", or "text only"), never what it cannot.
+ * - Connections this device cannot run are listed last, in a collapsed group
+ *   per need ("Needs a GPU with WebGPU") that says how to get it.
+ * - "Look for running servers" probes local model servers only when pressed
+ *   (the runtime's `discoverServers`, napllm.discovery): each server found
+ *   lists its models, and picking one fills the form; a server that refuses
+ *   this page shows the runtime's fix for that server.
  * - When another tab saves connections (storage.js tells this one), the
  *   runtime re-reads them (`syncConnections`) and pushes the new lists; the
  *   same happens once at attach. Its answer `{"unreadable": n}` is shown as
@@ -24,19 +37,34 @@ import { el, str } from "./dom.js";
 import { isObjectOrArray, parseJsonOr } from "./json.js";
 import { onConnectionsChanged } from "./storage.js";
 
-const KINDS = {
-  lmsp: { label: "LMSP service", baseUrl: true, secret: "Access token", capabilities: false, charges: false },
-  openai: { label: "OpenAI-compatible server", baseUrl: true, secret: "API key", capabilities: true, charges: true },
-  wasm: { label: "llama.cpp in this browser (WebAssembly)", modelUrl: true, capabilities: false, charges: false },
-  webllm: { label: "WebLLM on WebGPU", capabilities: false, charges: false },
-  // The model id is a Hugging Face hub id (owner/name) or the URL of an ONNX model folder.
-  onnx: { label: "ONNX model in this browser (WebGPU)", capabilities: false, charges: false },
-  // Napplet development: each generation plays the next turn of a JSON script (docs/napplets.md).
-  scripted: { label: "Scripted responses — for napplet development", script: true, capabilities: false, charges: false },
-};
-
 function parseList(text) {
   return parseJsonOr(text, [], Array.isArray).filter((item) => item && typeof item === "object");
+}
+
+/**
+ * What a connection can do, in words, from its capability flags
+ * (`{images, json, tools}`): "reads images", "JSON output", "calls tools",
+ * or ["text only"] when none.
+ */
+export function canDo(capabilities) {
+  const caps = capabilities && typeof capabilities === "object" ? capabilities : {};
+  const words = [];
+  if (caps.images === true) words.push("reads images");
+  if (caps.json === true) words.push("JSON output");
+  if (caps.tools === true) words.push("calls tools");
+  return words.length > 0 ? words : ["text only"];
+}
+
+/**
+ * The kind records of `napllmHost.connectionKinds` (JSON text): those with
+ * a string `kind` and `label`, keyed by kind. Malformed text gives an empty map.
+ */
+export function parseKinds(text) {
+  const kinds = new Map();
+  for (const item of parseList(text)) {
+    if (typeof item.kind === "string" && item.kind && typeof item.label === "string") kinds.set(item.kind, item);
+  }
+  return kinds;
 }
 
 /** The model id a GGUF URL implies when none was typed: its file name without `.gguf`. */
@@ -139,6 +167,18 @@ function failureText(result) {
   return null;
 }
 
+/** Fallback label of a kind the runtime did not describe (or before it did). */
+const UNKNOWN_KIND = { label: "", summary: "" };
+
+/** Words for a discovery finding's status (napllm.discovery.Finding). */
+const FOUND_STATUS = {
+  found: "Running.",
+  "needs-key": "Running, and it asks for a key.",
+  cors: "Running, but it does not accept requests from this page.",
+  blocked: "The browser did not let this page reach it.",
+  "not-a-model-server": "Something else answers on this port.",
+};
+
 export class ConnectionsPanel {
   /**
    * @param {HTMLElement} root the connections section (ids in index.html).
@@ -149,6 +189,8 @@ export class ConnectionsPanel {
     this.runtime = runtime;
     this.connections = [];
     this.grants = [];
+    /** kind -> the runtime's record of it (napllm.kinds); empty until published. */
+    this.kinds = new Map();
     /** connection id -> {label, fraction}: model download/load progress of an engine. */
     this.progress = new Map();
     /** connection id -> {revision, requests, nextTurn, turns}: a scripted connection's use. */
@@ -157,6 +199,7 @@ export class ConnectionsPanel {
     this.connectionsVersion = 0;
     this.grantsVersion = 0;
     this.editing = null;
+    this.discoverySerial = 0;
     this.list = root.querySelector("#connection-list");
     this.grantList = root.querySelector("#grant-list");
     this.addButton = root.querySelector("#connection-add");
@@ -167,6 +210,7 @@ export class ConnectionsPanel {
       name: this.form.querySelector("#connection-name"),
       kind: this.form.querySelector("#connection-kind"),
       baseUrl: this.form.querySelector("#connection-base-url"),
+      forwardsTo: this.form.querySelector("#connection-forwards-to"),
       modelUrl: this.form.querySelector("#connection-model-url"),
       script: this.form.querySelector("#connection-script"),
       model: this.form.querySelector("#connection-model"),
@@ -176,10 +220,17 @@ export class ConnectionsPanel {
       images: this.form.querySelector("#connection-cap-images"),
       charges: this.form.querySelector("#connection-charges"),
     };
+    this.kindSummary = this.form.querySelector("#connection-kind-summary");
+    this.kindFields = this.form.querySelector("#connection-kind-fields");
+    this.modelHint = this.form.querySelector("#connection-model-hint");
     this.secretLabel = this.form.querySelector("#connection-secret-label");
     this.secretHint = this.form.querySelector("#connection-secret-hint");
+    this.discovery = this.form.querySelector("#connection-discovery");
+    this.discoverButton = this.form.querySelector("#connection-discover");
+    this.discoveryResults = this.form.querySelector("#connection-discovery-results");
     this.addButton.addEventListener("click", () => this.openForm(null));
     this.fields.kind.addEventListener("change", () => this.applyKind());
+    this.discoverButton.addEventListener("click", () => this.discover());
     this.form.addEventListener("submit", (event) => {
       event.preventDefault();
       this.submit();
@@ -199,6 +250,22 @@ export class ConnectionsPanel {
     this.setReady(false);
     this.renderConnections();
     this.renderGrants();
+  }
+
+  /** `napllmHost.connectionKinds`: the kinds the runtime supports (JSON text, napllm.kinds). */
+  setKinds(listJson) {
+    this.kinds = parseKinds(listJson);
+    const options = [new Option("Choose a kind…", "")];
+    for (const [kind, info] of this.kinds) {
+      if (info.testOnly !== true) options.push(new Option(info.label, kind));
+    }
+    this.fields.kind.replaceChildren(...options);
+    this.renderConnections();
+  }
+
+  /** The runtime's record of `kind`, or a bare one naming it. */
+  kindInfo(kind) {
+    return this.kinds.get(kind) ?? { ...UNKNOWN_KIND, label: str(kind) };
   }
 
   /** Enable editing once the runtime is attached (and read the stored connections again). */
@@ -225,8 +292,8 @@ export class ConnectionsPanel {
         this.syncAgain = false;
         try {
           this.showUnreadable(await runtime.syncConnections());
-        } catch {
-          console.error("napllm: could not read the stored connections");
+        } catch (error) {
+          console.error("napllm: could not read the stored connections", error?.name ?? "");
         }
       } while (this.syncAgain);
     })().finally(() => {
@@ -344,26 +411,53 @@ export class ConnectionsPanel {
     this.renderGrants();
   }
 
+  /**
+   * The list: connections that can run here, then one collapsed group per
+   * need of those that cannot (`li.unavailable-group`, a `<details>` saying
+   * what is needed and how to get it, with those connections inside).
+   */
   renderConnections() {
     if (this.connections.length === 0) {
       this.list.replaceChildren(el("li", { class: "empty" }, "No connections yet."));
       return;
     }
-    this.list.replaceChildren(...this.connections.map((item) => this.renderConnection(item)));
+    const ready = this.connections.filter((item) => item.available !== false);
+    const groups = new Map();
+    for (const item of this.connections) {
+      if (item.available !== false) continue;
+      const info = this.kindInfo(item.kind);
+      const needs = str(info.needs) || "Not available on this device";
+      if (!groups.has(needs)) groups.set(needs, { how: str(info.needsHow), items: [] });
+      groups.get(needs).items.push(item);
+    }
+    const entries = ready.map((item) => this.renderConnection(item, false));
+    for (const [needs, group] of groups) {
+      const count = group.items.length;
+      entries.push(
+        el(
+          "li",
+          { class: "unavailable-group" },
+          el(
+            "details",
+            {},
+            el("summary", {}, `${needs} (${count} ${count === 1 ? "model" : "models"})`),
+            group.how ? el("p", { class: "how" }, group.how) : null,
+            el("ul", { class: "connection-list quiet" }, ...group.items.map((item) => this.renderConnection(item, true))),
+          ),
+        ),
+      );
+    }
+    this.list.replaceChildren(...entries);
   }
 
-  renderConnection(item) {
+  renderConnection(item, quiet) {
     const id = str(item.id);
-    const caps = item.capabilities && typeof item.capabilities === "object" ? item.capabilities : {};
-    const badges = el("ul", { class: "badges", "aria-label": "Capabilities" });
-    const badge = (text, on) => badges.append(el("li", { class: on ? "badge on" : "badge off" }, on ? text : `no ${text}`));
-    badge("images", caps.images === true);
-    badge("JSON", caps.json === true);
-    badge("tools", caps.tools === true);
+    const badges = el("ul", { class: "badges", "aria-label": "Can do" });
+    for (const word of canDo(item.capabilities)) badges.append(el("li", { class: "badge on" }, word));
     if (item.charges === true) badges.append(el("li", { class: "badge warn" }, "may charge"));
     if (item.hasCredential === true) badges.append(el("li", { class: "badge info" }, "credential saved"));
-    const availability = item.available === false
-      ? el("p", { class: "unavailable" }, `Unavailable: ${str(item.unavailableReason ?? item.unavailable_reason, "not supported on this device")}`)
+    const availability = quiet
+      ? el("p", { class: "unavailable-reason" }, str(item.unavailableReason ?? item.unavailable_reason, "This device cannot run it."))
       : el("p", { class: "available" }, "Available");
     const headingId = `connection-${id.replace(/[^A-Za-z0-9_-]/g, "_")}-name`;
     const edit = el("button", { type: "button", class: "edit", "aria-describedby": headingId }, "Edit");
@@ -380,17 +474,16 @@ export class ConnectionsPanel {
       // Built-in and test connections belong to the runtime, not the user.
       actions.replaceChildren(el("p", { class: "muted" }, "Provided by napllm"));
     }
-    const kindLabel = KINDS[item.kind]?.label ?? str(item.kind);
     return el(
       "li",
-      { class: "connection", dataset: { connectionId: id } },
+      { class: quiet ? "connection quiet" : "connection", dataset: { connectionId: id } },
       el("h3", { id: headingId }, str(item.name, id)),
-      el("p", { class: "kind" }, kindLabel),
+      el("p", { class: "kind" }, this.kindInfo(item.kind).label),
       el("p", {}, "Model: ", el("code", {}, str(item.model))),
       el("p", { class: "route" }, `Route: ${str(item.route)}`),
       this.renderScriptProgress(item),
       this.renderProgress(id),
-      badges,
+      quiet ? null : badges,
       availability,
       actions,
     );
@@ -413,8 +506,8 @@ export class ConnectionsPanel {
       if (!runtime) return;
       try {
         await runtime.removeConnection(str(item.id));
-      } catch (err) {
-        console.error("napllm: removeConnection failed");
+      } catch (error) {
+        console.error("napllm: removeConnection failed", error?.name ?? "");
         actions.replaceChildren(...saved);
       }
     });
@@ -438,8 +531,8 @@ export class ConnectionsPanel {
           revoke.disabled = true;
           try {
             await runtime.revokeGrant(str(grant.key));
-          } catch {
-            console.error("napllm: revokeGrant failed");
+          } catch (error) {
+            console.error("napllm: revokeGrant failed", error?.name ?? "");
             revoke.disabled = false;
           }
         });
@@ -452,14 +545,19 @@ export class ConnectionsPanel {
     this.editing = item;
     this.form.reset();
     this.formError.textContent = "";
+    this.discoveryResults.replaceChildren();
     this.fields.kind.disabled = item !== null;
     if (item) {
       this.formTitle.textContent = `Edit “${str(item.name)}”`;
       const settings = item.settings && typeof item.settings === "object" ? item.settings : {};
       const caps = item.capabilities && typeof item.capabilities === "object" ? item.capabilities : {};
+      if (![...this.fields.kind.options].some((option) => option.value === item.kind)) {
+        this.fields.kind.append(new Option(this.kindInfo(item.kind).label, str(item.kind)));
+      }
+      this.fields.kind.value = str(item.kind);
       this.fields.name.value = str(item.name);
-      this.fields.kind.value = KINDS[item.kind] ? item.kind : "lmsp";
       this.fields.baseUrl.value = str(settings.baseUrl);
+      this.fields.forwardsTo.value = str(settings.forwardsTo);
       this.fields.modelUrl.value = str(settings.url);
       this.fields.script.value = str(settings.script);
       this.fields.model.value = str(item.model);
@@ -469,45 +567,66 @@ export class ConnectionsPanel {
       this.fields.charges.checked = item.charges === true;
     } else {
       this.formTitle.textContent = "Add a connection";
+      this.fields.kind.value = "";
     }
     this.applyKind();
     this.form.hidden = false;
     this.addButton.setAttribute("aria-expanded", "true");
-    this.fields.name.focus();
+    (item ? this.fields.name : this.fields.kind).focus();
   }
 
   closeForm() {
     this.form.reset();
     this.form.hidden = true;
+    this.discoverySerial += 1;
+    this.discoveryResults.replaceChildren();
     this.addButton.setAttribute("aria-expanded", "false");
     this.editing = null;
     if (!this.addButton.disabled) this.addButton.focus();
   }
 
-  /** Show only the fields of the chosen kind (hidden ones are disabled, so never validated). */
+  /** The kind record the form is for (the edited connection's, else the chosen one), or null. */
+  formKind() {
+    const name = this.editing ? this.editing.kind : this.fields.kind.value;
+    return name ? this.kindInfo(name) : null;
+  }
+
+  /**
+   * Show only the fields of the chosen kind (hidden ones are disabled, so
+   * never validated); with no kind chosen yet only the kind and name show.
+   */
   applyKind() {
-    const kind = KINDS[this.fields.kind.value] ?? KINDS.lmsp;
+    const kind = this.formKind();
+    const picked = kind !== null;
+    const info = kind ?? UNKNOWN_KIND;
+    this.kindSummary.textContent = str(info.summary);
+    this.kindFields.hidden = !picked;
     const show = (field, on) => {
       const group = field.closest(".field");
       group.hidden = !on;
       field.disabled = !on;
     };
-    show(this.fields.baseUrl, Boolean(kind.baseUrl));
-    show(this.fields.modelUrl, Boolean(kind.modelUrl));
-    show(this.fields.secret, Boolean(kind.secret));
-    show(this.fields.script, Boolean(kind.script));
-    this.fields.script.required = Boolean(kind.script);
-    this.fields.baseUrl.required = Boolean(kind.baseUrl);
-    this.fields.modelUrl.required = Boolean(kind.modelUrl);
-    this.fields.model.required = !kind.modelUrl && !kind.script;
+    show(this.fields.baseUrl, info.baseUrl === true);
+    show(this.fields.forwardsTo, info.forwardsTo === true);
+    show(this.fields.modelUrl, info.modelUrl === true);
+    show(this.fields.secret, typeof info.secretLabel === "string");
+    show(this.fields.script, info.script === true);
+    show(this.fields.model, picked);
+    this.fields.script.required = info.script === true;
+    this.fields.baseUrl.required = info.baseUrl === true;
+    this.fields.modelUrl.required = info.modelUrl === true;
+    this.fields.model.required = picked && info.modelUrl !== true && info.script !== true;
+    this.modelHint.textContent = str(info.modelHint);
     const capGroup = this.form.querySelector("#connection-capabilities");
-    capGroup.hidden = !kind.capabilities;
-    capGroup.disabled = !kind.capabilities;
+    capGroup.hidden = info.declareCapabilities !== true;
+    capGroup.disabled = info.declareCapabilities !== true;
     const chargeGroup = this.fields.charges.closest(".field");
-    chargeGroup.hidden = !kind.charges;
-    this.fields.charges.disabled = !kind.charges;
-    if (kind.secret) {
-      this.secretLabel.textContent = kind.secret;
+    chargeGroup.hidden = info.askCharges !== true;
+    this.fields.charges.disabled = info.askCharges !== true;
+    this.discovery.hidden = info.discover !== true;
+    this.discoverButton.disabled = info.discover !== true;
+    if (typeof info.secretLabel === "string") {
+      this.secretLabel.textContent = info.secretLabel;
       const saved = this.editing && this.editing.hasCredential === true;
       this.secretHint.textContent = saved
         ? "A secret is saved. Leave blank to keep it."
@@ -515,19 +634,109 @@ export class ConnectionsPanel {
     }
   }
 
+  /**
+   * "Look for running servers": ask the runtime to probe the usual local
+   * ports (napllm.discovery) and list what answered. A typed secret goes
+   * only to servers of the chosen kind (the runtime's rule).
+   */
+  async discover() {
+    const runtime = this.runtime();
+    if (!runtime || typeof runtime.discoverServers !== "function") return;
+    const serial = (this.discoverySerial += 1);
+    const kind = this.editing ? str(this.editing.kind) : this.fields.kind.value;
+    this.discoverButton.disabled = true;
+    this.discoveryResults.replaceChildren(el("p", { class: "muted" }, "Looking for model servers on this computer…"));
+    let servers = [];
+    try {
+      const answer = JSON.parse(String(await runtime.discoverServers(location.origin, kind, this.fields.secret.value)));
+      servers = Array.isArray(answer?.servers) ? answer.servers.filter((s) => s && typeof s === "object") : [];
+    } catch (error) {
+      console.error("napllm: discoverServers failed", error?.name ?? "");
+      servers = [];
+    } finally {
+      if (serial === this.discoverySerial) this.discoverButton.disabled = false;
+    }
+    if (serial !== this.discoverySerial) return; // the form was closed or asked again meanwhile
+    this.renderDiscovery(servers);
+  }
+
+  /** Show the servers `discover` found (`Finding.to_json()` records). */
+  renderDiscovery(servers) {
+    const seen = servers.filter((s) => typeof FOUND_STATUS[s.status] === "string");
+    const unreadable = servers.filter((s) => s.status === "unreadable");
+    const absent = servers.filter((s) => s.status === "absent").map((s) => `${str(s.label)} (${str(s.address)})`);
+    const nodes = seen.map((server) => {
+      const label = `${str(server.label, "A server")} at ${str(server.address)}`;
+      const models = Array.isArray(server.models) ? server.models.filter((m) => typeof m === "string") : [];
+      const status = server.status === "found" && models.length === 0
+        ? "Running, but it lists no models."
+        : FOUND_STATUS[server.status] ?? "";
+      const list = el("ul", { class: "found-models" });
+      for (const model of models) {
+        const use = el("button", { type: "button", class: "secondary use-model", dataset: { model } }, `Use ${model}`);
+        use.addEventListener("click", () => this.useFound(server, model));
+        list.append(el("li", {}, use));
+      }
+      return el(
+        "li",
+        { class: "found-server", dataset: { server: str(server.server), status: str(server.status) } },
+        el("h4", {}, label),
+        el("p", {}, status),
+        str(server.fix) ? el("p", { class: "fix" }, str(server.fix)) : null,
+        models.length > 0 ? list : null,
+      );
+    });
+    const summary = seen.length === 0
+      ? "No model server answered on this computer."
+      : `${seen.length} ${seen.length === 1 ? "server" : "servers"} found.`;
+    // A cross-origin isolated page cannot tell "refuses this page" from "not
+    // running": those addresses are listed, collapsed, with what to change if one runs.
+    const unsure = unreadable.length === 0
+      ? null
+      : el(
+        "details",
+        { class: "unreadable-servers" },
+        el("summary", {}, `Nothing this page could read at ${unreadable.map((s) => `${str(s.label)} (${str(s.address)})`).join(", ")}. Is one of them running?`),
+        el(
+          "ul",
+          {},
+          ...unreadable.map((server) => el("li", { dataset: { server: str(server.server) } }, str(server.fix))),
+        ),
+      );
+    this.discoveryResults.replaceChildren(
+      el("p", { class: "discovery-summary" }, summary),
+      nodes.length > 0 ? el("ul", { class: "found-servers" }, ...nodes) : null,
+      unsure,
+      absent.length > 0 ? el("p", { class: "muted" }, `Nothing answered at: ${absent.join(", ")}.`) : null,
+    );
+  }
+
+  /** Fill the form from a found server and one of its models. */
+  useFound(server, model) {
+    if (!this.editing && this.kinds.has(server.kind) && this.fields.kind.value !== server.kind) {
+      this.fields.kind.value = server.kind;
+      this.applyKind();
+    }
+    this.fields.baseUrl.value = str(server.baseUrl);
+    this.fields.model.value = model;
+    if (!this.fields.name.value.trim()) this.fields.name.value = `${model} (${str(server.label)})`;
+    this.fields.model.focus();
+  }
+
   /** The JSON text sent to `addConnection` / `editConnection`. */
   formJson() {
     const kindName = this.editing ? this.editing.kind : this.fields.kind.value;
-    const kind = KINDS[kindName] ?? KINDS.lmsp;
+    const kind = this.kindInfo(kindName);
     const settings = {};
-    if (kind.baseUrl) settings.baseUrl = this.fields.baseUrl.value.trim();
-    if (kind.modelUrl) settings.url = this.fields.modelUrl.value.trim();
-    if (kind.script) settings.script = this.fields.script.value;
+    if (kind.baseUrl === true) settings.baseUrl = this.fields.baseUrl.value.trim();
+    if (kind.forwardsTo === true && this.fields.forwardsTo.value.trim()) settings.forwardsTo = this.fields.forwardsTo.value.trim();
+    if (kind.modelUrl === true) settings.url = this.fields.modelUrl.value.trim();
+    if (kind.script === true) settings.script = this.fields.script.value;
     let model = this.fields.model.value.trim();
-    if (!model && kind.modelUrl) model = modelFromGgufUrl(settings.url);
-    if (!model && kind.script) model = "scripted";
-    const secret = kind.secret ? this.fields.secret.value : "";
-    const capabilities = kind.capabilities
+    if (!model && kind.modelUrl === true) model = modelFromGgufUrl(settings.url);
+    if (!model && kind.script === true) model = "scripted";
+    const secret = typeof kind.secretLabel === "string" ? this.fields.secret.value : "";
+    const capabilities = kind.declareCapabilities === true
       ? { json: this.fields.json.checked, tools: this.fields.tools.checked, images: this.fields.images.checked }
       : {};
     return JSON.stringify({
@@ -537,7 +746,7 @@ export class ConnectionsPanel {
       settings,
       credential: secret === "" ? null : secret,
       capabilities,
-      charges: kind.charges ? this.fields.charges.checked : false,
+      charges: kind.askCharges === true ? this.fields.charges.checked : false,
     });
   }
 
@@ -545,17 +754,22 @@ export class ConnectionsPanel {
     const runtime = this.runtime();
     if (!runtime) return;
     if (!this.form.reportValidity()) return;
-    const kind = KINDS[this.editing ? this.editing.kind : this.fields.kind.value] ?? KINDS.lmsp;
-    if (kind.modelUrl && !this.fields.model.value.trim() && !modelFromGgufUrl(this.fields.modelUrl.value.trim())) {
+    const kind = this.formKind();
+    if (kind === null) {
+      this.formError.textContent = "Choose a kind of connection first.";
+      this.fields.kind.focus();
+      return;
+    }
+    if (kind.modelUrl === true && !this.fields.model.value.trim() && !modelFromGgufUrl(this.fields.modelUrl.value.trim())) {
       this.formError.textContent = "Enter a model id: the GGUF URL has no file name.";
       return;
     }
     const problem =
-      (kind.baseUrl ? urlSecretProblem(this.fields.baseUrl.value.trim(), true) : null) ??
-      (kind.modelUrl ? urlSecretProblem(this.fields.modelUrl.value.trim(), false) : null);
+      (kind.baseUrl === true ? urlSecretProblem(this.fields.baseUrl.value.trim(), true) : null) ??
+      (kind.modelUrl === true ? urlSecretProblem(this.fields.modelUrl.value.trim(), false) : null);
     if (problem) {
       this.formError.textContent = problem;
-      (kind.secret ? this.fields.secret : this.fields.baseUrl).focus();
+      (typeof kind.secretLabel === "string" ? this.fields.secret : this.fields.baseUrl).focus();
       return;
     }
     const json = this.formJson();
@@ -572,8 +786,9 @@ export class ConnectionsPanel {
         return;
       }
       this.closeForm();
-    } catch {
+    } catch (error) {
       // The exception text may carry a traceback; show a fixed sentence.
+      console.error("napllm: the connection could not be saved", error?.name ?? "");
       this.formError.textContent = "The connection could not be saved. Check the fields and try again.";
     } finally {
       save.disabled = false;

@@ -38,6 +38,7 @@
  * never means Allow.
  */
 
+import { canDo } from "./connections.js";
 import { el, str } from "./dom.js";
 import { isObjectOrArray, parseJsonOr } from "./json.js";
 
@@ -72,15 +73,11 @@ function plural(count, one, many) {
   return `${count} ${count === 1 ? one : many}`;
 }
 
+/** What a connection can do, as badges (`canDo`: never what it cannot). */
 function capabilityBadges(capabilities) {
   const caps = capabilities && typeof capabilities === "object" ? capabilities : {};
-  const list = el("ul", { class: "badges", "aria-label": "Capabilities" });
-  const add = (text, on) => {
-    list.append(el("li", { class: on ? "badge on" : "badge off" }, on ? text : `no ${text}`));
-  };
-  add("images", caps.images === true);
-  add("JSON", caps.json === true);
-  add("tools", caps.tools === true);
+  const list = el("ul", { class: "badges", "aria-label": "Can do" });
+  for (const word of canDo(caps)) list.append(el("li", { class: "badge on" }, word));
   if (caps.tools === true && Array.isArray(caps.toolChoiceModes) && caps.toolChoiceModes.length > 0) {
     list.append(el("li", { class: "badge info" }, `tool choice: ${caps.toolChoiceModes.filter((m) => typeof m === "string").join(", ")}`));
   }
@@ -467,7 +464,14 @@ export class DialogQueue {
     const facts = el("dl", { class: "facts" });
     const fact = (term, ...value) => facts.append(el("dt", {}, term), el("dd", {}, ...value));
     fact("Route", str(data.route));
-    fact("Model", str(data.model));
+    // The model by its name in words (napllm.kinds.model_display_name), its exact id as a detail.
+    const modelId = str(data.model);
+    const modelName = str(data.modelName) || modelId;
+    fact(
+      "Model",
+      modelName,
+      modelName !== modelId ? el("small", { class: "model-id" }, " (id ", el("code", {}, modelId), ")") : null,
+    );
     const messages = int(disclosed.messages);
     const characters = int(disclosed.characters);
     fact("Messages", `${plural(messages, "message", "messages")}, ${plural(characters, "character", "characters")}`);

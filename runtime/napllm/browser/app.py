@@ -34,7 +34,9 @@ from pydantic import ValidationError
 from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
 
 from ..connections import Connection, ConnectionRegistry, UrlRefused, spec_error_text
+from ..discovery import Target, default_targets, discover, server_info
 from ..errors import ProviderFailure
+from ..kinds import KindInfo, catalogue
 from ..providers.scripted import ScriptedProvider
 from ..schema import JschonValidator, set_default_validator
 from ..shell import Shell, ShellPolicy
@@ -47,6 +49,7 @@ from .bridge import (
     message_from_wire,
 )
 from .engines import register_engines
+from .http_fetch import reaches_opaquely
 from .logs import install_log_redaction
 from .providers import BrowserProviders
 from .stored import ConnectionStore
@@ -81,8 +84,13 @@ class Runtime:
 
     `providers` defaults to a fresh `BrowserProviders` (a test build passes
     its own subclass). Attributes: `registry` (the connections), `shell`,
-    `providers`, `store` (the user's saved connections).
+    `providers`, `store` (the user's saved connections). `extra_kinds`:
+    kinds published to the page beyond the product's (`kinds.KINDS`);
+    `probe_targets`: the addresses "Look for running servers" asks
+    (`discovery.default_targets()`); the test build sets both.
     """
+
+    extra_kinds: tuple[KindInfo, ...] = ()
 
     def __init__(self, providers: BrowserProviders | None = None) -> None:
         self.registry = ConnectionRegistry()
@@ -103,6 +111,31 @@ class Runtime:
             self.registry, self.providers, self.publish_connections, self.publish_grants
         )
         self._proxies: list[Any] = []
+        self.probe_targets: list[Target] = default_targets()
+
+    # -- kinds and local servers -------------------------------------------------
+
+    def publish_kinds(self) -> None:
+        """Send the connection kinds (`kinds.catalogue`) to the page."""
+        napllmHost.connectionKinds(json.dumps(catalogue(self.extra_kinds)))
+
+    async def discover_servers(self, origin: str, kind: str, secret: str) -> str:
+        """Look for model servers on this computer (the form's button; `discovery`).
+
+        `origin`: the page's origin, named in the fixes; `kind`, `secret`:
+        the form's kind and typed secret, which is sent only to servers of
+        that kind. Returns JSON text `{"servers": [Finding.to_json()...]}`.
+        """
+        found = await discover(
+            self.providers.http,
+            self.probe_targets,
+            origin=origin,
+            reachable=reaches_opaquely,
+            secret_for=lambda t: secret if secret and _server_kind(t) == kind else None,
+        )
+        return json.dumps({"servers": [f.to_json() for f in found]})
+
+    # -- connections -----------------------------------------------------------
 
     async def load(self) -> None:
         """The built-in connections, then the user's stored ones."""
@@ -182,6 +215,7 @@ class Runtime:
             "editConnection": self._async(form_answer(self.store.edit)),
             "removeConnection": self._async(self.store.remove),
             "syncConnections": self._async(self.store.sync),
+            "discoverServers": self._async(self.discover_servers),
             "listConnections": self._proxy(
                 lambda: json.dumps([c.public_summary() for c in self.registry.all()])
             ),
@@ -191,6 +225,11 @@ class Runtime:
             ),
         }
         return to_js(functions, dict_converter=Object.fromEntries)
+
+
+def _server_kind(target: Target) -> str | None:
+    info = server_info(target.server)
+    return info.kind if info is not None else None
 
 
 async def start(runtime: Runtime | None = None) -> Runtime:
@@ -204,6 +243,7 @@ async def start(runtime: Runtime | None = None) -> Runtime:
     if runtime is None:
         runtime = Runtime()
     await runtime.load()
+    runtime.publish_kinds()
     napllmHost.attachRuntime(runtime.api())
     runtime.publish_connections()
     runtime.publish_grants()

@@ -21,6 +21,9 @@ Rules
   the user what to allow (`providers.base.LOCAL_NETWORK_HINT`). A browser
   without these permission names gets the generic `ConnectionError`.
 - Bodies stream through `response.body.getReader()`; chunks arrive as bytes.
+- `reaches_opaquely` sends one `no-cors` GET without credentials and reads
+  nothing of the answer (it is opaque): it only tells "something answered"
+  from "nothing there", so the connections form can explain a CORS refusal.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import js  # type: ignore[import-not-found]
 from js import AbortController, Object, fetch, navigator  # type: ignore[import-not-found]
 from pyodide.ffi import JsException, to_js  # type: ignore[import-not-found]
 
@@ -59,6 +63,29 @@ async def local_network_denied() -> bool:
         if str(status.state) == "denied":
             return True
     return False
+
+
+async def reaches_opaquely(url: str, timeout_s: float) -> bool | None:
+    """Whether a `no-cors` GET of `url` gets any answer within `timeout_s` seconds.
+
+    The answer is opaque (status and body unreadable) and dropped at once;
+    never raises. A cross-origin isolated page (COEP `require-corp`) blocks
+    opaque answers without a `Cross-Origin-Resource-Policy` header, so there
+    a failure means "cannot tell" (None), not "nothing there" (False).
+    """
+    unsure = None if getattr(js, "crossOriginIsolated", False) is True else False
+    controller = AbortController.new()
+    init = {"mode": "no-cors", "credentials": "omit", "cache": "no-store"}
+    options = to_js(init | {"signal": controller.signal}, dict_converter=Object.fromEntries)
+    try:
+        await asyncio.wait_for(fetch(url, options), timeout_s)
+    except TimeoutError:
+        return unsure
+    except JsException:
+        return unsure
+    finally:
+        controller.abort()
+    return True
 
 
 class FetchResponse:

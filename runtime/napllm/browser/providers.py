@@ -9,8 +9,9 @@ Rules
   that each submission takes the next turn and an edit starts again.
   Each submission is reported to `on_script_request(connection, provider)`
   when set (the runtime shows the count in the connection's entry).
-- An `lmsp` connection's capabilities come from the service's model
-  listing (docs/lmsp.md), read when the user adds or edits it; an `openai`
+- An `lmsp` connection's capabilities, and the engine its route names,
+  come from the service's model listing (docs/lmsp.md), read when the user
+  adds or edits it; an `openai`
   connection's are declared by the user (OpenAI-compatible servers cannot
   report them), and the consent dialog still guards every submission.
 - There are no test connections here: a test build subclasses
@@ -22,8 +23,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..connections import ConnectionSpec, capabilities_for_spec, route_for
+from ..connections import ConnectionSpec, capabilities_for_spec
 from ..errors import ErrorCode, ProviderFailure
+from ..kinds import engine_words, route_for
 from ..providers.base import Provider
 from ..providers.lmsp_client import LmspProvider, capabilities_from_entry, discover_models
 from ..providers.scripted import ScriptedProvider, parse_script
@@ -99,6 +101,11 @@ async def connection_from_spec(
                 user_hint="The LMSP service does not list this model.", detail="model not listed"
             )
         caps = capabilities_from_entry(entry)
+        # The engine the service names becomes the route's last hop (kinds.route_for).
+        settings.pop("serviceEngine", None)
+        engine = engine_words(entry.engine)
+        if engine is not None:
+            settings["serviceEngine"] = engine
     elif spec.kind == "openai":
         caps = capabilities_for_spec(spec)
     elif spec.kind == "scripted":

@@ -176,6 +176,7 @@ class LmspService:
             id=self.facts.model_id,
             object="model",
             context_length=self.facts.n_ctx,
+            engine="llama.cpp",
             capabilities=ModelCapabilities(
                 tools=tools,
                 structured_output=True,

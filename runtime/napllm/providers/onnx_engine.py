@@ -37,8 +37,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..connections import route_for
 from ..errors import ErrorCode, ProviderFailure
+from ..kinds import route_for
 from ..lmsp import LmspRequest
 from ..records import Capabilities, Connection
 from .chat_request import lmsp_to_chat

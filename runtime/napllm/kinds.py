@@ -1,0 +1,237 @@
+"""Connection kinds: the one table the runtime and the page share (DESIGN.md, "Connection").
+
+Rules
+- Each provider kind is described once, here: its label, a one-line
+  summary, the connections form's fields, whether the user declares its
+  capabilities and charges, what a device needs to run it and how to get
+  that, and its route words. The page keeps no copy: the runtime publishes
+  `catalogue()` at start (`napllmHost.connectionKinds`) and the page renders
+  the form, the kind labels and the group of unavailable connections from it.
+- A route names every hop a request takes, in words, destination included
+  (NAP-LLM, Privacy: "disclose intermediaries as well as the ultimate
+  provider"): "This browser → LMSP service at 127.0.0.1:11435 → llama.cpp",
+  "This browser → proxy at 127.0.0.1:4000 → OpenAI-compatible server at
+  api.example.com", "This browser (WebGPU, WebLLM) on this device". Hosts
+  are `host[:port]` only: never a path, a query or user info, so never a
+  credential. Words a service reports about itself (its model engine) are
+  used only when they are short plain words (`engine_words`).
+- A kind the table does not know has no route: `route_for` raises
+  `ValueError` rather than invent one. The test build adds its fixture kind
+  to the table it publishes (`catalogue(extra)`); the product has none.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+#: The arrow between hops of a route.
+HOP = " → "
+
+WEBGPU_NEEDS = "Needs a GPU with WebGPU"
+WEBGPU_HOW = (
+    "Open this page in a browser with WebGPU turned on, on a device with a GPU: "
+    "a recent Chrome or Edge on Windows, macOS or ChromeOS, or Safari 26 or later. "
+    "On Linux, Chrome may need WebGPU enabled at chrome://flags/#enable-unsafe-webgpu. "
+    "Until then, use the built-in WebAssembly model or add a connection to a model "
+    "server on this computer."
+)
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    """One provider kind as the connections form and panel show it.
+
+    `kind`: the `Connection.kind` value; `label`: its name; `summary`: one
+    sentence saying where the model runs; `base_url` / `model_url` /
+    `script`: which of the form's fields it has (a service's base URL, a
+    GGUF URL, a JSON script); `secret_label`: the secret field's label, or
+    None when it takes none; `declare_capabilities` / `ask_charges`: whether
+    the user states what the server supports / whether it may charge (a
+    server that cannot report them); `forwards_to`: whether the form offers
+    "forwards requests to" for a proxy in front of the server; `discover`:
+    whether the form offers to look for running servers on this computer;
+    `model_hint`: help under the model id field; `needs` / `needs_how`:
+    what a device must have to run it and how to get that (None when
+    nothing); `test_only`: present only in the test build.
+    """
+
+    kind: str
+    label: str
+    summary: str
+    base_url: bool = False
+    model_url: bool = False
+    script: bool = False
+    secret_label: str | None = None
+    declare_capabilities: bool = False
+    ask_charges: bool = False
+    forwards_to: bool = False
+    discover: bool = False
+    model_hint: str = ""
+    needs: str | None = None
+    needs_how: str | None = None
+    test_only: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The page's record of this kind (camelCase keys)."""
+        data = asdict(self)
+        return {_camel(key): value for key, value in data.items()}
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(word.title() for word in rest)
+
+
+KINDS: tuple[KindInfo, ...] = (
+    KindInfo(
+        kind="lmsp",
+        label="LMSP service",
+        summary="A model server that speaks LMSP, such as napllm-lmsp on this computer.",
+        base_url=True,
+        secret_label="Access token",
+        discover=True,
+        model_hint="The id the service lists for the model.",
+    ),
+    KindInfo(
+        kind="openai",
+        label="OpenAI-compatible server",
+        summary=(
+            "A server with the OpenAI chat API: Ollama, llama.cpp's llama-server, "
+            "LM Studio, or a hosted service."
+        ),
+        base_url=True,
+        secret_label="API key",
+        declare_capabilities=True,
+        ask_charges=True,
+        forwards_to=True,
+        discover=True,
+        model_hint="The model id as the server lists it under /v1/models.",
+    ),
+    KindInfo(
+        kind="wasm",
+        label="llama.cpp in this browser (WebAssembly)",
+        summary="Runs a GGUF model inside this page on the processor; nothing leaves the device.",
+        model_url=True,
+        model_hint="Optional: the GGUF file's name is used when left blank.",
+    ),
+    KindInfo(
+        kind="webllm",
+        label="WebLLM in this browser (WebGPU)",
+        summary="Runs a WebLLM prebuilt model inside this page on the GPU.",
+        model_hint="A WebLLM prebuilt model id, such as Llama-3.2-1B-Instruct-q4f16_1-MLC.",
+        needs=WEBGPU_NEEDS,
+        needs_how=WEBGPU_HOW,
+    ),
+    KindInfo(
+        kind="onnx",
+        label="ONNX model in this browser (WebGPU)",
+        summary="Runs an ONNX model with transformers.js inside this page on the GPU.",
+        model_hint="A Hugging Face model id (owner/name) or the URL of an ONNX model folder.",
+        needs=WEBGPU_NEEDS,
+        needs_how=WEBGPU_HOW,
+    ),
+    KindInfo(
+        kind="scripted",
+        label="Scripted responses — for napplet development",
+        summary=(
+            "Each request gets the next turn of a JSON script; no model, nothing leaves the page."
+        ),
+        script=True,
+    ),
+)
+
+
+def kind_info(kind: str) -> KindInfo | None:
+    """The product's description of `kind`, or None for a kind it does not have."""
+    return next((k for k in KINDS if k.kind == kind), None)
+
+
+def catalogue(extra: tuple[KindInfo, ...] = ()) -> list[dict[str, Any]]:
+    """The table published to the page: every product kind, then `extra` (test build)."""
+    return [k.to_json() for k in (*KINDS, *extra)]
+
+
+def host_of(url: str) -> str:
+    """`host[:port]` of an http(s) URL for route texts: never user info, path or query.
+
+    An IPv6 host keeps its brackets; a URL without a host gives "an unknown address".
+    """
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        port = parts.port
+    except ValueError:
+        return "an unknown address"
+    if not host:
+        return "an unknown address"
+    shown = f"[{host}]" if ":" in host else host
+    return f"{shown}:{port}" if port is not None else shown
+
+
+_PLAIN_WORDS = re.compile(r"[A-Za-z0-9][A-Za-z0-9 .+_-]{0,39}")
+
+
+def engine_words(value: object) -> str | None:
+    """Words a service reports about its model engine, if safe to show in a route.
+
+    Plain words only (letters, digits, space, `.+_-`, at most 40 characters,
+    no arrow or markup): anything else is dropped (None), never shown.
+    """
+    if isinstance(value, str) and _PLAIN_WORDS.fullmatch(value):
+        return value.strip() or None
+    return None
+
+
+def route_for(kind: str, settings: dict[str, Any]) -> str:
+    """The disclosure route of a connection: every hop, destination included.
+
+    `settings`: the connection's settings (`baseUrl`; `forwardsTo`, the
+    address a proxy at `baseUrl` forwards to; `serviceEngine`, the engine an
+    LMSP service reported). Raises `ValueError` for a kind the table does not
+    know (DESIGN.md, Route; NAP-LLM, Privacy).
+    """
+    if kind == "lmsp":
+        route = f"This browser{HOP}LMSP service at {host_of(str(settings.get('baseUrl', '')))}"
+        engine = engine_words(settings.get("serviceEngine"))
+        return route + (f"{HOP}{engine}" if engine else "")
+    if kind == "openai":
+        server = host_of(str(settings.get("baseUrl", "")))
+        upstream = settings.get("forwardsTo")
+        if isinstance(upstream, str) and upstream.strip():
+            target = host_of(upstream if "://" in upstream else f"https://{upstream.strip()}")
+            return f"This browser{HOP}proxy at {server}{HOP}OpenAI-compatible server at {target}"
+        return f"This browser{HOP}OpenAI-compatible server at {server}"
+    if kind == "wasm":
+        return "This browser (WebAssembly, llama.cpp) on this device"
+    if kind == "webllm":
+        return "This browser (WebGPU, WebLLM) on this device"
+    if kind == "onnx":
+        return "This browser (WebGPU, transformers.js) on this device"
+    if kind == "scripted":
+        return "This page (scripted responses: no model, nothing leaves the page)"
+    raise ValueError("no route for an unknown connection kind")
+
+
+_QUANT = re.compile(r"(?i)[-_.](?:q\d\w*|f16|f32|bf16|fp16|fp32|int4|int8|mlc|gguf|onnx|awq|gptq)$")
+
+
+def model_display_name(model: str) -> str:
+    """A model id in words for dialogs.
+
+    For example "Llama-3.2-1B-Instruct-q4f16_1-MLC" gives "Llama 3.2 1B Instruct".
+    Drops a folder or owner (`owner/name`), a `.gguf` file suffix and trailing
+    quantisation or format tags, and puts spaces for `-` and `_`. Returns the
+    id unchanged when nothing would be left. The id itself is always shown
+    next to it.
+    """
+    name = model.rsplit("/", 1)[-1]
+    name = re.sub(r"(?i)\.gguf$", "", name)
+    previous = None
+    while previous != name:
+        previous = name
+        name = _QUANT.sub("", name)
+    words = " ".join(part for part in re.split(r"[-_]+", name) if part)
+    return words or model
