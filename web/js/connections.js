@@ -20,7 +20,7 @@
  *   are kept as they are, never overwritten).
  */
 
-import { el, str } from "./dom.js";
+import { el, focusableHeading, keepFocus, str, whileBusy } from "./dom.js";
 import { onConnectionsChanged } from "./storage.js";
 
 const KINDS = {
@@ -301,11 +301,15 @@ export class ConnectionsPanel {
   }
 
   renderConnections() {
-    if (this.connections.length === 0) {
-      this.list.replaceChildren(el("li", { class: "empty" }, "No connections yet."));
-      return;
-    }
-    this.list.replaceChildren(...this.connections.map((item) => this.renderConnection(item)));
+    // A re-render (after Save, Remove or a push) keeps the keyboard focus on
+    // the same control of the same entry, the next entry, or "Add connection".
+    keepFocus(this.list, () => {
+      if (this.connections.length === 0) {
+        this.list.replaceChildren(el("li", { class: "empty" }, "No connections yet."));
+        return;
+      }
+      this.list.replaceChildren(...this.connections.map((item) => this.renderConnection(item)));
+    }, () => (this.addButton.disabled ? null : this.addButton));
   }
 
   renderConnection(item) {
@@ -339,7 +343,7 @@ export class ConnectionsPanel {
     const kindLabel = KINDS[item.kind]?.label ?? str(item.kind);
     return el(
       "li",
-      { class: "connection", dataset: { connectionId: id } },
+      { class: "connection", dataset: { connectionId: id, focusKey: id } },
       el("h3", { id: headingId }, str(item.name, id)),
       el("p", { class: "kind" }, kindLabel),
       el("p", {}, "Model: ", el("code", {}, str(item.model))),
@@ -371,11 +375,16 @@ export class ConnectionsPanel {
       } catch (err) {
         console.error("napllm: removeConnection failed");
         actions.replaceChildren(...saved);
+        saved[1].focus();
       }
     });
   }
 
   renderGrants() {
+    keepFocus(this.grantList, () => this.renderGrantItems(), () => focusableHeading(this.root.querySelector("#grants-heading")));
+  }
+
+  renderGrantItems() {
     if (this.grants.length === 0) {
       this.grantList.replaceChildren(el("li", { class: "empty" }, "No standing permissions."));
       return;
@@ -387,23 +396,25 @@ export class ConnectionsPanel {
         const text = `${str(napplet.name, "napplet")} (#${str(napplet.shortHash)}) may use ${connection} in profile ${str(grant.account)}`;
         const revoke = el("button", { type: "button", class: "revoke" }, "Revoke");
         revoke.setAttribute("aria-label", `Revoke: ${text}`);
-        revoke.addEventListener("click", async () => {
+        revoke.addEventListener("click", () => {
           const runtime = this.runtime();
           if (!runtime) return;
-          revoke.disabled = true;
-          try {
-            await runtime.revokeGrant(str(grant.key));
-          } catch {
-            console.error("napllm: revokeGrant failed");
-            revoke.disabled = false;
-          }
+          whileBusy(revoke, async () => {
+            try {
+              await runtime.revokeGrant(str(grant.key));
+            } catch {
+              console.error("napllm: revokeGrant failed");
+            }
+          });
         });
-        return el("li", { class: "grant", dataset: { grantKey: str(grant.key) } }, el("span", {}, text), " ", revoke);
+        return el("li", { class: "grant", dataset: { grantKey: str(grant.key), focusKey: str(grant.key) } }, el("span", {}, text), " ", revoke);
       }),
     );
   }
 
   openForm(item) {
+    // The control that opened the form (Add or an entry's Edit) gets the focus back.
+    if (this.form.hidden || !this.form.contains(document.activeElement)) this.returnFocus = document.activeElement;
     this.editing = item;
     this.form.reset();
     this.formError.textContent = "";
@@ -435,8 +446,18 @@ export class ConnectionsPanel {
     this.form.reset();
     this.form.hidden = true;
     this.addButton.setAttribute("aria-expanded", "false");
+    const editedId = this.editing ? str(this.editing.id) : null;
     this.editing = null;
-    if (!this.addButton.disabled) this.addButton.focus();
+    const back = this.returnFocus;
+    this.returnFocus = null;
+    // After a Save the entry may have been re-rendered: its new Edit button.
+    const entry = editedId === null
+      ? null
+      : [...this.list.querySelectorAll("li.connection")].find((node) => node.dataset.connectionId === editedId);
+    const target = back instanceof HTMLElement && back.isConnected && !back.disabled
+      ? back
+      : entry?.querySelector("button.edit") ?? (this.addButton.disabled ? null : this.addButton);
+    if (target) target.focus();
   }
 
   /** Show only the fields of the chosen kind (hidden ones are disabled, so never validated). */
@@ -499,6 +520,7 @@ export class ConnectionsPanel {
   async submit() {
     const runtime = this.runtime();
     if (!runtime) return;
+    if (this.form.querySelector("#connection-save").getAttribute("aria-disabled") === "true") return;
     if (!this.form.reportValidity()) return;
     const kind = KINDS[this.editing ? this.editing.kind : this.fields.kind.value] ?? KINDS.lmsp;
     if (kind.modelUrl && !this.fields.model.value.trim() && !modelFromGgufUrl(this.fields.modelUrl.value.trim())) {
@@ -516,7 +538,8 @@ export class ConnectionsPanel {
     const json = this.formJson();
     this.formError.textContent = "";
     const save = this.form.querySelector("#connection-save");
-    save.disabled = true;
+    // Busy, not disabled: disabling the focused Save button drops the focus to <body>.
+    save.setAttribute("aria-disabled", "true");
     try {
       const result = this.editing
         ? await runtime.editConnection(str(this.editing.id), json)
@@ -531,7 +554,7 @@ export class ConnectionsPanel {
       // The exception text may carry a traceback; show a fixed sentence.
       this.formError.textContent = "The connection could not be saved. Check the fields and try again.";
     } finally {
-      save.disabled = false;
+      save.removeAttribute("aria-disabled");
     }
   }
 }

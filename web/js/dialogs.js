@@ -388,19 +388,30 @@ export class DialogQueue {
     const buttons = [];
     for (const candidate of candidates) {
       if (!candidate || typeof candidate !== "object" || typeof candidate.id !== "string") continue;
+      // Screen readers: the connection's name is the button's name; model,
+      // route, charges and capabilities are its description.
+      const cid = `${id}-c${buttons.length}`;
+      const badges = capabilityBadges(candidate.capabilities);
+      badges.id = `${cid}-caps`;
       const button = el(
         "button",
-        { type: "button", class: "candidate", dataset: { candidateId: candidate.id } },
-        el("span", { class: "candidate-name" }, str(candidate.name, candidate.id)),
-        el("span", { class: "candidate-model" }, `Model: ${str(candidate.model)}`),
-        el("span", { class: "candidate-route" }, `Route: ${str(candidate.route)}`),
-        candidate.charges === true ? el("span", { class: "badge warn" }, "may charge") : null,
+        {
+          type: "button",
+          class: "candidate",
+          dataset: { candidateId: candidate.id },
+          "aria-labelledby": `${cid}-name`,
+          "aria-describedby": `${cid}-model ${cid}-route${candidate.charges === true ? ` ${cid}-charges` : ""} ${cid}-caps`,
+        },
+        el("span", { class: "candidate-name", id: `${cid}-name` }, str(candidate.name, candidate.id)),
+        el("span", { class: "candidate-model", id: `${cid}-model` }, `Model: ${str(candidate.model)}`),
+        el("span", { class: "candidate-route", id: `${cid}-route` }, `Route: ${str(candidate.route)}`),
+        candidate.charges === true ? el("span", { class: "badge warn", id: `${cid}-charges` }, "may charge") : null,
       );
       button.addEventListener("click", (event) => {
         if (this.current === item && item.guard.deliberate(event, button)) this.grant(item, candidate.id);
       });
       buttons.push(button);
-      list.append(el("li", {}, button, capabilityBadges(candidate.capabilities)));
+      list.append(el("li", {}, button, badges));
     }
     const empty = list.children.length === 0
       ? el("p", { class: "empty" }, "No connection meets these requirements. Add one in the Connections panel.")
