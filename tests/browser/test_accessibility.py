@@ -19,12 +19,13 @@
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 from shellpage import POLL_MS, Napplet, ShellPage, generate, install_napplets
 
 from napllm.providers.fixture import text_script
@@ -95,18 +96,6 @@ def wait_armed(dialog: Any) -> None:
     )
 
 
-def active(page: Any) -> str:
-    """A short description of the focused element: ``tag#id.class`` or its text."""
-    text: str = page.evaluate(
-        """() => { const e = document.activeElement;
-          if (!e) return 'none';
-          return e.tagName.toLowerCase() + (e.id ? '#' + e.id : '')
-            + (e.className && typeof e.className === 'string' ? '.' + e.className.split(' ').join('.') : '');
-        }"""
-    )
-    return text
-
-
 # --------------------------------------------------------------------------- axe
 
 #: Every view is checked in the light and the dark colour scheme (contrast differs).
@@ -141,7 +130,6 @@ def test_axe_chooser(shell: ShellPage, scheme: str) -> None:
 def test_axe_consent_dialog(shell: ShellPage, scheme: str) -> None:
     napplet = shell.open_napplet()
     handle = napplet.select(FULL)
-    shell.queue("fx-full", text_script("ok"))
     napplet.post(generate("g1", handle))
     wait_armed(shell.consent())
     assert_no_serious_violations(shell.page, f"the consent dialog ({scheme})")
@@ -171,3 +159,364 @@ def test_axe_envelope_inspector(shell: ShellPage, scheme: str) -> None:
     shell.page.locator("#inspector-list li").first.wait_for()
     assert_no_serious_violations(shell.page, f"the envelope inspector ({scheme})")
     summary.click()
+
+
+# --------------------------------------------------------------------------- keyboard
+
+#: The most Tab presses a walk to one control may take (the whole shell is fewer).
+MAX_TABS = 80
+
+
+def focus_in(page: Any, frame: Any | None = None) -> str:
+    """The focused element as ``#id`` or ``tag.class``; inside `frame` when the
+    shell's focus is on that frame's <iframe>."""
+    describe = """() => { const e = document.activeElement;
+      if (!e || e === document.body) return 'body';
+      if (e.id) return '#' + e.id;
+      const name = typeof e.className === 'string' ? e.className.split(' ')[0] : '';
+      const cls = name ? '.' + name : '';
+      return e.tagName.toLowerCase() + cls; }"""
+    outer: str = page.evaluate(describe)
+    if frame is not None and outer.startswith("iframe"):
+        inner: str = frame.evaluate(describe)
+        return f"{outer} > {inner}"
+    return outer
+
+
+def tab_to(page: Any, target: str, frame: Any | None = None, key: str = "Tab") -> None:
+    """Press `key` (Tab or Shift+Tab) until the focus is on `target` (see `focus_in`)."""
+    seen = []
+    for _ in range(MAX_TABS):
+        here = focus_in(page, frame)
+        if here == target:
+            return
+        seen.append(here)
+        page.keyboard.press(key)
+    raise AssertionError(f"{target} is not reachable with {key}; the focus went {seen}")
+
+
+def candidate_focused(page: Any) -> str:
+    name: str = page.evaluate(
+        "() => document.activeElement.querySelector('.candidate-name')?.textContent ?? ''"
+    )
+    return name
+
+
+def test_keyboard_alone_selects_consents_and_gets_the_answer(
+    shell: ShellPage, dist_url: str
+) -> None:
+    """The Chat napplet, opened, used and answered with Tab/Shift+Tab/Enter only."""
+    page = shell.page
+    page.evaluate("() => document.activeElement?.blur()")
+    tab_to(page, "#napplet-url")
+    page.keyboard.type(f"{dist_url}napplets/chat/index.html")
+    page.keyboard.press("Enter")
+    tab = page.locator("#napplet-tabs .tab").last
+    tab.wait_for()
+    napplet = Napplet(shell, (tab.get_attribute("id") or "").removesuffix("-tab"), "chat")
+    shell.open.append(napplet)
+    page.wait_for_function(
+        "(sel) => document.querySelector(sel)?.srcdoc.length > 0", arg=napplet.iframe_selector
+    )
+    frame = napplet.frame
+    frame.wait_for_function(
+        "() => document.querySelector('#choose') && !document.querySelector('#choose').disabled",
+        polling=POLL_MS,
+    )
+
+    # Select: the chooser opens with the focus on Cancel; the candidates are
+    # not reachable until they are armed, then Shift+Tab reaches them.
+    tab_to(page, "iframe.napplet-frame > #choose", frame)
+    page.keyboard.press("Enter")
+    chooser = shell.chooser()
+    assert focus_in(page) == f"#{chooser.get_by_role('button', name='Cancel').get_attribute('id')}"
+    wait_armed(chooser)
+    for _ in range(MAX_TABS):
+        if candidate_focused(page) == FULL:
+            break
+        page.keyboard.press("Shift+Tab")
+    assert candidate_focused(page) == FULL
+    page.keyboard.press("Enter")
+    chooser.wait_for(state="detached")
+    frame.wait_for_function(
+        "() => document.querySelector('#model').textContent.includes('Fixture')"
+    )
+
+    # Enter on the consent dialog's first focus (Deny) denies ...
+    submitted = shell.submissions("fx-full")
+    tab_to(page, "iframe.napplet-frame > #prompt", frame)
+    page.keyboard.type("Hello by keyboard")
+    tab_to(page, "iframe.napplet-frame > #send", frame)
+    page.keyboard.press("Enter")
+    consent = shell.consent()
+    assert focus_in(page).endswith("-deny")
+    page.keyboard.press("Enter")
+    consent.wait_for(state="detached")
+    frame.wait_for_function(
+        "() => document.querySelector('#status').textContent.includes('declined')", polling=POLL_MS
+    )
+    assert shell.submissions("fx-full") == submitted
+
+    # ... and the keyboard path that allows: once armed, Tab to Allow, then Enter.
+    shell.queue("fx-full", text_script("Hello, keyboard user!"))
+    tab_to(page, "iframe.napplet-frame > #send", frame)
+    page.keyboard.press("Enter")
+    consent = shell.consent()
+    allow_id = consent.locator("button.allow").get_attribute("id")
+    # Before it is armed Allow is disabled: Tab from Deny skips it.
+    page.keyboard.press("Tab")
+    if not consent.get_attribute("data-armed"):
+        assert focus_in(page) != f"#{allow_id}"
+    wait_armed(consent)
+    tab_to(page, f"#{allow_id}")
+    page.keyboard.press("Enter")
+    consent.wait_for(state="detached")
+    frame.wait_for_function(
+        "() => document.querySelector('#status').textContent === 'Done.'", polling=POLL_MS
+    )
+    answer = frame.locator("#history li.assistant").last.text_content() or ""
+    assert answer.endswith("Hello, keyboard user!")
+    assert shell.submissions("fx-full") == submitted + 1
+
+
+def test_space_ticks_remember_and_allows_once_armed(shell: ShellPage) -> None:
+    napplet = shell.open_napplet()
+    handle = napplet.select(FULL)
+    shell.queue("fx-full", text_script("ok"))
+    napplet.post(generate("g1", handle))
+    consent = shell.consent()
+    wait_armed(consent)
+    remember_id = consent.locator("input.remember").get_attribute("id")
+    tab_to(shell.page, f"#{remember_id}", key="Shift+Tab")
+    shell.page.keyboard.press("Space")
+    assert consent.locator("input.remember").is_checked()
+    tab_to(shell.page, f"#{consent.locator('button.allow').get_attribute('id')}")
+    shell.page.keyboard.press("Space")
+    consent.wait_for(state="detached")
+    napplet.wait_for("g1")
+    assert shell.page.locator("#grant-list button.revoke").count() == 1
+
+
+# --------------------------------------------------------------------------- focus
+
+
+def test_focus_returns_after_the_chooser_and_the_consent_dialog(shell: ShellPage) -> None:
+    page = shell.page
+    napplet = shell.open_napplet()
+    page.focus("#napplet-url")
+    napplet.post({"type": "llm.select", "id": "s1"})
+    shell.escape("chooser")
+    assert focus_in(page) == "#napplet-url"
+
+    page.focus("#connection-add")
+    napplet.post({"type": "llm.select", "id": "s2"})
+    chooser = shell.chooser()
+    wait_armed(chooser)
+    page.keyboard.press("Shift+Tab")
+    page.keyboard.press("Enter")
+    chooser.wait_for(state="detached")
+    handle = napplet.wait_for("s2", "llm.select.result")["model"]["handle"]
+    assert focus_in(page) == "#connection-add"
+
+    page.focus("#napplet-url")
+    napplet.post(generate("g1", handle))
+    shell.escape("consent")
+    assert focus_in(page) == "#napplet-url"
+
+    shell.queue("fx-full", text_script("ok"))
+    page.focus("#account-select")
+    napplet.post(generate("g2", handle))
+    consent = shell.consent()
+    wait_armed(consent)
+    page.keyboard.press("Tab")
+    page.keyboard.press("Enter")
+    consent.wait_for(state="detached")
+    assert focus_in(page) == "#account-select"
+    napplet.wait_for("g2")
+
+
+def add_scripted_connection(page: Any, name: str) -> None:
+    """Fill and save the connection form by keyboard (it is open, focus on Name)."""
+    assert focus_in(page) == "#connection-name"
+    page.keyboard.type(name)
+    page.select_option("#connection-kind", "scripted")
+    page.focus("#connection-script")
+    page.keyboard.type('[{"text": "hi"}]')
+    tab_to(page, "#connection-save")
+    page.keyboard.press("Enter")
+    page.locator("#connection-list li.connection", has_text=name).wait_for()
+    page.locator("#connection-form").wait_for(state="hidden")
+
+
+def test_focus_returns_after_the_connection_form(shell: ShellPage) -> None:
+    page = shell.page
+    tab_to(page, "#connection-add")
+    page.keyboard.press("Enter")
+    assert focus_in(page) == "#connection-name"
+    page.keyboard.press("Escape")
+    page.locator("#connection-form").wait_for(state="hidden")
+    assert focus_in(page) == "#connection-add"
+
+    page.keyboard.press("Enter")
+    add_scripted_connection(page, "Keyboard A")
+    assert focus_in(page) == "#connection-add"
+    page.keyboard.press("Enter")
+    add_scripted_connection(page, "Keyboard B")
+
+    entry_a = page.locator("#connection-list li.connection", has_text="Keyboard A")
+    edit_a = entry_a.locator("button.edit")
+    edit_a.focus()
+    page.keyboard.press("Enter")
+    assert focus_in(page) == "#connection-name"
+    page.keyboard.press("Escape")
+    assert page.evaluate(
+        "() => document.activeElement.closest('li.connection')?.textContent ?? ''"
+    ).startswith("Keyboard A")
+    assert focus_in(page) == "button.edit"
+
+    # Save an edit: the entry is rebuilt, and its new Edit button has the focus.
+    page.keyboard.press("Enter")
+    page.keyboard.press("End")
+    page.keyboard.type(" renamed")
+    tab_to(page, "#connection-save")
+    page.keyboard.press("Enter")
+    page.locator("#connection-list li.connection", has_text="Keyboard A renamed").wait_for()
+    page.locator("#connection-form").wait_for(state="hidden")
+    page.wait_for_function("() => document.activeElement.classList.contains('edit')")
+    assert "Keyboard A renamed" in page.evaluate(
+        "() => document.activeElement.closest('li').textContent"
+    )
+
+    # Remove (confirmed by keyboard): the focus moves to the next entry, not <body>.
+    tab_to(page, "button.remove")
+    entry = page.evaluate("() => document.activeElement.closest('li').dataset.connectionId")
+    page.keyboard.press("Enter")
+    tab_to(page, "button.danger", key="Shift+Tab")
+    page.keyboard.press("Enter")
+    page.wait_for_function(
+        "(id) => !document.querySelector(`li.connection[data-connection-id='${id}']`)", arg=entry
+    )
+    page.wait_for_function("() => document.activeElement !== document.body")
+    assert focus_in(page) in ("button.edit", "#connection-add")
+    for name in ("Keyboard A renamed", "Keyboard B"):
+        remaining = page.locator("#connection-list li.connection", has_text=name)
+        if remaining.count():
+            remaining.locator("button.remove").click()
+            remaining.locator("button.confirm-remove").click()
+            remaining.wait_for(state="detached")
+
+
+FAKE_MODELS = """async (names) => {
+  const cache = await caches.open('napllm-models');
+  for (const name of names) {
+    await cache.put(new Request(new URL(`/_test/models/${name}`, location.href).href),
+      new Response(new Uint8Array(1024), {headers: {'content-length': '1024'}}));
+  }
+  document.dispatchEvent(new Event('visibilitychange'));
+}"""
+
+
+def test_storage_delete_keeps_the_focus_in_the_section(shell: ShellPage) -> None:
+    page = shell.page
+    page.evaluate(FAKE_MODELS, ["a11y-one.gguf", "a11y-two.gguf"])
+    deletes = page.locator("#storage-models button.delete")
+    page.wait_for_function(
+        "() => document.querySelectorAll('#storage-models button.delete').length >= 2"
+    )
+    count = deletes.count()
+    deletes.first.focus()
+    page.keyboard.press("Enter")
+    page.wait_for_function(
+        "(n) => document.querySelectorAll('#storage-models button.delete').length === n",
+        arg=count - 1,
+    )
+    page.wait_for_function("() => document.activeElement.classList.contains('delete')")
+    while deletes.count() > 0:
+        left = deletes.count()
+        page.keyboard.press("Enter")
+        page.wait_for_function(
+            "(n) => document.querySelectorAll('#storage-models button.delete').length === n",
+            arg=left - 1,
+        )
+    page.wait_for_function("() => document.activeElement !== document.body")
+    assert focus_in(page) in ("#storage-heading", "#storage-persist")
+
+
+def test_closing_the_last_tab_keeps_the_focus_in_the_napplet_area(shell: ShellPage) -> None:
+    napplet = shell.open_napplet()
+    napplet.toolbar("close").focus()
+    shell.page.keyboard.press("Enter")
+    shell.page.locator(f"#{napplet.key}-tab").wait_for(state="detached")
+    shell.open.remove(napplet)
+    assert focus_in(shell.page) == "#napplet-area"
+    assert shell.page.locator("#napplet-tabs").is_hidden()
+
+
+# --------------------------------------------------------------------------- screen readers
+
+
+def test_dialogs_announce_their_purpose(shell: ShellPage) -> None:
+    page = shell.page
+    napplet = shell.open_napplet()
+    napplet.post({"type": "llm.select", "id": "s1"})
+    chooser = shell.chooser()
+    dialog = page.get_by_role("dialog", name="Choose a model")
+    expect(dialog).to_have_accessible_description(
+        re.compile(r"probe\.html .* asks to use a language model")
+    )
+    assert dialog.evaluate("(d) => d.open && d.matches(':modal')")
+    # A candidate is named by its visible text (connection, model, route);
+    # its capabilities describe it.
+    candidate = chooser.get_by_role(
+        "button", name=re.compile(r"^Fixture \(all capabilities\) Model: fixture-full Route: ")
+    )
+    expect(candidate).to_have_accessible_description(
+        re.compile(r"^images JSON tools tool choice: ")
+    )
+    wait_armed(chooser)
+    candidate.focus()
+    page.keyboard.press("Enter")
+    chooser.wait_for(state="detached")
+    handle = napplet.wait_for("s1", "llm.select.result")["model"]["handle"]
+
+    napplet.post(generate("g1", handle))
+    consent = shell.consent()
+    dialog = page.get_by_role("dialog", name="Send this request?")
+    expect(dialog).to_have_accessible_description(
+        re.compile(r"probe\.html .* wants to send a request")
+    )
+    assert dialog.evaluate("(d) => d.matches(':modal')")
+    snapshot = consent.aria_snapshot()
+    for line in (
+        'dialog "Send this request?"',
+        'button "Deny"',
+        'button "Allow"',
+        'checkbox "Allow this napplet on this connection until I close the page"',
+    ):
+        assert line in snapshot, snapshot
+    shell.deny()
+
+
+def test_status_and_progress_are_live_regions(shell: ShellPage) -> None:
+    page = shell.page
+    live = page.evaluate(
+        """() => Object.fromEntries(['#boot', '#notice-list', '#inspector-count',
+          '#connection-form-error', '#account-add-error'].map((sel) => {
+            const e = document.querySelector(sel);
+            return [sel, e ? (e.getAttribute('aria-live') || e.getAttribute('role')) : null];
+          }))"""
+    )
+    assert live == {
+        "#boot": "polite",
+        "#notice-list": "polite",
+        "#inspector-count": "polite",
+        "#connection-form-error": "alert",
+        "#account-add-error": "alert",
+    }
+    # The boot progress bar (hidden once booted) is labelled by the boot status text.
+    assert (
+        page.evaluate("() => document.querySelector('#boot-progress').labels[0].id") == "boot-label"
+    )
+    napplet = shell.open_napplet()
+    status = page.locator(f"#{napplet.key}-panel [role=status]").first
+    expect(status).to_be_attached()

@@ -388,24 +388,27 @@ export class DialogQueue {
     const buttons = [];
     for (const candidate of candidates) {
       if (!candidate || typeof candidate !== "object" || typeof candidate.id !== "string") continue;
-      // Screen readers: the connection's name is the button's name; model,
-      // route, charges and capabilities are its description.
+      // Screen readers: the button's visible text is its name (voice control
+      // users say what they see); the capabilities, outside it, describe it.
       const cid = `${id}-c${buttons.length}`;
       const badges = capabilityBadges(candidate.capabilities);
-      badges.id = `${cid}-caps`;
+      // The items, not the list: a list's own label ("Capabilities") would replace them.
+      const capIds = [...badges.children].map((item, index) => {
+        item.id = `${cid}-cap${index}`;
+        return item.id;
+      });
       const button = el(
         "button",
         {
           type: "button",
           class: "candidate",
           dataset: { candidateId: candidate.id },
-          "aria-labelledby": `${cid}-name`,
-          "aria-describedby": `${cid}-model ${cid}-route${candidate.charges === true ? ` ${cid}-charges` : ""} ${cid}-caps`,
+          "aria-describedby": capIds.join(" "),
         },
-        el("span", { class: "candidate-name", id: `${cid}-name` }, str(candidate.name, candidate.id)),
-        el("span", { class: "candidate-model", id: `${cid}-model` }, `Model: ${str(candidate.model)}`),
-        el("span", { class: "candidate-route", id: `${cid}-route` }, `Route: ${str(candidate.route)}`),
-        candidate.charges === true ? el("span", { class: "badge warn", id: `${cid}-charges` }, "may charge") : null,
+        el("span", { class: "candidate-name" }, str(candidate.name, candidate.id)),
+        el("span", { class: "candidate-model" }, `Model: ${str(candidate.model)}`),
+        el("span", { class: "candidate-route" }, `Route: ${str(candidate.route)}`),
+        candidate.charges === true ? el("span", { class: "badge warn" }, "may charge") : null,
       );
       button.addEventListener("click", (event) => {
         if (this.current === item && item.guard.deliberate(event, button)) this.grant(item, candidate.id);
