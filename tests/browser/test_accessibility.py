@@ -452,6 +452,32 @@ def test_closing_the_last_tab_keeps_the_focus_in_the_napplet_area(shell: ShellPa
     assert shell.page.locator("#napplet-tabs").is_hidden()
 
 
+def test_dismissing_a_notice_or_removing_a_profile_keeps_the_focus(shell: ShellPage) -> None:
+    page = shell.page
+    page.evaluate(
+        "() => document.querySelectorAll('#notice-list .dismiss').forEach((b) => b.click())"
+    )
+    for _ in range(2):
+        page.fill("#napplet-url", "ftp://example.invalid/napplet.html")
+        page.press("#napplet-url", "Enter")
+    dismiss = page.locator("#notice-list .dismiss")
+    expect(dismiss).to_have_count(2)
+    expect(page.get_by_role("button", name="Dismiss notice")).to_have_count(2)
+    dismiss.first.focus()
+    page.keyboard.press("Enter")
+    expect(dismiss).to_have_count(1)
+    assert focus_in(page) == "button.dismiss"
+    page.keyboard.press("Space")
+    expect(dismiss).to_have_count(0)
+    assert focus_in(page) == "#napplet-area"
+
+    shell.add_profile("Keyboard profile")
+    tab_to(page, "#account-remove")
+    page.keyboard.press("Enter")
+    page.wait_for_function("() => document.querySelector('#account-select').value === 'Default'")
+    assert focus_in(page) == "#account-select"
+
+
 # --------------------------------------------------------------------------- screen readers
 
 

@@ -566,6 +566,7 @@ export class Notices {
     this.list = list;
     this.connectionName = connectionName;
     this.limit = limit;
+    this.serial = 0;
   }
 
   /** Show `{level, text, connectionId?}`. */
@@ -577,13 +578,14 @@ export class Notices {
     const dismiss = el("button", { type: "button", class: "dismiss", "aria-label": "Dismiss notice" }, "×");
     const item = el(
       "li",
-      { class: `notice ${level}`, dataset: { level } },
+      { class: `notice ${level}`, dataset: { level, focusKey: String((this.serial += 1)) } },
       el("span", { class: "level" }, level === "info" ? "Note" : level === "warning" ? "Warning" : "Error"),
       " ",
       el("span", { class: "text" }, about ? `${about}: ${text}` : text),
       dismiss,
     );
-    dismiss.addEventListener("click", () => item.remove());
+    // The focus moves to the next notice's Dismiss (else the napplet area), not <body>.
+    dismiss.addEventListener("click", () => keepFocus(this.list, () => item.remove(), () => document.querySelector("#napplet-area")));
     this.list.append(item);
     while (this.list.children.length > this.limit) this.list.firstElementChild.remove();
   }
