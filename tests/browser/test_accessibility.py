@@ -114,6 +114,14 @@ def test_axe_start_view(shell: ShellPage, scheme: str) -> None:
     assert_no_serious_violations(shell.page, f"the start view ({scheme})")
 
 
+def test_axe_start_view_on_a_phone(shell: ShellPage, scheme: str) -> None:
+    shell.page.set_viewport_size({"width": 360, "height": 740})
+    try:
+        assert_no_serious_violations(shell.page, f"the start view at 360 px ({scheme})")
+    finally:
+        shell.page.set_viewport_size({"width": 1280, "height": 900})
+
+
 def test_axe_open_napplet_tab(shell: ShellPage, scheme: str) -> None:
     shell.open_napplet()
     assert_no_serious_violations(shell.page, f"an open napplet tab ({scheme})")
@@ -241,6 +249,8 @@ def test_keyboard_alone_selects_consents_and_gets_the_answer(
     frame.wait_for_function(
         "() => document.querySelector('#model').textContent.includes('Fixture')"
     )
+    # The focus came back to the napplet, which puts it on its message box.
+    assert focus_in(page, frame) == "iframe.napplet-frame > #prompt"
 
     # Enter on the consent dialog's first focus (Deny) denies ...
     submitted = shell.submissions("fx-full")
@@ -276,6 +286,7 @@ def test_keyboard_alone_selects_consents_and_gets_the_answer(
     )
     answer = frame.locator("#history li.assistant").last.text_content() or ""
     assert answer.endswith("Hello, keyboard user!")
+    assert focus_in(page, frame) == "iframe.napplet-frame > #prompt"
     assert shell.submissions("fx-full") == submitted + 1
 
 
