@@ -210,6 +210,15 @@ def candidate_focused(page: Any) -> str:
     return name
 
 
+def shift_tab_to_candidate(page: Any, name: str) -> None:
+    """Press Shift+Tab in the open chooser until the candidate `name` has the focus."""
+    for _ in range(MAX_TABS):
+        if candidate_focused(page) == name:
+            return
+        page.keyboard.press("Shift+Tab")
+    assert candidate_focused(page) == name
+
+
 def test_keyboard_alone_selects_consents_and_gets_the_answer(
     shell: ShellPage, dist_url: str
 ) -> None:
@@ -239,11 +248,7 @@ def test_keyboard_alone_selects_consents_and_gets_the_answer(
     chooser = shell.chooser()
     assert focus_in(page) == f"#{chooser.get_by_role('button', name='Cancel').get_attribute('id')}"
     wait_armed(chooser)
-    for _ in range(MAX_TABS):
-        if candidate_focused(page) == FULL:
-            break
-        page.keyboard.press("Shift+Tab")
-    assert candidate_focused(page) == FULL
+    shift_tab_to_candidate(page, FULL)
     page.keyboard.press("Enter")
     chooser.wait_for(state="detached")
     frame.wait_for_function(
@@ -323,7 +328,7 @@ def test_focus_returns_after_the_chooser_and_the_consent_dialog(shell: ShellPage
     napplet.post({"type": "llm.select", "id": "s2"})
     chooser = shell.chooser()
     wait_armed(chooser)
-    page.keyboard.press("Shift+Tab")
+    shift_tab_to_candidate(page, FULL)
     page.keyboard.press("Enter")
     chooser.wait_for(state="detached")
     handle = napplet.wait_for("s2", "llm.select.result")["model"]["handle"]
