@@ -562,3 +562,23 @@ def test_status_and_progress_are_live_regions(shell: ShellPage) -> None:
     napplet = shell.open_napplet()
     status = page.locator(f"#{napplet.key}-panel [role=status]").first
     expect(status).to_be_attached()
+
+
+def test_engine_progress_is_one_live_region_updated_in_place(shell: ShellPage) -> None:
+    page = shell.page
+    entry = page.locator("#connection-list li.connection[data-connection-id='builtin-tinychat']")
+    page.evaluate(
+        "() => napllmHost.engineProgress('builtin-tinychat', 'Downloading TinyChat', 0.25)"
+    )
+    bar = entry.locator(".engine-progress")
+    expect(bar).to_have_attribute("role", "status")
+    expect(bar).to_have_text("Downloading TinyChat (25%)")
+    expect(bar.get_by_role("progressbar", name="Downloading TinyChat")).to_have_count(1)
+    bar.evaluate("(b) => { b.dataset.seen = 'first'; }")
+    page.evaluate(
+        "() => napllmHost.engineProgress('builtin-tinychat', 'Downloading TinyChat', 0.5)"
+    )
+    expect(bar).to_have_text("Downloading TinyChat (50%)")
+    assert bar.get_attribute("data-seen") == "first"
+    page.evaluate("() => napllmHost.engineProgress('builtin-tinychat', 'Downloading TinyChat', 1)")
+    expect(bar).to_have_count(0)

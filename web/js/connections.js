@@ -276,7 +276,18 @@ export class ConnectionsPanel {
       (node) => node.dataset.connectionId === connectionId,
     );
     if (!entry) return;
-    entry.querySelector(".engine-progress")?.remove();
+    const shown = entry.querySelector(".engine-progress");
+    const state = this.progress.get(connectionId);
+    if (shown && state) {
+      // Updated in place: a live region replaced on every step is announced
+      // erratically (or not at all) by screen readers.
+      shown.querySelector("span").textContent = `${state.label} (${Math.round(state.fraction * 100)}%)`;
+      const meter = shown.querySelector("progress");
+      meter.value = state.fraction;
+      meter.setAttribute("aria-label", state.label);
+      return;
+    }
+    shown?.remove();
     const bar = this.renderProgress(connectionId);
     if (bar) entry.querySelector(".route")?.after(bar);
   }
