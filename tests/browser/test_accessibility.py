@@ -1,20 +1,25 @@
 """Accessibility of the shell (the real shell, test build).
 
 - axe-core (the npm devDependency, injected by the test, never part of
-  dist/) finds no "serious" or "critical" violation in the start view, an
-  open napplet tab, the chooser, the consent dialog, the connection form,
-  the Storage section and the envelope inspector. A failure names each rule
-  id with the CSS targets of its nodes.
-- Keyboard alone: a napplet's select → consent → answer is completed with
-  Tab / Shift+Tab / Enter only. The dialogs' anti-clickjacking guards stay:
-  Allow and the candidates are disabled for the arming delay, and Enter on
-  the consent dialog's initial focus (Deny) denies; the path that allows is
-  Tab to Allow after it is armed, then Enter (or Space).
-- Focus returns to the element that had it after each dialog (chooser,
-  consent, the connection form, the Storage section's delete) closes.
+  dist/) finds no "serious" or "critical" violation in the start view (also
+  at 360 px), an open napplet tab, the chooser, the consent dialog, the
+  connection form, the Storage section and the envelope inspector, in the
+  light and the dark colour scheme. A failure names each rule id with the
+  CSS targets of its nodes.
+- Keyboard alone: the Chat napplet is opened, a model chosen, a request
+  denied and then allowed, and the answer read with Tab / Shift+Tab / Enter
+  only. The dialogs' anti-clickjacking guards stay: Allow and the
+  candidates are disabled for the arming delay, and Enter on the consent
+  dialog's initial focus (Deny) denies; the path that allows is Tab to
+  Allow after it is armed, then Enter (or Space).
+- Focus returns to the element that had it after the chooser, the consent
+  dialog and the connection form close, and is never dropped to <body> when
+  the control that had it goes away (a saved or removed connection, a
+  deleted stored model, a dismissed notice, a removed profile, the last
+  tab closed).
 - The dialogs name their purpose to assistive technology: role dialog,
   modal, a name from their heading and a description; status and progress
-  are live regions.
+  are live regions (the engine progress one region updated in place).
 """
 
 from __future__ import annotations
