@@ -124,6 +124,9 @@ export class AccountSwitcher {
     this.profiles = this.profiles.filter((n) => n !== name);
     this.save();
     this.render();
+    // "Remove profile" is now disabled (Default is current): the focus would
+    // fall to <body>; the profile switcher takes it.
+    this.select.focus();
   }
 
   /** Make `name` the current profile and tell the runtime. */

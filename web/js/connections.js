@@ -33,7 +33,7 @@
  *   are kept as they are, never overwritten).
  */
 
-import { el, str } from "./dom.js";
+import { el, focusableHeading, keepFocus, str, whileBusy } from "./dom.js";
 import { isObjectOrArray, parseJsonOr } from "./json.js";
 import { onConnectionsChanged } from "./storage.js";
 
@@ -333,7 +333,18 @@ export class ConnectionsPanel {
       (node) => node.dataset.connectionId === connectionId,
     );
     if (!entry) return;
-    entry.querySelector(".engine-progress")?.remove();
+    const shown = entry.querySelector(".engine-progress");
+    const state = this.progress.get(connectionId);
+    if (shown && state) {
+      // Updated in place: a live region replaced on every step is announced
+      // erratically (or not at all) by screen readers.
+      shown.querySelector("span").textContent = `${state.label} (${Math.round(state.fraction * 100)}%)`;
+      const meter = shown.querySelector("progress");
+      meter.value = state.fraction;
+      meter.setAttribute("aria-label", state.label);
+      return;
+    }
+    shown?.remove();
     const bar = this.renderProgress(connectionId);
     if (bar) entry.querySelector(".route")?.after(bar);
   }
@@ -417,37 +428,41 @@ export class ConnectionsPanel {
    * what is needed and how to get it, with those connections inside).
    */
   renderConnections() {
-    if (this.connections.length === 0) {
-      this.list.replaceChildren(el("li", { class: "empty" }, "No connections yet."));
-      return;
-    }
-    const ready = this.connections.filter((item) => item.available !== false);
-    const groups = new Map();
-    for (const item of this.connections) {
-      if (item.available !== false) continue;
-      const info = this.kindInfo(item.kind);
-      const needs = str(info.needs) || "Not available on this device";
-      if (!groups.has(needs)) groups.set(needs, { how: str(info.needsHow), items: [] });
-      groups.get(needs).items.push(item);
-    }
-    const entries = ready.map((item) => this.renderConnection(item, false));
-    for (const [needs, group] of groups) {
-      const count = group.items.length;
-      entries.push(
-        el(
-          "li",
-          { class: "unavailable-group" },
+    // A re-render (after Save, Remove or a push) keeps the keyboard focus on
+    // the same control of the same entry, the next entry, or "Add connection".
+    keepFocus(this.list, () => {
+      if (this.connections.length === 0) {
+        this.list.replaceChildren(el("li", { class: "empty" }, "No connections yet."));
+        return;
+      }
+      const ready = this.connections.filter((item) => item.available !== false);
+      const groups = new Map();
+      for (const item of this.connections) {
+        if (item.available !== false) continue;
+        const info = this.kindInfo(item.kind);
+        const needs = str(info.needs) || "Not available on this device";
+        if (!groups.has(needs)) groups.set(needs, { how: str(info.needsHow), items: [] });
+        groups.get(needs).items.push(item);
+      }
+      const entries = ready.map((item) => this.renderConnection(item, false));
+      for (const [needs, group] of groups) {
+        const count = group.items.length;
+        entries.push(
           el(
-            "details",
-            {},
-            el("summary", {}, `${needs} (${count} ${count === 1 ? "model" : "models"})`),
-            group.how ? el("p", { class: "how" }, group.how) : null,
-            el("ul", { class: "connection-list quiet" }, ...group.items.map((item) => this.renderConnection(item, true))),
+            "li",
+            { class: "unavailable-group" },
+            el(
+              "details",
+              {},
+              el("summary", {}, `${needs} (${count} ${count === 1 ? "model" : "models"})`),
+              group.how ? el("p", { class: "how" }, group.how) : null,
+              el("ul", { class: "connection-list quiet" }, ...group.items.map((item) => this.renderConnection(item, true))),
+            ),
           ),
-        ),
-      );
-    }
-    this.list.replaceChildren(...entries);
+        );
+      }
+      this.list.replaceChildren(...entries);
+    }, () => (this.addButton.disabled ? null : this.addButton));
   }
 
   renderConnection(item, quiet) {
@@ -476,7 +491,7 @@ export class ConnectionsPanel {
     }
     return el(
       "li",
-      { class: quiet ? "connection quiet" : "connection", dataset: { connectionId: id } },
+      { class: quiet ? "connection quiet" : "connection", dataset: { connectionId: id, focusKey: id } },
       el("h3", { id: headingId }, str(item.name, id)),
       el("p", { class: "kind" }, this.kindInfo(item.kind).label),
       el("p", {}, "Model: ", el("code", {}, str(item.model))),
@@ -509,11 +524,16 @@ export class ConnectionsPanel {
       } catch (error) {
         console.error("napllm: removeConnection failed", error?.name ?? "");
         actions.replaceChildren(...saved);
+        saved[1].focus();
       }
     });
   }
 
   renderGrants() {
+    keepFocus(this.grantList, () => this.renderGrantItems(), () => focusableHeading(this.root.querySelector("#grants-heading")));
+  }
+
+  renderGrantItems() {
     if (this.grants.length === 0) {
       this.grantList.replaceChildren(el("li", { class: "empty" }, "No standing permissions."));
       return;
@@ -525,23 +545,25 @@ export class ConnectionsPanel {
         const text = `${str(napplet.name, "napplet")} (#${str(napplet.shortHash)}) may use ${connection} in profile ${str(grant.account)}`;
         const revoke = el("button", { type: "button", class: "revoke" }, "Revoke");
         revoke.setAttribute("aria-label", `Revoke: ${text}`);
-        revoke.addEventListener("click", async () => {
+        revoke.addEventListener("click", () => {
           const runtime = this.runtime();
           if (!runtime) return;
-          revoke.disabled = true;
-          try {
-            await runtime.revokeGrant(str(grant.key));
-          } catch (error) {
-            console.error("napllm: revokeGrant failed", error?.name ?? "");
-            revoke.disabled = false;
-          }
+          whileBusy(revoke, async () => {
+            try {
+              await runtime.revokeGrant(str(grant.key));
+            } catch (error) {
+              console.error("napllm: revokeGrant failed", error?.name ?? "");
+            }
+          });
         });
-        return el("li", { class: "grant", dataset: { grantKey: str(grant.key) } }, el("span", {}, text), " ", revoke);
+        return el("li", { class: "grant", dataset: { grantKey: str(grant.key), focusKey: str(grant.key) } }, el("span", {}, text), " ", revoke);
       }),
     );
   }
 
   openForm(item) {
+    // The control that opened the form (Add or an entry's Edit) gets the focus back.
+    if (this.form.hidden || !this.form.contains(document.activeElement)) this.returnFocus = document.activeElement;
     this.editing = item;
     this.form.reset();
     this.formError.textContent = "";
@@ -581,8 +603,18 @@ export class ConnectionsPanel {
     this.discoverySerial += 1;
     this.discoveryResults.replaceChildren();
     this.addButton.setAttribute("aria-expanded", "false");
+    const editedId = this.editing ? str(this.editing.id) : null;
     this.editing = null;
-    if (!this.addButton.disabled) this.addButton.focus();
+    const back = this.returnFocus;
+    this.returnFocus = null;
+    // After a Save the entry may have been re-rendered: its new Edit button.
+    const entry = editedId === null
+      ? null
+      : [...this.list.querySelectorAll("li.connection")].find((node) => node.dataset.connectionId === editedId);
+    const target = back instanceof HTMLElement && back.isConnected && !back.disabled
+      ? back
+      : entry?.querySelector("button.edit") ?? (this.addButton.disabled ? null : this.addButton);
+    if (target) target.focus();
   }
 
   /** The kind record the form is for (the edited connection's, else the chosen one), or null. */
@@ -753,6 +785,7 @@ export class ConnectionsPanel {
   async submit() {
     const runtime = this.runtime();
     if (!runtime) return;
+    if (this.form.querySelector("#connection-save").getAttribute("aria-disabled") === "true") return;
     if (!this.form.reportValidity()) return;
     const kind = this.formKind();
     if (kind === null) {
@@ -775,7 +808,8 @@ export class ConnectionsPanel {
     const json = this.formJson();
     this.formError.textContent = "";
     const save = this.form.querySelector("#connection-save");
-    save.disabled = true;
+    // Busy, not disabled: disabling the focused Save button drops the focus to <body>.
+    save.setAttribute("aria-disabled", "true");
     try {
       const result = this.editing
         ? await runtime.editConnection(str(this.editing.id), json)
@@ -791,7 +825,7 @@ export class ConnectionsPanel {
       console.error("napllm: the connection could not be saved", error?.name ?? "");
       this.formError.textContent = "The connection could not be saved. Check the fields and try again.";
     } finally {
-      save.disabled = false;
+      save.removeAttribute("aria-disabled");
     }
   }
 }
@@ -803,6 +837,7 @@ export class Notices {
     this.list = list;
     this.connectionName = connectionName;
     this.limit = limit;
+    this.serial = 0;
   }
 
   /** Show `{level, text, connectionId?}`. */
@@ -814,13 +849,14 @@ export class Notices {
     const dismiss = el("button", { type: "button", class: "dismiss", "aria-label": "Dismiss notice" }, "×");
     const item = el(
       "li",
-      { class: `notice ${level}`, dataset: { level } },
+      { class: `notice ${level}`, dataset: { level, focusKey: String((this.serial += 1)) } },
       el("span", { class: "level" }, level === "info" ? "Note" : level === "warning" ? "Warning" : "Error"),
       " ",
       el("span", { class: "text" }, about ? `${about}: ${text}` : text),
       dismiss,
     );
-    dismiss.addEventListener("click", () => item.remove());
+    // The focus moves to the next notice's Dismiss (else the napplet area), not <body>.
+    dismiss.addEventListener("click", () => keepFocus(this.list, () => item.remove(), () => document.querySelector("#napplet-area")));
     this.list.append(item);
     while (this.list.children.length > this.limit) this.list.firstElementChild.remove();
   }

@@ -429,9 +429,23 @@ export class DialogQueue {
     const buttons = [];
     for (const candidate of candidates) {
       if (!candidate || typeof candidate !== "object" || typeof candidate.id !== "string") continue;
+      // Screen readers: the button's visible text is its name (voice control
+      // users say what they see); the capabilities, outside it, describe it.
+      const cid = `${id}-c${buttons.length}`;
+      const badges = capabilityBadges(candidate.capabilities);
+      // The items, not the list: a list's own label ("Capabilities") would replace them.
+      const capIds = [...badges.children].map((item, index) => {
+        item.id = `${cid}-cap${index}`;
+        return item.id;
+      });
       const button = el(
         "button",
-        { type: "button", class: "candidate", dataset: { candidateId: candidate.id } },
+        {
+          type: "button",
+          class: "candidate",
+          dataset: { candidateId: candidate.id },
+          "aria-describedby": capIds.join(" "),
+        },
         el("span", { class: "candidate-name" }, str(candidate.name, candidate.id)),
         el("span", { class: "candidate-model" }, `Model: ${str(candidate.model)}`),
         el("span", { class: "candidate-route" }, `Route: ${str(candidate.route)}`),
@@ -441,7 +455,7 @@ export class DialogQueue {
         if (this.current === item && item.guard.deliberate(event, button)) this.grant(item, candidate.id);
       });
       buttons.push(button);
-      list.append(el("li", {}, button, capabilityBadges(candidate.capabilities)));
+      list.append(el("li", {}, button, badges));
     }
     const node = list.children.length === 0
       ? el("p", { class: "empty" }, "No connection meets these requirements. Add one in the Connections panel.")

@@ -25,3 +25,69 @@ export function el(tag, props = {}, ...children) {
 
 /** `value` if it is a string, else `fallback`. */
 export const str = (value, fallback = "") => (typeof value === "string" ? value : fallback);
+
+/**
+ * Re-render `container` with `render()` without losing the keyboard focus.
+ *
+ * A list that is rebuilt (connections, standing permissions, stored models)
+ * would otherwise drop the focus to <body> when the focused button is
+ * replaced. The focused element inside `container` is remembered by the
+ * `data-focus-key` of its nearest list item and its own class; afterwards
+ * the same control of the same item gets the focus, else the first button
+ * of the item now at its position (the next one), else `fallback()`.
+ * Nothing is moved when the focus was outside `container`.
+ *
+ * @param {HTMLElement} container the element whose children `render` replaces.
+ * @param {() => void} render rebuilds the children synchronously.
+ * @param {() => HTMLElement|null} [fallback] where the focus goes when no item is left.
+ */
+export function keepFocus(container, render, fallback = () => null) {
+  const focused = document.activeElement;
+  if (!(focused instanceof HTMLElement) || !container.contains(focused)) {
+    render();
+    return;
+  }
+  const item = focused.closest("[data-focus-key]");
+  const key = item ? item.dataset.focusKey : null;
+  const position = item ? [...container.querySelectorAll("[data-focus-key]")].indexOf(item) : -1;
+  const cls = focused.className && typeof focused.className === "string" ? focused.className.split(" ")[0] : "";
+  render();
+  if (focused.isConnected && container.contains(focused)) return;
+  const items = [...container.querySelectorAll("[data-focus-key]")];
+  const same = items.find((node) => node.dataset.focusKey === key);
+  const usable = (node) => node instanceof HTMLElement && !node.disabled && !node.hidden;
+  let target = same && cls ? same.querySelector(`.${CSS.escape(cls)}`) : null;
+  if (!usable(target)) {
+    const next = same ?? items[Math.min(Math.max(position, 0), items.length - 1)];
+    target = next ? next.querySelector("button, a[href], input, select, textarea") : null;
+  }
+  if (!usable(target)) target = fallback();
+  if (target) target.focus();
+}
+
+/**
+ * `node` made focusable by script only (`tabindex="-1"`), for moving the
+ * focus to a heading when the control that had it is gone; null stays null.
+ */
+export function focusableHeading(node) {
+  if (node instanceof HTMLElement && !node.hasAttribute("tabindex")) node.tabIndex = -1;
+  return node instanceof HTMLElement ? node : null;
+}
+
+/**
+ * Run `action()` (async) with `button` marked busy (`aria-disabled="true"`);
+ * a click while it is busy does nothing and resolves to undefined.
+ *
+ * Not the `disabled` property: disabling the focused button drops the
+ * keyboard focus to <body>, so a keyboard user would have to find their
+ * place again after every Save, Delete or Revoke.
+ */
+export async function whileBusy(button, action) {
+  if (button.getAttribute("aria-disabled") === "true") return undefined;
+  button.setAttribute("aria-disabled", "true");
+  try {
+    return await action();
+  } finally {
+    button.removeAttribute("aria-disabled");
+  }
+}

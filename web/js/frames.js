@@ -412,13 +412,19 @@ export class NappletArea {
     const wasSelected = tab.tabButton.getAttribute("aria-selected") === "true";
     tab.tabButton.remove();
     tab.panel.remove();
+    const hadFocus = !document.activeElement || document.activeElement === document.body || !document.activeElement.isConnected;
     if (wasSelected && this.tabs.length > 0) this.select(this.tabs[Math.min(index, this.tabs.length - 1)], true);
     this.updateEmpty();
+    // The last tab closed from its own toolbar: the focus goes to the napplet
+    // area (its heading), not to <body>.
+    if (this.tabs.length === 0 && hadFocus) this.tablist.closest("[tabindex]")?.focus();
     this.inspector.refreshEndpoints();
   }
 
   updateEmpty() {
     this.empty.hidden = this.tabs.length > 0;
+    // An empty tablist is an ARIA error (a tablist needs tabs): hidden until one opens.
+    this.tablist.hidden = this.tabs.length === 0;
   }
 
   /** Replace the tab's frame with a fresh one (a new secret) holding the current bytes. */

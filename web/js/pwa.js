@@ -29,7 +29,7 @@
  * - Values are inserted as text, never as markup.
  */
 
-import { el } from "./dom.js";
+import { el, focusableHeading, keepFocus, whileBusy } from "./dom.js";
 import { formatBytes, MODEL_CACHE, requestPersistentStorage } from "./storage.js";
 import { Workbox } from "../vendor/workbox-window/workbox-window.prod.mjs";
 
@@ -107,11 +107,11 @@ class StorageSection {
     this.offline = el("p", { id: "storage-offline", class: "muted" }, "");
     this.persistText = el("span", {}, "");
     this.persistButton = el("button", { type: "button", id: "storage-persist", hidden: true }, "Keep this data");
-    this.persistButton.addEventListener("click", async () => {
-      this.persistButton.disabled = true;
-      await requestPersistentStorage();
-      this.persistButton.disabled = false;
-      await this.refresh();
+    this.persistButton.addEventListener("click", () => {
+      whileBusy(this.persistButton, async () => {
+        await requestPersistentStorage();
+        await this.refresh();
+      });
     });
     this.persistent = el("p", { id: "storage-persistent", class: "muted" }, this.persistText, " ", this.persistButton);
     this.list = el("ul", { id: "storage-models", class: "storage-models", "aria-labelledby": "storage-heading" });
@@ -128,29 +128,48 @@ class StorageSection {
     );
     parent.append(this.section);
     this.refreshing = null;
+    this.stale = false;
   }
 
   setOffline(text) {
     this.offline.textContent = text;
   }
 
-  /** Re-read the caches and the estimate (one refresh at a time). */
+  /**
+   * Re-read the caches and the estimate (one refresh at a time). A refresh
+   * asked for while one runs makes it render once more, so a caller that
+   * just deleted a model never gets a list read before the deletion.
+   */
   refresh() {
-    if (!this.refreshing) {
-      this.refreshing = this.render().finally(() => {
-        this.refreshing = null;
-      });
+    if (this.refreshing) {
+      this.stale = true;
+      return this.refreshing;
     }
+    this.refreshing = (async () => {
+      do {
+        this.stale = false;
+        await this.render();
+      } while (this.stale);
+    })().finally(() => {
+      this.refreshing = null;
+    });
     return this.refreshing;
   }
 
   async render() {
     const models = await cachedModels();
+    // After a Delete the focus goes to the next model's Delete, else the heading.
+    keepFocus(this.list, () => this.renderModels(models), () => focusableHeading(this.section.querySelector("#storage-heading")));
+    this.empty.hidden = models.length > 0;
+    await this.renderTotals();
+  }
+
+  renderModels(models) {
     this.list.replaceChildren(
       ...models.map((model) => {
         const item = el(
           "li",
-          { class: "storage-model", dataset: { url: model.url, bytes: String(model.bytes) } },
+          { class: "storage-model", dataset: { url: model.url, bytes: String(model.bytes), focusKey: model.url } },
           el("span", { class: "storage-name", title: model.url }, model.name),
           " ",
           el("span", { class: "storage-size" }, formatBytes(model.bytes)),
@@ -163,21 +182,24 @@ class StorageSection {
             { type: "button", class: "delete", "aria-label": `Delete ${model.name} (${formatBytes(model.bytes)})` },
             "Delete",
           );
-          button.addEventListener("click", async () => {
-            button.disabled = true;
-            try {
-              await deleteModel(model.key);
-            } catch (error) {
-              console.error("napllm: could not delete a cached model", error);
-            }
-            await this.refresh();
+          button.addEventListener("click", () => {
+            whileBusy(button, async () => {
+              try {
+                await deleteModel(model.key);
+              } catch (error) {
+                console.error("napllm: could not delete a cached model", error);
+              }
+              await this.refresh();
+            });
           });
           item.append(" ", button);
         }
         return item;
       }),
     );
-    this.empty.hidden = models.length > 0;
+  }
+
+  async renderTotals() {
     if (navigator.storage && typeof navigator.storage.estimate === "function") {
       try {
         const { usage, quota } = await navigator.storage.estimate();
