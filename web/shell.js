@@ -11,7 +11,8 @@
  * - Only relative URLs: the page works under any sub-path.
  * - `?napplet=<http(s) url>` opens that napplet at start (development),
  *   with its origin shown and LLM access off until the person turns it on;
- *   query parameters are read with URLSearchParams only.
+ *   query parameters are read with URLSearchParams only. Without it, the
+ *   Chat napplet opens on the first visit (web/js/gallery.js).
  */
 
 import { AccountSwitcher } from "./js/accounts.js";
@@ -21,7 +22,9 @@ import { startRuntime } from "./js/boot-runtime.js";
 import { NappletArea, isHttpUrl, nameFromUrl } from "./js/frames.js";
 import { el } from "./js/dom.js";
 import { parseJsonOr } from "./js/json.js";
+import { FIRST_NAPPLET, galleryEntries, renderGallery, takeFirstVisit } from "./js/gallery.js";
 import { Inspector } from "./js/inspector.js";
+import { PanelToggle } from "./js/layout.js";
 import { loadConnections, saveConnections } from "./js/storage.js";
 
 const $ = (selector) => document.querySelector(selector);
@@ -47,6 +50,8 @@ area = new NappletArea({
 });
 const connections = new ConnectionsPanel($("#connections"), getRuntime);
 const accounts = new AccountSwitcher($("#account"), getRuntime);
+// On narrow screens the connections column is a panel the toggle opens.
+new PanelToggle($("#connections-toggle"), $("#layout"));
 const tabOfEndpoint = (endpointId) => area.tabOfEndpoint(endpointId);
 const tabOfKey = (key) => area.tabs.find((tab) => tab.key === key) ?? null;
 
@@ -230,33 +235,33 @@ Object.defineProperty(window, "napllmHost", { value: napllmHost, writable: false
 
 // ---------------------------------------------------------------- napplets
 
+/** Fetch napplets/index.json and fill the gallery and the napplet list; returns the entries. */
 async function loadNappletIndex() {
   const select = $("#napplet-select");
-  const indexUrl = new URL("./napplets/index.json", location.href);
-  let entries = [];
+  const base = new URL("./", location.href).href;
+  let parsed = null;
   try {
-    const response = await fetch(indexUrl, { cache: "no-cache" });
-    if (response.ok) {
-      const parsed = await response.json();
-      if (Array.isArray(parsed)) entries = parsed;
-    }
+    const response = await fetch(new URL("./napplets/index.json", base), { cache: "no-cache" });
+    if (response.ok) parsed = await response.json();
   } catch {
-    entries = [];
+    parsed = null;
   }
-  const usable = entries.filter(
-    (entry) => entry && typeof entry.name === "string" && typeof entry.path === "string" && entry.name,
-  );
+  // Index paths are relative to the shell's own folder (dist/).
+  const usable = galleryEntries(parsed, base);
   select.replaceChildren(
     ...usable.map((entry) => {
-      const option = new Option(typeof entry.title === "string" && entry.title ? entry.title : entry.name, entry.name);
-      // Index paths are relative to the shell's own folder (dist/).
-      option.dataset.url = new URL(entry.path, new URL("./", location.href)).href;
-      option.dataset.title = option.text;
+      const option = new Option(entry.title, entry.name);
+      option.dataset.url = entry.url;
+      option.dataset.title = entry.title;
       return option;
     }),
   );
   $("#napplet-open").disabled = usable.length === 0;
   if (usable.length === 0) select.append(new Option("No napplets found", ""));
+  renderGallery($("#napplet-gallery"), usable, (entry) =>
+    area.open({ url: entry.url, name: entry.name, title: entry.title }),
+  );
+  return usable;
 }
 
 $("#napplet-list-form").addEventListener("submit", (event) => {
@@ -285,9 +290,14 @@ $("#napplet-url-form").addEventListener("submit", (event) => {
   input.value = "";
 });
 
-function openFromQuery() {
+/** Open the napplet of a `?napplet=` link; without one, the Chat napplet on the first visit. */
+function openAtStart(entries) {
   const requested = new URLSearchParams(location.search).get("napplet");
-  if (!requested) return;
+  if (!requested) {
+    const first = entries.find((entry) => entry.name === FIRST_NAPPLET);
+    if (first && takeFirstVisit()) area.open({ url: first.url, name: first.name, title: first.title });
+    return;
+  }
   let url = "";
   try {
     url = new URL(requested, location.href).href;
@@ -328,5 +338,5 @@ async function boot() {
 }
 
 document.body.dataset.boot = "booting";
-loadNappletIndex().finally(openFromQuery);
+loadNappletIndex().then(openAtStart, () => openAtStart([]));
 boot();

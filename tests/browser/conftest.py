@@ -25,6 +25,12 @@ Rules
 - WebGPU needs ``--enable-unsafe-webgpu``: use the ``webgpu_session`` fixture,
   which runs a second browser with that flag and the same request checks.
 - Every test under tests/browser/ is marked ``browser``.
+- Browser contexts are returning visitors: every context made by the
+  ``browser`` and ``webgpu_browser`` fixtures (``new_context``, hence also
+  pytest-playwright's ``context``/``page``) runs `RETURNING_VISITOR_SCRIPT`,
+  which records in localStorage that the first visit happened, so the shell
+  does not open the Chat napplet by itself and tests start from the plain
+  start view. Tests of the first visit use ``first_visit_context``.
 """
 
 from __future__ import annotations
@@ -60,6 +66,13 @@ CHROMIUM_ARGS = (
     "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
 )
 WEBGPU_ARGS = ("--enable-unsafe-webgpu",)
+
+#: Marks the first visit as done (the key of web/js/gallery.js) in the top
+#: document, before the shell's scripts run; see the module docstring.
+RETURNING_VISITOR_SCRIPT = (
+    "try { if (window.top === window) localStorage.setItem('napllm.firstVisit', 'done'); }"
+    " catch (e) {}"
+)
 
 #: URL schemes that do not leave the browser.
 LOCAL_SCHEMES = frozenset({"data", "blob", "about"})
@@ -262,6 +275,39 @@ def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[s
     return {**browser_type_launch_args, "executable_path": CHROMIUM, "args": list(CHROMIUM_ARGS)}
 
 
+def returning_visitors(browser: Any) -> Any:
+    """Make ``browser.new_context`` add `RETURNING_VISITOR_SCRIPT` to each context;
+    the unchanged method stays available as ``browser.first_visit_new_context``."""
+    if hasattr(browser, "first_visit_new_context"):
+        return browser
+    original = browser.new_context
+
+    def new_context(*args: Any, **kwargs: Any) -> Any:
+        context = original(*args, **kwargs)
+        context.add_init_script(RETURNING_VISITOR_SCRIPT)
+        return context
+
+    browser.first_visit_new_context = original
+    browser.new_context = new_context
+    return browser
+
+
+@pytest.fixture(scope="session")
+def browser(browser: Any) -> Any:
+    """pytest-playwright's browser, whose contexts are returning visitors (module docstring)."""
+    return returning_visitors(browser)
+
+
+@pytest.fixture
+def first_visit_context(browser: Any, base_url: str) -> Iterator[Any]:
+    """A context of a first-time visitor (empty storage, no returning-visitor script)."""
+    context = browser.first_visit_new_context(base_url=base_url)
+    try:
+        yield context
+    finally:
+        context.close()
+
+
 @pytest.fixture
 def request_log(context: Any, request: pytest.FixtureRequest) -> Iterator[BrowserLog]:
     """Records the test's browser context; the test fails if a request left 127.0.0.1."""
@@ -286,7 +332,7 @@ def webgpu_browser(browser_type: Any, browser_type_launch_args: dict[str, Any]) 
     """A second Chromium with ``--enable-unsafe-webgpu`` (SwiftShader when no GPU)."""
     args = [*browser_type_launch_args["args"], *WEBGPU_ARGS]
     browser = browser_type.launch(**{**browser_type_launch_args, "args": args})
-    yield browser
+    yield returning_visitors(browser)
     browser.close()
 
 

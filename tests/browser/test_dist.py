@@ -383,8 +383,11 @@ def test_build_info_describes_dist(dist_dir: Path) -> None:
     assert info["total_bytes"] == sum(info["files"].values())
     index = json.loads((dist_dir / "napplets" / "index.json").read_text())
     for entry in index:
-        assert set(entry) == {"name", "title", "path"}
+        assert set(entry) == {"name", "title", "description", "icon", "path"}
         assert (dist_dir / entry["path"]).is_file()
+        # Every shipped napplet describes itself and has an inline icon.
+        assert entry["description"]
+        assert entry["icon"].startswith("data:image/svg+xml,")
 
 
 def test_request_log_sees_requests_that_leave_127_0_0_1(

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import pytest
 from shellpage import ShellPage, code, generate, install_napplets
 
+from conftest import returning_visitors
 from napllm.providers.base import LOCAL_NETWORK_HINT
 from napllm.providers.openai_compat import UNREACHABLE_HINT
 
@@ -94,7 +95,7 @@ def public_browser(
     override = f"--ip-address-space-overrides=127.0.0.1:{port}=public"
     args = [*browser_type_launch_args["args"], override]
     browser = browser_type.launch(**{**browser_type_launch_args, "args": args})
-    yield browser
+    yield returning_visitors(browser)
     browser.close()
 
 

@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from conftest import RETURNING_VISITOR_SCRIPT
+
 pytestmark = pytest.mark.browser
 
 BOOT_TIMEOUT_MS = 120_000
@@ -66,6 +68,7 @@ def persistent(
         executable_path=browser_type_launch_args["executable_path"],
         args=browser_type_launch_args["args"],
     )
+    context.add_init_script(RETURNING_VISITOR_SCRIPT)  # no Chat napplet opening by itself
     context.set_default_timeout(STEP_TIMEOUT_MS)
     try:
         yield context

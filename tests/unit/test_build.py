@@ -92,6 +92,69 @@ def test_napplet_titles_are_read_from_the_page(tmp_path: Path) -> None:
     assert build.html_title(page) == "Café & more"
 
 
+def test_napplet_cards_take_title_description_and_icon_from_the_page(tmp_path: Path) -> None:
+    folder = tmp_path / "demo"
+    folder.mkdir()
+    (folder / "icon.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"0" * 100)
+    (folder / "index.html").write_text(
+        "<!doctype html><head><title> Demo\n app </title>"
+        '<META NAME="Description" CONTENT="Does &amp; shows\n things">'
+        '<meta name="description" content="second">'
+        '<link rel="shortcut icon" href="icon.png"><link rel="icon" href="other.png">'
+    )
+    assert build.napplet_card(folder) == {
+        "name": "demo",
+        "title": "Demo app",
+        "description": "Does & shows things",
+        "icon": "napplets/demo/icon.png",
+        "path": "napplets/demo/index.html",
+    }
+    (folder / "index.html").write_text("<p>nothing</p>")
+    card = build.napplet_card(folder)
+    assert (card["title"], card["description"], card["icon"]) == ("demo", "", "")
+
+
+def test_napplet_cards_keep_hostile_pages_to_bounded_text_and_safe_icons(tmp_path: Path) -> None:
+    folder = tmp_path / "evil"
+    folder.mkdir()
+    (tmp_path / "secret.png").write_bytes(b"x")
+    (folder / "big.png").write_bytes(b"x" * (build.CARD_ICON_FILE_MAX + 1))
+    (folder / "script.js").write_text("alert(1)")
+    (folder / "link.png").symlink_to(tmp_path / "secret.png")
+    page = folder / "index.html"
+
+    def card(head: str) -> dict[str, str]:
+        page.write_text(head)
+        result: dict[str, str] = build.napplet_card(folder)
+        return result
+
+    hostile = "<title>&lt;img src=x onerror=alert(1)&gt;\u202e\x07" + "A" * 200 + "</title>"
+    title = card(hostile)["title"]
+    assert title.startswith("<img src=x onerror=alert(1)> A")  # text, shown with textContent
+    assert len(title) == build.CARD_TITLE_MAX and title.endswith("…")
+    assert "\u202e" not in title and "\x07" not in title
+    desc = card('<meta name="description" content="' + "word " * 100 + '">')["description"]
+    assert len(desc) <= build.CARD_DESCRIPTION_MAX
+    for href in (
+        "https://example.com/i.png",
+        "//example.com/i.png",
+        "/etc/passwd.png",
+        "../secret.png",
+        "link.png",
+        "big.png",
+        "script.js",
+        "icon.png?x=1",
+        "missing.png",
+        "javascript:alert(1)",
+        "data:text/html,<script>alert(1)</script>",
+        "data:image/svg+xml,<svg onload=alert(1)>",
+        "data:image/png;base64," + "A" * build.CARD_ICON_DATA_MAX,
+    ):
+        assert card(f'<link rel="icon" href="{href}">')["icon"] == "", href
+    ok = "data:image/png;base64,iVBORw0KGgo="
+    assert card(f'<link rel="icon" href="{ok}">')["icon"] == ok
+
+
 def test_sha256sums_parser_accepts_both_sha256sum_modes(tmp_path: Path) -> None:
     sums = tmp_path / "SHA256SUMS"
     a, b = "a" * 64, "B" * 64
