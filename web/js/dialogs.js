@@ -389,6 +389,8 @@ export class DialogQueue {
   buildChooser(item) {
     const data = item.data;
     const id = `chooser-${Math.random().toString(36).slice(2)}`;
+    item.dialogId = id;
+    item.renders = 0;
     const requirements = data.requirements && typeof data.requirements === "object" ? data.requirements : {};
     const wanted = [];
     if (typeof requirements.model === "string") wanted.push(`model ${requirements.model}`);
@@ -427,6 +429,9 @@ export class DialogQueue {
     const candidates = Array.isArray(item.data.candidates) ? item.data.candidates : [];
     const list = el("ul", { class: "candidates" });
     const buttons = [];
+    // Ids stay unique when `updateChooser` renders the list again.
+    item.renders = (item.renders ?? 0) + 1;
+    const id = `${item.dialogId ?? "chooser"}-r${item.renders}`;
     for (const candidate of candidates) {
       if (!candidate || typeof candidate !== "object" || typeof candidate.id !== "string") continue;
       // Screen readers: the button's visible text is its name (voice control
