@@ -357,10 +357,12 @@ def test_focus_returns_after_the_chooser_and_the_consent_dialog(shell: ShellPage
 
 
 def add_scripted_connection(page: Any, name: str) -> None:
-    """Fill and save the connection form by keyboard (it is open, focus on Name)."""
-    assert focus_in(page) == "#connection-name"
-    page.keyboard.type(name)
+    """Fill and save the connection form by keyboard (it is open, focus on the kind:
+    the guided form asks for the kind first)."""
+    assert focus_in(page) == "#connection-kind"
     page.select_option("#connection-kind", "scripted")
+    page.focus("#connection-name")
+    page.keyboard.type(name)
     page.focus("#connection-script")
     page.keyboard.type('[{"text": "hi"}]')
     tab_to(page, "#connection-save")
@@ -373,7 +375,7 @@ def test_focus_returns_after_the_connection_form(shell: ShellPage) -> None:
     page = shell.page
     tab_to(page, "#connection-add")
     page.keyboard.press("Enter")
-    assert focus_in(page) == "#connection-name"
+    assert focus_in(page) == "#connection-kind"
     page.keyboard.press("Escape")
     page.locator("#connection-form").wait_for(state="hidden")
     assert focus_in(page) == "#connection-add"
@@ -388,6 +390,7 @@ def test_focus_returns_after_the_connection_form(shell: ShellPage) -> None:
     edit_a = entry_a.locator("button.edit")
     edit_a.focus()
     page.keyboard.press("Enter")
+    # Editing: the kind is fixed, so the form starts at the name.
     assert focus_in(page) == "#connection-name"
     page.keyboard.press("Escape")
     assert page.evaluate(
@@ -518,7 +521,7 @@ def test_dialogs_announce_their_purpose(shell: ShellPage) -> None:
         "button", name=re.compile(r"^Fixture \(all capabilities\) Model: fixture-full Route: ")
     )
     expect(candidate).to_have_accessible_description(
-        re.compile(r"^images JSON tools tool choice: ")
+        re.compile(r"^reads images JSON output calls tools tool choice: ")
     )
     wait_armed(chooser)
     candidate.focus()
