@@ -154,10 +154,38 @@ def catalogue(extra: tuple[KindInfo, ...] = ()) -> list[dict[str, Any]]:
     return [k.to_json() for k in (*KINDS, *extra)]
 
 
+_HOST_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_.\-]{0,252})")
+_IPV6 = re.compile(r"[0-9a-f:.]{2,45}")
+
+
+def _shown_host(host: str) -> str | None:
+    """`host` (lower case, from `urlsplit`) as it may appear in a route, or None.
+
+    Only host names, IPv4 and IPv6 addresses: a stored address must not
+    write words, arrows, markup or bidi controls into the consent dialog.
+    A Unicode name is shown in its ASCII (IDNA) form, as the browser sends
+    it, and only if it converts back to itself (no ignored characters).
+    """
+    if ":" in host:
+        return host if _IPV6.fullmatch(host) else None
+    if not host.isascii():
+        try:
+            ascii_host = host.encode("idna").decode("ascii")
+            if ascii_host.encode("ascii").decode("idna") != host:
+                return None
+        except UnicodeError:
+            return None
+        host = ascii_host.lower()
+    return host if _HOST_NAME.fullmatch(host) else None
+
+
 def host_of(url: str) -> str:
     """`host[:port]` of an http(s) URL for route texts: never user info, path or query.
 
-    An IPv6 host keeps its brackets; a URL without a host gives "an unknown address".
+    An IPv6 host keeps its brackets; a Unicode host name is shown in its
+    ASCII (IDNA) form; a URL without a host, or whose host is not a host
+    name or IP address (spaces, arrows, markup, controls), gives "an
+    unknown address".
     """
     try:
         parts = urlsplit(url)
@@ -165,9 +193,10 @@ def host_of(url: str) -> str:
         port = parts.port
     except ValueError:
         return "an unknown address"
-    if not host:
+    shown_host = _shown_host(host) if host else None
+    if shown_host is None:
         return "an unknown address"
-    shown = f"[{host}]" if ":" in host else host
+    shown = f"[{shown_host}]" if ":" in shown_host else shown_host
     return f"{shown}:{port}" if port is not None else shown
 
 
