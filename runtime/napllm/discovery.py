@@ -9,7 +9,8 @@ Rules
   docs/lmsp.md). All probes run at once, each bounded by `PROBE_TIMEOUT_S`.
 - A server's answer is hostile input: at most `MAX_LISTING_BYTES` are read,
   it is parsed by `jsontext.read_json` only, at most `MAX_MODELS` ids are
-  kept, and an id is kept only if it is 1..200 printable characters. Nothing
+  kept, and an id is kept only if it is 1..200 visible characters
+  (`kinds.model_id_shown`). Nothing
   of the answer but those ids reaches the page; the ids are shown as text.
 - A failed probe is explained with the exact fix for that server
   (`Finding.fix`): a CORS refusal (the cross-origin fetch failed but an
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .jsontext import JsonTextError, read_json
+from .kinds import model_id_shown
 from .providers.base import LOCAL_NETWORK_HINT, HttpPort, LocalNetworkBlocked
 
 PROBE_TIMEOUT_S = 3.0
@@ -171,7 +173,6 @@ class Finding:
 
 
 _ORIGIN = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]{1,200}")
-_PRINTABLE_ID = re.compile(r"[^\x00-\x1f\x7f]{1,200}")
 
 
 def plain_origin(origin: object) -> str:
@@ -184,7 +185,8 @@ def plain_origin(origin: object) -> str:
 def model_ids(body: object, kind: str) -> list[str] | None:
     """The model ids of a listing body (`{"data": [{"id": ...}]}`), or None if it is none.
 
-    At most `MAX_MODELS` ids, each 1..200 printable characters, duplicates
+    At most `MAX_MODELS` ids, each 1..200 visible characters
+    (`kinds.model_id_shown`: no controls, bidi or zero-width characters), duplicates
     dropped. `kind` is accepted for symmetry: both listings share this shape.
     """
     if not isinstance(body, dict) or not isinstance(body.get("data"), list):
@@ -192,7 +194,7 @@ def model_ids(body: object, kind: str) -> list[str] | None:
     ids: list[str] = []
     for entry in body["data"]:
         value = entry.get("id") if isinstance(entry, dict) else None
-        if isinstance(value, str) and _PRINTABLE_ID.fullmatch(value) and value not in ids:
+        if isinstance(value, str) and model_id_shown(value) and value not in ids:
             ids.append(value)
             if len(ids) == MAX_MODELS:
                 break

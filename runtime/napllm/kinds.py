@@ -23,6 +23,7 @@ Rules
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -242,6 +243,28 @@ def route_for(kind: str, settings: dict[str, Any]) -> str:
     if kind == "scripted":
         return "This page (scripted responses: no model, nothing leaves the page)"
     raise ValueError("no route for an unknown connection kind")
+
+
+#: At most this many model ids of one server's listing are kept.
+MAX_LISTED_MODELS = 200
+#: Unicode categories a shown model id may not contain: controls, format
+#: characters (bidi overrides and isolates, zero-width, tags), surrogates,
+#: private use, unassigned, line and paragraph separators.
+_UNSHOWN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def model_id_shown(value: object) -> bool:
+    """Whether a model id a server lists may be kept and shown (as text) in dialogs.
+
+    1..200 characters, none of them invisible or reordering
+    (`_UNSHOWN_CATEGORIES`), so a hostile listing cannot make one id look
+    like another in the chooser, the form or the consent dialog. Every
+    listing parser (`discovery.model_ids`, both `discover_models`) keeps
+    only such ids, at most `MAX_LISTED_MODELS` of them.
+    """
+    if not isinstance(value, str) or not 1 <= len(value) <= 200:
+        return False
+    return all(unicodedata.category(ch) not in _UNSHOWN_CATEGORIES for ch in value)
 
 
 _QUANT = re.compile(r"(?i)[-_.](?:q\d\w*|f16|f32|bf16|fp16|fp32|int4|int8|mlc|gguf|onnx|awq|gptq)$")

@@ -186,6 +186,7 @@ async def test_hostile_listings_are_not_model_servers(content: bytes) -> None:
 
 async def test_only_bounded_printable_ids_are_kept() -> None:
     ids = ["ok", "bad\nid", "x" * 201, "", 7, None, "ok", "<b>shown as text</b>"]
+    ids += ["gpt\u202e4o", "tiny\u200b", "a\u2028b", "c1\x85", "bom\ufeff"]
     ids += [f"m{i}" for i in range(100)]
     world = World({("127.0.0.1", 11434): httpx.Response(200, content=listing(*ids))})
     found = await world.run([Target("ollama", "127.0.0.1", 11434)])

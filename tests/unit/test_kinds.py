@@ -16,6 +16,7 @@ from napllm.kinds import (
     engine_words,
     host_of,
     model_display_name,
+    model_id_shown,
     route_for,
 )
 from napllm.records import Connection
@@ -209,3 +210,30 @@ def test_international_hosts_are_shown_in_their_ascii_form() -> None:
     assert host_of("https://bücher.example/v1") == "xn--bcher-kva.example"
     assert host_of("http://Localhost:11434") == "localhost:11434"
     assert host_of("http://[::1]:8080/v1") == "[::1]:8080"
+
+
+UNSHOWABLE_IDS = [
+    "gpt\u202e4o",  # right-to-left override
+    "llama\u2066x\u2069",  # isolates
+    "tiny\u200b",  # zero-width space
+    "a\u2028b",  # line separator
+    "c1\x85",  # C1 control
+    "bom\ufeff",
+    "tag\U000e0041",  # tag character
+    "",
+    "x" * 201,
+    7,
+]
+
+
+@pytest.mark.parametrize("model", UNSHOWABLE_IDS)
+def test_listed_model_ids_with_invisible_or_reordering_characters_are_not_shown(
+    model: object,
+) -> None:
+    """A server's model id reaches dialogs only when every character is visible text."""
+    assert not model_id_shown(model)
+
+
+def test_plain_model_ids_are_shown() -> None:
+    for model in ("llama3.2:1b", "Qwen/Qwen2.5-0.5B-Instruct", "<b>as text</b>", "modèle ü"):
+        assert model_id_shown(model)
