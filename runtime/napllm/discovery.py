@@ -23,8 +23,10 @@ Rules
   to a server that sends no `Cross-Origin-Resource-Policy`, so a failed
   fetch cannot tell "refuses this page" from "nothing there": such a probe is
   `unreadable`, and its fix says what to change if the server does run.
-- A secret typed in the form is sent only to the servers of the form's kind
-  (`secret_for`), and only because the user pressed the button with it filled in.
+- A secret typed in the form is sent only to the servers of the form's kind,
+  and only to the address of the form's base URL when one is filled in
+  (`secret_goes_to`), and only because the user pressed the button with it
+  filled in.
 - The addresses are a parameter (`targets`): the product uses
   `default_targets()`, the test build its own test servers.
 """
@@ -36,6 +38,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from .jsontext import JsonTextError, read_json
 from .kinds import model_id_shown
@@ -199,6 +202,28 @@ def model_ids(body: object, kind: str) -> list[str] | None:
             if len(ids) == MAX_MODELS:
                 break
     return ids
+
+
+def secret_goes_to(target: Target, kind: str, base_url: str) -> bool:
+    """Whether the form's typed secret may be sent to `target` (module rules).
+
+    Only to a server of the form's `kind`, and, when the form's `base_url`
+    is filled in, only to the address it names (same host and port): a key
+    typed for another server (a cloud API, a proxy) never reaches a program
+    that happens to listen on a usual local port. A base URL that is not a
+    URL sends the secret nowhere.
+    """
+    info = server_info(target.server)
+    if info is None or info.kind != kind:
+        return False
+    if not base_url.strip():
+        return True
+    try:
+        parts = urlsplit(base_url.strip())
+        port = parts.port
+    except ValueError:
+        return False
+    return parts.scheme == "http" and parts.hostname == target.host and port == target.port
 
 
 async def _read_bounded(response: Any) -> bytes | None:
