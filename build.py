@@ -746,7 +746,13 @@ CARD_ICON_DATA_RE = re.compile(
 CARD_ICON_SUFFIXES = frozenset({".png", ".gif", ".jpg", ".jpeg", ".webp", ".svg", ".ico"})
 #: Characters an icon file path may use (relative to the napplet's folder).
 CARD_ICON_PATH_RE = re.compile(r"[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+#: Controls, and the invisible format characters that reorder or hide text
+#: (bidi marks, overrides and isolates, zero-width and word-joiner
+#: characters, the byte order mark, interlinear annotation marks, tags).
+_CONTROL_RE = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f"
+    r"\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
+)
 
 
 class _HeadParser(html.parser.HTMLParser):

@@ -133,6 +133,9 @@ def test_napplet_cards_keep_hostile_pages_to_bounded_text_and_safe_icons(tmp_pat
     assert title.startswith("<img src=x onerror=alert(1)> A")  # text, shown with textContent
     assert len(title) == build.CARD_TITLE_MAX and title.endswith("…")
     assert "\u202e" not in title and "\x07" not in title
+    hidden = "\u061c\u2060\u2064\ufeff\ufff9\U000e0041"
+    sneaky = card(f"<title>Chat{hidden}Bot</title>")["title"]
+    assert sneaky == "Chat Bot"
     desc = card('<meta name="description" content="' + "word " * 100 + '">')["description"]
     assert len(desc) <= build.CARD_DESCRIPTION_MAX
     for href in (
