@@ -746,7 +746,13 @@ CARD_ICON_DATA_RE = re.compile(
 CARD_ICON_SUFFIXES = frozenset({".png", ".gif", ".jpg", ".jpeg", ".webp", ".svg", ".ico"})
 #: Characters an icon file path may use (relative to the napplet's folder).
 CARD_ICON_PATH_RE = re.compile(r"[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+#: Controls, and the invisible format characters that reorder or hide text
+#: (bidi marks, overrides and isolates, zero-width and word-joiner
+#: characters, the byte order mark, interlinear annotation marks, tags).
+_CONTROL_RE = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f"
+    r"\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
+)
 
 
 class _HeadParser(html.parser.HTMLParser):
@@ -857,22 +863,40 @@ def napplet_card(folder: Path) -> dict[str, str]:
     }
 
 
+def _napplet_files(folder: Path) -> list[Path]:
+    """The regular files under ``folder``, sorted, reached without following any link.
+
+    A napplet's folder is untrusted: a symbolic link in it (to a key file, a
+    home folder) would otherwise publish what it points to in dist/.
+    """
+    files: list[Path] = []
+    for root, dirs, names in os.walk(folder, followlinks=False):
+        dirs[:] = [d for d in dirs if not (Path(root) / d).is_symlink()]
+        for name in names:
+            path = Path(root) / name
+            if not path.is_symlink() and path.is_file():
+                files.append(path)
+    return sorted(files)
+
+
 def copy_napplets(out: DistWriter) -> list[dict[str, str]]:
     """Copy napplets/<name>/ to dist/napplets/ and write dist/napplets/index.json.
 
-    Only folders with an ``index.html`` are napplets; the index lists them
+    Only folders with an ``index.html`` are napplets; symbolic links (a
+    napplet folder, its page, or anything inside) are never followed or
+    copied (:func:`_napplet_files`). The index lists them
     sorted by name as :func:`napplet_card` entries (``path`` and a file
     ``icon`` relative to dist/). A missing napplets/ gives an empty index.
     """
     index: list[dict[str, str]] = []
     if NAPPLETS.is_dir():
-        for folder in sorted(p for p in NAPPLETS.iterdir() if p.is_dir()):
+        for folder in sorted(p for p in NAPPLETS.iterdir() if p.is_dir() and not p.is_symlink()):
             page = folder / "index.html"
-            if not page.is_file():
+            if not page.is_file() or page.is_symlink():
                 continue
-            for path in sorted(folder.rglob("*")):
+            for path in _napplet_files(folder):
                 rel = path.relative_to(NAPPLETS)
-                if path.is_file() and "__pycache__" not in rel.parts:
+                if "__pycache__" not in rel.parts:
                     with contextlib.suppress(FileNotFoundError):  # edited while we build
                         out.copy(path, f"napplets/{rel.as_posix()}")
             index.append(napplet_card(folder))

@@ -9,7 +9,8 @@ Rules
   docs/lmsp.md). All probes run at once, each bounded by `PROBE_TIMEOUT_S`.
 - A server's answer is hostile input: at most `MAX_LISTING_BYTES` are read,
   it is parsed by `jsontext.read_json` only, at most `MAX_MODELS` ids are
-  kept, and an id is kept only if it is 1..200 printable characters. Nothing
+  kept, and an id is kept only if it is 1..200 visible characters
+  (`kinds.model_id_shown`). Nothing
   of the answer but those ids reaches the page; the ids are shown as text.
 - A failed probe is explained with the exact fix for that server
   (`Finding.fix`): a CORS refusal (the cross-origin fetch failed but an
@@ -22,8 +23,10 @@ Rules
   to a server that sends no `Cross-Origin-Resource-Policy`, so a failed
   fetch cannot tell "refuses this page" from "nothing there": such a probe is
   `unreadable`, and its fix says what to change if the server does run.
-- A secret typed in the form is sent only to the servers of the form's kind
-  (`secret_for`), and only because the user pressed the button with it filled in.
+- A secret typed in the form is sent only to the servers of the form's kind,
+  and only to the address of the form's base URL when one is filled in
+  (`secret_goes_to`), and only because the user pressed the button with it
+  filled in.
 - The addresses are a parameter (`targets`): the product uses
   `default_targets()`, the test build its own test servers.
 """
@@ -35,8 +38,10 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from .jsontext import JsonTextError, read_json
+from .kinds import model_id_shown
 from .providers.base import LOCAL_NETWORK_HINT, HttpPort, LocalNetworkBlocked
 
 PROBE_TIMEOUT_S = 3.0
@@ -171,7 +176,6 @@ class Finding:
 
 
 _ORIGIN = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]{1,200}")
-_PRINTABLE_ID = re.compile(r"[^\x00-\x1f\x7f]{1,200}")
 
 
 def plain_origin(origin: object) -> str:
@@ -184,7 +188,8 @@ def plain_origin(origin: object) -> str:
 def model_ids(body: object, kind: str) -> list[str] | None:
     """The model ids of a listing body (`{"data": [{"id": ...}]}`), or None if it is none.
 
-    At most `MAX_MODELS` ids, each 1..200 printable characters, duplicates
+    At most `MAX_MODELS` ids, each 1..200 visible characters
+    (`kinds.model_id_shown`: no controls, bidi or zero-width characters), duplicates
     dropped. `kind` is accepted for symmetry: both listings share this shape.
     """
     if not isinstance(body, dict) or not isinstance(body.get("data"), list):
@@ -192,11 +197,33 @@ def model_ids(body: object, kind: str) -> list[str] | None:
     ids: list[str] = []
     for entry in body["data"]:
         value = entry.get("id") if isinstance(entry, dict) else None
-        if isinstance(value, str) and _PRINTABLE_ID.fullmatch(value) and value not in ids:
+        if isinstance(value, str) and model_id_shown(value) and value not in ids:
             ids.append(value)
             if len(ids) == MAX_MODELS:
                 break
     return ids
+
+
+def secret_goes_to(target: Target, kind: str, base_url: str) -> bool:
+    """Whether the form's typed secret may be sent to `target` (module rules).
+
+    Only to a server of the form's `kind`, and, when the form's `base_url`
+    is filled in, only to the address it names (same host and port): a key
+    typed for another server (a cloud API, a proxy) never reaches a program
+    that happens to listen on a usual local port. A base URL that is not a
+    URL sends the secret nowhere.
+    """
+    info = server_info(target.server)
+    if info is None or info.kind != kind:
+        return False
+    if not base_url.strip():
+        return True
+    try:
+        parts = urlsplit(base_url.strip())
+        port = parts.port
+    except ValueError:
+        return False
+    return parts.scheme == "http" and parts.hostname == target.host and port == target.port
 
 
 async def _read_bounded(response: Any) -> bytes | None:

@@ -23,6 +23,7 @@ Rules
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -154,10 +155,38 @@ def catalogue(extra: tuple[KindInfo, ...] = ()) -> list[dict[str, Any]]:
     return [k.to_json() for k in (*KINDS, *extra)]
 
 
+_HOST_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_.\-]{0,252})")
+_IPV6 = re.compile(r"[0-9a-f:.]{2,45}")
+
+
+def _shown_host(host: str) -> str | None:
+    """`host` (lower case, from `urlsplit`) as it may appear in a route, or None.
+
+    Only host names, IPv4 and IPv6 addresses: a stored address must not
+    write words, arrows, markup or bidi controls into the consent dialog.
+    A Unicode name is shown in its ASCII (IDNA) form, as the browser sends
+    it, and only if it converts back to itself (no ignored characters).
+    """
+    if ":" in host:
+        return host if _IPV6.fullmatch(host) else None
+    if not host.isascii():
+        try:
+            ascii_host = host.encode("idna").decode("ascii")
+            if ascii_host.encode("ascii").decode("idna") != host:
+                return None
+        except UnicodeError:
+            return None
+        host = ascii_host.lower()
+    return host if _HOST_NAME.fullmatch(host) else None
+
+
 def host_of(url: str) -> str:
     """`host[:port]` of an http(s) URL for route texts: never user info, path or query.
 
-    An IPv6 host keeps its brackets; a URL without a host gives "an unknown address".
+    An IPv6 host keeps its brackets; a Unicode host name is shown in its
+    ASCII (IDNA) form; a URL without a host, or whose host is not a host
+    name or IP address (spaces, arrows, markup, controls), gives "an
+    unknown address".
     """
     try:
         parts = urlsplit(url)
@@ -165,9 +194,10 @@ def host_of(url: str) -> str:
         port = parts.port
     except ValueError:
         return "an unknown address"
-    if not host:
+    shown_host = _shown_host(host) if host else None
+    if shown_host is None:
         return "an unknown address"
-    shown = f"[{host}]" if ":" in host else host
+    shown = f"[{shown_host}]" if ":" in shown_host else shown_host
     return f"{shown}:{port}" if port is not None else shown
 
 
@@ -213,6 +243,28 @@ def route_for(kind: str, settings: dict[str, Any]) -> str:
     if kind == "scripted":
         return "This page (scripted responses: no model, nothing leaves the page)"
     raise ValueError("no route for an unknown connection kind")
+
+
+#: At most this many model ids of one server's listing are kept.
+MAX_LISTED_MODELS = 200
+#: Unicode categories a shown model id may not contain: controls, format
+#: characters (bidi overrides and isolates, zero-width, tags), surrogates,
+#: private use, unassigned, line and paragraph separators.
+_UNSHOWN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def model_id_shown(value: object) -> bool:
+    """Whether a model id a server lists may be kept and shown (as text) in dialogs.
+
+    1..200 characters, none of them invisible or reordering
+    (`_UNSHOWN_CATEGORIES`), so a hostile listing cannot make one id look
+    like another in the chooser, the form or the consent dialog. Every
+    listing parser (`discovery.model_ids`, both `discover_models`) keeps
+    only such ids, at most `MAX_LISTED_MODELS` of them.
+    """
+    if not isinstance(value, str) or not 1 <= len(value) <= 200:
+        return False
+    return all(unicodedata.category(ch) not in _UNSHOWN_CATEGORIES for ch in value)
 
 
 _QUANT = re.compile(r"(?i)[-_.](?:q\d\w*|f16|f32|bf16|fp16|fp32|int4|int8|mlc|gguf|onnx|awq|gptq)$")

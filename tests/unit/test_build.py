@@ -133,6 +133,9 @@ def test_napplet_cards_keep_hostile_pages_to_bounded_text_and_safe_icons(tmp_pat
     assert title.startswith("<img src=x onerror=alert(1)> A")  # text, shown with textContent
     assert len(title) == build.CARD_TITLE_MAX and title.endswith("…")
     assert "\u202e" not in title and "\x07" not in title
+    hidden = "\u061c\u2060\u2064\ufeff\ufff9\U000e0041"
+    sneaky = card(f"<title>Chat{hidden}Bot</title>")["title"]
+    assert sneaky == "Chat Bot"
     desc = card('<meta name="description" content="' + "word " * 100 + '">')["description"]
     assert len(desc) <= build.CARD_DESCRIPTION_MAX
     for href in (
@@ -346,3 +349,28 @@ def test_the_napllm_wheel_gets_bytecode_compiled_by_pyodide(tmp_path: Path) -> N
     assert all(f"{n},," in record for n in pycs)
     # The sources stay.
     assert {"demo/__init__.py", "demo/sub/mod.py", "demo/extra.py"} <= set(names)
+
+
+def test_napplet_copy_never_follows_links_out_of_the_napplet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A napplet folder's links (to a file, a folder, or the folder itself) are not published."""
+    outside = tmp_path / "home"
+    (outside / ".ssh").mkdir(parents=True)
+    (outside / ".ssh" / "id_rsa").write_text("PRIVATE KEY")
+    napplets = tmp_path / "napplets"
+    good = napplets / "good"
+    good.mkdir(parents=True)
+    (good / "index.html").write_text("<title>Good</title>")
+    (good / "app.js").write_text("ok")
+    (good / "key.txt").symlink_to(outside / ".ssh" / "id_rsa")
+    (good / "ssh").symlink_to(outside / ".ssh")
+    (outside / "index.html").write_text("<title>Linked</title>")
+    (napplets / "linked").symlink_to(outside)
+    monkeypatch.setattr(build, "NAPPLETS", napplets)
+    dist = tmp_path / "dist"
+    index = build.copy_napplets(build.DistWriter(dist))
+    assert [card["name"] for card in index] == ["good"]
+    copied = sorted(p.relative_to(dist).as_posix() for p in dist.rglob("*") if p.is_file())
+    assert copied == ["napplets/good/app.js", "napplets/good/index.html", "napplets/index.json"]
+    assert all("PRIVATE KEY" not in p.read_text() for p in dist.rglob("*") if p.is_file())

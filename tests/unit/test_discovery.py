@@ -20,6 +20,7 @@ from napllm.discovery import (
     default_targets,
     discover,
     plain_origin,
+    secret_goes_to,
 )
 from napllm.providers.base import LOCAL_NETWORK_HINT, LocalNetworkBlocked
 from napllm.providers.http_httpx import HttpxPort
@@ -186,6 +187,7 @@ async def test_hostile_listings_are_not_model_servers(content: bytes) -> None:
 
 async def test_only_bounded_printable_ids_are_kept() -> None:
     ids = ["ok", "bad\nid", "x" * 201, "", 7, None, "ok", "<b>shown as text</b>"]
+    ids += ["gpt\u202e4o", "tiny\u200b", "a\u2028b", "c1\x85", "bom\ufeff"]
     ids += [f"m{i}" for i in range(100)]
     world = World({("127.0.0.1", 11434): httpx.Response(200, content=listing(*ids))})
     found = await world.run([Target("ollama", "127.0.0.1", 11434)])
@@ -205,3 +207,27 @@ async def test_an_address_without_fallback_is_asked_once() -> None:
     found = await world.run([Target("ollama", "127.0.0.1", 5)])
     assert found["ollama"]["status"] == "absent"
     assert [(r.url.host, r.url.port) for r in world.requests] == [("127.0.0.1", 5)]
+
+
+@pytest.mark.parametrize(
+    ("base_url", "sent_to"),
+    [
+        ("", {11434, 8080, 1234}),
+        ("   ", {11434, 8080, 1234}),
+        ("https://api.openai.com/v1", set()),
+        ("http://127.0.0.1:8080/v1", {8080}),
+        ("http://localhost:1234/v1", set()),
+        ("http://127.0.0.1/v1", set()),
+        ("not a url", set()),
+    ],
+)
+def test_a_typed_key_for_another_server_never_reaches_a_local_port(
+    base_url: str, sent_to: set[int]
+) -> None:
+    """A key typed for the server in the form's base URL goes to that address only."""
+    targets = [Target(s.server, "127.0.0.1", s.port) for s in SERVERS]
+    got = {t.port for t in targets if secret_goes_to(t, "openai", base_url)}
+    assert got == sent_to
+    assert not any(secret_goes_to(t, "lmsp", base_url) and t.port != 11435 for t in targets)
+    local = Target("llamacpp", "localhost", 1234)
+    assert secret_goes_to(local, "openai", "http://localhost:1234/v1")

@@ -16,6 +16,7 @@ from napllm.kinds import (
     engine_words,
     host_of,
     model_display_name,
+    model_id_shown,
     route_for,
 )
 from napllm.records import Connection
@@ -178,3 +179,61 @@ def test_the_consent_dialog_input_names_route_model_and_id(
     assert shown["route"] == route
     assert shown["modelName"] == "Llama 3.2 1B Instruct"
     assert shown["model"] == "Llama-3.2-1B-Instruct-q4f16_1-MLC"
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "http://a → b.example/v1",
+        "http://evil\u202eexample.com:80/v1",
+        "http://a b<img src=x>:8/",
+        "http://exa\u200bmple.com/",
+        "http://h%20x/",
+    ],
+)
+def test_a_stored_address_cannot_write_hops_into_the_route(address: str) -> None:
+    """Hosts of `baseUrl` and `forwardsTo` are shown only when they are host names or IPs."""
+    assert host_of(address) == "an unknown address"
+    direct = route_for("openai", {"baseUrl": address})
+    assert direct == "This browser → OpenAI-compatible server at an unknown address"
+    lmsp = route_for("lmsp", {"baseUrl": address})
+    assert lmsp == "This browser → LMSP service at an unknown address"
+    upstream = address.split("://", 1)[1]
+    proxy = route_for("openai", {"baseUrl": "http://127.0.0.1:4000/v1", "forwardsTo": upstream})
+    assert proxy == (
+        "This browser → proxy at 127.0.0.1:4000 → OpenAI-compatible server at an unknown address"
+    )
+
+
+def test_international_hosts_are_shown_in_their_ascii_form() -> None:
+    """A look-alike Unicode host is shown as the browser resolves it (punycode)."""
+    assert host_of("https://bücher.example/v1") == "xn--bcher-kva.example"
+    assert host_of("http://Localhost:11434") == "localhost:11434"
+    assert host_of("http://[::1]:8080/v1") == "[::1]:8080"
+
+
+UNSHOWABLE_IDS = [
+    "gpt\u202e4o",  # right-to-left override
+    "llama\u2066x\u2069",  # isolates
+    "tiny\u200b",  # zero-width space
+    "a\u2028b",  # line separator
+    "c1\x85",  # C1 control
+    "bom\ufeff",
+    "tag\U000e0041",  # tag character
+    "",
+    "x" * 201,
+    7,
+]
+
+
+@pytest.mark.parametrize("model", UNSHOWABLE_IDS)
+def test_listed_model_ids_with_invisible_or_reordering_characters_are_not_shown(
+    model: object,
+) -> None:
+    """A server's model id reaches dialogs only when every character is visible text."""
+    assert not model_id_shown(model)
+
+
+def test_plain_model_ids_are_shown() -> None:
+    for model in ("llama3.2:1b", "Qwen/Qwen2.5-0.5B-Instruct", "<b>as text</b>", "modèle ü"):
+        assert model_id_shown(model)

@@ -13,6 +13,7 @@ import pytest
 
 from fixtures import Body
 from napllm.errors import SAFE_MESSAGES, ErrorCode, ProviderFailure
+from napllm.kinds import MAX_LISTED_MODELS
 from napllm.lmsp import (
     BUSY_HINT,
     CONTEXT_TOO_LONG,
@@ -695,7 +696,10 @@ async def test_discover_models_and_capabilities() -> None:
             },
             {"id": "plain", "object": "model"},
             {"id": 7},  # malformed entries are skipped
-        ],
+            {"id": "gpt\u202e4o"},  # so are ids that are not visible text
+            {"id": "x" * 201},
+        ]
+        + [{"id": f"m{i}"} for i in range(500)],
     }
 
     async def handler(req: httpx.Request) -> httpx.Response:
@@ -705,7 +709,8 @@ async def test_discover_models_and_capabilities() -> None:
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(Fake(handler)))
     entries = await discover_models(HttpxPort(client), BASE + "/", SECRET)
-    assert [e.id for e in entries] == ["tiny", "plain"]
+    assert [e.id for e in entries][:3] == ["tiny", "plain", "m0"]
+    assert len(entries) == MAX_LISTED_MODELS
     tiny = capabilities_from_entry(entries[0])
     assert tiny.tools and tiny.json_output and not tiny.images
     assert tiny.tool_choice_modes == ("auto", "none", "required", "tool")

@@ -13,6 +13,7 @@ import pytest
 import fixtures
 from fixtures import WEATHER_FUNCTION, lmsp_request
 from napllm.errors import SAFE_MESSAGES, ErrorCode, ProviderFailure
+from napllm.kinds import MAX_LISTED_MODELS
 from napllm.lmsp import LmspEvent, LmspRequest
 from napllm.providers.http_httpx import HttpxPort
 from napllm.providers.openai_compat import (
@@ -291,7 +292,9 @@ async def test_cancel_closes_the_stream() -> None:
 async def test_discover_models() -> None:
     listing = {
         "object": "list",
-        "data": [{"id": "a"}, {"id": "b"}, {"id": "a"}, {"x": 1}, {"id": ""}],
+        "data": [{"id": "a"}, {"id": "b"}, {"id": "a"}, {"x": 1}, {"id": ""}]
+        + [{"id": "gpt\u202e4o"}, {"id": "x" * 201}, {"id": "z\u200b"}]
+        + [{"id": f"m{i}"} for i in range(500)],
     }
 
     async def handler(req: httpx.Request) -> httpx.Response:
@@ -299,7 +302,9 @@ async def test_discover_models() -> None:
         return httpx.Response(200, json=listing)
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    assert await discover_models(HttpxPort(client), "http://127.0.0.1:9", KEY) == ["a", "b"]
+    found = await discover_models(HttpxPort(client), "http://127.0.0.1:9", KEY)
+    assert found[:3] == ["a", "b", "m0"]
+    assert len(found) == MAX_LISTED_MODELS
 
     async def denied(req: httpx.Request) -> httpx.Response:
         return httpx.Response(401, json={"error": {"message": KEY}})

@@ -669,7 +669,8 @@ export class ConnectionsPanel {
   /**
    * "Look for running servers": ask the runtime to probe the usual local
    * ports (napllm.discovery) and list what answered. A typed secret goes
-   * only to servers of the chosen kind (the runtime's rule).
+   * only to servers of the chosen kind, and only to the base URL's address
+   * when one is filled in (the runtime's `secret_goes_to`).
    */
   async discover() {
     const runtime = this.runtime();
@@ -680,7 +681,7 @@ export class ConnectionsPanel {
     this.discoveryResults.replaceChildren(el("p", { class: "muted" }, "Looking for model servers on this computer…"));
     let servers = [];
     try {
-      const answer = JSON.parse(String(await runtime.discoverServers(location.origin, kind, this.fields.secret.value)));
+      const answer = JSON.parse(String(await runtime.discoverServers(location.origin, kind, this.fields.secret.value, this.fields.baseUrl.value)));
       servers = Array.isArray(answer?.servers) ? answer.servers.filter((s) => s && typeof s === "object") : [];
     } catch (error) {
       console.error("napllm: discoverServers failed", error?.name ?? "");

@@ -28,7 +28,7 @@ const ICON_DATA_RE = /^data:image\/(?:png|gif|jpeg|webp|svg\+xml)(?:;base64)?,[^
 const ICON_PATH_RE = /^napplets\/[A-Za-z0-9_.-]+(?:\/[A-Za-z0-9_.-]+)*$/;
 // Control and bidirectional-override characters never reach the page.
 // eslint-disable-next-line no-control-regex
-const CONTROL_RE = /[\u0000-\u001f\u007f-\u009f\u200b-\u200f\u202a-\u202e\u2066-\u2069]/g;
+const CONTROL_RE = /[\u0000-\u001f\u007f-\u009f\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb\u{e0000}-\u{e007f}]/gu;
 
 /** One line of plain text of at most `limit` characters. */
 export function cardText(value, limit) {

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
 
 from ..connections import Connection, ConnectionRegistry, UrlRefused, spec_error_text
-from ..discovery import Target, default_targets, discover, server_info
+from ..discovery import Target, default_targets, discover, secret_goes_to
 from ..errors import ProviderFailure
 from ..kinds import KindInfo, catalogue
 from ..providers.scripted import ScriptedProvider
@@ -119,19 +119,23 @@ class Runtime:
         """Send the connection kinds (`kinds.catalogue`) to the page."""
         napllmHost.connectionKinds(json.dumps(catalogue(self.extra_kinds)))
 
-    async def discover_servers(self, origin: str, kind: str, secret: str) -> str:
+    async def discover_servers(
+        self, origin: str, kind: str, secret: str, base_url: str = ""
+    ) -> str:
         """Look for model servers on this computer (the form's button; `discovery`).
 
-        `origin`: the page's origin, named in the fixes; `kind`, `secret`:
-        the form's kind and typed secret, which is sent only to servers of
-        that kind. Returns JSON text `{"servers": [Finding.to_json()...]}`.
+        `origin`: the page's origin, named in the fixes; `kind`, `secret`,
+        `base_url`: the form's kind, typed secret and base URL; the secret
+        is sent only where `discovery.secret_goes_to` allows. Returns JSON
+        text `{"servers": [Finding.to_json()...]}`.
         """
+        base_url = base_url if isinstance(base_url, str) else ""
         found = await discover(
             self.providers.http,
             self.probe_targets,
             origin=origin,
             reachable=reaches_opaquely,
-            secret_for=lambda t: secret if secret and _server_kind(t) == kind else None,
+            secret_for=lambda t: secret if secret and secret_goes_to(t, kind, base_url) else None,
         )
         return json.dumps({"servers": [f.to_json() for f in found]})
 
@@ -225,11 +229,6 @@ class Runtime:
             ),
         }
         return to_js(functions, dict_converter=Object.fromEntries)
-
-
-def _server_kind(target: Target) -> str | None:
-    info = server_info(target.server)
-    return info.kind if info is not None else None
 
 
 async def start(runtime: Runtime | None = None) -> Runtime:

@@ -21,6 +21,10 @@ Rules
   the user what to allow (`providers.base.LOCAL_NETWORK_HINT`). A browser
   without these permission names gets the generic `ConnectionError`.
 - Bodies stream through `response.body.getReader()`; chunks arrive as bytes.
+  `read()` keeps at most `MAX_BODY_BYTES` and aborts a larger body.
+- Redirects are refused (`redirect: "error"`, a `ConnectionError`): a
+  redirect would carry the request, and the conversation in its body, to
+  an address the route shown in the consent dialog does not name.
 - `reaches_opaquely` sends one `no-cors` GET without credentials and reads
   nothing of the answer (it is opaque): it only tells "something answered"
   from "nothing there", so the connections form can explain a CORS refusal.
@@ -38,7 +42,7 @@ import js  # type: ignore[import-not-found]
 from js import AbortController, Object, fetch, navigator  # type: ignore[import-not-found]
 from pyodide.ffi import JsException, to_js  # type: ignore[import-not-found]
 
-from ..providers.base import LocalNetworkBlocked
+from ..providers.base import MAX_BODY_BYTES, LocalNetworkBlocked
 
 #: Permission names of Chromium's Local Network Access, newest first.
 LOCAL_NETWORK_PERMISSIONS = ("loopback-network", "local-network", "local-network-access")
@@ -103,13 +107,19 @@ class FetchResponse:
         self._closed = False
 
     async def read(self) -> bytes:
-        """The whole body."""
+        """The whole body; raises `ConnectionError` when it cannot be read or
+        grows beyond `MAX_BODY_BYTES` (counted as it arrives, whatever
+        `Content-Length` claims; the fetch is then aborted)."""
+        data = bytearray()
         try:
-            buffer = await self._response.arrayBuffer()
-        except JsException as exc:
-            raise ConnectionError("the response body could not be read") from exc
-        data: bytes = buffer.to_bytes()
-        return data
+            async for chunk in self.iter_bytes():
+                data.extend(chunk)
+                if len(data) > MAX_BODY_BYTES:
+                    raise ConnectionError("the response body is too large")
+        finally:
+            if len(data) > MAX_BODY_BYTES:
+                await self.aclose()
+        return bytes(data)
 
     async def iter_bytes(self) -> AsyncIterator[bytes]:
         """The body chunk by chunk; ends when the stream ends or is closed."""
@@ -159,6 +169,7 @@ class FetchHttp:
             "signal": controller.signal,
             "credentials": "omit",
             "cache": "no-store",
+            "redirect": "error",
         }
         if json_body is not None:
             init["body"] = json.dumps(json_body, ensure_ascii=False)

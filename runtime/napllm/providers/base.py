@@ -40,6 +40,13 @@ class Provider(Protocol):
         ...
 
 
+#: The most bytes `HttpResponse.read` returns: a larger (or never-ending)
+#: body is a `ConnectionError`, so a hostile server cannot fill the page's
+#: memory. Streamed bodies (`iter_bytes`) are bounded by the generation's
+#: own limits instead.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
 class HttpResponse(Protocol):
     """A received HTTP response whose body may still be streaming."""
 
@@ -47,7 +54,7 @@ class HttpResponse(Protocol):
     headers: Mapping[str, str]  # lower-case names
 
     async def read(self) -> bytes:
-        """The whole body."""
+        """The whole body; raises `ConnectionError` beyond `MAX_BODY_BYTES`."""
         ...
 
     def iter_bytes(self) -> AsyncIterator[bytes]:

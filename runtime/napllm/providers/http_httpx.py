@@ -6,14 +6,17 @@ of `providers/base.py` and nothing more.
 
 Rules
 - A request returns as soon as the status and headers arrived; the body is
-  read with `read()` or streamed with `iter_bytes()` (decoded from any
-  `Content-Encoding`), and the caller releases it with `aclose()`.
+  read with `read()` (at most `base.MAX_BODY_BYTES`) or streamed with
+  `iter_bytes()` (decoded from any `Content-Encoding`), and the caller
+  releases it with `aclose()`.
 - Header names in `HttpxResponse.headers` are lower case; repeated headers
   are joined with ", " (RFC 9110, 5.3).
 - Every transport failure (refused, reset, DNS, timeout, a body cut off
   mid-stream) is raised as `ConnectionError` with a fixed message naming the
   kind of failure, never the URL or a header; HTTP error statuses are not
-  exceptions (the provider reads them).
+  exceptions (the provider reads them). Redirects are not followed (httpx's
+  default): a 3xx is an answer like any other, so a request never reaches
+  an address its route does not name.
 - `timeout_s` bounds connecting, each read and each write; `None` leaves
   reads unbounded (a model may think for a long time before its first
   token) while connecting is still bounded by `connect_timeout_s`. The
@@ -24,6 +27,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
+
+from .base import MAX_BODY_BYTES
 
 if TYPE_CHECKING:
     import httpx
@@ -61,11 +66,18 @@ class HttpxResponse:
         self.headers: Mapping[str, str] = headers
 
     async def read(self) -> bytes:
-        """The whole body; raises `ConnectionError` if it is cut off."""
+        """The whole body; raises `ConnectionError` if it is cut off or
+        larger than `MAX_BODY_BYTES` (counted as it arrives, whatever
+        `Content-Length` claims)."""
         import httpx
 
+        data = bytearray()
         try:
-            return await self._response.aread()
+            async for chunk in self._response.aiter_bytes():
+                data.extend(chunk)
+                if len(data) > MAX_BODY_BYTES:
+                    raise ConnectionError("the response body is too large")
+            return bytes(data)
         except (httpx.TransportError, httpx.StreamError) as exc:
             raise _connection_error(exc) from exc
         finally:

@@ -56,6 +56,7 @@ from pydantic import ValidationError
 
 from ..errors import ProviderFailure
 from ..jsontext import JsonTextError, read_json, read_stream_payload
+from ..kinds import MAX_LISTED_MODELS, model_id_shown
 from ..lmsp import (
     KNOWN_EVENTS,
     LMSP_VERSION,
@@ -130,7 +131,9 @@ async def discover_models(
 ) -> list[ModelEntry]:
     """`GET /lmsp/v1/models` (docs/lmsp.md): the service's models and capabilities.
 
-    Returns the entries that parse as `ModelEntry` (others are skipped).
+    Returns the entries that parse as `ModelEntry` and whose id
+    `kinds.model_id_shown` accepts (others and repeated ids are skipped), at
+    most `MAX_LISTED_MODELS`.
     Raises `ProviderFailure`: unreachable service (with a hint), an error
     answer (`failure_from_problem`), or a body that is not a model list.
     """
@@ -154,9 +157,13 @@ async def discover_models(
     entries: list[ModelEntry] = []
     for raw in body["data"]:
         try:
-            entries.append(ModelEntry.model_validate(raw))
+            entry = ModelEntry.model_validate(raw)
         except ValidationError:
             continue
+        if model_id_shown(entry.id) and all(e.id != entry.id for e in entries):
+            entries.append(entry)
+            if len(entries) == MAX_LISTED_MODELS:
+                break
     return entries
 
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from ..errors import ErrorCode, ProviderFailure
 from ..jsontext import JsonTextError, read_json, read_stream_payload
+from ..kinds import MAX_LISTED_MODELS, model_id_shown
 from ..lmsp import LmspEvent, LmspRequest
 from .base import HttpPort, HttpResponse, unreachable_hint
 from .chat_request import ResponseFormatStyle, lmsp_to_chat
@@ -114,6 +115,8 @@ async def discover_models(
 ) -> list[str]:
     """`GET /v1/models`: the ids the server lists, in its order, without duplicates.
 
+    Only ids `kinds.model_id_shown` accepts, at most `MAX_LISTED_MODELS`.
+
     Raises `ProviderFailure` for an unreachable server (with a hint), an
     error answer, or a body that is not `{"data": [{"id": ...}, ...]}`.
     """
@@ -135,8 +138,9 @@ async def discover_models(
         raise failure_from_error(response.status, body)
     if not isinstance(body, dict) or not isinstance(body.get("data"), list):
         raise ProviderFailure(detail="models: not a model list")
-    ids = [e["id"] for e in body["data"] if isinstance(e, dict) and isinstance(e.get("id"), str)]
-    return list(dict.fromkeys(i for i in ids if i))
+    ids = [e.get("id") for e in body["data"] if isinstance(e, dict)]
+    kept = list(dict.fromkeys(i for i in ids if isinstance(i, str) and model_id_shown(i)))
+    return kept[:MAX_LISTED_MODELS]
 
 
 class OpenAICompatProvider:
