@@ -446,12 +446,13 @@ const { loadPyodide } = require(process.argv[2] + "/pyodide.js");
 (async () => {
   const quiet = () => {};
   const py = await loadPyodide({ indexURL: process.argv[2] + "/", stdout: quiet, stderr: quiet });
-  py.FS.writeFile("/tmp/napllm.whl", require("fs").readFileSync(process.argv[3]));
+  // The wheel goes into Pyodide's in-memory file system, in its working folder.
+  py.FS.writeFile("napllm.whl", require("fs").readFileSync(process.argv[3]));
   const out = py.runPython(`
 import base64, importlib.util, json, sys, zipfile
 from importlib._bootstrap_external import _code_to_hash_pyc
 found = {}
-with zipfile.ZipFile("/tmp/napllm.whl") as zf:
+with zipfile.ZipFile("napllm.whl") as zf:
     for name in zf.namelist():
         if not name.endswith(".py"):
             continue
