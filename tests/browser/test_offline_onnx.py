@@ -11,18 +11,15 @@ Python port does.
 
 from __future__ import annotations
 
-import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_offline import Server, persistent  # noqa: F401 (persistent is a fixture)
 
 pytestmark = pytest.mark.browser
 
 BOOT_TIMEOUT_MS = 120_000
-STEP_TIMEOUT_MS = 120_000
 
 #: Loads TinyChat (ONNX) on the wasm device through the shell's own engine
 #: module; resolves with the engine's answer.
@@ -48,45 +45,9 @@ HELLO = """async () => {
 LOADED = {"ok": True, "device": "wasm", "contextSize": 512}
 
 
-class Server:
-    """build.py's server for dist/, stoppable by the test."""
-
-    def __init__(self, directory: Path) -> None:
-        build_module = sys.modules["napllm_build"]  # loaded by tests/browser/conftest.py
-        self.httpd = build_module.make_server(directory, quiet=True)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.running = True
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/"
-
-    def stop(self) -> None:
-        if self.running:
-            self.running = False
-            self.httpd.shutdown()
-            self.httpd.server_close()
-
-
-@pytest.fixture
-def persistent(
-    browser_type: Any, browser_type_launch_args: dict[str, Any], tmp_path: Path
-) -> Iterator[Any]:
-    """A Chromium context with a profile folder of its own (kept across reloads)."""
-    context = browser_type.launch_persistent_context(
-        str(tmp_path / "profile"),
-        executable_path=browser_type_launch_args["executable_path"],
-        args=browser_type_launch_args["args"],
-    )
-    context.set_default_timeout(STEP_TIMEOUT_MS)
-    try:
-        yield context
-    finally:
-        context.close()
-
-
 def test_the_onnx_engine_loads_and_answers_offline_after_one_use(
-    persistent: Any, dist_dir: Path
+    persistent: Any,  # noqa: F811 (the fixture imported from test_offline)
+    dist_dir: Path,
 ) -> None:
     server = Server(dist_dir)
     try:
