@@ -51,6 +51,7 @@ from .bridge import (
 from .engines import register_engines
 from .http_fetch import reaches_opaquely
 from .logs import install_log_redaction
+from .loop import install as install_ready_queue
 from .providers import BrowserProviders
 from .stored import ConnectionStore
 
@@ -237,6 +238,7 @@ async def start(runtime: Runtime | None = None) -> Runtime:
     `runtime` defaults to a fresh `Runtime()`; it is loaded (connections)
     before it is attached.
     """
+    install_ready_queue(asyncio.get_running_loop())
     set_default_validator(JschonValidator())
     napllmHost.bootProgress("Starting the runtime", 0.9)
     if runtime is None:
