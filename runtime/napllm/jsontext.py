@@ -52,6 +52,8 @@ MAX_SAFE_INTEGER = 2**53 - 1
 # A complete JSON string literal (unrolled loop: linear, no backtracking).
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+# 16 digits or more in a row: the only place an unsafe integer literal can be.
+_LONG_DIGITS = re.compile(r"[0-9]{16}")
 _PAIR = re.compile(r"\[\]|\{\}")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -161,14 +163,19 @@ def read_json(
         raise JsonTextError("Only text can be read as JSON.")
     if len(text) > max_chars:
         raise JsonTextError("The text exceeds the size limit.")
-    if nesting_depth(text, max_depth) > max_depth:
+    # No text nests deeper than it has opening brackets: most texts (small
+    # envelopes, merged chunk batches) skip the scan. Likewise an integer
+    # literal of at most 15 digits is always safe, so the per-integer check
+    # runs only when the text has a longer run of digits somewhere.
+    opening = text.count("{") + text.count("[")
+    if opening > max_depth and nesting_depth(text, max_depth) > max_depth:
         raise JsonTextError("The text is nested too deeply.")
     try:
         value = json.loads(
             text,
             parse_constant=_no_constant,
             parse_float=_finite_float,
-            parse_int=_safe_int,
+            parse_int=_safe_int if _LONG_DIGITS.search(text) else None,
             object_pairs_hook=_unique_keys,
         )
     except JsonTextError:

@@ -93,3 +93,29 @@ def test_stream_payloads_keep_lone_surrogates_and_every_other_rule() -> None:
     for text in ('{"x":NaN}', '{"x":1e400}', '{"a":1,"a":2}', "[" * 10_000 + "]" * 10_000):
         with pytest.raises(JsonTextError):
             read_stream_payload(text)
+
+
+def test_the_shortcuts_keep_every_rule() -> None:
+    """Texts with few brackets skip the depth scan, texts without a 16-digit run the
+    per-integer check: the verdicts are the same as the full checks'."""
+    # Few brackets, unbalanced: still not JSON.
+    for text in ("[", "{]", '{"a":[1,2}', "]"):
+        with pytest.raises(JsonTextError):
+            read_json(text)
+    # Many siblings (more brackets than the depth limit), shallow: read.
+    wide = "[" + ",".join(["[]"] * 100) + "]"
+    assert read_json(wide, max_depth=2) == [[]] * 100
+    # Deep only through many brackets: refused; its bracket count decides nothing.
+    with pytest.raises(JsonTextError):
+        read_json("[" * 3 + "]" * 3, max_depth=2)
+    # Integers: 15 digits never need the check; 16 may be safe or not.
+    assert read_json("[999999999999999,-999999999999999]") == [
+        999_999_999_999_999,
+        -999_999_999_999_999,
+    ]
+    assert read_json("9007199254740991") == MAX_SAFE_INTEGER
+    for text in ("9999999999999999", '{"n":[1,-9007199254740993]}', "12345678901234567890"):
+        with pytest.raises(JsonTextError):
+            read_json(text)
+    # A long digit run inside a string turns the check on without changing the answer.
+    assert read_json('{"s":"12345678901234567890","n":7}') == {"s": "12345678901234567890", "n": 7}
