@@ -20,7 +20,7 @@
  * - Only envelope text is shown. Connection settings and credentials never
  *   pass through here; the runtime never puts them in envelopes.
  * - Rendering is batched to one animation frame and skipped while the
- *   panel is collapsed.
+ *   panel is collapsed (then only the count is updated, every 250 ms).
  */
 
 import { envelopeLabel, unwrapWire } from "./wire.js";
@@ -33,6 +33,8 @@ export const MAX_ENTRY_CHARS = 16 * 1024;
 export const MAX_STORED_CHARS = 2 * 1024 * 1024;
 /** Longer envelopes are shown cut, without being parsed. */
 const MAX_PARSED_CHARS = 256 * 1024;
+/** How often the collapsed panel's count is brought up to date (ms). */
+const COLLAPSED_RENDER_MS = 250;
 
 /** `text` cut to `MAX_ENTRY_CHARS`, saying how much was left out. */
 export function cut(text) {
@@ -53,6 +55,36 @@ function pretty(text) {
     return JSON.stringify(JSON.parse(text), null, 2);
   } catch {
     return text;
+  }
+}
+
+/** One listed envelope; `text` (shown) and `label` are derived on first use. */
+class Entry {
+  constructor(raw, fields) {
+    Object.assign(this, fields);
+    this.raw = raw;
+    this.derived = null;
+  }
+
+  derive() {
+    if (this.derived === null) {
+      const raw = this.raw;
+      const long = raw.length > MAX_PARSED_CHARS;
+      this.derived = {
+        text: cut(long ? raw : unwrapWire(raw)),
+        label: long ? labelOfLong(raw) : envelopeLabel(raw),
+      };
+      this.raw = null; // the uncut text is no longer held
+    }
+    return this.derived;
+  }
+
+  get text() {
+    return this.derive().text;
+  }
+
+  get label() {
+    return this.derive().label;
   }
 }
 
@@ -86,7 +118,7 @@ export class Inspector {
     }
     this.textFilter.addEventListener("input", () => this.scheduleRender());
     root.querySelector("#inspector-clear").addEventListener("click", () => this.clear());
-    if (this.details) this.details.addEventListener("toggle", () => this.scheduleRender());
+    if (this.details) this.details.addEventListener("toggle", () => this.render());
   }
 
   /**
@@ -143,22 +175,25 @@ export class Inspector {
 
   push(endpointId, direction, json, source) {
     if (this.forgotten.has(endpointId)) return { json: "" };
-    const long = json.length > MAX_PARSED_CHARS;
-    const text = cut(long ? json : unwrapWire(json));
     const kept = cut(json);
-    const entry = {
+    // The shown text and the label are worked out when the entry is first
+    // listed (the panel open), not on the envelope's path: a closed
+    // inspector costs one string per envelope. `chars` counts the shown
+    // text at its largest (the unwrapped text is never longer than the wire
+    // text, and both are cut to MAX_ENTRY_CHARS).
+    const entry = new Entry(json, {
       serial: (this.serial += 1),
       time: new Date(),
       endpointId,
       direction,
       json: kept,
-      text,
-      label: long ? labelOfLong(json) : envelopeLabel(json),
       source,
       runtimeJson: null,
       element: null,
-      chars: kept.length + text.length,
-    };
+      chars: 2 * kept.length,
+    });
+    // A text that was cut is derived now, so that no uncut text is kept.
+    if (kept !== json) entry.derive();
     this.entries.push(entry);
     this.storedChars += entry.chars;
     this.trim();
@@ -243,10 +278,16 @@ export class Inspector {
   scheduleRender() {
     if (this.renderQueued) return;
     this.renderQueued = true;
-    requestAnimationFrame(() => {
+    const run = () => {
       this.renderQueued = false;
       this.render();
-    });
+    };
+    // While the panel is collapsed only its (hidden) count changes: it is
+    // brought up to date a few times a second instead of in every display
+    // frame, so a streaming napplet does not make the page draw 60 frames a
+    // second for nothing (the toggle renders at once when it opens).
+    if (this.details && !this.details.open) setTimeout(run, COLLAPSED_RENDER_MS);
+    else requestAnimationFrame(run);
   }
 
   render() {
