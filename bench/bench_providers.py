@@ -6,8 +6,8 @@ Prints, for this machine:
   LMSP-shaped events fed in chunks of 16, 256, 4096 and 65536 bytes;
 - the chat-completions state machine (`providers/chat_stream.py`): chunks/s
   for one-token text chunks, with and without `<tool_call>` scanning, and
-  with the in-browser engines' batches of 32 chunks merged first
-  (`providers/engines.py`, `merge_text_chunks`), the same text either way;
+  and with the text of 32 tokens in one chunk, as the in-browser engines'
+  workers merge each batch (web/engines/batcher.js), the same text either way;
 - the LMSP client provider (`providers/lmsp_client.py`) reading a streamed
   response through httpx's in-memory transport: events/s end to end.
 
@@ -25,7 +25,6 @@ import httpx
 
 from napllm.lmsp import LmspEvent, LmspRequest
 from napllm.providers.chat_stream import ChatStreamToLmsp
-from napllm.providers.engines import merge_text_chunks
 from napllm.providers.http_httpx import HttpxPort
 from napllm.providers.lmsp_client import LmspProvider
 from napllm.providers.sse import SseParser
@@ -78,20 +77,24 @@ def bench_chat(count: int) -> None:
         print(f"chat chunks  {label}: {len(chunks) / elapsed:>10,.0f} chunks/s ({events} events)")
     texts = []
     for batch_size in (1, 32):
+        # What a worker sends for `batch_size` one-token chunks: one chunk.
+        merged = [
+            {"choices": [{"index": 0, "delta": {"content": "tok " * min(batch_size, count - i)}}]}
+            for i in range(0, count, batch_size)
+        ]
         state = ChatStreamToLmsp(parse_tool_call_blocks=True)
         start = time.perf_counter()
         got = []
-        for i in range(0, len(chunks), batch_size):
-            for chunk in merge_text_chunks(chunks[i : i + batch_size]):
-                got += state.feed(chunk)
+        for chunk in [*merged, chunks[-1]]:
+            got += state.feed(chunk)
         got += state.finish()
         elapsed = time.perf_counter() - start
         texts.append(
             "".join(str(e.data.get("delta", "")) for e in got if e.event.endswith("text.delta"))
         )
         print(
-            f"chat chunks  batches of {batch_size:>2}, merged: {len(chunks) / elapsed:>10,.0f} "
-            f"chunks/s ({len(got)} events)"
+            f"chat chunks  {batch_size:>2} token(s) per chunk: {count / elapsed:>10,.0f} "
+            f"tokens/s ({len(got)} events)"
         )
     if texts[0] != texts[1]:
         raise SystemExit("merged batches changed the text")

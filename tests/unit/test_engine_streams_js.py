@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from napllm.providers.chat_stream import ChatStreamToLmsp
+
 ROOT = Path(__file__).resolve().parents[2]
 ENGINES = ROOT / "web" / "engines"
 
@@ -56,11 +58,12 @@ async function* engine(n, signal = null) {
 
 
 def test_the_first_text_goes_at_once_with_the_role_and_the_rest_in_batches() -> None:
+    """Unmerged (`merge = false`, as with a delivery delay): every chunk as it came."""
     out = run_node(
         CHUNKS
         + """
 const posts = [];
-const rest = await batcher.runChat(engine(200), (m) => posts.push(m.chunks), new AbortController().signal);
+const rest = await batcher.runChat(engine(200), (m) => posts.push(m.chunks), new AbortController().signal, false);
 const texts = (list) => list.map((t) => JSON.parse(t).choices[0].delta.content ?? null);
 console.log(JSON.stringify({ first: texts(posts[0]), posts: posts.length,
   all: [...posts.flat(), ...rest].map((t) => JSON.parse(t)), rest: rest.length }));
@@ -73,6 +76,122 @@ console.log(JSON.stringify({ first: texts(posts[0]), posts: posts.length,
     assert contents == ["", *[f"{i}," for i in range(1, 201)], None]
     assert out["all"][-1]["choices"][0]["finish_reason"] == "stop"
     assert out["posts"] < 202
+
+
+def test_merged_batches_carry_the_same_text_in_fewer_chunks() -> None:
+    out = run_node(
+        CHUNKS
+        + """
+const posts = [];
+const rest = await batcher.runChat(engine(200), (m) => posts.push(m.chunks), new AbortController().signal);
+console.log(JSON.stringify({ first: posts[0].map((t) => JSON.parse(t)),
+  all: [...posts.flat(), ...rest].map((t) => JSON.parse(t)), posts: posts.length }));
+"""
+    )
+    # The role-only chunk (empty text) and the first text are one chunk, sent at once.
+    assert out["first"] == [
+        {
+            "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": "1,"}, "finish_reason": None}
+            ]
+        }
+    ]
+    texts = [c for c in out["all"] if c["choices"][0]["finish_reason"] is None]
+    # One text chunk per post (each batch's run merged), the text whole and in order.
+    assert len(texts) <= out["posts"] + 1
+    assert "".join(c["choices"][0]["delta"]["content"] for c in texts) == "".join(
+        f"{i}," for i in range(1, 201)
+    )
+    assert out["all"][-1] == {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+
+
+def text_chunk(t: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": t, **extra}, "finish_reason": None}],
+    }
+
+
+def last_chunk(reason: str = "stop") -> dict[str, Any]:
+    return {
+        "id": "c1",
+        "choices": [{"index": 0, "delta": {}, "finish_reason": reason}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8},
+    }
+
+
+def merged(chunks: list[Any]) -> Any:
+    """`batcher.mergeTextChunks(chunks)` in node, and whether the input was left unchanged."""
+    return run_node(
+        f"const input = {json.dumps(chunks)};\n"
+        "const before = JSON.stringify(input);\n"
+        "const out = batcher.mergeTextChunks(input);\n"
+        "console.log(JSON.stringify({ out, unchanged: JSON.stringify(input) === before }));"
+    )
+
+
+def test_a_run_of_text_chunks_becomes_one_chunk() -> None:
+    got = merged(
+        [text_chunk("1,", role="assistant"), text_chunk(" 2"), text_chunk(","), text_chunk(" 3.")]
+    )
+    assert got["unchanged"] is True
+    assert len(got["out"]) == 1
+    assert got["out"][0]["choices"][0]["delta"] == {"content": "1, 2, 3.", "role": "assistant"}
+    assert got["out"][0]["id"] == "c1"
+
+
+def test_other_chunks_stay_in_place_and_split_runs() -> None:
+    tool = {
+        "choices": [
+            {
+                "index": 0,
+                "delta": {"tool_calls": [{"index": 0, "function": {"name": "f"}}]},
+                "finish_reason": None,
+            }
+        ]
+    }
+    other_role = text_chunk("e", role="tool")
+    batch = [text_chunk("a"), text_chunk("b"), tool, text_chunk("c"), text_chunk("d"), other_role]
+    got = merged([*batch, last_chunk()])
+    assert got["out"] == [text_chunk("ab"), tool, text_chunk("cd"), other_role, last_chunk()]
+
+
+def test_chunks_that_are_not_plain_text_pass_unchanged() -> None:
+    odd: list[Any] = [
+        "not a chunk",
+        None,
+        [1, 2],
+        {"choices": []},
+        {"choices": [{"index": 1, "delta": {"content": "x"}}]},
+        {"choices": [{"index": 0, "delta": {"content": "x", "reasoning_content": "r"}}]},
+        {"choices": [{"index": 0, "delta": {"content": "x"}, "logprobs": {"content": []}}]},
+        {"choices": [{"index": 0, "delta": {"content": 3}}]},
+        {"choices": [{"index": 0, "delta": {"content": "x"}}], "usage": {"total_tokens": 1}},
+        {"choices": [{"index": 0, "delta": {"content": "x"}, "extra": 1}]},
+        {"choices": [{"index": 0, "delta": {"content": None, "role": "assistant"}}]},
+    ]
+    assert merged(odd)["out"] == odd
+    assert merged([])["out"] == []
+
+
+def mapped_text(chunks: list[Any], tools: bool) -> tuple[str, list[str]]:
+    state = ChatStreamToLmsp(parse_tool_call_blocks=tools)
+    events = [e for c in chunks for e in state.feed(c)] + list(state.finish())
+    deltas = "".join(
+        str(e.data.get("delta", "")) for e in events if e.event == "response.output_text.delta"
+    )
+    kinds = [e.event for e in events if not e.event.endswith(".delta")]
+    return deltas, kinds
+
+
+def test_merged_batches_map_to_the_same_text_and_items() -> None:
+    pieces = ["Hel", "lo", " <tool", "_call>", '\n{"name": "f", "arguments": {}}', "\n</tool_call>"]
+    chunks = [text_chunk(p) for p in pieces] + [last_chunk("tool_calls")]
+    batch = merged(chunks)["out"]
+    assert len(batch) == 2
+    for tools in (False, True):
+        assert mapped_text(batch, tools) == mapped_text(chunks, tools)
 
 
 def test_a_stream_without_text_posts_nothing_and_returns_everything() -> None:
@@ -103,8 +222,8 @@ console.log(JSON.stringify({ posted: posts.map((t) => JSON.parse(t).choices[0].d
     )
     # The chunks before the abort may or may not have been posted yet (a
     # batch timer); none from after it ever is.
-    assert out["posted"][:2] == ["", "1,"]
-    assert out["posted"] in (["", "1,"], ["", "1,", "2,"])
+    assert out["posted"][:1] == ["1,"]  # the role-only chunk merged with the first text
+    assert out["posted"] in (["1,"], ["1,", "2,"])
     assert out["rest"] == 0
 
 

@@ -19,6 +19,12 @@
  *   waited once the gap has passed). The page and the runtime then work per
  *   batch, not per token, while the engine runs ahead here (NAP-LLM,
  *   Streaming: deltas may be coalesced; no text is dropped or reordered).
+ * - Each batch (and the returned tail) has its runs of adjacent text-only
+ *   chunks merged into one chunk (`mergeTextChunks`): the runtime parses and
+ *   maps one chunk per run instead of one per token, and the text is the
+ *   same, in the same order (the mapping accepts text split anywhere). A
+ *   caller that wants chunks one by one (a delivery delay) passes
+ *   `merge = false`.
  * - Once `signal` is aborted nothing more is posted and nothing is returned.
  */
 
@@ -33,12 +39,65 @@ export function carriesOutput(chunk) {
   return (typeof delta.content === "string" && delta.content.length > 0) || Array.isArray(delta.tool_calls);
 }
 
+const PLAIN_CHOICE_KEYS = new Set(["index", "delta", "finish_reason", "logprobs"]);
+
+/**
+ * The content of a chunk that carries nothing but text, else null. Plain
+ * means: no usage, one choice of index 0 with no finish reason and no
+ * log-probabilities, whose delta holds only `content` (a string) and maybe
+ * `role`. Anything else (tool calls, reasoning, the last chunk) is not.
+ */
+export function plainText(chunk) {
+  if (!chunk || typeof chunk !== "object" || Array.isArray(chunk)) return null;
+  if (chunk.usage !== undefined && chunk.usage !== null) return null;
+  const choices = chunk.choices;
+  if (!Array.isArray(choices) || choices.length !== 1) return null;
+  const choice = choices[0];
+  if (!choice || typeof choice !== "object" || Array.isArray(choice)) return null;
+  if (!Object.keys(choice).every((key) => PLAIN_CHOICE_KEYS.has(key))) return null;
+  if ((choice.index ?? 0) !== 0) return null;
+  if (choice.finish_reason !== undefined && choice.finish_reason !== null) return null;
+  if (choice.logprobs !== undefined && choice.logprobs !== null) return null;
+  const delta = choice.delta;
+  if (!delta || typeof delta !== "object" || Array.isArray(delta)) return null;
+  if (!Object.keys(delta).every((key) => key === "content" || key === "role")) return null;
+  return typeof delta.content === "string" ? delta.content : null;
+}
+
+/**
+ * `last` and `chunk` as one chunk when both carry nothing but text
+ * (`plainText`) and `chunk` names no other role than `last`: `last` with
+ * the two texts joined (new objects; neither input changes). Else null.
+ */
+export function mergedWith(last, chunk) {
+  const head = plainText(last);
+  if (head === null) return null;
+  const text = plainText(chunk);
+  if (text === null) return null;
+  const role = chunk.choices[0].delta.role;
+  if (role !== undefined && role !== null && role !== last.choices[0].delta.role) return null;
+  const choice = last.choices[0];
+  return { ...last, choices: [{ ...choice, delta: { ...choice.delta, content: head + text } }] };
+}
+
+/** `chunks` with each run of adjacent text-only chunks merged (`mergedWith`), in order. */
+export function mergeTextChunks(chunks) {
+  const out = [];
+  for (const chunk of chunks) {
+    const merged = out.length > 0 ? mergedWith(out[out.length - 1], chunk) : null;
+    if (merged) out[out.length - 1] = merged;
+    else out.push(chunk);
+  }
+  return out;
+}
+
 /**
  * Read `chunks` to the end, posting batches through `post(message)`.
  * Returns the JSON texts still waiting (module rules); rethrows the
- * iterator's error after clearing its timer.
+ * iterator's error after clearing its timer. With `merge` (the default)
+ * each batch's runs of text-only chunks are sent as one chunk.
  */
-export async function runChat(chunks, post, signal) {
+export async function runChat(chunks, post, signal, merge = true) {
   let waiting = [];
   let sentOutput = false;
   let lastPost = -Infinity;
@@ -47,14 +106,14 @@ export async function runChat(chunks, post, signal) {
     if (timer !== null) clearTimeout(timer);
     timer = null;
     if (waiting.length === 0 || signal.aborted) return;
-    post({ op: "chunks", chunks: waiting });
+    post({ op: "chunks", chunks: serialized(waiting, merge) });
     waiting = [];
     lastPost = performance.now();
   };
   try {
     for await (const chunk of chunks) {
       if (signal.aborted) break;
-      waiting.push(JSON.stringify(chunk));
+      waiting.push(chunk);
       if (!sentOutput) {
         if (carriesOutput(chunk)) {
           sentOutput = true;
@@ -70,5 +129,9 @@ export async function runChat(chunks, post, signal) {
     if (timer !== null) clearTimeout(timer);
     timer = null;
   }
-  return signal.aborted ? [] : waiting;
+  return signal.aborted ? [] : serialized(waiting, merge);
+}
+
+function serialized(chunks, merge) {
+  return (merge ? mergeTextChunks(chunks) : chunks).map((chunk) => JSON.stringify(chunk));
 }

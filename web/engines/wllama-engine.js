@@ -175,7 +175,9 @@ export function startChat(key, bodyJson, deliveryDelayMs = 0) {
   stream.controller.signal.addEventListener("abort", () => {
     target.postMessage({ op: "abort", id: stream.id });
   });
-  target.postMessage({ op: "chat", id: stream.id, key: String(key), body });
+  // With a delivery delay the page hands chunks over one by one, so the
+  // worker keeps them apart (batcher.js `merge`).
+  target.postMessage({ op: "chat", id: stream.id, key: String(key), body, merge: stream.delayMs === 0 });
   return stream.id;
 }
 

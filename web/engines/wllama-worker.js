@@ -9,7 +9,7 @@
  *   its per-token round trips stay between the two workers.
  * - Messages from the page (all plain data):
  *   `{op: "load", key, url, params}`, `{op: "unload", key}`,
- *   `{op: "chat", id, key, body}`, `{op: "abort", id}`.
+ *   `{op: "chat", id, key, body, merge}` (`merge`: see batcher.js), `{op: "abort", id}`.
  * - Messages to the page:
  *   `{op: "progress", key, fraction}` while downloading (at most every 100 ms),
  *   `{op: "loaded", key, info}` or `{op: "loaded", key, info: {ok: false, kind}}`,
@@ -224,7 +224,7 @@ async function load(key, url, params) {
   }
 }
 
-async function chat(id, key, body) {
+async function chat(id, key, body, merge) {
   const controller = new AbortController();
   chats.set(id, controller);
   let kind = null;
@@ -237,7 +237,7 @@ async function chat(id, key, body) {
       stream: true,
       abortSignal: controller.signal,
     });
-    rest = await runChat(chunks, (message) => self.postMessage({ ...message, id }), controller.signal);
+    rest = await runChat(chunks, (message) => self.postMessage({ ...message, id }), controller.signal, merge);
   } catch (error) {
     if (!controller.signal.aborted) {
       console.error("napllm wasm engine: generation failed", error);
@@ -255,7 +255,7 @@ self.onmessage = async ({ data }) => {
     const info = await load(String(data.key), String(data.url), data.params || {});
     self.postMessage({ op: "loaded", key: data.key, info });
   } else if (data.op === "chat") {
-    chat(String(data.id), String(data.key), data.body || {});
+    chat(String(data.id), String(data.key), data.body || {}, data.merge !== false);
   } else if (data.op === "abort") {
     const controller = chats.get(String(data.id));
     if (controller) controller.abort();

@@ -11,9 +11,10 @@ Rules (DESIGN.md "The data path"; providers/base.py; pitfalls.md)
 - Everything crossing the bridge is JSON text or a plain string: the chat
   body goes in as JSON, chunks come back in batches of JSON text
   (web/engines/streams.js): every chunk the engine produced since the last
-  read, so the engine runs ahead and the runtime works per batch. Runs of
-  text-only chunks in a batch are merged (`merge_text_chunks`) before they
-  are mapped with `chat_stream.ChatStreamToLmsp`.
+  read, so the engine runs ahead and the runtime works per batch. The
+  workers send each batch's runs of text-only chunks merged into one chunk
+  (web/engines/batcher.js), so the runtime parses and maps per run, not per
+  token (`chat_stream.ChatStreamToLmsp` accepts text split anywhere).
   No proxy is created (JS never calls back into Python).
 - Cancellation is task cancellation: the provider's iterator is closed, and
   its `finally` aborts the JS stream (wllama: AbortSignal; WebLLM:
@@ -46,7 +47,6 @@ from ..providers.engines import (
     GpuReport,
     WebLLMRecord,
     engine_failure,
-    merge_text_chunks,
     tinychat_connection,
     wasm_capabilities,
     wasm_chat_body,
@@ -104,7 +104,7 @@ async def stream_chunks(
                 raise ProviderFailure(detail=f"{engine}: unreadable chunk batch") from exc
             if not isinstance(batch, dict) or not isinstance(batch.get("chunks"), list):
                 raise ProviderFailure(detail=f"{engine}: malformed chunk batch")
-            for chunk in merge_text_chunks(batch["chunks"]):
+            for chunk in batch["chunks"]:
                 for event in state.feed(chunk):
                     yield event
             if batch.get("done") is True:
