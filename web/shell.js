@@ -133,6 +133,10 @@ const napllmHost = Object.freeze({
   post(endpointId, envelopeJson) {
     area.post(String(endpointId), String(envelopeJson));
   },
+  /** Deliver `[[endpointId, envelope], ...]` (JSON text), in order; see `post`. */
+  postAll(batchJson) {
+    area.postAll(String(batchJson));
+  },
   /** Show the chooser; resolves with a candidate id or null. */
   openChooser(token, requestJson) {
     return dialogs.openChooser(token, String(requestJson));

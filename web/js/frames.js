@@ -755,8 +755,6 @@ export class NappletArea {
    * @param {string} envelopeJson
    */
   post(endpointId, envelopeJson) {
-    const doc = this.byEndpoint.get(String(endpointId));
-    if (!doc || !doc.live) return;
     let envelope;
     try {
       envelope = JSON.parse(envelopeJson);
@@ -764,7 +762,35 @@ export class NappletArea {
       console.error("napllm: the runtime posted an envelope that is not JSON");
       return;
     }
-    this.inspector.record(doc.endpointId, "out", String(envelopeJson));
+    this.deliverOut(String(endpointId), envelope, String(envelopeJson));
+  }
+
+  /**
+   * `napllmHost.postAll`: deliver the runtime's envelopes, in order.
+   *
+   * @param {string} batchJson `[[endpointId, envelope], ...]`
+   */
+  postAll(batchJson) {
+    let batch;
+    try {
+      batch = JSON.parse(batchJson);
+    } catch {
+      batch = null;
+    }
+    if (!Array.isArray(batch)) {
+      console.error("napllm: the runtime posted a batch that is not a JSON array");
+      return;
+    }
+    for (const item of batch) {
+      if (Array.isArray(item) && item.length === 2) this.deliverOut(String(item[0]), item[1], null);
+    }
+  }
+
+  /** Post `envelope` to an endpoint's document (dropped when it is gone); `json` its text, if known. */
+  deliverOut(endpointId, envelope, json) {
+    const doc = this.byEndpoint.get(endpointId);
+    if (!doc || !doc.live) return;
+    this.inspector.record(doc.endpointId, "out", json ?? JSON.stringify(envelope));
     try {
       doc.port.postMessage(envelope);
     } catch (err) {

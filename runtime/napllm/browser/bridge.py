@@ -3,8 +3,8 @@
 The page (web/shell.js) defines `window.napllmHost`; this module is the
 Python half of that contract for everything the shell itself needs:
 
-- `BridgeTransport` (the shell's transport): envelopes to a frame through
-  `napllmHost.post(endpointId, json)`.
+- `BridgeTransport` (the shell's transport): envelopes to frames through
+  `napllmHost.postAll(json)`, those of one run of Python together.
 - `DomChooser` / `DomConsent` (the shell's dialogs): the page's `<dialog>`s
   through `napllmHost.openChooser` / `openConsent`, closed with
   `napllmHost.closeDialog` when the shell no longer needs them.
@@ -37,11 +37,44 @@ from ..wire import Unclonable, loads_strict
 
 
 class BridgeTransport:
-    """Delivers envelopes through `napllmHost.post` (JSON text)."""
+    """Delivers envelopes through `napllmHost.postAll`, in the order sent.
+
+    Envelopes sent while Python runs are serialized at once and handed to
+    the page together when that run ends (a microtask, before the browser
+    does anything else): `[[endpointId, envelope], ...]` as one JSON text.
+    An answer's start and first delta, or its last delta, end and result,
+    then cost one bridge crossing and one parse instead of one each.
+    `schedule(flush)` arranges the hand-over (the page's `queueMicrotask`).
+    """
+
+    def __init__(self, schedule: Callable[[Callable[[], None]], None] | None = None) -> None:
+        self._pending: list[str] = []
+        if schedule is None:
+            from js import queueMicrotask  # type: ignore[import-not-found]
+            from pyodide.ffi import create_proxy  # type: ignore[import-not-found]
+
+            flush = create_proxy(self.flush)  # one proxy for the page's lifetime
+
+            def schedule(_fn: Callable[[], None]) -> None:
+                queueMicrotask(flush)
+
+        self._schedule = schedule
 
     def send(self, endpoint_id: str, envelope: dict[str, Any]) -> None:
-        """Post to the endpoint's frame; the page drops it if the frame is gone."""
-        napllmHost.post(endpoint_id, json.dumps(envelope, ensure_ascii=False))
+        """Queue for the endpoint's frame; the page drops it if the frame is gone by then."""
+        self._pending.append(
+            json.dumps([endpoint_id, envelope], ensure_ascii=False, separators=(",", ":"))
+        )
+        if len(self._pending) == 1:
+            self._schedule(self.flush)
+
+    def flush(self) -> None:
+        """Hand every queued envelope to the page now (`napllmHost.postAll`)."""
+        if not self._pending:
+            return
+        batch = "[" + ",".join(self._pending) + "]"
+        self._pending = []
+        napllmHost.postAll(batch)
 
 
 class DomChooser:
@@ -111,7 +144,7 @@ class BridgeObserver(Observer):
         self._on_grants_changed = on_grants_changed
 
     # Envelopes are recorded by the page itself, in (before `receive`) and
-    # out (in `napllmHost.post`), so `envelope` keeps the no-op default.
+    # out (in `napllmHost.postAll`), so `envelope` keeps the no-op default.
 
     def dropped(self, endpoint_id: str, reason: str) -> None:
         """Shown in the inspector as a note, not as an envelope."""
