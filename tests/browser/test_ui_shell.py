@@ -740,6 +740,7 @@ def test_prelude_cancel_and_error_paths(shell: Any) -> None:
 # --------------------------------------------------------------------------- dialogs
 
 CHOOSER = {
+    "revision": 4,
     "napplet": {
         "name": '<img src=x onerror="window.pwned=1">chat',
         "sha256": "ab" * 32,
@@ -774,6 +775,7 @@ CHOOSER = {
 }
 
 DISCLOSURE = {
+    "digest": "ef" * 32,
     "napplet": {"name": "tools", "sha256": "cd" * 32, "shortHash": "cdcdcdcdcdcd"},
     "connection": {"id": "c1", "name": "Local LMSP", "kind": "lmsp"},
     "route": "This browser → LMSP service at 127.0.0.1:11435",
@@ -868,7 +870,26 @@ def test_chooser_keyboard_choice(shell: Any) -> None:
     shell.page.keyboard.press("Shift+Tab")  # Cancel -> the last candidate
     assert shell.page.evaluate("document.activeElement.dataset.candidateId") == "c2"
     shell.page.keyboard.press("Enter")
-    assert _answer(shell, "t2") == "c2"
+    assert json.loads(_answer(shell, "t2")) == {"id": "c2", "revision": 4}
+
+
+def test_chooser_answers_with_the_revision_of_the_list_it_shows(shell: Any) -> None:
+    """A pick names the list it was made on; an update older than the shown list is ignored."""
+    shell.goto()
+    _start_dialog(shell, "chooser", "t4", CHOOSER)
+    shell.page.wait_for_selector("dialog.chooser-dialog[open]")
+    only_c1 = {**CHOOSER, "revision": 5, "candidates": CHOOSER["candidates"][:1]}
+    shell.page.evaluate("([t, d]) => napllmHost.updateChooser(t, d)", ["t4", json.dumps(only_c1)])
+    # A late update (revision 3) never brings back an older list.
+    shell.page.evaluate(
+        "([t, d]) => napllmHost.updateChooser(t, d)",
+        ["t4", json.dumps({**CHOOSER, "revision": 3})],
+    )
+    ids = "() => [...document.querySelectorAll('dialog[open] button.candidate')].map((b) => b.dataset.candidateId)"
+    assert shell.page.evaluate(ids) == ["c1"]
+    _armed(shell)
+    shell.page.click("dialog[open] button.candidate")
+    assert json.loads(_answer(shell, "t4")) == {"id": "c1", "revision": 5}
 
 
 def test_consent_shows_disclosure_denies_by_default(shell: Any) -> None:
@@ -912,13 +933,21 @@ def test_consent_allow_with_remember(shell: Any) -> None:
     shell.page.wait_for_selector("dialog.consent-dialog[open]")
     shell.page.check("dialog[open] input.remember")
     shell.page.click("dialog[open] button.allow")
-    assert json.loads(_answer(shell, "k2")) == {"allow": True, "remember": True}
+    assert json.loads(_answer(shell, "k2")) == {
+        "allow": True,
+        "remember": True,
+        "digest": DISCLOSURE["digest"],
+    }
     _start_dialog(shell, "consent", "k3", DISCLOSURE)
     shell.page.wait_for_selector("dialog.consent-dialog[open]")
     _armed(shell)
     shell.page.keyboard.press("Tab")  # Deny -> Allow
     shell.page.keyboard.press("Enter")
-    assert json.loads(_answer(shell, "k3")) == {"allow": True, "remember": False}
+    assert json.loads(_answer(shell, "k3")) == {
+        "allow": True,
+        "remember": False,
+        "digest": DISCLOSURE["digest"],
+    }
 
 
 def test_dialogs_queue_one_at_a_time_and_close_dialog(shell: Any) -> None:
