@@ -92,10 +92,14 @@ class DomChooser:
 
 
 class DomConsent:
-    """The page's `<dialog>` consent; closed when the shell no longer needs it."""
+    """The page's `<dialog>` consent; closed when the shell no longer needs it.
+
+    The payload carries the disclosure's `digest`; the page's Allow returns
+    it (`consent_from_json`).
+    """
 
     async def ask(self, disclosure: Disclosure) -> ConsentDecision:
-        """Show the dialog; Deny unless the page answered an explicit Allow."""
+        """Show the dialog; Deny unless the page answered an explicit Allow of this disclosure."""
         token = "k-" + secrets.token_hex(8)
         try:
             digest = disclosure.digest
