@@ -849,6 +849,7 @@ def test_llm_c08_a_pick_on_a_chooser_list_that_changed_is_not_bound(shell: Shell
             f"() => ({names})().join() === 'Fixture (replacement)'", polling=POLL_MS
         )
         assert [e for e in app.envelopes() if isinstance(e, dict) and e.get("id") == "s1"] == []
+        assert "The connections changed" in shell.chooser().inner_text()
         shell.choose("Fixture (replacement)")
         model = app.wait_for("s1", "llm.select.result")["model"]
         assert model["name"] == "Fixture (replacement)"

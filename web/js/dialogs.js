@@ -420,6 +420,11 @@ export class DialogQueue {
     );
     const { node, buttons } = this.chooserCandidates(item);
     item.candidatesNode = node;
+    // Shown again after a pick on a list that has changed since (the runtime
+    // binds only what the person saw): say why the dialog is back.
+    const changed = revisionOf(data.revision) > 0
+      ? el("p", { class: "changed", id: `${id}-changed` }, "The connections changed while this request waited; these are the ones that fit now.")
+      : null;
     const cancel = el("button", { type: "button", class: "secondary", id: `${id}-cancel` }, "Cancel");
     cancel.addEventListener("click", () => this.deny(item));
     const dialog = el(
@@ -427,6 +432,7 @@ export class DialogQueue {
       { class: "chooser-dialog", "aria-labelledby": `${id}-title`, "aria-describedby": `${id}-desc`, dataset: { token: item.token, kind: "chooser" } },
       title,
       description,
+      changed,
       node,
       el("div", { class: "dialog-actions" }, cancel),
       this.escapeRow(item, id),
