@@ -18,7 +18,9 @@ storage, the boot error panel and the example napplets' flows.
 from __future__ import annotations
 
 import hashlib
+import http.server
 import json
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote
@@ -561,6 +563,67 @@ def test_only_http_napplet_urls_open(shell: Any) -> None:
     shell.page.fill("#napplet-url", "data:text/html,hi")
     shell.page.click("#napplet-url-open")
     assert shell.page.query_selector_all("iframe.napplet-frame") == []
+
+
+class EndlessNappletHost:
+    """A CORS host on 127.0.0.1 whose napplet document never ends (no length).
+
+    It stops at `cap` bytes at most; `sent` counts what it wrote, `ended`
+    is set once it stopped (the client closed, or the cap).
+    """
+
+    def __init__(self, cap: int) -> None:
+        self.sent = 0
+        self.ended = threading.Event()
+        host = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Access-Control-Allow-Origin", "*")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                chunk = b"<!-- napplet -->" * 16384
+                try:
+                    self.wfile.write(b"<!doctype html><title>endless</title>")
+                    while host.sent < cap:
+                        self.wfile.write(chunk)
+                        host.sent += len(chunk)
+                except OSError:
+                    pass  # the shell stopped reading and closed
+                host.ended.set()
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/napplet.html"
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_a_napplet_host_that_never_stops_sending_is_cut_off(shell: Any) -> None:
+    """The napplet download stops at 8 MiB; it is not read to its end first."""
+    cap = 512 * 1024 * 1024
+    host = EndlessNappletHost(cap)
+    try:
+        shell.goto()
+        shell.open_url(host.url)
+        notice = shell.page.wait_for_selector("#notice-list .notice.error")
+        assert "is larger than 8 MiB" in notice.text_content()
+        assert shell.page.query_selector_all("iframe.napplet-frame") == []
+        assert host.ended.wait(60)
+        assert 8 * 1024 * 1024 < host.sent < cap // 8
+    finally:
+        host.stop()
 
 
 def test_napplet_index_lists_the_examples(shell: Any) -> None:
