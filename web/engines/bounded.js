@@ -12,6 +12,9 @@
 
 import { MAX_ONNX_OTHER_BYTES, MAX_ONNX_WEIGHTS_BYTES } from "./limits.js";
 
+/** Statuses whose answers have no body (a Response with one cannot be made). */
+const NULL_BODY_STATUS = new Set([101, 103, 204, 205, 304]);
+
 /** A download that delivered (or declared) more bytes than it may. */
 export class DownloadTooLarge extends Error {
   constructor(message = "the model file is larger than allowed") {
@@ -62,12 +65,14 @@ export function byteCeiling(allowed, onExcess = () => {}) {
 /**
  * `response` with its body bounded (`allowedBytes`, `byteCeiling`): the
  * body errors with `DownloadTooLarge` once it goes past the bound, which
- * cancels the download. A response without a body is returned as it is.
+ * cancels the download. A response without a body (or with a status that
+ * has none) is returned as it is.
  * Throws `DownloadTooLarge` (after `onExcess()`, the body cancelled) for a
  * declared length above `limit`.
  */
 export function limitResponse(response, limit, onExcess = () => {}) {
-  if (!response || !response.body) return response;
+  // No body to bound (an opaque answer, 204, 304): returned as it is.
+  if (!response || !response.body || NULL_BODY_STATUS.has(response.status)) return response;
   let allowed;
   try {
     allowed = allowedBytes(response, limit);
