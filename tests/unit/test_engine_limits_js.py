@@ -208,3 +208,68 @@ def test_the_service_worker_and_the_test_build_name_the_same_ceilings() -> None:
     assert set(worker) == set(product) - {"MAX_ONNX_OTHER_BYTES"}
     assert set(hook) == set(product)
     assert all(hook[k] < product[k] for k in product)
+
+
+def run_service_worker(body: str) -> Any:
+    """Run `body` after loading web/sw-napllm.js with stand-ins for the worker's globals."""
+    script = (
+        """
+globalThis.self = globalThis;
+self.registration = { scope: "https://shell.test/" };
+self.location = { origin: "https://shell.test" };
+self.addEventListener = () => {};
+globalThis.caches = { open: async () => ({ match: async () => undefined }), keys: async () => [] };
+globalThis.clients = { matchAll: async () => [] };
+"""
+        + (ROOT / "web" / "sw-napllm.js").read_text()
+        + "\n"
+        + HELPERS
+        + body
+    )
+    proc = subprocess.run(
+        ["node", "--input-type=module", "-e", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@needs_node
+def test_the_service_worker_keeps_no_model_past_its_ceiling() -> None:
+    out = run_service_worker(
+        """
+const gguf = (chunks, size, headers = {}) => {
+  const { response, state } = answer(chunks, size, { "content-type": "application/octet-stream", ...headers });
+  return { response, state };
+};
+const magic = (response) => new Response(
+  new Blob([new Uint8Array([0x47, 0x47, 0x55, 0x46])]).stream().pipeThrough(new TransformStream({
+    async flush(controller) {
+      const reader = response.body.getReader();
+      for (;;) { const { done, value } = await reader.read(); if (done) break; controller.enqueue(value); }
+    },
+  })),
+  { status: 200, headers: response.headers },
+);
+const endless = gguf(Infinity, 4096);
+const fits = gguf(4, 1000, { "content-length": "4004" });
+const declared = gguf(4, 1000, { "content-length": "1000000" });
+const verify = self.napllmSw.verifiedModel;
+const cut = verify(magic(endless.response), { gguf: true, limit: 50_000 });
+const whole = verify(magic(fits.response), { gguf: true, limit: 50_000 });
+const why = async (response) => {
+  try { await response.arrayBuffer(); return "whole"; } catch (error) { return error.message; }
+};
+console.log(JSON.stringify({
+  endless: await why(cut),
+  fits: await read(whole),
+  declaredOver: verify(declared.response, { gguf: false, limit: 50_000 }) === null,
+}));
+"""
+    )
+    assert out["endless"] == "larger than the ceiling of its kind"
+    assert out["fits"] == {"ok": True, "bytes": 4004}
+    assert out["declaredOver"] is True
