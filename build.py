@@ -1312,6 +1312,8 @@ TEST_OVERRIDES: dict[str, tuple[str, str | None]] = {
     "js/boot-runtime.js": ("boot-runtime.js", None),
     "engines/webllm-engine.js": ("webllm-engine.js", "engines/webllm-engine.product.js"),
     "vendor/web-llm/web-llm.js": ("web-llm.js", "vendor/web-llm/web-llm.product.js"),
+    # small download ceilings, so a host that never stops is refused quickly
+    "engines/limits.js": ("engine-limits.js", None),
 }
 #: Files only the test build has: dist-test path -> file of tests/hooks/.
 TEST_ADDITIONS: dict[str, str] = {

@@ -137,11 +137,11 @@ const napllmHost = Object.freeze({
   postAll(batchJson) {
     area.postAll(String(batchJson));
   },
-  /** Show the chooser; resolves with a candidate id or null. */
+  /** Show the chooser; resolves with `{"id","revision"}` JSON text (the list picked from) or null. */
   openChooser(token, requestJson) {
     return dialogs.openChooser(token, String(requestJson));
   },
-  /** Show the consent dialog; resolves with `{"allow","remember"}` JSON text. */
+  /** Show the consent dialog; resolves with `{"allow","remember","digest"}` JSON text. */
   openConsent(token, disclosureJson) {
     return dialogs.openConsent(token, String(disclosureJson));
   },

@@ -6,7 +6,10 @@
  * Rules
  * - Model files are cached only once verified (`verifiedModel`): status
  *   200, or 206 covering the whole file; a content type that is not text,
- *   HTML, JSON or XML; for GGUF the magic `GGUF` at byte 0; and exactly the
+ *   HTML, JSON or XML; for GGUF the magic `GGUF` at byte 0; exactly the
+ *   declared length; and no more bytes than the ceiling of its kind
+ *   (`LIMITS`, the numbers of web/engines/limits.js, which this classic
+ *   script cannot import; a unit test keeps them equal), with or without a
  *   declared length. The copy handed to the cache errors otherwise, so
  *   Cache.put stores nothing (the page still gets the server's answer and
  *   fails to load it; the engine then evicts the URL everywhere).
@@ -46,6 +49,21 @@
   const GGUF_MAGIC = [0x47, 0x47, 0x55, 0x46];
   const NOT_A_MODEL = /^text\/|html|json|xml/i;
   const WEIGHTS = /(\.onnx|\.onnx_data|\/params_shard_\d+\.bin)$/i;
+  const MiB = 1024 * 1024;
+  const GiB = 1024 * MiB;
+  /** Byte ceilings per kind of model file: the same numbers as web/engines/limits.js. */
+  const LIMITS = {
+    MAX_GGUF_MODEL_BYTES: 4 * GiB,
+    MAX_ONNX_WEIGHTS_BYTES: 8 * GiB,
+    MAX_WEBLLM_FILE_BYTES: 1 * GiB,
+  };
+  /** The ceiling of a weights file at `url` (GGUF, a WebLLM shard, ONNX weights). */
+  function limitOf(url) {
+    const path = new URL(url, SCOPE).pathname.toLowerCase();
+    if (path.endsWith(".gguf")) return LIMITS.MAX_GGUF_MODEL_BYTES;
+    if (/\/params_shard_\d+\.bin$/.test(path)) return LIMITS.MAX_WEBLLM_FILE_BYTES;
+    return LIMITS.MAX_ONNX_WEIGHTS_BYTES;
+  }
   const LAZY_MARK = "-lazy-v1-";
   const LAZY = `${BUILD.cacheId || "workbox"}${LAZY_MARK}${SCOPE}`;
   /** Folders (absolute URLs) whose files are kept once first fetched. */
@@ -65,9 +83,11 @@
   /**
    * A copy of `response` that can be cached: its body errors unless the
    * whole model arrives (see the module rules). null when the status or
-   * the headers already show it is no model. `gguf`: require the magic.
+   * the headers already show it is no model, or a length above `limit`
+   * bytes (default: the ceiling of the response URL's kind, `limitOf`).
+   * `gguf`: require the magic.
    */
-  function verifiedModel(response, { gguf }) {
+  function verifiedModel(response, { gguf, limit = limitOf(response.url || (gguf ? "m.gguf" : "m.onnx")) }) {
     if (!response || !response.body) return null;
     let total = null;
     if (response.status === 206) {
@@ -84,6 +104,7 @@
       : encoding === "identity" && response.headers.has("content-length") && Number.isSafeInteger(declared)
         ? declared
         : null;
+    if (expected !== null && expected > limit) return null;
     let seen = 0;
     const check = new TransformStream({
       transform(chunk, controller) {
@@ -96,6 +117,10 @@
         seen += chunk.byteLength;
         if (expected !== null && seen > expected) {
           controller.error(new Error("longer than declared"));
+          return;
+        }
+        if (seen > limit) {
+          controller.error(new Error("larger than the ceiling of its kind"));
           return;
         }
         controller.enqueue(chunk);
@@ -130,7 +155,9 @@
     if (response.status !== 200 || response.type !== "basic" || (/html/i.test(type) && !/\.html?$/i.test(key))) {
       return response;
     }
-    const checked = WEIGHTS.test(new URL(key).pathname) ? verifiedModel(response, { gguf: false }) : response;
+    const checked = WEIGHTS.test(new URL(key).pathname)
+      ? verifiedModel(response, { gguf: false, limit: limitOf(key) })
+      : response;
     if (!checked) return Response.error();
     // One copy for the page, one for the cache: an unverified or cut-off body
     // errors both, so Cache.put stores nothing and the page's load fails.
@@ -157,7 +184,7 @@
     event.respondWith(
       fetch(request).then((response) => {
         if (response.status !== 200 && response.status !== 206) return response;
-        const verified = verifiedModel(response, { gguf: false });
+        const verified = verifiedModel(response, { gguf: false, limit: limitOf(request.url) });
         return verified || Response.error();
       }),
     );

@@ -14,8 +14,16 @@ Shell Behavior, Security Considerations)
 - `select` offers only connections that meet every requirement (exact
   model, images, json, tools); none -> `unsupported` without a dialog; the
   user's decline -> `user-cancelled`. Never substitutes, never downgrades.
-- Handles are random, opaque and scoped to endpoint + account + connection
-  revision. Unknown, foreign, edited, removed, account-switched or
+- A pick binds only what the person saw: every list the chooser shows has
+  a revision (`ChoiceRequest.revision`, bumped whenever the fitting
+  connections change) and the pick names the revision it was made on
+  (`ChoicePick`). A pick from an older list is never bound: the chooser
+  shows the current list again (at most `max_chooser_reshows` times, then
+  `selection-expired`). A pick of the current list binds only the exact
+  connection record offered in it (a connection edited, or removed and
+  re-added under the same id, is another record).
+- Handles are random, opaque and scoped to endpoint + account + the exact
+  connection record. Unknown, foreign, edited, removed, account-switched or
   endpoint-closed handles are `selection-expired`, all alike.
 - `generate`: an *active* duplicate id gets `invalid-request` and starts
   nothing (the original is unaffected). Order of checks: record and
@@ -24,8 +32,10 @@ Shell Behavior, Security Considerations)
   then consent before *every* submission (decline -> `user-cancelled`,
   zero submissions). A standing grant (opt-in, per napplet identity +
   connection + account, until revoked or the page closes) counts as consent.
-  The selection is checked again after consent: a connection edited while
-  the dialog was open is never used (`selection-expired`).
+  The selection is checked again after consent: a connection edited,
+  removed or replaced while the dialog was open is never used
+  (`selection-expired`); the disclosure carries a digest of what the
+  dialog showed (`Disclosure.digest`) that a dialog's Allow must return.
 - Exactly one terminal result per request id; no delta after it. It holds
   even when finishing the deltas, building, observing or delivering the
   result fails: such a failure becomes `provider-error`, and a delta the
@@ -43,6 +53,7 @@ Shell Behavior, Security Considerations)
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import secrets
@@ -114,16 +125,23 @@ class NappletIdentity:
 
 @dataclass(frozen=True)
 class ChoiceRequest:
-    """What the chooser shows: who asks, what is required, which connections fit."""
+    """What the chooser shows: who asks, what is required, which connections fit.
+
+    `revision` numbers the candidate lists of one chooser (0 first, one more
+    each time the fitting connections change while it is open); a pick says
+    which list it was made on (`ChoicePick`).
+    """
 
     endpoint_id: str
     napplet: NappletIdentity
     requirements: Requirements
     candidates: list[Connection]
+    revision: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The chooser's input (no credentials, no settings)."""
         return {
+            "revision": self.revision,
             "napplet": self.napplet.to_json(),
             "requirements": self.requirements.model_dump(exclude_none=True, by_alias=True),
             "candidates": [
@@ -144,6 +162,19 @@ class ChoiceRequest:
 
 
 _MODEL_IDENTITY = ("handle", "name", "model", "route")
+
+
+@dataclass(frozen=True)
+class ChoicePick:
+    """The person's pick: a candidate's connection id and the list it was on.
+
+    `revision` is the `ChoiceRequest.revision` of the list the chooser
+    showed when the person picked (NAP-LLM, API Surface `select`: the shell
+    binds only the connection the person chose, never a replacement).
+    """
+
+    connection_id: str
+    revision: int
 
 
 @dataclass(frozen=True)
@@ -177,6 +208,16 @@ class Disclosure:
     tool_results: list[ToolResultDisclosure]
     format: str
     max_tokens: int | None
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 (hex) of `to_json()`: what the dialog shows, exactly.
+
+        A dialog returns it with its Allow, so an answer is only taken for
+        the disclosure it was given (bridge.py `DomConsent`).
+        """
+        text = json.dumps(self.to_json(), sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
     def to_json(self) -> dict[str, Any]:
         """The consent dialog's input (no credentials, no settings)."""
@@ -254,14 +295,14 @@ class Chooser(Protocol):
 
     A chooser may also offer `refresh(request, updated)`: while `choose(request)`
     is pending, the connections changed and `updated` (the same request with
-    the candidates that fit now) replaces its candidate list. The shell calls
-    it when present; a chooser without it keeps showing the first list (a
-    pick of a candidate that is gone or changed still gets
-    `selection-expired`).
+    the candidates that fit now, at the next `revision`) replaces its
+    candidate list. The shell calls it when present; a chooser without it
+    keeps showing the first list, and its pick (of an older revision) makes
+    the shell ask again with the current list.
     """
 
-    async def choose(self, request: ChoiceRequest) -> str | None:
-        """The chosen candidate's connection id, or None when the user cancels.
+    async def choose(self, request: ChoiceRequest) -> ChoicePick | None:
+        """The pick (with the revision of the list shown), or None when the user cancels.
 
         The shell cancels the awaiting task when the answer is no longer
         needed; the implementation closes its dialog then.
@@ -330,7 +371,9 @@ class ShellPolicy:
     `deadline_s`: bound per generation, consent wait included; `delta_interval_s`:
     minimum time between delta flushes (coalescing); `max_active_per_endpoint`,
     `max_active_total`, `max_pending_selects`: concurrency limits
-    (`quota-exceeded`); `max_characters`: text characters per request.
+    (`quota-exceeded`); `max_characters`: text characters per request;
+    `max_chooser_reshows`: how often one `select` shows the current list
+    again after a pick made on an older one (then `selection-expired`).
     """
 
     deadline_s: float = 300.0
@@ -339,6 +382,7 @@ class ShellPolicy:
     max_active_total: int = 128
     max_pending_selects: int = 4
     max_characters: int = 4_000_000
+    max_chooser_reshows: int = 8
 
 
 # --------------------------------------------------------------------------
@@ -350,7 +394,8 @@ class _Selection:
     endpoint_id: str
     account: str
     connection_id: str
-    revision: int
+    # the exact record bound; an edit or a re-add under the id is another one
+    connection: Connection
 
 
 @dataclass
@@ -381,9 +426,16 @@ class _Endpoint:
 class _Choice:
     """An open chooser: what it was asked and what it offers now."""
 
+    # the request given to the pending `choose` call (identifies the dialog)
+    asked: ChoiceRequest
+    # the list it shows now (`asked`, or the latest refresh), with its revision
     request: ChoiceRequest
-    # connection id -> revision of every candidate the chooser offers now
-    offered: dict[str, int]
+    # connection id -> the exact record of every candidate offered now
+    offered: dict[str, Connection]
+
+
+def _same_offer(a: dict[str, Connection], b: dict[str, Connection]) -> bool:
+    return list(a) == list(b) and all(a[k] is b[k] for k in a)
 
 
 class Shell:
@@ -584,38 +636,48 @@ class Shell:
     ) -> None:
         account = self._account
         request = ChoiceRequest(endpoint.id, endpoint.napplet, msg.requirements, candidates)
-        choice = _Choice(request, {c.id: c.revision for c in candidates})
+        choice = _Choice(request, request, {c.id: c for c in candidates})
         endpoint.choices[key] = choice
+        expired = error_result("llm.select", msg.id, NapError(ErrorCode.SELECTION_EXPIRED))
         try:
-            chosen = await self._chooser.choose(request)
-        except asyncio.CancelledError:
-            return  # endpoint closed or account switched; answered there
-        except Exception:
-            log.exception("chooser failed")
-            chosen = None
+            for _ in range(self.policy.max_chooser_reshows + 1):
+                choice.asked = choice.request
+                try:
+                    pick = await self._chooser.choose(choice.asked)
+                except asyncio.CancelledError:
+                    return  # endpoint closed or account switched; answered there
+                except Exception:
+                    log.exception("chooser failed")
+                    pick = None
+                if not endpoint.open or account != self._account:
+                    return
+                if pick is None:
+                    self._send(
+                        endpoint,
+                        error_result("llm.select", msg.id, NapError(ErrorCode.USER_CANCELLED)),
+                    )
+                    return
+                if pick.revision != choice.request.revision:
+                    continue  # picked on a list that changed since: show the current one
+                connection = self.connections.get(pick.connection_id)
+                if (
+                    connection is None
+                    or choice.offered.get(pick.connection_id) is not connection
+                    or not self._meets(connection, msg.requirements)
+                ):
+                    self._send(endpoint, expired)
+                    return
+                self._bind(endpoint, msg, account, connection)
+                return
+            self._send(endpoint, expired)  # the list kept changing under the person's picks
         finally:
             endpoint.selects.pop(key, None)
             endpoint.choices.pop(key, None)
-        if not endpoint.open or account != self._account:
-            return
-        if chosen is None:
-            self._send(
-                endpoint, error_result("llm.select", msg.id, NapError(ErrorCode.USER_CANCELLED))
-            )
-            return
-        connection = self.connections.get(chosen)
-        offered = choice.offered
-        if (
-            connection is None
-            or offered.get(connection.id) != connection.revision
-            or not self._meets(connection, msg.requirements)
-        ):
-            self._send(
-                endpoint, error_result("llm.select", msg.id, NapError(ErrorCode.SELECTION_EXPIRED))
-            )
-            return
+
+    def _bind(self, endpoint: _Endpoint, msg: Select, account: str, connection: Connection) -> None:
+        """Issue a handle for `connection` (the exact record picked) and answer `msg`."""
         handle = "h-" + secrets.token_urlsafe(18)
-        self._handles[handle] = _Selection(endpoint.id, account, connection.id, connection.revision)
+        self._handles[handle] = _Selection(endpoint.id, account, connection.id, connection)
         self._answer(
             endpoint,
             "llm.select",
@@ -634,7 +696,7 @@ class Shell:
             or connection is None
             or sel.endpoint_id != endpoint.id
             or sel.account != self._account
-            or connection.revision != sel.revision
+            or connection is not sel.connection
             or not connection.available
         ):
             raise NapError(ErrorCode.SELECTION_EXPIRED)
@@ -734,9 +796,10 @@ class Shell:
                     grant_key, endpoint.napplet, connection.id, gen.account
                 )
                 self._observe("grants_changed")
-        # the selection must still be the one the user saw (NAP-LLM, Shell Behavior)
+        # the selection must still be the exact connection the disclosure
+        # named (NAP-LLM, Shell Behavior: no silent replacement)
         current = self._resolve(endpoint, request.handle)
-        if current.revision != connection.revision or current.id != connection.id:
+        if current is not connection:
             raise NapError(ErrorCode.SELECTION_EXPIRED)
         gen.life.fire(GenEvent.SUBMIT)
         lmsp_request = nap_to_lmsp(request, connection.model)
@@ -888,24 +951,29 @@ class Shell:
         """Every open chooser offers the connections that fit now.
 
         A removed connection leaves its list, an added one that meets the
-        requirements joins it, an edited one is offered at its new revision
-        (or leaves when it no longer fits). A pick made from an older list
-        is checked against the revision offered now (`selection-expired`).
+        requirements joins it, an edited one is offered as its new record
+        (or leaves when it no longer fits). Each change makes a new list
+        revision; a pick made on an older revision is not bound (`_select`
+        shows the current list again). The chooser's `refresh`, when it has
+        one, shows the new list in place.
         """
         refresh = getattr(self._chooser, "refresh", None)
-        if not callable(refresh):
-            return  # it keeps showing the first list, checked against that list
         everything = self.connections.all()
         for endpoint in self._endpoints.values():
             for choice in endpoint.choices.values():
                 requirements = choice.request.requirements
                 fitting = [c for c in everything if self._meets(c, requirements)]
-                offered = {c.id: c.revision for c in fitting}
-                if offered == choice.offered:
+                offered = {c.id: c for c in fitting}
+                if _same_offer(offered, choice.offered):
                     continue
                 choice.offered = offered
+                choice.request = replace(
+                    choice.request, candidates=fitting, revision=choice.request.revision + 1
+                )
+                if not callable(refresh):
+                    continue  # it keeps showing its list; a pick from it is asked again
                 try:
-                    refresh(choice.request, replace(choice.request, candidates=fitting))
+                    refresh(choice.asked, choice.request)
                 except Exception:  # the shell must survive its chooser
                     log.exception("chooser refresh failed")
 

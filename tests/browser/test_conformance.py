@@ -826,6 +826,39 @@ def test_llm_c08_connection_changed_during_consent(shell: ShellPage, change: str
     assert shell.submissions("fx-paid") == before
 
 
+def test_llm_c08_a_pick_on_a_chooser_list_that_changed_is_not_bound(shell: ShellPage) -> None:
+    """The connection changes after the page drew the list and before the click lands."""
+    app = shell.open_napplet()
+    before = shell.submissions("fx-paid")
+    names = (
+        "() => [...document.querySelectorAll('dialog.chooser-dialog[open] .candidate-name')]"
+        ".map((n) => n.textContent)"
+    )
+    shell.page.evaluate("() => window.napllmTest.holdChooserUpdates(true)")
+    try:
+        app.post({"type": "llm.select", "id": "s1", "requirements": {"model": "fixture-paid"}})
+        assert shell.candidates() == [PAID]
+        shell.rename_connection("fx-paid", "Fixture (replacement)")
+        # The page still shows the list it drew: the runtime's refresh is late.
+        assert shell.page.evaluate(names) == [PAID]
+        shell.page.click(
+            f"dialog.chooser-dialog[open] .candidate:has(.candidate-name:text-is('{PAID}'))"
+        )
+        # The click on the old list bound nothing: the current list is shown again.
+        shell.page.wait_for_function(
+            f"() => ({names})().join() === 'Fixture (replacement)'", polling=POLL_MS
+        )
+        assert [e for e in app.envelopes() if isinstance(e, dict) and e.get("id") == "s1"] == []
+        assert "The connections changed" in shell.chooser().inner_text()
+        shell.choose("Fixture (replacement)")
+        model = app.wait_for("s1", "llm.select.result")["model"]
+        assert model["name"] == "Fixture (replacement)"
+    finally:
+        shell.page.evaluate("() => window.napllmTest.holdChooserUpdates(false)")
+        shell.rename_connection("fx-paid", PAID)
+    assert shell.submissions("fx-paid") == before
+
+
 def test_llm_c08_connection_removed_during_generation_cancels(shell: ShellPage) -> None:
     app, handle = ready(shell, PAID)
     stats = shell.stats("fx-paid")

@@ -8,11 +8,18 @@ its files in its Cache Storage), whose answers the test switches: a
 download cut off midway, then a fallback page (``200 text/html``) that the
 HTTP cache may keep for an hour, then the real files. The last test does
 the same for a GGUF file and the wasm engine (web/engines/wllama-engine.js).
+
+Downloads are bounded: a host that streams a model without a length, or
+sends a compressed body that decodes past what it declared on the wire, is
+cut off at the ceiling of the file's kind (the test build's small ceilings,
+tests/hooks/engine-limits.js) and the load fails as a download failure.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gzip
 import http.server
 import shutil
 import threading
@@ -34,6 +41,12 @@ FILES = (
     "onnx/model.onnx",
 )
 FALLBACK_PAGE = b"<!doctype html><title>models</title>\n\n"
+MiB = 1024 * 1024
+#: The test build's ceilings (tests/hooks/engine-limits.js).
+TEST_GGUF_CEILING = 8 * MiB
+TEST_ONNX_WEIGHTS_CEILING = 16 * MiB
+#: What an endless answer sends at most (the test's own safety stop).
+ENDLESS_CAP = 256 * MiB
 STEP_TIMEOUT_MS = 120_000
 
 ENGINE_PAGE = """<!doctype html><meta charset="utf-8"><title>onnx engine</title>
@@ -72,12 +85,20 @@ class ModelHost:
 
     `fallback`: paths answered ``200 text/html`` with a fallback page that
     the HTTP cache may keep for an hour; `cut`: paths whose body stops
-    halfway (the declared length is the whole file's).
+    halfway (the declared length is the whole file's); `endless`: paths
+    answered with the file and then zeros without end and without a length
+    (until the client goes or `ENDLESS_CAP`; `sent` counts the bytes);
+    `bomb`: paths answered gzip-compressed with their compressed length, the
+    file followed by zeros up to `ENDLESS_CAP` once decoded.
     """
 
     def __init__(self, folder: Path) -> None:
         self.fallback: set[str] = set()
         self.cut: set[str] = set()
+        self.endless: set[str] = set()
+        self.bomb: set[str] = set()
+        self.sent: dict[str, int] = {}
+        self.ended = threading.Event()  # an endless answer stopped (client gone or cap)
         self.requests: list[str] = []
         host = self
 
@@ -99,6 +120,38 @@ class ModelHost:
                     self.send_header("Cache-Control", "max-age=3600")
                     self.end_headers()
                     self.wfile.write(FALLBACK_PAGE)
+                    return
+                if self.path in host.endless:
+                    data = Path(self.translate_path(self.path)).read_bytes()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/octet-stream")
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    self.close_connection = True
+                    sent = 0
+                    chunk = bytes(256 * 1024)
+                    try:
+                        self.wfile.write(data)
+                        sent = len(data)
+                        while sent < ENDLESS_CAP:
+                            self.wfile.write(chunk)
+                            sent += len(chunk)
+                            host.sent[self.path] = sent
+                    except OSError:
+                        pass  # the client stopped reading and closed
+                    host.sent[self.path] = sent
+                    host.ended.set()
+                    return
+                if self.path in host.bomb:
+                    data = Path(self.translate_path(self.path)).read_bytes()
+                    packed = gzip.compress(data + bytes(ENDLESS_CAP - len(data)), 1)
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/octet-stream")
+                    self.send_header("Content-Encoding", "gzip")
+                    self.send_header("Content-Length", str(len(packed)))
+                    self.end_headers()
+                    with contextlib.suppress(OSError):  # the client may stop reading
+                        self.wfile.write(packed)
                     return
                 if self.path in host.cut:
                     data = Path(self.translate_path(self.path)).read_bytes()
@@ -233,5 +286,56 @@ def test_a_gguf_fallback_page_kept_by_the_http_cache_is_not_loaded_again(
         assert loaded["ok"] is True and loaded["nVocab"] > 0
         assert model_host.requests == ["/m.gguf"]
         assert page.evaluate(WLLAMA_FILES) == []
+    finally:
+        context.close()
+
+
+def test_a_gguf_host_streaming_without_end_is_cut_off_at_the_ceiling(
+    browser: Any, test_page: Callable[[str, str], str], model_host: ModelHost, tmp_path: Path
+) -> None:
+    # The model's bytes come first, so every check but the size passes.
+    shutil.copyfile(
+        ROOT / "models" / "tinychat" / "tiny-chat-q8_0.gguf", tmp_path / "host" / "m.gguf"
+    )
+    model_host.endless.add("/m.gguf")
+    context = browser.new_context()
+    context.set_default_timeout(STEP_TIMEOUT_MS)
+    try:
+        page = context.new_page()
+        page.goto(test_page("wasm-limits.html", WASM_PAGE))
+        page.wait_for_function("window.ready === true")
+        assert page.evaluate("(u) => window.load(u)", model_host.url + "m.gguf") == {
+            "ok": False,
+            "kind": "download",
+        }
+        # The download was cancelled soon after the ceiling, not read to the end.
+        assert model_host.ended.wait(60)
+        assert TEST_GGUF_CEILING < model_host.sent["/m.gguf"] < ENDLESS_CAP // 4
+        assert page.evaluate(CACHED_UNDER, model_host.url) == []
+        assert page.evaluate(WLLAMA_FILES) == []
+    finally:
+        context.close()
+
+
+def test_onnx_weights_decoding_past_their_declared_length_are_refused(
+    browser: Any, test_page: Callable[[str, str], str], model_host: ModelHost
+) -> None:
+    prefix = model_host.url + "tinychat-onnx/"
+    # A few hundred KiB on the wire, as declared; far more once decoded.
+    model_host.bomb.add("/tinychat-onnx/onnx/model.onnx")
+    context = browser.new_context()
+    context.set_default_timeout(STEP_TIMEOUT_MS)
+    try:
+        page = context.new_page()
+        page.goto(test_page("onnx-limits.html", ENGINE_PAGE))
+        page.wait_for_function("window.ready === true")
+        assert page.evaluate("(b) => window.load(b)", model_host.url) == {
+            "ok": False,
+            "kind": "download",
+        }
+        assert page.evaluate(CACHED_UNDER, prefix) == []
+        # The host is fixed: the next load gets the real weights.
+        model_host.bomb.clear()
+        assert page.evaluate("(b) => window.load(b)", model_host.url)["ok"] is True
     finally:
         context.close()

@@ -18,7 +18,9 @@ storage, the boot error panel and the example napplets' flows.
 from __future__ import annotations
 
 import hashlib
+import http.server
 import json
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote
@@ -563,6 +565,67 @@ def test_only_http_napplet_urls_open(shell: Any) -> None:
     assert shell.page.query_selector_all("iframe.napplet-frame") == []
 
 
+class EndlessNappletHost:
+    """A CORS host on 127.0.0.1 whose napplet document never ends (no length).
+
+    It stops at `cap` bytes at most; `sent` counts what it wrote, `ended`
+    is set once it stopped (the client closed, or the cap).
+    """
+
+    def __init__(self, cap: int) -> None:
+        self.sent = 0
+        self.ended = threading.Event()
+        host = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Access-Control-Allow-Origin", "*")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                chunk = b"<!-- napplet -->" * 16384
+                try:
+                    self.wfile.write(b"<!doctype html><title>endless</title>")
+                    while host.sent < cap:
+                        self.wfile.write(chunk)
+                        host.sent += len(chunk)
+                except OSError:
+                    pass  # the shell stopped reading and closed
+                host.ended.set()
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/napplet.html"
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_a_napplet_host_that_never_stops_sending_is_cut_off(shell: Any) -> None:
+    """The napplet download stops at 8 MiB; it is not read to its end first."""
+    cap = 512 * 1024 * 1024
+    host = EndlessNappletHost(cap)
+    try:
+        shell.goto()
+        shell.open_url(host.url)
+        notice = shell.page.wait_for_selector("#notice-list .notice.error")
+        assert "is larger than 8 MiB" in notice.text_content()
+        assert shell.page.query_selector_all("iframe.napplet-frame") == []
+        assert host.ended.wait(60)
+        assert 8 * 1024 * 1024 < host.sent < cap // 8
+    finally:
+        host.stop()
+
+
 def test_napplet_index_lists_the_examples(shell: Any) -> None:
     shell.goto()
     shell.page.wait_for_function("document.querySelectorAll('#napplet-select option').length >= 3")
@@ -740,6 +803,7 @@ def test_prelude_cancel_and_error_paths(shell: Any) -> None:
 # --------------------------------------------------------------------------- dialogs
 
 CHOOSER = {
+    "revision": 4,
     "napplet": {
         "name": '<img src=x onerror="window.pwned=1">chat',
         "sha256": "ab" * 32,
@@ -774,6 +838,7 @@ CHOOSER = {
 }
 
 DISCLOSURE = {
+    "digest": "ef" * 32,
     "napplet": {"name": "tools", "sha256": "cd" * 32, "shortHash": "cdcdcdcdcdcd"},
     "connection": {"id": "c1", "name": "Local LMSP", "kind": "lmsp"},
     "route": "This browser → LMSP service at 127.0.0.1:11435",
@@ -868,7 +933,26 @@ def test_chooser_keyboard_choice(shell: Any) -> None:
     shell.page.keyboard.press("Shift+Tab")  # Cancel -> the last candidate
     assert shell.page.evaluate("document.activeElement.dataset.candidateId") == "c2"
     shell.page.keyboard.press("Enter")
-    assert _answer(shell, "t2") == "c2"
+    assert json.loads(_answer(shell, "t2")) == {"id": "c2", "revision": 4}
+
+
+def test_chooser_answers_with_the_revision_of_the_list_it_shows(shell: Any) -> None:
+    """A pick names the list it was made on; an update older than the shown list is ignored."""
+    shell.goto()
+    _start_dialog(shell, "chooser", "t4", CHOOSER)
+    shell.page.wait_for_selector("dialog.chooser-dialog[open]")
+    only_c1 = {**CHOOSER, "revision": 5, "candidates": CHOOSER["candidates"][:1]}
+    shell.page.evaluate("([t, d]) => napllmHost.updateChooser(t, d)", ["t4", json.dumps(only_c1)])
+    # A late update (revision 3) never brings back an older list.
+    shell.page.evaluate(
+        "([t, d]) => napllmHost.updateChooser(t, d)",
+        ["t4", json.dumps({**CHOOSER, "revision": 3})],
+    )
+    ids = "() => [...document.querySelectorAll('dialog[open] button.candidate')].map((b) => b.dataset.candidateId)"
+    assert shell.page.evaluate(ids) == ["c1"]
+    _armed(shell)
+    shell.page.click("dialog[open] button.candidate")
+    assert json.loads(_answer(shell, "t4")) == {"id": "c1", "revision": 5}
 
 
 def test_consent_shows_disclosure_denies_by_default(shell: Any) -> None:
@@ -912,13 +996,21 @@ def test_consent_allow_with_remember(shell: Any) -> None:
     shell.page.wait_for_selector("dialog.consent-dialog[open]")
     shell.page.check("dialog[open] input.remember")
     shell.page.click("dialog[open] button.allow")
-    assert json.loads(_answer(shell, "k2")) == {"allow": True, "remember": True}
+    assert json.loads(_answer(shell, "k2")) == {
+        "allow": True,
+        "remember": True,
+        "digest": DISCLOSURE["digest"],
+    }
     _start_dialog(shell, "consent", "k3", DISCLOSURE)
     shell.page.wait_for_selector("dialog.consent-dialog[open]")
     _armed(shell)
     shell.page.keyboard.press("Tab")  # Deny -> Allow
     shell.page.keyboard.press("Enter")
-    assert json.loads(_answer(shell, "k3")) == {"allow": True, "remember": False}
+    assert json.loads(_answer(shell, "k3")) == {
+        "allow": True,
+        "remember": False,
+        "digest": DISCLOSURE["digest"],
+    }
 
 
 def test_dialogs_queue_one_at_a_time_and_close_dialog(shell: Any) -> None:

@@ -15,7 +15,9 @@ What it adds to the runtime
   text: submissions, closedEarly, queued, requests), ``setDeadline(seconds)``,
   ``editConnection(cid, name)``,
   ``removeConnection(cid)``, ``restoreConnection(cid)``,
-  ``recodeNextError(code)`` (the next error record sent gets `code`).
+  ``recodeNextError(code)`` (the next error record sent gets `code`),
+  ``holdChooserUpdates(on)`` (while on, the shell's refreshes of an open
+  chooser wait; off sends the waiting ones).
 - ``engineDelayMs=N`` (0..10000) in the query: every engine hands its chunks
   over N ms apart, so cancellation is testable with a fast model.
 - ``probe=SERVER@PORT,...`` in the query (SERVER one of
@@ -42,6 +44,9 @@ received and streams stopped before their end)
 - `recodeNextError` gives one real answer an error code the binding cannot
   know, to test the binding's rejection (NAP-LLM E2); the runtime only sends
   codes the spec names.
+- `holdChooserUpdates` makes the page show an older candidate list than
+  the runtime offers, as when a click is made before a refresh arrives;
+  the product's refresh is immediate, so the race cannot be timed without it.
 - Fixture connections with a fixed set of capabilities (``fx-auto``: tools
   with "auto"/"none" only; ``fx-reasoning``: opaque reasoning state;
   ``fx-paid``: may charge) declare what a script's ``capabilities`` cannot.
@@ -193,6 +198,34 @@ class RecodingTransport:
         self.inner.send(endpoint_id, envelope)
 
 
+class HeldRefreshChooser:
+    """The shell's chooser, whose `refresh` calls can be held back (`hold`)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.hold = False
+        self.held: list[tuple[Any, Any]] = []
+
+    async def choose(self, request: Any) -> Any:
+        """The inner chooser's pick."""
+        return await self.inner.choose(request)
+
+    def refresh(self, request: Any, updated: Any) -> None:
+        """Refresh now, or later when held."""
+        if self.hold:
+            self.held.append((request, updated))
+        else:
+            self.inner.refresh(request, updated)
+
+    def set_hold(self, on: bool) -> None:
+        """Hold refreshes (on), or send the held ones and stop holding (off)."""
+        self.hold = bool(on)
+        if not self.hold:
+            held, self.held = self.held, []
+            for request, updated in held:
+                self.inner.refresh(request, updated)
+
+
 class TestRuntime(Runtime):
     """The product runtime with fixture connections and ``window.napllmTest``."""
 
@@ -203,6 +236,8 @@ class TestRuntime(Runtime):
         super().__init__(self.test_providers)
         self.transport = RecodingTransport(self.shell._transport)
         self.shell._transport = self.transport
+        self.chooser = HeldRefreshChooser(self.shell._chooser)
+        self.shell._chooser = self.chooser
         targets = probe_targets()
         if targets is not None:
             self.probe_targets = targets
@@ -260,6 +295,7 @@ class TestRuntime(Runtime):
             "removeConnection": self._proxy(remove),
             "restoreConnection": self._proxy(restore),
             "recodeNextError": self._proxy(lambda c: self.transport.recode_next(str(c))),
+            "holdChooserUpdates": self._proxy(lambda on: self.chooser.set_hold(bool(on))),
         }
         return to_js(functions, dict_converter=Object.fromEntries)
 

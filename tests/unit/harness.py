@@ -18,6 +18,7 @@ from napllm.connections import ConnectionRegistry
 from napllm.providers.fixture import FixtureProvider
 from napllm.records import Capabilities, Connection
 from napllm.shell import (
+    ChoicePick,
     ChoiceRequest,
     ConsentDecision,
     Disclosure,
@@ -51,24 +52,32 @@ class Transport:
 
 
 class Chooser:
-    """Answers with `answer(request)`, or waits for `release` when `hold` is set."""
+    """Answers with `answer(request)`, or waits for `release` when `hold` is set.
+
+    The pick names the revision of the list this chooser shows: the one it
+    was asked with, or the latest `refresh` of a subclass that has one
+    (`shown_revision`).
+    """
 
     def __init__(self) -> None:
         self.answer: Callable[[ChoiceRequest], str | None] = lambda r: r.candidates[0].id
         self.requests: list[ChoiceRequest] = []
         self.hold = False
         self.cancelled = 0
+        self.shown_revision = 0
         self._gate = asyncio.Event()
 
     def release(self) -> None:
         self._gate.set()
 
-    async def choose(self, request: ChoiceRequest) -> str | None:
+    async def choose(self, request: ChoiceRequest) -> ChoicePick | None:
         self.requests.append(request)
+        self.shown_revision = request.revision
         try:
             if self.hold:
                 await self._gate.wait()
-            return self.answer(request)
+            chosen = self.answer(request)
+            return None if chosen is None else ChoicePick(chosen, self.shown_revision)
         except asyncio.CancelledError:
             self.cancelled += 1
             raise

@@ -270,11 +270,18 @@ def test_test_build_links_dist_and_adds_only_the_hooks(
         "js/boot-runtime.js": "product boot",
         "engines/webllm-engine.js": "product engine",
         "vendor/web-llm/web-llm.js": "product bundle",
+        "engines/limits.js": "product ceilings",
     }.items():
         (dist / rel).parent.mkdir(parents=True, exist_ok=True)
         (dist / rel).write_text(text)
     hooks.mkdir()
-    names = ("boot-runtime.js", "webllm-engine.js", "web-llm.js", "webllm-factory.js")
+    names = (
+        "boot-runtime.js",
+        "webllm-engine.js",
+        "web-llm.js",
+        "webllm-factory.js",
+        "engine-limits.js",
+    )
     for name in (*names, "napllm_testhooks.py"):
         (hooks / name).write_text(f"hook {name}")
     (out / "stale").mkdir(parents=True)
@@ -290,12 +297,20 @@ def test_test_build_links_dist_and_adds_only_the_hooks(
     assert (out / "engines/webllm-engine.product.js").read_text() == "product engine"
     assert (out / "vendor/web-llm/web-llm.product.js").read_text() == "product bundle"
     assert (out / "vendor/web-llm/web-llm.js").read_text() == "hook web-llm.js"
+    assert (out / "engines/limits.js").read_text() == "hook engine-limits.js"
     assert (out / "testhooks/napllm_testhooks.py").is_file()
     assert not (out / "stale").exists()
     # dist/ itself is untouched.
     assert (dist / "js/boot-runtime.js").read_text() == "product boot"
     assert sorted(p.name for p in dist.rglob("*") if p.is_file()) == sorted(
-        ["build-info.json", "index.html", "boot-runtime.js", "webllm-engine.js", "web-llm.js"]
+        [
+            "build-info.json",
+            "index.html",
+            "boot-runtime.js",
+            "webllm-engine.js",
+            "web-llm.js",
+            "limits.js",
+        ]
     )
     # A changed dist/ file (replaced, as DistWriter does) is linked again.
     (dist / "index.html").unlink()

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from harness import Harness, generate
+from harness import Chooser, Harness, generate
 from napcheck import (
     assert_not_leaked,
     assert_safe_error,
@@ -65,6 +65,7 @@ from napllm.providers.fixture import (
     tool_call_script,
 )
 from napllm.records import Capabilities
+from napllm.shell import ChoicePick, ChoiceRequest
 from napllm.translate import TOOL_FAILED_PREFIX
 
 TEXT_ONLY = Capabilities()
@@ -525,6 +526,33 @@ async def test_llm_c08_connection_changed_during_consent(change: str) -> None:
     h.send(ep, {"type": "llm.describe", "id": "d1", "handle": handle})
     await h.settle()
     assert error_code(h, ep, "d1", "llm.describe.result") == "selection-expired"
+
+
+async def test_llm_c08_a_pick_on_a_chooser_list_that_changed_is_not_bound() -> None:
+    """The connection changes after the chooser showed it and before the pick arrives."""
+
+    class LateChooser(Chooser):
+        # the page's click was made on the list it drew first (revision 0)
+        async def choose(self, request: ChoiceRequest) -> ChoicePick | None:
+            self.requests.append(request)
+            if self.hold:
+                await self._gate.wait()
+            return ChoicePick("fx", 0 if len(self.requests) == 1 else request.revision)
+
+    chooser = LateChooser()
+    h = Harness(chooser=chooser)
+    fx = h.connect()
+    ep = h.endpoint()
+    chooser.hold = True
+    h.send(ep, {"type": "llm.select", "id": "s1"})
+    await until(lambda: len(chooser.requests) == 1)
+    h.registry.edit("fx", name="Fixture (replacement)")
+    chooser.release()
+    await h.settle()
+    assert [r.revision for r in chooser.requests] == [0, 1]
+    model = terminal(h, ep, "s1", "llm.select.result")["model"]
+    assert model["name"] == "Fixture (replacement)"
+    assert fx.submissions == 0
 
 
 async def test_llm_c08_connection_removed_during_generation_cancels() -> None:

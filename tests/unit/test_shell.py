@@ -41,7 +41,7 @@ from napllm.providers.fixture import (
     tool_call_script,
 )
 from napllm.records import Capabilities, Connection
-from napllm.shell import ChoiceRequest, ConsentDecision, NappletIdentity, ShellPolicy
+from napllm.shell import ChoicePick, ChoiceRequest, ConsentDecision, NappletIdentity, ShellPolicy
 from napllm.wire import Unclonable
 
 CREATED = LmspEvent(
@@ -137,6 +137,7 @@ class RefreshingChooser(Chooser):
     def refresh(self, request: ChoiceRequest, updated: ChoiceRequest) -> None:
         assert request in self.requests and updated.requirements == request.requirements
         self.shown.append([c.id for c in updated.candidates])
+        self.shown_revision = updated.revision
 
 
 async def test_an_open_chooser_is_refreshed_when_connections_change() -> None:
@@ -169,14 +170,106 @@ async def test_a_pick_from_before_a_refresh_is_still_expired() -> None:
     chooser.hold = True
     h.send(ep, {"type": "llm.select", "id": "s1"})
     await until(lambda: len(chooser.requests) == 1)
-    h.registry.remove("fx")  # the pick below was made on the first list
+    h.registry.remove("fx")  # the pick below names a candidate no list offers now
     assert chooser.shown == [[]]
     chooser.release()
     await h.settle()
     assert error_code(h, ep, "s1", "llm.select.result") == "selection-expired"
 
 
-async def test_connection_edited_while_chooser_open_is_not_used() -> None:
+class LaggingChooser(Chooser):
+    """A page whose click was made on the list it showed before a refresh arrived.
+
+    Its picks are `picks` in turn: (connection id, revision of the list the
+    person saw).
+    """
+
+    def __init__(self, picks: list[tuple[str, int]]) -> None:
+        super().__init__()
+        self.picks = picks
+        self.updates: list[ChoiceRequest] = []
+
+    def refresh(self, request: ChoiceRequest, updated: ChoiceRequest) -> None:
+        self.updates.append(updated)  # arrives after the click
+
+    async def choose(self, request: ChoiceRequest) -> ChoicePick | None:
+        self.requests.append(request)
+        if self.hold:
+            await self._gate.wait()
+        cid, revision = self.picks.pop(0)
+        return ChoicePick(cid, revision)
+
+
+async def test_a_pick_on_a_list_that_changed_is_not_bound_and_the_list_is_shown_again() -> None:
+    chooser = LaggingChooser([("fx", 0), ("fx", 1)])
+    h = Harness(chooser=chooser)
+    h.connect("fx")
+    ep = h.endpoint()
+    chooser.hold = True
+    h.send(ep, {"type": "llm.select", "id": "s1"})
+    await until(lambda: len(chooser.requests) == 1)
+    assert chooser.requests[0].revision == 0
+    assert chooser.requests[0].to_json()["revision"] == 0
+    # The route behind the same id changes while the person looks at the list.
+    h.registry.edit("fx", model="other-model", route="elsewhere")
+    assert [u.revision for u in chooser.updates] == [1]
+    chooser.release()
+    await h.settle()
+    # The click on the old list bound nothing: the current list was shown again.
+    assert len(chooser.requests) == 2
+    again = chooser.requests[1]
+    assert again.revision == 1 and [c.model for c in again.candidates] == ["other-model"]
+    # The pick on the list the person saw the second time binds what it showed.
+    model = terminal(h, ep, "s1", "llm.select.result")["model"]
+    assert model["model"] == "other-model" and model["route"] == "elsewhere"
+    assert len(h.transport.sent[ep]) == 1
+
+
+async def test_a_connection_removed_and_re_added_under_its_id_is_a_new_list() -> None:
+    chooser = LaggingChooser([("fx", 0), ("fx", 2)])
+    h = Harness(chooser=chooser)
+    h.connect("fx")
+    ep = h.endpoint()
+    chooser.hold = True
+    h.send(ep, {"type": "llm.select", "id": "s1"})
+    await until(lambda: len(chooser.requests) == 1)
+    shown = h.registry.get("fx")
+    assert shown is not None
+    h.registry.remove("fx")
+    # Same id, same revision (0), another record: another list revision.
+    h.registry.add(shown.model_copy(update={"model": "impostor"}))
+    assert [u.revision for u in chooser.updates] == [1, 2]
+    chooser.release()
+    await h.settle()
+    assert [r.revision for r in chooser.requests] == [0, 2]
+    model = terminal(h, ep, "s1", "llm.select.result")["model"]
+    assert model["model"] == "impostor"  # bound only after the person saw it
+
+
+async def test_a_pick_naming_a_revision_never_shown_is_shown_again_then_expires() -> None:
+    chooser = LaggingChooser([("fx", 7)] * 3)
+    h = Harness(chooser=chooser, policy=ShellPolicy(delta_interval_s=0.0, max_chooser_reshows=2))
+    h.connect("fx")
+    ep = h.endpoint()
+    h.send(ep, {"type": "llm.select", "id": "s1"})
+    await h.settle()
+    assert len(chooser.requests) == 3
+    assert error_code(h, ep, "s1", "llm.select.result") == "selection-expired"
+    assert h.shell._handles == {}
+
+
+async def test_a_pick_of_the_current_list_outside_its_candidates_is_refused() -> None:
+    chooser = LaggingChooser([("other", 0)])
+    h = Harness(chooser=chooser)
+    h.connect("fx")
+    h.connect("other", caps=Capabilities())
+    ep = h.endpoint()
+    h.send(ep, {"type": "llm.select", "id": "s1", "requirements": {"tools": True}})
+    await h.settle()
+    assert error_code(h, ep, "s1", "llm.select.result") == "selection-expired"
+
+
+async def test_connection_edited_while_chooser_open_is_shown_again_before_use() -> None:
     h = Harness()
     h.connect()
     ep = h.endpoint()
@@ -186,7 +279,62 @@ async def test_connection_edited_while_chooser_open_is_not_used() -> None:
     h.registry.edit("fx", model="other-model")
     h.chooser.release()
     await h.settle()
-    assert error_code(h, ep, "s1", "llm.select.result") == "selection-expired"
+    # This chooser cannot refresh: its pick was on the first list, so the
+    # shell asked again with the edited connection before binding it.
+    assert [r.revision for r in h.chooser.requests] == [0, 1]
+    assert h.chooser.requests[1].candidates[0].model == "other-model"
+    assert terminal(h, ep, "s1", "llm.select.result")["model"]["model"] == "other-model"
+
+
+async def test_a_handle_is_bound_to_the_exact_record_not_its_id_and_revision() -> None:
+    h = Harness()
+    h.connect()
+    ep = h.endpoint()
+    handle = await h.select(ep)
+    record = h.registry.get("fx")
+    assert record is not None
+    h.registry.remove("fx")
+    h.registry.add(record.model_copy(update={"model": "impostor"}))  # same id, revision 0
+    h.send(ep, {"type": "llm.describe", "id": "d1", "handle": handle})
+    await h.settle()
+    assert error_code(h, ep, "d1", "llm.describe.result") == "selection-expired"
+
+
+@pytest.mark.parametrize("change", ["edit", "replace"])
+async def test_the_connection_behind_a_shown_disclosure_changes_before_allow(change: str) -> None:
+    h = Harness()
+    fx = h.connect()
+    ep = h.endpoint()
+    handle = await h.select(ep)
+    h.consent.hold = True
+    h.send(ep, generate("g1", handle))
+    await until(lambda: len(h.consent.asked) == 1)
+    if change == "edit":
+        h.registry.edit("fx", model="other-model")
+    else:
+        record = h.registry.get("fx")
+        assert record is not None
+        h.registry.remove("fx")
+        h.registry.add(record.model_copy(update={"model": "impostor"}))
+    h.consent.release()  # the person clicks Allow on what was shown
+    await h.settle()
+    assert error_code(h, ep, "g1") == "selection-expired"
+    assert fx.submissions == 0
+
+
+async def test_a_disclosure_digest_names_exactly_what_the_dialog_shows() -> None:
+    h = Harness()
+    h.connect()
+    ep = h.endpoint()
+    handle = await h.select(ep)
+    h.send(ep, generate("g1", handle, [user("one")]))
+    h.send(ep, generate("g2", handle, [user("three")]))
+    h.send(ep, generate("g3", handle, [user("two")]))
+    await h.settle()
+    first, second, third = h.consent.asked
+    assert len(first.digest) == 64
+    assert first.digest != second.digest  # another disclosure shown, another digest
+    assert first.digest == third.digest  # the same text shown, the same digest
 
 
 async def test_supplied_messages_roles_and_images_all_reach_the_provider() -> None:

@@ -30,6 +30,11 @@
  *   cache but a build's precache, and the engine asks for the next load of
  *   that model with `fresh`: every file is then fetched with
  *   `cache: "reload"`, past the HTTP cache.
+ * - Every file the library fetches is bounded (bounded.js `limitedFetch`):
+ *   weights by `MAX_ONNX_WEIGHTS_BYTES`, other files by
+ *   `MAX_ONNX_OTHER_BYTES` (limits.js), and an uncompressed body by its
+ *   declared length; past that the download is cancelled and the load
+ *   fails as a `download` failure (its files are evicted as above).
  * - Errors become kinds (`download`, `load`, `context`, `inference`); the
  *   library's own text goes to the console only.
  */
@@ -42,6 +47,7 @@ import {
   env,
   wasmPaths,
 } from "../vendor/transformers/transformers.js";
+import { limitedFetch, onnxLimit } from "./bounded.js";
 
 env.backends.onnx.wasm.wasmPaths = { ...wasmPaths };
 // One wasm thread: the work runs on the GPU, and no pthread workers are spawned.
@@ -147,7 +153,11 @@ let counter = 0;
 
 const post = (message) => self.postMessage(message);
 
+/** Set when the current load's download was refused for its size. */
+let tooLarge = false;
+
 function loadKind(error) {
+  if (tooLarge || (error && error.name === "DownloadTooLarge")) return "download";
   const text = String((error && error.message) || error || "");
   if (/fetch|network|40\d|50\d|Could not locate file|Unauthorized/i.test(text)) return "download";
   return "load";
@@ -156,7 +166,11 @@ function loadKind(error) {
 async function load({ source, device, dtype, fresh }) {
   // After a failed load of this model, every file is fetched from the host
   // again, past the HTTP cache (which may still hold the bad answer).
-  env.fetch = fresh ? (url, init = {}) => fetch(url, { ...init, cache: "reload" }) : fetch.bind(self);
+  const plain = fresh ? (url, init = {}) => fetch(url, { ...init, cache: "reload" }) : fetch.bind(self);
+  tooLarge = false;
+  env.fetch = limitedFetch(plain, onnxLimit, () => {
+    tooLarge = true;
+  });
   // A same-origin folder is read as a "local" path (transformers.js fetches
   // `<localModelPath><model>/<file>`); a folder elsewhere as a remote host
   // with the model's own folder name; a hub id from the Hugging Face hub.

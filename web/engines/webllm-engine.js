@@ -24,7 +24,8 @@
  *   drained to its end before the next request starts, because an
  *   interrupted stream keeps the engine's lock until it is read out
  *   (mlc-ai/web-llm #447).
- * - Errors become kinds (`webgpu`, `feature`, `network`, `storage`,
+ * - Errors become kinds (`webgpu`, `feature`, `network`, `download` (a
+ *   model file over its byte ceiling, webllm-worker.js), `storage`,
  *   `context`, `inference`, `unknown`); the engine's own text never leaves
  *   this module except in the console.
  * - Streams are read from Python through streams.js (JSON text batches).
@@ -126,6 +127,8 @@ function errorKind(error) {
   // Errors from the worker may arrive as plain strings ("TypeError: Failed to fetch").
   const name = String((error && typeof error === "object" && (error.name || error.constructor?.name)) || "");
   const text = typeof error === "string" ? error : String((error && error.message) || "");
+  // A model file over its ceiling (webllm-worker.js, bounded.js): a bad download.
+  if (name === "DownloadTooLarge" || text.includes("DownloadTooLarge")) return "download";
   if (name === "WebGPUNotAvailableError" || text.includes("compatible GPU")) return "webgpu";
   if (name === "ShaderF16SupportError" || name === "FeatureSupportError") return "feature";
   if (name === "QuotaExceededError" || text.includes("Quota")) return "storage";

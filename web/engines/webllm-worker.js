@@ -19,10 +19,30 @@
  * - A chat interrupted through WebLLM's `interruptGenerate` ends early and
  *   is still read to its end here, so the engine's lock is released
  *   (pitfalls.md, mlc-ai/web-llm #447).
+ * - Every file WebLLM downloads is bounded by `MAX_WEBLLM_FILE_BYTES`
+ *   (limits.js) and, uncompressed, by its declared length (bounded.js).
+ *   WebLLM has no fetch option: it calls `fetch` and stores model files
+ *   with `Cache.add`, which fetches past `self.fetch`; so both are replaced
+ *   in this worker (it runs nothing but WebLLM) by bounded versions. A
+ *   refused file fails the load with `DownloadTooLarge` in its text, which
+ *   the page reports as a `download` failure and evicts.
  */
 
 import { WebWorkerMLCEngineHandler } from "../vendor/web-llm/web-llm.js";
 import { runChat } from "./batcher.js";
+import { limitedFetch } from "./bounded.js";
+import { MAX_WEBLLM_FILE_BYTES } from "./limits.js";
+
+const boundedFetch = limitedFetch(self.fetch.bind(self), () => MAX_WEBLLM_FILE_BYTES);
+self.fetch = boundedFetch;
+if (typeof Cache !== "undefined") {
+  /** `Cache.add` (fetch, refuse a failed status, store) through the bounded fetch. */
+  Cache.prototype.add = async function add(request) {
+    const response = await boundedFetch(request);
+    if (!response.ok) throw new TypeError(`fetch failed with status ${response.status}`);
+    await this.put(request, response);
+  };
+}
 
 class Handler extends WebWorkerMLCEngineHandler {
   onmessage(event, ...rest) {

@@ -20,7 +20,9 @@
  *   `{op: "end", id, kind: null | text, chunks: [JSON text, ...]}` once per
  *   chat, with the chunks that had not been posted yet.
  * - Model files are downloaded here, checked as they arrive (status 200,
- *   not a text type, the GGUF magic, the declared length) and handed to
+ *   not a text type, the GGUF magic, the declared length, and a byte
+ *   ceiling for the whole model, `MAX_GGUF_MODEL_BYTES` of limits.js, which
+ *   holds with no declared length or a compressed body too) and handed to
  *   wllama as Blobs; wllama's own download and its OPFS cache are not used
  *   (that cache kept any answer, a fallback page too, and never asked the
  *   host again). A failed load removes the URL from that cache as well, for
@@ -32,6 +34,8 @@
 
 import { CacheManager, ModelManager, Wllama, wasmPaths } from "../vendor/wllama/wllama.js";
 import { runChat } from "./batcher.js";
+import { DownloadTooLarge } from "./bounded.js";
+import { MAX_GGUF_MODEL_BYTES } from "./limits.js";
 
 const GGUF_MAGIC = [0x47, 0x47, 0x55, 0x46];
 /** Bytes gathered in memory before they become one Blob (see `download`). */
@@ -75,17 +79,19 @@ class NotAModel extends Error {
 /**
  * The whole file at `url` as a Blob, checked on the way: status 200, a
  * content type that is not text, HTML, JSON or XML, the GGUF magic at byte
- * 0 when `gguf`, and exactly the declared length. `fresh`: fetch past the
+ * 0 when `gguf`, exactly the declared length, and at most `budget` bytes
+ * (what is left of the model's ceiling; a declared length above it fails
+ * before any byte is read). `fresh`: fetch past the
  * HTTP cache (`cache: "reload"`), for a retry after a failed load, so an
  * answer it kept from before (a fallback page) is not reused; the service
  * worker's model cache (verified copies only) still answers first.
  * `onBytes(seen, expected)` reports the bytes so far (expected: null when
  * unknown). The bytes are gathered into Blobs of about `BLOB_PART` bytes
  * as they arrive, so the browser may keep them on disk and a large model
- * does not have to fit in this worker's memory twice. Throws NotAModel or
- * the network's error.
+ * does not have to fit in this worker's memory twice. Throws NotAModel,
+ * DownloadTooLarge (the download is cancelled) or the network's error.
  */
-async function download(url, gguf, fresh, onBytes) {
+async function download(url, gguf, fresh, budget, onBytes) {
   const response = await fetch(url, { cache: fresh ? "reload" : "default" });
   if (response.status !== 200 || !response.body) throw new NotAModel(`status ${response.status}`);
   if (/^text\/|html|json|xml/i.test(response.headers.get("content-type") || "")) {
@@ -95,6 +101,10 @@ async function download(url, gguf, fresh, onBytes) {
   const declared = Number(response.headers.get("content-length"));
   const expected = encoding === "identity" && response.headers.has("content-length")
     && Number.isSafeInteger(declared) ? declared : null;
+  if (response.headers.has("content-length") && Number.isSafeInteger(declared) && declared > budget) {
+    await response.body.cancel().catch(() => {});
+    throw new DownloadTooLarge("the declared length is above the ceiling");
+  }
   const reader = response.body.getReader();
   const blobs = [];
   let parts = [];
@@ -115,6 +125,10 @@ async function download(url, gguf, fresh, onBytes) {
     if (expected !== null && seen > expected) {
       await reader.cancel();
       throw new NotAModel("longer than declared");
+    }
+    if (seen > budget) {
+      await reader.cancel();
+      throw new DownloadTooLarge();
     }
     parts.push(value);
     buffered += value.byteLength;
@@ -184,8 +198,9 @@ async function load(key, url, params) {
     // as it arrives, and the only kept copy is the service worker's,
     // verified the same way (web/sw-napllm.js).
     const blobs = [];
+    let budget = MAX_GGUF_MODEL_BYTES;
     for (let index = 0; index < urls.length; index += 1) {
-      blobs.push(await download(urls[index], true, failed.has(url), (seen, expected) => {
+      blobs.push(await download(urls[index], true, failed.has(url), budget, (seen, expected) => {
         const now = performance.now();
         if (now - lastReport > 100) {
           lastReport = now;
@@ -193,6 +208,7 @@ async function load(key, url, params) {
           self.postMessage({ op: "progress", key, fraction: (index + part) / urls.length });
         }
       }));
+      budget -= blobs[index].size;
       self.postMessage({ op: "progress", key, fraction: (index + 1) / urls.length });
     }
     stage = "load";

@@ -7,13 +7,19 @@
  *   the requesting napplet (name + short hash).
  * - Every value from a napplet or a connection is inserted as text, never
  *   as markup.
- * - The chooser resolves with the chosen candidate's id, or `null` on
- *   Cancel or Esc. The consent dialog resolves with
- *   `{"allow": bool, "remember": bool}` as JSON text; Deny has the focus by
+ * - The chooser resolves with `{"id": candidate id, "revision": n}` as JSON
+ *   text, or `null` on Cancel or Esc. `n` is the `revision` of the list the
+ *   clicked row was rendered from (captured with the row, never read at
+ *   click time), so the runtime binds only a candidate the person saw and
+ *   shows the list again when it changed in between. The consent dialog
+ *   resolves with `{"allow": bool, "remember": bool, "digest": text}` as
+ *   JSON text, `digest` being the disclosure's own (the runtime takes an
+ *   Allow only for the disclosure it asked about); Deny has the focus by
  *   default, "remember" is unchecked by default, Esc denies.
- * - `updateChooser(token, json)` replaces the candidates of an open or
- *   queued chooser when the connections change (added, edited, removed, in
- *   this tab or another); the new rows are armed afresh.
+ * - `updateChooser(token, json)` replaces the candidates (and the revision)
+ *   of an open or queued chooser when the connections change (added,
+ *   edited, removed, in this tab or another); the new rows are armed
+ *   afresh. An update older than the list shown is ignored.
  * - `closeDialog(token)` (the runtime no longer needs it) closes an open
  *   dialog or drops a queued one, resolving it as cancel/deny.
  * - Focus moves into the dialog and returns to where it was afterwards.
@@ -57,6 +63,8 @@ export const REFUSAL_DELAY_MS = 500;
 const parseJson = (text) => parseJsonOr(text, {}, isObjectOrArray);
 
 const int = (value) => (Number.isInteger(value) && value >= 0 ? value : 0);
+/** A list revision from the runtime; -1 (never equal to one) when missing or bad. */
+const revisionOf = (value) => (Number.isSafeInteger(value) && value >= 0 ? value : -1);
 
 /**
  * "name (#shortHash)" for a napplet record `{name, sha256, shortHash, origin?}`,
@@ -230,12 +238,12 @@ export class DialogQueue {
     if (item.scope !== null) this.scopeState(item.scope).denials = 0;
   }
 
-  /** Queue the chooser; resolves with a candidate id or null. */
+  /** Queue the chooser; resolves with `{"id","revision"}` JSON text or null. */
   openChooser(token, requestJson) {
     return this.enqueue(String(token), "chooser", parseJson(requestJson), null);
   }
 
-  /** Queue the consent dialog; resolves with `{"allow","remember"}` JSON text. */
+  /** Queue the consent dialog; resolves with `{"allow","remember","digest"}` JSON text. */
   openConsent(token, disclosureJson) {
     return this.enqueue(String(token), "consent", parseJson(disclosureJson), DENY);
   }
@@ -249,15 +257,19 @@ export class DialogQueue {
    */
   updateChooser(token, requestJson) {
     const key = String(token);
-    const candidates = parseJson(requestJson).candidates;
+    const update = parseJson(requestJson);
+    const candidates = update.candidates;
+    const revision = revisionOf(update.revision);
+    const newer = (item) => revision > revisionOf(item.data.revision);
     const queued = this.queue.find((item) => item.token === key && item.kind === "chooser");
     if (queued) {
-      queued.data = { ...queued.data, candidates };
+      if (newer(queued)) queued.data = { ...queued.data, candidates, revision };
       return;
     }
     const item = this.current;
     if (!item || item.token !== key || item.kind !== "chooser" || !item.candidatesNode) return;
-    item.data = { ...item.data, candidates };
+    if (!newer(item)) return;
+    item.data = { ...item.data, candidates, revision };
     const hadFocus = item.candidatesNode.contains(document.activeElement);
     const { node, buttons } = this.chooserCandidates(item);
     item.candidatesNode.replaceWith(node);
@@ -408,6 +420,11 @@ export class DialogQueue {
     );
     const { node, buttons } = this.chooserCandidates(item);
     item.candidatesNode = node;
+    // Shown again after a pick on a list that has changed since (the runtime
+    // binds only what the person saw): say why the dialog is back.
+    const changed = revisionOf(data.revision) > 0
+      ? el("p", { class: "changed", id: `${id}-changed` }, "The connections changed while this request waited; these are the ones that fit now.")
+      : null;
     const cancel = el("button", { type: "button", class: "secondary", id: `${id}-cancel` }, "Cancel");
     cancel.addEventListener("click", () => this.deny(item));
     const dialog = el(
@@ -415,6 +432,7 @@ export class DialogQueue {
       { class: "chooser-dialog", "aria-labelledby": `${id}-title`, "aria-describedby": `${id}-desc`, dataset: { token: item.token, kind: "chooser" } },
       title,
       description,
+      changed,
       node,
       el("div", { class: "dialog-actions" }, cancel),
       this.escapeRow(item, id),
@@ -427,6 +445,9 @@ export class DialogQueue {
   /** The chooser's candidate list (or the "none fits" text) and its buttons. */
   chooserCandidates(item) {
     const candidates = Array.isArray(item.data.candidates) ? item.data.candidates : [];
+    // The revision these rows show: a click answers with it, whatever the
+    // list shows by the time the runtime reads the answer.
+    const revision = revisionOf(item.data.revision);
     const list = el("ul", { class: "candidates" });
     const buttons = [];
     // Ids stay unique when `updateChooser` renders the list again.
@@ -457,7 +478,9 @@ export class DialogQueue {
         candidate.charges === true ? el("span", { class: "badge warn" }, "may charge") : null,
       );
       button.addEventListener("click", (event) => {
-        if (this.current === item && item.guard.deliberate(event, button)) this.grant(item, candidate.id);
+        if (this.current === item && item.guard.deliberate(event, button)) {
+          this.grant(item, JSON.stringify({ id: candidate.id, revision }));
+        }
       });
       buttons.push(button);
       list.append(el("li", {}, button, badges));
@@ -561,7 +584,7 @@ export class DialogQueue {
     deny.addEventListener("click", () => this.deny(item));
     allow.addEventListener("click", (event) => {
       if (this.current === item && item.guard.deliberate(event, allow)) {
-        this.grant(item, JSON.stringify({ allow: true, remember: remember.checked }));
+        this.grant(item, JSON.stringify({ allow: true, remember: remember.checked, digest: str(data.digest) }));
       }
     });
     remember.addEventListener("click", (event) => {

@@ -43,6 +43,7 @@
  *   LLM access off; the user turns it on in the tab.
  */
 
+import { limitResponse } from "../engines/bounded.js";
 import { preludeSource } from "../prelude.js";
 import { el } from "./dom.js";
 import { MAX_WIRE_CHARS, toWireJson } from "./wire.js";
@@ -65,7 +66,11 @@ export const NAPPLET_CSP = [
   "form-action 'none'",
 ].join("; ");
 
-/** Largest napplet document accepted, in bytes. */
+/**
+ * Largest napplet document accepted, in bytes. The download stops there:
+ * a host that answers without a length, or keeps sending, is cut off
+ * (engines/bounded.js `limitResponse`), never read to its end first.
+ */
 export const MAX_NAPPLET_BYTES = 8 * 1024 * 1024;
 /** Most messages kept per document while its endpoint is being opened. */
 export const MAX_QUEUED_MESSAGES = 256;
@@ -275,17 +280,23 @@ export class NappletArea {
   async fetchNapplet(tab) {
     tab.status.textContent = "Loading…";
     let bytes;
+    let tooLarge = false;
     try {
       const response = await fetch(tab.url, { cache: "no-store", credentials: "same-origin" });
       if (!response.ok) throw new Error(`HTTP ${response.status}`);
-      bytes = await response.arrayBuffer();
+      const bounded = limitResponse(response, MAX_NAPPLET_BYTES, () => {
+        tooLarge = true;
+      });
+      bytes = await bounded.arrayBuffer();
     } catch (err) {
-      tab.status.textContent = "Could not load this napplet.";
-      const why = err && /^HTTP \d{3}$/.test(err.message) ? err.message : "network error";
-      this.notify("error", `Could not load napplet “${tab.name}” (${why}).`);
-      return false;
+      if (!tooLarge) {
+        tab.status.textContent = "Could not load this napplet.";
+        const why = err && /^HTTP \d{3}$/.test(err.message) ? err.message : "network error";
+        this.notify("error", `Could not load napplet “${tab.name}” (${why}).`);
+        return false;
+      }
     }
-    if (bytes.byteLength > MAX_NAPPLET_BYTES) {
+    if (tooLarge || bytes.byteLength > MAX_NAPPLET_BYTES) {
       tab.status.textContent = "This napplet is too large.";
       this.notify("error", `Napplet “${tab.name}” is larger than ${MAX_NAPPLET_BYTES / 1048576} MiB.`);
       return false;

@@ -19,6 +19,11 @@ Rules
   and no JS object is held by Python (pitfalls: jsnull, proxies). Text from
   the page is read by the one strict reader (`jsontext.read_json`).
 - A dialog that fails or answers anything but an explicit Allow denies.
+- An answer names what the person saw: the chooser's pick carries the
+  revision of the candidate list it was made on (`ChoicePick`), the
+  consent's Allow the digest of the disclosure shown (`Disclosure.digest`).
+  An Allow without the digest of this disclosure denies; a pick without a
+  revision is a cancel.
 """
 
 from __future__ import annotations
@@ -32,7 +37,14 @@ from typing import Any
 from js import napllmHost  # type: ignore[import-not-found]
 
 from ..jsontext import read_json
-from ..shell import ChoiceRequest, ConsentDecision, Disclosure, NappletIdentity, Observer
+from ..shell import (
+    ChoicePick,
+    ChoiceRequest,
+    ConsentDecision,
+    Disclosure,
+    NappletIdentity,
+    Observer,
+)
 from ..wire import Unclonable, loads_strict
 
 
@@ -81,15 +93,17 @@ class DomChooser:
     """The page's `<dialog>` chooser; closed when the shell no longer needs it.
 
     An open chooser is refreshed in place when the connections change
-    (`refresh`, called by the shell; `napllmHost.updateChooser`).
+    (`refresh`, called by the shell; `napllmHost.updateChooser`). The page
+    answers `{"id": candidate id, "revision": the list's revision}` as JSON
+    text, or null for Cancel.
     """
 
     def __init__(self) -> None:
         # id() of the request of each open chooser -> its dialog token
         self._open: dict[int, str] = {}
 
-    async def choose(self, request: ChoiceRequest) -> str | None:
-        """Show the dialog; the chosen connection id or None."""
+    async def choose(self, request: ChoiceRequest) -> ChoicePick | None:
+        """Show the dialog; the pick (`pick_from_json`) or None."""
         token = "c-" + secrets.token_hex(8)
         self._open[id(request)] = token
         try:
@@ -100,7 +114,7 @@ class DomChooser:
             raise
         finally:
             self._open.pop(id(request), None)
-        return str(answer) if isinstance(answer, str) and answer else None
+        return pick_from_json(answer)
 
     def refresh(self, request: ChoiceRequest, updated: ChoiceRequest) -> None:
         """Show `updated`'s candidates in the open chooser of `request`."""
@@ -111,13 +125,21 @@ class DomChooser:
 
 
 class DomConsent:
-    """The page's `<dialog>` consent; closed when the shell no longer needs it."""
+    """The page's `<dialog>` consent; closed when the shell no longer needs it.
+
+    The payload carries the disclosure's `digest`; the page's Allow returns
+    it (`consent_from_json`).
+    """
 
     async def ask(self, disclosure: Disclosure) -> ConsentDecision:
-        """Show the dialog; Deny unless the page answered an explicit Allow."""
+        """Show the dialog; Deny unless the page answered an explicit Allow of this disclosure."""
         token = "k-" + secrets.token_hex(8)
         try:
-            payload = disclosure.to_json() | {"endpointId": disclosure.endpoint_id}
+            digest = disclosure.digest
+            payload = disclosure.to_json() | {
+                "endpointId": disclosure.endpoint_id,
+                "digest": digest,
+            }
             answer = await napllmHost.openConsent(token, json.dumps(payload))
         except asyncio.CancelledError:
             napllmHost.closeDialog(token)
@@ -126,11 +148,42 @@ class DomConsent:
             data = read_json(str(answer))
         except ValueError:
             return ConsentDecision(allow=False)
-        if not isinstance(data, dict):
-            return ConsentDecision(allow=False)
-        return ConsentDecision(
-            allow=data.get("allow") is True, remember=data.get("remember") is True
-        )
+        return consent_from_json(data, digest)
+
+
+def pick_from_json(answer: object) -> ChoicePick | None:
+    """The chooser page's answer as a pick; None (a cancel) for anything else.
+
+    `answer`: JSON text `{"id": non-empty text, "revision": integer >= 0}`
+    (web/js/dialogs.js); null, other text or other shapes are a cancel.
+    """
+    if not isinstance(answer, str) or not answer:
+        return None
+    try:
+        data = read_json(answer)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    cid, revision = data.get("id"), data.get("revision")
+    if not isinstance(cid, str) or not cid:
+        return None
+    if not isinstance(revision, int) or isinstance(revision, bool) or revision < 0:
+        return None
+    return ChoicePick(cid, revision)
+
+
+def consent_from_json(data: object, digest: str) -> ConsentDecision:
+    """The consent page's answer (parsed JSON) for the disclosure with `digest`.
+
+    Allow only for `{"allow": true, "digest": digest, ...}`; "remember" only
+    with that Allow. Anything else denies (NAP-LLM, Shell Behavior: a
+    disclosure not shown is no authorization).
+    """
+    if not isinstance(data, dict) or data.get("digest") != digest:
+        return ConsentDecision(allow=False)
+    allow = data.get("allow") is True
+    return ConsentDecision(allow=allow, remember=allow and data.get("remember") is True)
 
 
 class BridgeObserver(Observer):

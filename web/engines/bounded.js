@@ -1,0 +1,105 @@
+/**
+ * The one check every engine path applies to a model file as it arrives:
+ * its bytes are bounded by the ceiling of its kind (limits.js) and, when
+ * it is not compressed, by its declared length.
+ *
+ * Rules (docs/security.md, "Stored data": downloads are bounded)
+ * - A declared length above the ceiling fails before any byte is read.
+ * - A body that goes past its bound errors with `DownloadTooLarge` (which
+ *   cancels the download); the engine reports its usual download failure
+ *   and evicts the URL, as for any bad download.
+ */
+
+import { MAX_ONNX_OTHER_BYTES, MAX_ONNX_WEIGHTS_BYTES } from "./limits.js";
+
+/** Statuses whose answers have no body (a Response with one cannot be made). */
+const NULL_BODY_STATUS = new Set([101, 103, 204, 205, 304]);
+
+/** A download that delivered (or declared) more bytes than it may. */
+export class DownloadTooLarge extends Error {
+  constructor(message = "the model file is larger than allowed") {
+    super(message);
+    this.name = "DownloadTooLarge";
+    this.type = "download_error";
+  }
+}
+
+/**
+ * The most bytes `response`'s body may deliver: `limit`, or the declared
+ * length when it is smaller and the body is known not to be compressed
+ * (its `Content-Encoding` is readable and absent or `identity`; a CORS
+ * answer hides that header unless the host exposes it, and a compressed
+ * body's declared length counts wire bytes, not the decoded ones). Throws
+ * `DownloadTooLarge` when the declared length is above `limit`, whatever
+ * the encoding (a body that large on the wire is refused at once).
+ */
+export function allowedBytes(response, limit) {
+  const declared = Number(response.headers.get("content-length"));
+  const hasLength = response.headers.has("content-length") && Number.isSafeInteger(declared) && declared >= 0;
+  if (hasLength && declared > limit) throw new DownloadTooLarge("the declared length is above the ceiling");
+  const encoding = response.headers.get("content-encoding");
+  const plain = encoding === null ? response.type !== "cors" : encoding.toLowerCase() === "identity";
+  return hasLength && plain ? declared : limit;
+}
+
+/**
+ * A TransformStream that passes at most `allowed` bytes and errors with
+ * `DownloadTooLarge` on the first chunk beyond them (calling `onExcess()`
+ * first, so the caller can name the failure whoever reads the body).
+ */
+export function byteCeiling(allowed, onExcess = () => {}) {
+  let seen = 0;
+  return new TransformStream({
+    transform(chunk, controller) {
+      seen += chunk.byteLength;
+      if (seen > allowed) {
+        onExcess();
+        controller.error(new DownloadTooLarge());
+        return;
+      }
+      controller.enqueue(chunk);
+    },
+  });
+}
+
+/**
+ * `response` with its body bounded (`allowedBytes`, `byteCeiling`): the
+ * body errors with `DownloadTooLarge` once it goes past the bound, which
+ * cancels the download. A response without a body (or with a status that
+ * has none) is returned as it is.
+ * Throws `DownloadTooLarge` (after `onExcess()`, the body cancelled) for a
+ * declared length above `limit`.
+ */
+export function limitResponse(response, limit, onExcess = () => {}) {
+  // No body to bound (an opaque answer, 204, 304): returned as it is.
+  if (!response || !response.body || NULL_BODY_STATUS.has(response.status)) return response;
+  let allowed;
+  try {
+    allowed = allowedBytes(response, limit);
+  } catch (error) {
+    onExcess();
+    response.body.cancel().catch(() => {});
+    throw error;
+  }
+  const body = response.body.pipeThrough(byteCeiling(allowed, onExcess));
+  return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
+}
+
+/** `fetchFn` whose answers are bounded by `limitFor(url)` bytes (`limitResponse`). */
+export function limitedFetch(fetchFn, limitFor, onExcess = () => {}) {
+  return async (input, init) => {
+    const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
+    return limitResponse(await fetchFn(input, init), limitFor(url), onExcess);
+  };
+}
+
+/** The ceiling of a file of an ONNX model, by its URL's path. */
+export function onnxLimit(url) {
+  let path = "";
+  try {
+    path = new URL(String(url), self.location.href).pathname.toLowerCase();
+  } catch {
+    path = String(url).toLowerCase();
+  }
+  return /\.(onnx|onnx_data|bin|safetensors)$/.test(path) ? MAX_ONNX_WEIGHTS_BYTES : MAX_ONNX_OTHER_BYTES;
+}

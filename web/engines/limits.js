@@ -1,0 +1,43 @@
+/**
+ * Byte ceilings of model downloads, one per kind of file. The check every
+ * engine path applies with them is in bounded.js.
+ *
+ * Rules (docs/security.md, "Stored data": downloads are bounded)
+ * - A model host is untrusted: it may answer without a length, with a
+ *   false one, or compressed (`Content-Encoding`) so that a few bytes on
+ *   the wire decode to any amount. No download may fill the browser's
+ *   storage quota or the worker's memory before it fails.
+ * - Each kind of file has a ceiling below, generous for real models: the
+ *   largest file of that kind an engine in a browser can use. A download
+ *   ends with `DownloadTooLarge` as soon as it delivers more bytes than its
+ *   ceiling, or (uncompressed) more than its declared length; a declared
+ *   length above the ceiling fails before any byte is read.
+ * - The engine then reports its usual download failure and evicts the URL
+ *   from every cache, as for any bad download.
+ * - The service worker (web/sw-napllm.js, a classic script that cannot
+ *   import this module) keeps a copy of these numbers; a unit test checks
+ *   they are the same. The test build replaces this file (numbers
+ *   only, no code) with small ones (tests/hooks/engine-limits.js); the
+ *   product has no other way to change them.
+ */
+
+const MiB = 1024 * 1024;
+const GiB = 1024 * MiB;
+
+/**
+ * A GGUF model, all its files together. The wasm engine runs llama.cpp in
+ * 32-bit WebAssembly, whose memory cannot exceed 4 GiB: no larger model loads.
+ */
+export const MAX_GGUF_MODEL_BYTES = 4 * GiB;
+/**
+ * One ONNX weights file (`.onnx`, `.onnx_data`). The largest ONNX chat
+ * models run in browsers keep their weights in files of a few GiB.
+ */
+export const MAX_ONNX_WEIGHTS_BYTES = 8 * GiB;
+/** Any other file of an ONNX model (config, tokenizer, chat template). */
+export const MAX_ONNX_OTHER_BYTES = 256 * MiB;
+/**
+ * One file WebLLM fetches (a parameter shard, the model's library, its
+ * config). WebLLM splits weights into shards of tens of MB.
+ */
+export const MAX_WEBLLM_FILE_BYTES = 1 * GiB;
