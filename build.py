@@ -364,11 +364,10 @@ def fetch_wheels() -> dict[str, Path]:
     return found
 
 
-#: Packages of runtime/napllm that never run in the browser (CPython only):
-#: left out of the Pyodide wheel, so they are not shipped to every visitor.
-#: Packages of runtime/napllm that run only under CPython (the LMSP service, the
-#: napplet checker) and so stay out of the browser wheel.
-CPYTHON_ONLY = ("lmsp_service", "devtools")
+#: Parts of runtime/napllm that run only under CPython (the LMSP service, the
+#: napplet checker, the httpx port) and so stay out of the browser wheel: they
+#: are not shipped to every visitor.
+CPYTHON_ONLY = ("lmsp_service", "devtools", "providers/http_httpx.py")
 
 
 def napllm_sources() -> list[Path]:
@@ -377,12 +376,12 @@ def napllm_sources() -> list[Path]:
     Everything under runtime/ except the CPython-only packages (`CPYTHON_ONLY`).
     """
     files = [ROOT / "pyproject.toml"]
-    files += [ROOT / name for name in ("README.md", "LICENSE") if (ROOT / name).is_file()]
+    files += [ROOT / name for name in ("LICENSE",) if (ROOT / name).is_file()]
     skipped = [ROOT / "runtime" / "napllm" / name for name in CPYTHON_ONLY]
     for path in sorted((ROOT / "runtime").rglob("*")):
         if not path.is_file() or "__pycache__" in path.parts or path.suffix == ".pyc":
             continue
-        if any(folder in path.parents for folder in skipped):
+        if any(part == path or part in path.parents for part in skipped):
             continue
         files.append(path)
     return files
@@ -419,6 +418,13 @@ def build_napllm_wheel() -> Path:
             target = stage / path.relative_to(ROOT)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)
+        # The browser reads no long description: the README stays out of the
+        # wheel's METADATA (about 15 kB of every first visit).
+        project = stage / "pyproject.toml"
+        project.write_text(
+            re.sub(r"(?m)^readme\s*=.*\n", "", project.read_text(encoding="utf-8")),
+            encoding="utf-8",
+        )
         wheel_dir = Path(tmp) / "wheel"
         run(
             [
@@ -449,15 +455,29 @@ const { loadPyodide } = require(process.argv[2] + "/pyodide.js");
   // The wheel goes into Pyodide's in-memory file system, in its working folder.
   py.FS.writeFile("napllm.whl", require("fs").readFileSync(process.argv[3]));
   const out = py.runPython(`
-import base64, importlib.util, json, sys, zipfile
+import ast, base64, importlib.util, json, sys, zipfile
 from importlib._bootstrap_external import _code_to_hash_pyc
+DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+def is_docstring(statement):
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
+    )
 found = {}
 with zipfile.ZipFile("napllm.whl") as zf:
     for name in zf.namelist():
         if not name.endswith(".py"):
             continue
         source = zf.read(name)
-        code = compile(source, name, "exec", dont_inherit=True)
+        tree = ast.parse(source, name)
+        for node in ast.walk(tree):
+            if isinstance(node, DOCUMENTED) and node.body and is_docstring(node.body[0]):
+                if len(node.body) == 1:
+                    node.body[0] = ast.copy_location(ast.Pass(), node.body[0])
+                else:
+                    del node.body[0]
+        code = compile(tree, name, "exec", dont_inherit=True)
         data = _code_to_hash_pyc(code, importlib.util.source_hash(source), checked=False)
         found[name] = base64.b64encode(bytes(data)).decode()
 json.dumps({"tag": sys.implementation.cache_tag, "pyc": found})
@@ -475,8 +495,10 @@ def add_bytecode(wheel: Path) -> None:
     a warm reload. The bytecode comes from the Pyodide in node_modules/ (the
     one dist/ ships, so the magic number matches) and is written as
     unchecked-hash pycs, which the import system uses without comparing
-    timestamps. The sources stay in the wheel (tracebacks). Raises
-    `BuildError` when node or Pyodide fails.
+    timestamps. The bytecode leaves out docstrings (nothing in the browser
+    reads them; a quarter of the bytecode's size), with every line number
+    kept; the sources stay in the wheel, so tracebacks show their lines.
+    Raises `BuildError` when node or Pyodide fails.
     """
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "compile.cjs"

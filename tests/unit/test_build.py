@@ -332,6 +332,10 @@ def test_the_browser_wheel_carries_only_what_runs_in_the_browser() -> None:
     assert "runtime/napllm/toolcall_text.py" in sources  # shared with the service, runs in both
     assert "runtime/napllm/browser/app.py" in sources
     assert "pyproject.toml" in sources
+    # The httpx port runs only under CPython; the README is no part of the wheel.
+    assert "runtime/napllm/providers/http_httpx.py" not in sources
+    assert "runtime/napllm/providers/lmsp_client.py" in sources
+    assert "README.md" not in sources
 
 
 @pytest.mark.skipif(
@@ -346,7 +350,15 @@ def test_the_napllm_wheel_gets_bytecode_compiled_by_pyodide(tmp_path: Path) -> N
         ["demo/__init__.py", "demo/sub/mod.py"],
     )
     with zipfile.ZipFile(wheel, "a") as zf:
-        zf.writestr("demo/extra.py", "VALUE = 42\n")
+        zf.writestr(
+            "demo/extra.py",
+            '"""MODULE-DOC"""\n'
+            "class A:\n"
+            '    """CLASS-DOC"""\n'
+            "    def f(self):\n"
+            '        """ONLY-DOC"""\n'
+            "VALUE = 'KEPT-STRING'\n",
+        )
     build.add_bytecode(wheel)
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
@@ -362,8 +374,11 @@ def test_the_napllm_wheel_gets_bytecode_compiled_by_pyodide(tmp_path: Path) -> N
     assert all(n.endswith(".cpython-314.pyc") for n in pycs)
     assert int.from_bytes(data[4:8], "little") == 0b01  # hash-based, not checked
     assert all(f"{n},," in record for n in pycs)
-    # The sources stay.
+    # The sources stay; the bytecode leaves docstrings out (a body that was
+    # only a docstring compiles to `pass`) and keeps every other constant.
     assert {"demo/__init__.py", "demo/sub/mod.py", "demo/extra.py"} <= set(names)
+    assert b"KEPT-STRING" in data
+    assert not [doc for doc in (b"MODULE-DOC", b"CLASS-DOC", b"ONLY-DOC") if doc in data]
 
 
 def test_napplet_copy_never_follows_links_out_of_the_napplet(
