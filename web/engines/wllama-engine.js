@@ -6,7 +6,7 @@
  * notes "Generation off the main thread")
  * - wllama lives in one dedicated worker of ours (wllama-worker.js), which
  *   runs each whole chat completion and posts its chunks in batches (the
- *   first text at once, then one batch per display frame: batcher.js); the
+ *   first text at once, then one batch per 32 ms: batcher.js); the
  *   page's main thread only queues them (streams.js) until Python reads
  *   them, so the token loop never waits for Python or for the page. The
  *   worker is started on the first load and kept.
