@@ -13,31 +13,19 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
+from nodejs import needs_node, run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINES = ROOT / "web" / "engines"
-
-needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
 
 
 def run_node(body: str) -> Any:
     """Run an ES module body (with `bounded` imported); its JSON output."""
     script = f"import * as bounded from {json.dumps((ENGINES / 'bounded.js').as_uri())};\n{body}\n"
-    proc = subprocess.run(
-        ["node", "--input-type=module", "-e", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return run_module(script)
 
 
 HELPERS = """
@@ -226,15 +214,7 @@ globalThis.clients = { matchAll: async () => [] };
         + HELPERS
         + body
     )
-    proc = subprocess.run(
-        ["node", "--input-type=module", "-e", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return run_module(script)
 
 
 @needs_node

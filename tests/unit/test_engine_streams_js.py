@@ -11,19 +11,17 @@ its end.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
+from nodejs import needs_node, run_module
 
 from napllm.providers.chat_stream import ChatStreamToLmsp
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINES = ROOT / "web" / "engines"
 
-pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+pytestmark = needs_node
 
 
 def run_node(body: str) -> Any:
@@ -33,15 +31,7 @@ def run_node(body: str) -> Any:
         f"import * as streams from {json.dumps((ENGINES / 'streams.js').as_uri())};\n"
         f"{body}\n"
     )
-    proc = subprocess.run(
-        ["node", "--input-type=module", "-e", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return run_module(script)
 
 
 CHUNKS = """

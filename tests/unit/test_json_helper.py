@@ -7,15 +7,13 @@ parses a text with an acceptance rule and compares the result (as JSON).
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
+from nodejs import needs_node, run_module
 
 MODULE = Path(__file__).resolve().parents[2] / "web" / "js" / "json.js"
 
-pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="needs node")
+pytestmark = needs_node
 
 SCRIPT = """
 import { isObject, isObjectOrArray, parseJsonOr } from %s;
@@ -44,11 +42,4 @@ CASES: list[tuple[object, str, object]] = [
 def test_parse_json_or_returns_the_value_or_the_fallback() -> None:
     script = SCRIPT % json.dumps(MODULE.as_uri())
     cases = [[text, rule] for text, rule, _ in CASES]
-    done = subprocess.run(
-        ["node", "--input-type=module", "-e", script, json.dumps(cases)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert json.loads(done.stdout) == [expected for _, _, expected in CASES]
+    assert run_module(script, json.dumps(cases)) == [expected for _, _, expected in CASES]
