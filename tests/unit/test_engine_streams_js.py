@@ -284,7 +284,6 @@ def mapped_outcome(texts: list[str]) -> tuple[str, list[str]] | str:
     """What the runtime makes of serialized chunks: (text, item events), or the failure."""
     from napllm.errors import ProviderFailure
     from napllm.jsontext import read_stream_payload
-
     from napllm.streaming import SurrogateJoiner
 
     state = ChatStreamToLmsp(parse_tool_call_blocks=False)
@@ -315,7 +314,9 @@ def test_an_error_chunk_is_never_merged_into_text() -> None:
 
 
 def test_chunks_with_unknown_top_level_keys_stay_apart() -> None:
-    got = merged([text_chunk("a"), {**text_chunk("b"), "x_extra": {"content": "?"}}, text_chunk("c")])
+    got = merged(
+        [text_chunk("a"), {**text_chunk("b"), "x_extra": {"content": "?"}}, text_chunk("c")]
+    )
     assert len(got["out"]) == 3
 
 
