@@ -39,8 +39,15 @@ export function carriesOutput(chunk) {
   return (typeof delta.content === "string" && delta.content.length > 0) || Array.isArray(delta.tool_calls);
 }
 
-/** Top-level fields a text-only chunk may have: none of them is read by the runtime but `usage`. */
-const PLAIN_CHUNK_KEYS = new Set(["id", "object", "created", "model", "system_fingerprint", "service_tier", "choices", "usage"]);
+/**
+ * Top-level fields a text-only chunk may have (OpenAI's, and llama.cpp's
+ * `timings` and `prompt_progress` from wllama): the runtime reads none of
+ * them but `choices` and `usage`, so the merged chunk may keep the first
+ * chunk's. Any other field (`error` above all) keeps a chunk apart.
+ */
+const PLAIN_CHUNK_KEYS = new Set([
+  "id", "object", "created", "model", "system_fingerprint", "service_tier", "choices", "usage", "timings", "prompt_progress",
+]);
 const PLAIN_CHOICE_KEYS = new Set(["index", "delta", "finish_reason", "logprobs"]);
 const PLAIN_DELTA_KEYS = new Set(["content", "role"]);
 
