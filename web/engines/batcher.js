@@ -22,8 +22,11 @@
  * - Each batch (and the returned tail) has its runs of adjacent text-only
  *   chunks merged into one chunk (`mergeTextChunks`): the runtime parses and
  *   maps one chunk per run instead of one per token, and the text is the
- *   same, in the same order (the mapping accepts text split anywhere). A
- *   caller that wants chunks one by one (a delivery delay) passes
+ *   same, in the same order (the mapping accepts text split anywhere).
+ *   Only plain data is merged (`plainParts`): a chunk with any other
+ *   top-level field (an `error`), a getter, an inherited field or a class
+ *   instance is sent as it is, so a merge never changes what the runtime
+ *   reads. A caller that wants chunks one by one (a delivery delay) passes
  *   `merge = false`.
  * - Once `signal` is aborted nothing more is posted and nothing is returned.
  */
