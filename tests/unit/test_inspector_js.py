@@ -134,3 +134,35 @@ console.log(JSON.stringify({ deep: deep.length, shown: inspector.pretty(deep).le
     )
     assert out["shown"] <= 4 * out["deep"] + 1024
     assert "\n" in out["plain"]  # ordinary envelopes are still pretty-printed
+
+
+def test_entries_dropped_by_the_bound_are_not_kept_for_joins() -> None:
+    """20 endpoints x 64 envelopes of 15 K: what stays is the bound, not every endpoint's last 64."""
+    script = (
+        f"{FAKE_DOM}\n"
+        f"const inspector = await import({json.dumps(INSPECTOR.as_uri())});\n"
+        """
+const ins = new inspector.Inspector(root, (id) => id);
+globalThis.gc();
+const before = process.memoryUsage().heapUsed;
+for (let ep = 0; ep < 20; ep += 1) {
+  for (let i = 0; i < 64; i += 1) {
+    const envelope = JSON.stringify({ type: "llm.delta", requestId: "g", sequence: i, text: `${ep}-${i}-`.padEnd(15000, "x") });
+    ins.record(`ep-${ep}`, i % 2 ? "out" : "in", i % 2 ? envelope : JSON.stringify({ json: envelope }));
+  }
+}
+globalThis.gc();
+console.log(JSON.stringify({ grown: process.memoryUsage().heapUsed - before, entries: ins.entries.length }));
+"""
+    )
+    proc = subprocess.run(
+        ["node", "--expose-gc", "--input-type=module", "-e", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["entries"] > 0
+    assert out["grown"] < 10_000_000

@@ -242,7 +242,17 @@ export class Inspector {
       drop < this.entries.length &&
       (this.entries.length - drop > this.capacity || chars > MAX_STORED_CHARS)
     ) {
-      chars -= this.entries[drop].chars;
+      const entry = this.entries[drop];
+      chars -= entry.chars;
+      // A dropped entry may still wait in an endpoint's pending joins (the
+      // runtime reports few envelopes): it must hold no text there, or every
+      // endpoint's last PENDING_LIMIT envelopes would stay outside the bound.
+      // It is never joined again (`recordFromRuntime` checks `entries`).
+      entry.json = null;
+      entry.raw = null;
+      entry.derived = null;
+      entry.runtimeJson = null;
+      entry.element = null;
       drop += 1;
     }
     if (drop > 0) {
