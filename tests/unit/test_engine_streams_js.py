@@ -255,3 +255,87 @@ console.log(JSON.stringify({ got, cancelled: JSON.parse(await waiting), aborted:
     assert out["got"] == {"chunks": [{"a": 1}], "done": False, "error": None}
     assert out["cancelled"] == {"chunks": [], "done": True, "error": None}
     assert out["aborted"] is True
+
+
+# -- hostile chunk shapes: merging never changes what the runtime maps ----------
+
+
+def both_ways(setup: str) -> Any:
+    """Chunks built by JS `setup` (a `chunks` array), serialized merged and one by one."""
+    return run_node(
+        f"{setup}\n"
+        "const merged = batcher.mergeTextChunks(chunks).map((c) => JSON.stringify(c));\n"
+        "const single = chunks.map((c) => JSON.stringify(c));\n"
+        "console.log(JSON.stringify({ merged, single }));"
+    )
+
+
+def mapped_outcome(texts: list[str]) -> tuple[str, list[str]] | str:
+    """What the runtime makes of serialized chunks: (text, item events), or the failure."""
+    from napllm.errors import ProviderFailure
+    from napllm.jsontext import read_stream_payload
+    from napllm.streaming import SurrogateJoiner
+
+    state = ChatStreamToLmsp(parse_tool_call_blocks=False)
+    joiner = SurrogateJoiner()
+    text = ""
+    try:
+        events = [e for t in texts for e in state.feed(read_stream_payload(t))]
+        events += list(state.finish())
+    except ProviderFailure as exc:
+        return f"failure: {exc.code}"
+    for event in events:
+        if event.event == "response.output_text.delta":
+            text += joiner.feed(str(event.data.get("delta", "")))
+    kinds = [e.event for e in events if not e.event.endswith(".delta")]
+    return text + joiner.flush(), kinds
+
+
+def test_an_error_chunk_is_never_merged_into_text() -> None:
+    """A chunk with a top-level `error` fails the stream, merged or not (it was dropped)."""
+    for order in ("[text('a'), erring('b')]", "[erring('a'), text('b')]"):
+        got = both_ways(
+            "const text = (t) => ({ id: 'c1', choices: [{ index: 0, delta: { content: t } }] });\n"
+            "const erring = (t) => ({ error: { message: 'boom' }, choices: [{ index: 0, delta: { content: t } }] });\n"
+            f"const chunks = {order};"
+        )
+        assert mapped_outcome(got["merged"]) == mapped_outcome(got["single"])
+        assert str(mapped_outcome(got["merged"])).startswith("failure")
+
+
+def test_chunks_with_unknown_top_level_keys_stay_apart() -> None:
+    got = merged(
+        [text_chunk("a"), {**text_chunk("b"), "x_extra": {"content": "?"}}, text_chunk("c")]
+    )
+    assert len(got["out"]) == 3
+
+
+def test_objects_that_are_not_plain_data_are_not_merged() -> None:
+    """Getters, inherited fields, `toJSON` and class instances: serialized as they are."""
+    got = both_ways(
+        """
+const text = (t) => ({ id: 'c1', choices: [{ index: 0, delta: { content: t } }] });
+class Delta { get content() { return 'inherited'; } }
+const withGetter = { choices: [{ index: 0, delta: { get content() { return 'getter'; } } }] };
+const withToJson = { ...text('t'), toJSON() { return text('replaced'); } };
+const inherited = { choices: [{ index: 0, delta: new Delta() }] };
+const protoChoice = { choices: [Object.assign(Object.create({ extra: 1 }), { index: 0, delta: { content: 'p' } })] };
+const protoKey = JSON.parse('{"choices": [{"index": 0, "delta": {"content": "k", "__proto__": {"role": "x"}}}]}');
+const chunks = [text('a'), withToJson, text('b'), inherited, text('c'), withGetter, text('d'),
+                protoChoice, text('e'), protoKey, text('f')];
+"""
+    )
+    assert mapped_outcome(got["merged"]) == mapped_outcome(got["single"])
+    assert mapped_outcome(got["single"])[0] == "areplacedbcgetterdpekf"  # type: ignore[index]
+
+
+def test_split_surrogate_pairs_map_to_the_same_text_merged_or_not() -> None:
+    got = both_ways(
+        """
+const text = (t) => ({ choices: [{ index: 0, delta: { content: t } }] });
+const chunks = [text('a\\ud83d'), text('\\ude00b'), text('\\ud83d'), text('c'), text('\\ude00'),
+                text('\\ud83d'), { choices: [{ index: 0, delta: {}, finish_reason: null }] }, text('\\ude00'), text('\\ud83d')];
+"""
+    )
+    assert mapped_outcome(got["merged"]) == mapped_outcome(got["single"])
+    assert len(got["merged"]) < len(got["single"])

@@ -119,3 +119,113 @@ def test_the_shortcuts_keep_every_rule() -> None:
             read_json(text)
     # A long digit run inside a string turns the check on without changing the answer.
     assert read_json('{"s":"12345678901234567890","n":7}') == {"s": "12345678901234567890", "n": 7}
+
+
+def _full_checks(text: str, max_depth: int) -> object:
+    """The reader as it was before its shortcuts: depth scan and integer check always."""
+    import json
+
+    from napllm import jsontext
+
+    if jsontext.nesting_depth(text, max_depth) > max_depth:
+        raise JsonTextError("deep")
+    try:
+        value = json.loads(
+            text,
+            parse_constant=jsontext._no_constant,
+            parse_float=jsontext._finite_float,
+            parse_int=jsontext._safe_int,
+            object_pairs_hook=jsontext._unique_keys,
+        )
+    except JsonTextError:
+        raise
+    except (ValueError, RecursionError):
+        raise JsonTextError("not JSON") from None
+    jsontext._check_text(value)
+    return value
+
+
+def _verdict(reader: object, text: str, max_depth: int) -> tuple[str, object]:
+    try:
+        return ("value", reader(text, max_depth))  # type: ignore[operator]
+    except JsonTextError:
+        return ("refused", None)
+
+
+# Pieces a hostile text is made of: Unicode digits (Arabic-Indic, fullwidth,
+# superscript), exponents, escapes of brackets and quotes, brackets inside
+# strings, long and signed integers, and unbalanced brackets.
+_PIECES = [
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    ":",
+    '"',
+    "\\",
+    '\\"',
+    "\\u005b",
+    "\\u007b",
+    "\\\\",
+    " ",
+    "0",
+    "1",
+    "-",
+    "+",
+    ".",
+    "e",
+    "E",
+    "e+400",
+    "E-400",
+    "1e400",
+    "-0",
+    "00",
+    "\u0661\u0662",
+    "\uff11\uff12",
+    "\u00b2",
+    "\u0663" * 16,
+    "9007199254740991",
+    "9007199254740992",
+    "-9007199254740993",
+    "1234567890123456",
+    "123456789012345",
+    "12345678901234567890",
+    "1.5",
+    '"a"',
+    '"k":',
+    "true",
+    "null",
+    "NaN",
+    "Infinity",
+    '"[[[["',
+    '"{{"',
+    "\ud800",
+    '"\\ud83d"',
+]
+
+
+def test_the_shortcuts_give_the_full_checks_verdict_on_hostile_texts() -> None:
+    """Thousands of texts built from hostile pieces (and well-formed ones of every
+    depth up to one past the limit): the reader with its shortcuts reads or refuses
+    each exactly as the full checks do."""
+    import random
+
+    rng = random.Random(20261201)
+    texts: list[str] = []
+    for depth in range(0, 6):
+        for inner in ("0", "1234567890123456789", "[]", '"]]]]"', "12345678901234567"):
+            texts.append("[" * depth + inner + "]" * depth)
+            texts.append('{"a":' * depth + inner + "}" * depth)
+            texts.append("[" * depth + inner + "]" * (depth - 1))
+    for _ in range(4000):
+        texts.append("".join(rng.choice(_PIECES) for _ in range(rng.randint(1, 12))))
+        body = ",".join(rng.choice(_PIECES[13:]) for _ in range(rng.randint(1, 6)))
+        texts.append("[" * rng.randint(0, 5) + body + "]" * rng.randint(0, 5))
+    accepted = 0
+    for text in texts:
+        for max_depth in (0, 1, 2, 3, 4):
+            got = _verdict(lambda t, d: read_json(t, max_depth=d), text, max_depth)
+            assert got == _verdict(_full_checks, text, max_depth), (text, max_depth)
+            accepted += got[0] == "value"
+    assert accepted > 500  # the corpus reaches both verdicts

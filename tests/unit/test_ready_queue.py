@@ -196,3 +196,81 @@ def test_asyncio_tasks_and_futures_run_through_the_queue(
         assert task.done() and task.result() == "done"
     finally:
         asyncio.events._set_running_loop(None)
+
+
+def test_a_pass_that_fails_before_its_first_callback_does_not_stop_the_queue(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """Whatever leaves a pass early, the queue is drained again later (never stuck)."""
+    ran: list[int] = []
+    failures = [RuntimeError("enter failed")]
+
+    def enter() -> None:
+        if failures:
+            raise failures.pop()
+
+    browser = Browser()
+    queue = ReadyQueue(
+        loop,
+        browser.microtasks.append,
+        browser.tasks.append,
+        clock=lambda: browser.now,
+        enter=enter,
+    )
+    queue.call_soon(ran.append, 1)
+    with pytest.raises(RuntimeError):
+        browser.run_microtasks()
+    # The waiting callback still runs, and new ones schedule passes again.
+    while browser.tasks:
+        browser.run_task()
+    queue.call_soon(ran.append, 2)
+    browser.run_microtasks()
+    while browser.tasks:
+        browser.run_task()
+    assert ran == [1, 2]
+
+
+def test_an_exception_after_the_last_callback_leaves_the_queue_ready_for_more(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    browser = Browser()
+    queue = browser.queue(loop)
+    ran: list[int] = []
+
+    def leave() -> None:
+        raise SystemExit(3)
+
+    queue.call_soon(leave)
+    with pytest.raises(SystemExit):
+        browser.run_microtasks()
+    assert browser.tasks == []
+    queue.call_soon(ran.append, 1)
+    browser.run_microtasks()
+    assert ran == [1]
+
+
+def test_a_scheduler_that_fails_does_not_stop_the_queue(loop: asyncio.AbstractEventLoop) -> None:
+    """A new task that cannot be scheduled: the next `call_soon` starts a pass."""
+    browser = Browser()
+    ran: list[int] = []
+
+    def no_task(_fn: Callable[[], None]) -> None:
+        raise RuntimeError("no task")
+
+    queue = ReadyQueue(
+        loop, browser.microtasks.append, no_task, clock=lambda: browser.now, budget_s=0.0
+    )
+
+    def tick(i: int) -> None:
+        ran.append(i)
+        browser.now += 1.0
+
+    queue.call_soon(tick, 1)
+    queue.call_soon(tick, 2)
+    with pytest.raises(RuntimeError):
+        browser.run_microtasks()
+    assert ran == [1]
+    queue.call_soon(tick, 3)
+    with pytest.raises(RuntimeError):
+        browser.run_microtasks()
+    assert ran == [1, 2]

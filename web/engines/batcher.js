@@ -22,8 +22,11 @@
  * - Each batch (and the returned tail) has its runs of adjacent text-only
  *   chunks merged into one chunk (`mergeTextChunks`): the runtime parses and
  *   maps one chunk per run instead of one per token, and the text is the
- *   same, in the same order (the mapping accepts text split anywhere). A
- *   caller that wants chunks one by one (a delivery delay) passes
+ *   same, in the same order (the mapping accepts text split anywhere).
+ *   Only plain data is merged (`plainParts`): a chunk with any other
+ *   top-level field (an `error`), a getter, an inherited field or a class
+ *   instance is sent as it is, so a merge never changes what the runtime
+ *   reads. A caller that wants chunks one by one (a delivery delay) passes
  *   `merge = false`.
  * - Once `signal` is aborted nothing more is posted and nothing is returned.
  */
@@ -46,45 +49,88 @@ export function carriesOutput(chunk) {
   return (typeof delta.content === "string" && delta.content.length > 0) || Array.isArray(delta.tool_calls);
 }
 
+/**
+ * Top-level fields a text-only chunk may have (OpenAI's, and llama.cpp's
+ * `timings` and `prompt_progress` from wllama): the runtime reads none of
+ * them but `choices` and `usage`, so the merged chunk may keep the first
+ * chunk's. Any other field (`error` above all) keeps a chunk apart.
+ */
+const PLAIN_CHUNK_KEYS = new Set([
+  "id", "object", "created", "model", "system_fingerprint", "service_tier", "choices", "usage", "timings", "prompt_progress",
+]);
 const PLAIN_CHOICE_KEYS = new Set(["index", "delta", "finish_reason", "logprobs"]);
+const PLAIN_DELTA_KEYS = new Set(["content", "role"]);
 
 /**
- * The content of a chunk that carries nothing but text, else null. Plain
- * means: no usage, one choice of index 0 with no finish reason and no
- * log-probabilities, whose delta holds only `content` (a string) and maybe
- * `role`. Anything else (tool calls, reasoning, the last chunk) is not.
+ * The fields of `value` when it is plain data whose every field is named in
+ * `allowed`, else null: an object whose prototype is `Object.prototype` or
+ * null (no class instance, no inherited field), whose own enumerable
+ * fields (the ones JSON.stringify writes) are all data properties, never
+ * getters. The fields are copied out (a null-prototype object), so a merge
+ * writes exactly the values that were checked.
  */
-export function plainText(chunk) {
-  if (!chunk || typeof chunk !== "object" || Array.isArray(chunk)) return null;
-  if (chunk.usage !== undefined && chunk.usage !== null) return null;
-  const choices = chunk.choices;
-  if (!Array.isArray(choices) || choices.length !== 1) return null;
-  const choice = choices[0];
-  if (!choice || typeof choice !== "object" || Array.isArray(choice)) return null;
-  if (!Object.keys(choice).every((key) => PLAIN_CHOICE_KEYS.has(key))) return null;
-  if ((choice.index ?? 0) !== 0) return null;
+function plainFields(value, allowed) {
+  if (!value || typeof value !== "object" || Array.isArray(value)) return null;
+  const proto = Object.getPrototypeOf(value);
+  if (proto !== Object.prototype && proto !== null) return null;
+  const fields = Object.create(null);
+  for (const key of Object.keys(value)) {
+    if (!allowed.has(key)) return null;
+    const field = Object.getOwnPropertyDescriptor(value, key);
+    if (!field || !("value" in field)) return null;
+    fields[key] = field.value;
+  }
+  return fields;
+}
+
+/**
+ * The checked fields of a chunk that carries nothing but text, else null:
+ * `{chunk, choice, delta}`, each from `plainFields`, with `delta.content` a
+ * string. Plain means: only the usual top-level fields (an `error`, an
+ * extension or a `toJSON` is not), no usage, one choice of index 0 with no
+ * finish reason and no log-probabilities, whose delta holds only `content`
+ * and maybe `role`. Anything else (tool calls, reasoning, the last chunk,
+ * objects that are not plain data) is not: such a chunk is sent as it is.
+ */
+function plainParts(chunk) {
+  const top = plainFields(chunk, PLAIN_CHUNK_KEYS);
+  if (top === null || (top.usage !== undefined && top.usage !== null)) return null;
+  const choices = top.choices;
+  if (!Array.isArray(choices) || Object.getPrototypeOf(choices) !== Array.prototype || choices.length !== 1) return null;
+  const slot = Object.getOwnPropertyDescriptor(choices, "0");
+  if (!slot || !("value" in slot)) return null;
+  const choice = plainFields(slot.value, PLAIN_CHOICE_KEYS);
+  if (choice === null || (choice.index ?? 0) !== 0) return null;
   if (choice.finish_reason !== undefined && choice.finish_reason !== null) return null;
   if (choice.logprobs !== undefined && choice.logprobs !== null) return null;
-  const delta = choice.delta;
-  if (!delta || typeof delta !== "object" || Array.isArray(delta)) return null;
-  if (!Object.keys(delta).every((key) => key === "content" || key === "role")) return null;
-  return typeof delta.content === "string" ? delta.content : null;
+  const delta = plainFields(choice.delta, PLAIN_DELTA_KEYS);
+  if (delta === null || typeof delta.content !== "string") return null;
+  return { chunk: top, choice, delta };
+}
+
+/** The content of a chunk that carries nothing but text (`plainParts`), else null. */
+export function plainText(chunk) {
+  const parts = plainParts(chunk);
+  return parts === null ? null : parts.delta.content;
 }
 
 /**
  * `last` and `chunk` as one chunk when both carry nothing but text
- * (`plainText`) and `chunk` names no other role than `last`: `last` with
- * the two texts joined (new objects; neither input changes). Else null.
+ * (`plainParts`) and `chunk` names no other role than `last`: `last`'s
+ * checked fields with the two texts joined (new plain objects; neither
+ * input changes). Else null.
  */
 export function mergedWith(last, chunk) {
-  const head = plainText(last);
+  const head = plainParts(last);
   if (head === null) return null;
-  const text = plainText(chunk);
-  if (text === null) return null;
-  const role = chunk.choices[0].delta.role;
-  if (role !== undefined && role !== null && role !== last.choices[0].delta.role) return null;
-  const choice = last.choices[0];
-  return { ...last, choices: [{ ...choice, delta: { ...choice.delta, content: head + text } }] };
+  const next = plainParts(chunk);
+  if (next === null) return null;
+  const role = next.delta.role;
+  if (role !== undefined && role !== null && role !== head.delta.role) return null;
+  return {
+    ...head.chunk,
+    choices: [{ ...head.choice, delta: { ...head.delta, content: head.delta.content + next.delta.content } }],
+  };
 }
 
 /** `chunks` with each run of adjacent text-only chunks merged (`mergedWith`), in order. */

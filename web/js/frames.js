@@ -792,8 +792,15 @@ export class NappletArea {
       console.error("napllm: the runtime posted a batch that is not a JSON array");
       return;
     }
+    // Envelopes of one run share this text: one that cannot be delivered (an
+    // inspector or port that throws) must not cost the ones after it theirs.
     for (const item of batch) {
-      if (Array.isArray(item) && item.length === 2) this.deliverOut(String(item[0]), item[1], null);
+      if (!Array.isArray(item) || item.length !== 2) continue;
+      try {
+        this.deliverOut(String(item[0]), item[1], null);
+      } catch (err) {
+        console.error("napllm: delivering an envelope failed", err);
+      }
     }
   }
 

@@ -7,7 +7,9 @@
  *   `MAX_STORED_CHARS` UTF-16 code units of text in all (the oldest entries
  *   are dropped first); each stored text is cut to `MAX_ENTRY_CHARS` with a
  *   note of how much was left out, and envelopes longer than
- *   `MAX_PARSED_CHARS` are not parsed for display at all.
+ *   `MAX_PARSED_CHARS` are not parsed for display at all. A kept text or
+ *   label is a copy, never a slice of a longer string (`detached`); labels
+ *   are cut to `MAX_LABEL_CHARS`.
  * - An endpoint that closes is forgotten: its entries, its pending joins
  *   and its place in the endpoint filter (`forgetEndpoint`).
  * - "in" entries are recorded by the page when it hands a message to the
@@ -33,13 +35,26 @@ export const MAX_ENTRY_CHARS = 16 * 1024;
 export const MAX_STORED_CHARS = 2 * 1024 * 1024;
 /** Longer envelopes are shown cut, without being parsed. */
 const MAX_PARSED_CHARS = 256 * 1024;
+/** Most a pretty-printed text may grow over the text itself (times). */
+const PRETTY_GROWTH = 4;
 /** How often the collapsed panel's count is brought up to date (ms). */
 const COLLAPSED_RENDER_MS = 250;
 
-/** `text` cut to `MAX_ENTRY_CHARS`, saying how much was left out. */
+/**
+ * A copy of `text` that refers to no other string. V8 makes a slice (and a
+ * regular expression's match) of a long string a view that keeps the whole
+ * string alive, so a kept piece of an 8 MB envelope would hold all 8 MB and
+ * the inspector's bound would count 16 Ki of it. Round-tripping through
+ * JSON copies the characters exactly (lone surrogates included).
+ */
+function detached(text) {
+  return JSON.parse(JSON.stringify(text));
+}
+
+/** `text` cut to `MAX_ENTRY_CHARS`, saying how much was left out (a copy that holds no longer text). */
 export function cut(text) {
   if (text.length <= MAX_ENTRY_CHARS) return text;
-  return `${text.slice(0, MAX_ENTRY_CHARS)}… (${text.length - MAX_ENTRY_CHARS} more characters not kept)`;
+  return detached(`${text.slice(0, MAX_ENTRY_CHARS)}… (${text.length - MAX_ENTRY_CHARS} more characters not kept)`);
 }
 
 /** The envelope type named near the start of a long text, for its label. */
@@ -48,11 +63,25 @@ function labelOfLong(text) {
   return match ? `${match[1]} (long)` : "(long)";
 }
 
-/** Pretty-print JSON text for display; invalid text is shown as is. */
-function pretty(text) {
+/** Longest label kept (a napplet names its envelope's type; it is not counted in `chars`). */
+const MAX_LABEL_CHARS = 80;
+
+/** `label` cut to `MAX_LABEL_CHARS`, as a copy that holds no longer text (see `detached`). */
+function shortLabel(label) {
+  return detached(label.length <= MAX_LABEL_CHARS ? label : `${label.slice(0, MAX_LABEL_CHARS)}…`);
+}
+
+/**
+ * Pretty-print JSON text for display; invalid text is shown as is, and so is
+ * text whose indentation would make it more than `PRETTY_GROWTH` times as
+ * long (plus 1 Ki): 16 Ki of arrays nested 128 deep would indent to almost
+ * 2 Mi characters, and an open panel keeps every listed row.
+ */
+export function pretty(text) {
   if (text.length >= MAX_ENTRY_CHARS) return text;
   try {
-    return JSON.stringify(JSON.parse(text), null, 2);
+    const shown = JSON.stringify(JSON.parse(text), null, 2);
+    return shown.length <= PRETTY_GROWTH * text.length + 1024 ? shown : text;
   } catch {
     return text;
   }
@@ -72,7 +101,7 @@ class Entry {
       const long = raw.length > MAX_PARSED_CHARS;
       this.derived = {
         text: cut(long ? raw : unwrapWire(raw)),
-        label: long ? labelOfLong(raw) : envelopeLabel(raw),
+        label: shortLabel(long ? labelOfLong(raw) : envelopeLabel(raw)),
       };
       this.raw = null; // the uncut text is no longer held
     }
@@ -213,7 +242,17 @@ export class Inspector {
       drop < this.entries.length &&
       (this.entries.length - drop > this.capacity || chars > MAX_STORED_CHARS)
     ) {
-      chars -= this.entries[drop].chars;
+      const entry = this.entries[drop];
+      chars -= entry.chars;
+      // A dropped entry may still wait in an endpoint's pending joins (the
+      // runtime reports few envelopes): it must hold no text there, or every
+      // endpoint's last PENDING_LIMIT envelopes would stay outside the bound.
+      // It is never joined again (`recordFromRuntime` checks `entries`).
+      entry.json = null;
+      entry.raw = null;
+      entry.derived = null;
+      entry.runtimeJson = null;
+      entry.element = null;
       drop += 1;
     }
     if (drop > 0) {

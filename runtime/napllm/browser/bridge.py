@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import secrets
 from collections.abc import Callable
 from typing import Any
@@ -46,6 +47,8 @@ from ..shell import (
     Observer,
 )
 from ..wire import Unclonable, loads_strict
+
+log = logging.getLogger("napllm.browser.bridge")
 
 
 class BridgeTransport:
@@ -73,12 +76,27 @@ class BridgeTransport:
         self._schedule = schedule
 
     def send(self, endpoint_id: str, envelope: dict[str, Any]) -> None:
-        """Queue for the endpoint's frame; the page drops it if the frame is gone by then."""
+        """Queue for the endpoint's frame; the page drops it if the frame is gone by then.
+
+        Raises `ValueError` for an envelope that is not JSON (NaN or an
+        infinity, which `JSON.parse` refuses) and `TypeError` for a value
+        JSON has no form for; nothing is queued then, so the run's other
+        envelopes still reach the page (they share one JSON text), and the
+        shell answers the request with `provider-error` instead.
+        """
         self._pending.append(
-            json.dumps([endpoint_id, envelope], ensure_ascii=False, separators=(",", ":"))
+            json.dumps(
+                [endpoint_id, envelope], ensure_ascii=False, separators=(",", ":"), allow_nan=False
+            )
         )
         if len(self._pending) == 1:
-            self._schedule(self.flush)
+            try:
+                self._schedule(self.flush)
+            except Exception:
+                # Without a hand-over the queue would wait for ever (and every
+                # later envelope with it): deliver now, as a plain post would.
+                log.exception("napllm: the hand-over of envelopes could not be scheduled")
+                self.flush()
 
     def flush(self) -> None:
         """Hand every queued envelope to the page now (`napllmHost.postAll`)."""

@@ -90,13 +90,16 @@ class ReadyQueue:
         Callbacks made ready during the pass run in it too. When the budget
         is spent, the rest runs in a new browser task. `SystemExit` and
         `KeyboardInterrupt` from a callback propagate (asyncio's rule), and
-        the callbacks after it still run later.
+        the callbacks after it still run later; so does anything raised by
+        `enter` or `clock`: whatever leaves a pass early, the queue is never
+        left marked as scheduled with no pass to come (which would stop
+        every later callback of the page).
         """
         self.passes += 1
-        self._enter()
-        deadline = self._clock() + self._budget_s
         ready = self._ready
         try:
+            self._enter()
+            deadline = self._clock() + self._budget_s
             while ready:
                 handle = ready.popleft()
                 if not handle.cancelled():
@@ -105,10 +108,17 @@ class ReadyQueue:
                     self._schedule_task(self.drain)
                     return
         except BaseException:
-            # Only SystemExit and KeyboardInterrupt leave Handle._run.
-            self._scheduled = bool(ready)
+            # SystemExit and KeyboardInterrupt from Handle._run, or a failure
+            # of `enter`, `clock` or the scheduler: the rest runs later. If
+            # no task can be scheduled either, the next `call_soon` starts a
+            # pass (the flag is never left set with no pass to come).
+            self._scheduled = False
             if ready:
-                self._schedule_task(self.drain)
+                try:
+                    self._schedule_task(self.drain)
+                    self._scheduled = True
+                except Exception:
+                    pass
             raise
         self._scheduled = False
 
