@@ -13,17 +13,20 @@ import pytest
 needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
 
 
-def run_module(script: str, *args: str) -> Any:
+def run_module(
+    script: str, *args: str, node_options: tuple[str, ...] = (), timeout: float = 60
+) -> Any:
     """Run `script` as an ES module in node with `args` as its arguments; its stdout as JSON.
 
-    Fails the calling test (with node's stderr) when node exits non-zero;
-    gives up after 60 s.
+    `node_options` go to node itself (e.g. `--expose-gc`). Fails the
+    calling test (with node's stderr) when node exits non-zero; gives up
+    after `timeout` seconds.
     """
     proc = subprocess.run(
-        ["node", "--input-type=module", "-e", script, *args],
+        ["node", *node_options, "--input-type=module", "-e", script, *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr

@@ -10,17 +10,16 @@ the panel collapsed (labels and shown text derived lazily) or open.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from nodejs import needs_node, run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 INSPECTOR = ROOT / "web" / "js" / "inspector.js"
 
-pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+pytestmark = needs_node
 
 # A stand-in for the few DOM pieces the inspector touches (the panel collapsed).
 FAKE_DOM = """
@@ -35,15 +34,7 @@ def run_node(body: str) -> Any:
     script = (
         f"{FAKE_DOM}\nconst inspector = await import({json.dumps(INSPECTOR.as_uri())});\n{body}\n"
     )
-    proc = subprocess.run(
-        ["node", "--input-type=module", "-e", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return run_module(script, timeout=120)
 
 
 HELD = """
@@ -95,15 +86,7 @@ globalThis.gc();
 console.log(JSON.stringify({{ grown: process.memoryUsage().heapUsed - before, entries: ins.entries.length }}));
 """
     )
-    proc = subprocess.run(
-        ["node", "--expose-gc", "--input-type=module", "-e", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return run_module(script, node_options=("--expose-gc",), timeout=120)
 
 
 @pytest.mark.parametrize(("size", "limit"), [(250_000, 12_000_000), (1_000_000, 32_000_000)])
@@ -155,14 +138,6 @@ globalThis.gc();
 console.log(JSON.stringify({ grown: process.memoryUsage().heapUsed - before, entries: ins.entries.length }));
 """
     )
-    proc = subprocess.run(
-        ["node", "--expose-gc", "--input-type=module", "-e", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    out = run_module(script, node_options=("--expose-gc",), timeout=120)
     assert out["entries"] > 0
     assert out["grown"] < 10_000_000
