@@ -400,10 +400,24 @@ class _Driver:
         )
         tab_id = page.locator("#napplet-tabs .tab").last.get_attribute("id") or ""
         self.tab_key = tab_id.removesuffix("-tab")
+        frames = f"#{self.tab_key}-panel iframe.napplet-frame"
+        loaded = (
+            "([sel, old]) => { const f = document.querySelector(sel);"
+            " return !!f && f !== old && f.srcdoc.length > 0; }"
+        )
+        # A napplet opened by URL starts with LLM access off. Turning it on
+        # builds a fresh frame once the document has arrived, so the steps
+        # must wait for that frame: a click on the first one would be lost.
+        page.wait_for_function(loaded, arg=[frames, None])
         toggle = page.locator(f"#{self.tab_key}-panel .llm-toggle")
         if toggle.count() > 0 and not toggle.is_checked():
+            old = page.query_selector(frames)
             toggle.check()
-        page.locator(f"#{self.tab_key}-panel iframe.napplet-frame").wait_for(state="attached")
+            page.wait_for_function(loaded, arg=[frames, old])
+        handle = page.query_selector(frames)
+        frame = handle.content_frame() if handle is not None else None
+        if frame is not None:
+            frame.wait_for_load_state("load")
 
     def _dialog(self, kind: str, timeout: int) -> Any:
         dialog = self.page.locator(f"dialog.{kind}-dialog[open]").first
