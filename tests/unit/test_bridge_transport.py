@@ -6,14 +6,13 @@ as one `napllmHost.postAll` call; the page posts each to its endpoint's frame.
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from fake_js import browser_module
 
 
 class Host:
@@ -33,20 +32,9 @@ def _not_json(name: str) -> Any:
 
 @pytest.fixture
 def bridge() -> Iterator[tuple[types.ModuleType, Host]]:
-    saved = {name: sys.modules.get(name) for name in ("js", "napllm.browser.bridge")}
-    fake_js = types.ModuleType("js")
     host = Host()
-    fake_js.napllmHost = host  # type: ignore[attr-defined]
-    sys.modules["js"] = fake_js
-    sys.modules.pop("napllm.browser.bridge", None)
-    try:
-        yield importlib.import_module("napllm.browser.bridge"), host
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
+    with browser_module("napllm.browser.bridge", napllmHost=host) as module:
+        yield module, host
 
 
 def test_one_runs_envelopes_go_together_in_order(

@@ -12,16 +12,15 @@ own endpoint only.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import itertools
 import json
-import sys
 import types
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from fake_js import browser_module
 from harness import Harness, ManualClock, generate
 
 from napllm.browser.loop import DRAIN_BUDGET_S, ReadyQueue
@@ -64,29 +63,19 @@ async def page_loop(budget_s: float) -> AsyncIterator[tuple[PageTransport, Host]
     loop = asyncio.get_running_loop()
     original: Callable[..., Any] = loop.call_soon
     queue = ReadyQueue(loop, lambda fn: original(fn), lambda fn: original(fn), budget_s=budget_s)
-    saved = {name: sys.modules.get(name) for name in ("js", "napllm.browser.bridge")}
-    fake_js = types.ModuleType("js")
     host = Host()
-    fake_js.napllmHost = host  # type: ignore[attr-defined]
-    sys.modules["js"] = fake_js
-    sys.modules.pop("napllm.browser.bridge", None)
-    module = importlib.import_module("napllm.browser.bridge")
-    loop.call_soon = queue.call_soon  # type: ignore[method-assign]
-    loop.call_soon_threadsafe = queue.call_soon  # type: ignore[method-assign]
-    try:
-        yield PageTransport(module, host, lambda fn: original(fn)), host
-        for _ in range(100):  # let the queue run dry before the loop is restored
-            if not len(queue):
-                break
-            await asyncio.sleep(0)
-    finally:
-        del loop.call_soon  # type: ignore[method-assign]
-        del loop.call_soon_threadsafe  # type: ignore[method-assign]
-        for name, saved_module in saved.items():
-            if saved_module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = saved_module
+    with browser_module("napllm.browser.bridge", napllmHost=host) as module:
+        loop.call_soon = queue.call_soon  # type: ignore[method-assign]
+        loop.call_soon_threadsafe = queue.call_soon  # type: ignore[method-assign]
+        try:
+            yield PageTransport(module, host, lambda fn: original(fn)), host
+            for _ in range(100):  # let the queue run dry before the loop is restored
+                if not len(queue):
+                    break
+                await asyncio.sleep(0)
+        finally:
+            del loop.call_soon  # type: ignore[method-assign]
+            del loop.call_soon_threadsafe  # type: ignore[method-assign]
     assert queue.passes > 0
 
 
