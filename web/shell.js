@@ -129,11 +129,10 @@ $("#boot-error-retry").addEventListener("click", () => location.reload());
  * contract for shapes; every argument is JSON text unless named otherwise.
  */
 const napllmHost = Object.freeze({
-  /** Deliver an envelope to an endpoint's frame (dropped when it is gone). */
-  post(endpointId, envelopeJson) {
-    area.post(String(endpointId), String(envelopeJson));
-  },
-  /** Deliver `[[endpointId, envelope], ...]` (JSON text), in order; see `post`. */
+  /**
+   * Deliver `[[endpointId, envelope], ...]` (JSON text), in order, each to
+   * its endpoint's frame (dropped when the frame is gone).
+   */
   postAll(batchJson) {
     area.postAll(String(batchJson));
   },

@@ -161,7 +161,7 @@ def test_frame_sandbox_is_exactly_allow_scripts(shell: ShellPage) -> None:
                 cookie: attempt(() => document.cookie),
                 storage: attempt(() => window.localStorage),
                 parentDocument: attempt(() => window.parent.document.title),
-                parentHost: attempt(() => window.parent.napllmHost.post),
+                parentHost: attempt(() => window.parent.napllmHost.postAll),
                 nostr: 'nostr' in window,
                 csp: document.querySelector('meta[http-equiv="Content-Security-Policy"]') !== null,
             };

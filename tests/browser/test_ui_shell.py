@@ -89,7 +89,7 @@ FAKE_RUNTIME = """
       return Object.keys(fake.endpoints).filter((id) => !fake.closed.includes(id));
     },
     post(endpointId, envelope) {
-      window.napllmHost.post(endpointId, JSON.stringify(envelope));
+      window.napllmHost.postAll(JSON.stringify([[endpointId, envelope]]));
     },
   };
   fake.api = {

@@ -760,23 +760,6 @@ export class NappletArea {
   }
 
   /**
-   * `napllmHost.post`: deliver an envelope to an endpoint's document.
-   *
-   * @param {string} endpointId
-   * @param {string} envelopeJson
-   */
-  post(endpointId, envelopeJson) {
-    let envelope;
-    try {
-      envelope = JSON.parse(envelopeJson);
-    } catch {
-      console.error("napllm: the runtime posted an envelope that is not JSON");
-      return;
-    }
-    this.deliverOut(String(endpointId), envelope, String(envelopeJson));
-  }
-
-  /**
    * `napllmHost.postAll`: deliver the runtime's envelopes, in order.
    *
    * @param {string} batchJson `[[endpointId, envelope], ...]`
@@ -797,18 +780,18 @@ export class NappletArea {
     for (const item of batch) {
       if (!Array.isArray(item) || item.length !== 2) continue;
       try {
-        this.deliverOut(String(item[0]), item[1], null);
+        this.deliverOut(String(item[0]), item[1]);
       } catch (err) {
         console.error("napllm: delivering an envelope failed", err);
       }
     }
   }
 
-  /** Post `envelope` to an endpoint's document (dropped when it is gone); `json` its text, if known. */
-  deliverOut(endpointId, envelope, json) {
+  /** Post `envelope` to an endpoint's document (dropped when it is gone). */
+  deliverOut(endpointId, envelope) {
     const doc = this.byEndpoint.get(endpointId);
     if (!doc || !doc.live) return;
-    this.inspector.record(doc.endpointId, "out", json ?? JSON.stringify(envelope));
+    this.inspector.record(doc.endpointId, "out", JSON.stringify(envelope));
     try {
       doc.port.postMessage(envelope);
     } catch (err) {

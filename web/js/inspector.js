@@ -13,7 +13,7 @@
  * - An endpoint that closes is forgotten: its entries, its pending joins
  *   and its place in the endpoint filter (`forgetEndpoint`).
  * - "in" entries are recorded by the page when it hands a message to the
- *   runtime; "out" entries when `napllmHost.post` delivers one. When the
+ *   runtime; "out" entries when `napllmHost.postAll` delivers one. When the
  *   runtime also reports an envelope through `napllmHost.inspect`, it is
  *   joined to the page's entry (its converted view is kept alongside)
  *   instead of being listed twice.
