@@ -427,6 +427,9 @@ class ModelEntry(_In):
     `engine`: napllm extension, the words a service gives for the engine
     that runs the model (such as "llama.cpp"); any JSON value is accepted
     here and only plain words are ever shown (`kinds.engine_words`).
+    `cpu_fast_path`: napllm extension of `napllm-lmsp`, whether llama.cpp's
+    CPU fast path is on and why not (`lmsp_service.engine.FastPath`); kept
+    as received, never shown.
     """
 
     id: str
@@ -434,6 +437,7 @@ class ModelEntry(_In):
     context_length: int | None = None
     capabilities: ModelCapabilities = Field(default_factory=ModelCapabilities)
     engine: Any = None
+    cpu_fast_path: Any = None
 
 
 class ModelList(_In):

@@ -16,7 +16,7 @@ pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 import httpx
 
 from napllm.lmsp_service.app import LmspService, ServiceConfig, build_app
-from napllm.lmsp_service.engine import GenerationEnd, GenerationJob, TextPiece
+from napllm.lmsp_service.engine import FastPath, GenerationEnd, GenerationJob, TextPiece
 
 SECRET = "internal detail /srv/model.gguf"
 ORIGIN = "http://allowed.example"
@@ -28,6 +28,7 @@ class FaultyEngine:
     model_id = "faulty"
     n_ctx = 256
     supports_tools = False
+    fast_path = FastPath(setting="auto", enabled=True, reason=None, cpu="")
 
     def render(self, messages: list[dict[str, Any]], tools: object) -> str:
         if messages[-1]["content"] == "bug":

@@ -9,7 +9,7 @@ Usage::
                 [--body-timeout-seconds N] [--cancel-grace-seconds N]
                 [--send-buffer-bytes N] [--store PATH]
                 [--store-retention-seconds N] [--store-max-records N]
-                [--store-max-bytes N]
+                [--store-max-bytes N] [--extra-bufts auto|on|off]
 
 Rules
 - Listens on 127.0.0.1 by default; the bearer token is created on the first
@@ -24,6 +24,9 @@ Rules
   (the reader stopped reading); each connection's socket send buffer and
   write buffer are bounded by `--send-buffer-bytes`, so such a reader is
   noticed after a bounded amount of output, not after megabytes.
+- Any CPU: with `--extra-bufts auto` (the default) a model worker that
+  crashes with llama.cpp's CPU fast path on is restarted without it, and
+  `GET /models` says so in the entry's `cpu_fast_path` (engine.py).
 - Exit status 2 for bad arguments, 1 when the model or the token file cannot
   be used.
 """
@@ -43,6 +46,7 @@ import uvicorn
 from .app import LmspService, ServiceConfig, build_app
 from .auth import TokenFileError, default_token_path, load_or_create_token
 from .engine import Engine
+from .llama_load import EXTRA_BUFTS_CHOICES
 from .store import SqliteStore
 
 
@@ -176,6 +180,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--n-ctx", type=_positive_int, help="context window in tokens")
     parser.add_argument("--n-threads", type=_positive_int, help="llama.cpp CPU threads")
     parser.add_argument(
+        "--extra-bufts",
+        choices=EXTRA_BUFTS_CHOICES,
+        default="auto",
+        help="llama.cpp's CPU fast path (extra buffer types: AMX, repacked weights): auto "
+        "(on, turned off for good if the model worker crashes with it), on, or off "
+        "(default auto)",
+    )
+    parser.add_argument(
         "--cancel-grace-seconds",
         type=_positive_float,
         default=10.0,
@@ -205,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             n_ctx=args.n_ctx,
             n_threads=args.n_threads,
             cancel_grace_s=args.cancel_grace_seconds,
+            extra_bufts=args.extra_bufts,
         )
     except ValueError as exc:
         print(f"napllm-lmsp: cannot load the model: {exc}", file=sys.stderr)

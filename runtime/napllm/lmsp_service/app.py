@@ -177,6 +177,7 @@ class LmspService:
             object="model",
             context_length=self.facts.n_ctx,
             engine="llama.cpp",
+            cpu_fast_path=self.engine.fast_path.as_json(),
             capabilities=ModelCapabilities(
                 tools=tools,
                 structured_output=True,

@@ -24,6 +24,15 @@ Rules
 - Structured output and forced tool calls are constrained by GBNF text built
   by grammar.py (bounded); the grammar is not trusted (llama.cpp has run
   unconstrained on grammar errors): the caller checks the output afterwards.
+- Any CPU: the worker decodes a short prompt before it reports ready
+  (`llama_load.self_check`). With `extra_bufts="auto"` (the default), a
+  worker that dies by a crash signal (`llama_load.CRASH_SIGNALS`) while
+  llama.cpp's CPU extra buffer types are on, during that check or during
+  a generation, is restarted with them off, once for the life of the
+  engine; this is logged once and reported by `fast_path`. A generation
+  that crashed before it produced any text is then run again on the new
+  worker (the client gets its answer); one that already streamed text
+  ends `crashed`. `"on"` and `"off"` force the setting (no fallback).
 - Cancellation (`CancelFlag.set`) removes a queued job or tells the worker
   to stop between tokens; prompt evaluation itself cannot be interrupted. A
   worker still running a cancelled generation `cancel_grace_s` later (stuck
@@ -37,6 +46,7 @@ import contextlib
 import itertools
 import logging
 import multiprocessing
+import signal
 import threading
 import time
 from collections import deque
@@ -50,6 +60,7 @@ from typing import Any, Literal
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from ..lmsp import FunctionCallIn, FunctionCallOutputIn, FunctionTool, InputImage, MessageItemIn
+from .llama_load import ExtraBufts, crash_signal
 from .tasks import CancelFlag
 from .worker import worker_main
 
@@ -70,6 +81,39 @@ class TemplateError(Exception):
 
 class EngineCrashed(Exception):
     """The model worker died (or is restarting) while this request needed it."""
+
+
+class WorkerCrashed(ValueError):
+    """A starting model worker died by a crash signal (`signal`) before it was ready."""
+
+    def __init__(self, message: str, sig: signal.Signals) -> None:
+        super().__init__(message)
+        self.signal = sig
+
+
+@dataclass(frozen=True)
+class FastPath:
+    """What the engine says about llama.cpp's CPU fast path (`/models` extension).
+
+    `setting`: `auto`, `on` or `off` (`--extra-bufts`); `enabled`: whether
+    the running worker uses the CPU extra buffer types; `reason`: why they
+    are off, in words for a user (`None` while they are on); `cpu`:
+    llama.cpp's summary of the CPU features it found.
+    """
+
+    setting: ExtraBufts
+    enabled: bool
+    reason: str | None
+    cpu: str
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON object of the `/models` entry's `cpu_fast_path` extension."""
+        return {
+            "setting": self.setting,
+            "enabled": self.enabled,
+            "reason": self.reason,
+            "cpu": self.cpu,
+        }
 
 
 @dataclass
@@ -164,6 +208,7 @@ class _Job:
     sink: Sink
     future: Future[None]
     ended: bool = False
+    emitted: bool = False
 
 
 class Engine:
@@ -173,10 +218,13 @@ class Engine:
     `n_ctx`: context window in tokens (default: the model's trained
     context); `n_threads`: CPU threads for llama.cpp (default: its own);
     `cancel_grace_s`: seconds a cancelled generation may keep running before
-    the worker is killed and restarted.
-    Starting blocks until the worker has loaded the model; raises
-    `ValueError` when it cannot (unloadable file, no chat template, the
-    worker died, or `START_TIMEOUT_S` passed). `restarts` counts the
+    the worker is killed and restarted; `extra_bufts`: `auto`, `on` or
+    `off` for llama.cpp's CPU extra buffer types (module rules);
+    `worker_target`: the worker process's entry point (`worker_main`;
+    tests give a wrapper of it that really crashes).
+    Starting blocks until the worker has loaded and checked the model;
+    raises `ValueError` when it cannot (unloadable file, no chat template,
+    the worker died, or `START_TIMEOUT_S` passed). `restarts` counts the
     workers started after a crash.
     """
 
@@ -187,8 +235,19 @@ class Engine:
         n_ctx: int | None = None,
         n_threads: int | None = None,
         cancel_grace_s: float = CANCEL_GRACE_S,
+        extra_bufts: ExtraBufts = "auto",
+        worker_target: Callable[..., None] = worker_main,
     ) -> None:
+        if extra_bufts not in ("auto", "on", "off"):
+            raise ValueError("extra_bufts must be auto, on or off")
         self.model_id = model_id
+        self._extra_bufts_setting: ExtraBufts = extra_bufts
+        self._extra_bufts = extra_bufts != "off"
+        self._fast_path_reason: str | None = (
+            "turned off by the service's --extra-bufts off option" if extra_bufts == "off" else None
+        )
+        self._worker_target = worker_target
+        self._info: dict[str, Any] = {}
         self.restarts = 0
         self._model_path = str(model_path)
         self._n_ctx_arg = n_ctx if n_ctx is not None else 0  # 0: the trained context
@@ -205,7 +264,12 @@ class Engine:
         self._closed = False
         self._process: Any = None
         self._conn: Connection | None = None
-        info = self._spawn()
+        try:
+            info = self._spawn()
+        except WorkerCrashed as exc:
+            if not self._fall_back(exc.signal, "while it loaded and checked the model"):
+                raise
+            info = self._spawn()
         self.n_ctx: int = int(info["n_ctx"])
         self.chat_template: str = str(info["chat_template"])
         self._formatter = Jinja2ChatFormatter(
@@ -218,6 +282,18 @@ class Engine:
         self._reader.start()
 
     # -- capabilities ---------------------------------------------------------
+
+    @property
+    def fast_path(self) -> FastPath:
+        """The state of llama.cpp's CPU fast path (extra buffer types) right now."""
+        with self._lock:
+            info = self._info
+            return FastPath(
+                setting=self._extra_bufts_setting,
+                enabled=bool(info.get("extra_bufts", self._extra_bufts)),
+                reason=self._fast_path_reason,
+                cpu=str(info.get("cpu_features", "")).strip(),
+            )
 
     @property
     def supports_tools(self) -> bool:
@@ -296,12 +372,34 @@ class Engine:
 
     # -- supervision --------------------------------------------------------------
 
+    def _fall_back(self, sig: signal.Signals, when: str) -> bool:
+        """Turn the CPU extra buffer types off after a crash, if the setting allows it.
+
+        Returns whether the next worker will start with them off (only in
+        `auto` mode, and only the first time). Logged once.
+        """
+        if self._extra_bufts_setting != "auto" or not self._extra_bufts:
+            return False
+        self._extra_bufts = False
+        reason = (
+            f"the model worker crashed ({sig.name}) {when} with llama.cpp's CPU fast path "
+            "(extra buffer types such as AMX or repacked weights) on; it runs without it now "
+            "(same answers, somewhat slower; --extra-bufts on forces it)"
+        )
+        self._fast_path_reason = reason
+        log.warning("%s", reason)
+        return True
+
     def _spawn(self) -> dict[str, Any]:
-        """Start a worker and wait for its `ready` message; raises `ValueError`."""
+        """Start a worker and wait for its `ready` message.
+
+        Raises `WorkerCrashed` (a `ValueError`) when the worker died by a
+        crash signal before it was ready, `ValueError` for other failures.
+        """
         parent, child = self._mp.Pipe(duplex=True)
         process = self._mp.Process(
-            target=worker_main,
-            args=(child, self._model_path, self._n_ctx_arg, self._n_threads),
+            target=self._worker_target,
+            args=(child, self._model_path, self._n_ctx_arg, self._n_threads, self._extra_bufts),
             name="napllm-lmsp-model",
             daemon=True,
         )
@@ -312,8 +410,13 @@ class Engine:
                 raise ValueError("the model worker did not start in time")
             message = parent.recv()
         except (EOFError, OSError) as exc:
-            process.join(1)
+            process.join(5)
             parent.close()
+            sig = crash_signal(process.exitcode)
+            if sig is not None:
+                raise WorkerCrashed(
+                    f"the model worker crashed ({sig.name}) while loading the model", sig
+                ) from exc
             raise ValueError("the model worker exited while loading the model") from exc
         except ValueError:
             process.kill()
@@ -323,9 +426,12 @@ class Engine:
             process.join(5)
             parent.close()
             raise ValueError(str(message[1]))
+        info = dict(message[1])
+        with self._lock:
+            self._info = info
         self._process = process
         self._conn = parent
-        return dict(message[1])
+        return info
 
     def _send(self, message: tuple[Any, ...]) -> None:
         with self._send_lock:
@@ -365,6 +471,7 @@ class Engine:
         if running is None or running.rid != message[1]:
             return  # a late message of a job that already ended
         if kind == "text":
+            running.emitted = True
             running.sink(TextPiece(str(message[2])))
         elif kind == "end":
             with self._lock:
@@ -384,6 +491,14 @@ class Engine:
             process.join(5)
             code = process.exitcode
         log.error("the model worker died (exit status %s); restarting it", code)
+        sig = crash_signal(code)
+        retry = (
+            sig is not None
+            and self._fall_back(sig, "during a generation")
+            and running is not None
+            and not running.emitted
+            and not running.job.cancel.is_set()
+        )
         with self._send_lock:
             if self._conn is not None:
                 self._conn.close()
@@ -393,12 +508,22 @@ class Engine:
             if not waiter.done():
                 waiter.set_exception(EngineCrashed("the model worker died"))
         if running is not None:
-            self._end(running, GenerationEnd("crashed", 0), EngineCrashed("the worker died"))
+            if retry:
+                with self._lock:
+                    self._queue.appendleft(running)
+            else:
+                self._end(running, GenerationEnd("crashed", 0), EngineCrashed("the worker died"))
         delay = 1.0
         while not self._closed:
             try:
                 self._spawn()
                 break
+            except WorkerCrashed as exc:
+                if self._fall_back(exc.signal, "while it restarted"):
+                    continue
+                log.exception("could not restart the model worker; retrying")
+                time.sleep(delay)
+                delay = min(delay * 2, 30.0)
             except ValueError:
                 log.exception("could not restart the model worker; retrying")
                 time.sleep(delay)

@@ -13,8 +13,10 @@ Service -> worker (tuples; `rid` is the service's request number):
 - `("stop",)`: exit after the running generation.
 
 Worker -> service:
-- `("ready", info)` once, after loading (`info`: `n_ctx`, `chat_template`,
-  `bos_text`, `eos_text`), or `("failed", reason)` and exit.
+- `("ready", info)` once, after loading and the self-check (`info`:
+  `n_ctx`, `chat_template`, `bos_text`, `eos_text`, `extra_bufts` (whether
+  llama.cpp's CPU extra buffer types are in use), `cpu_features`), or
+  `("failed", reason)` and exit.
 - `("tokens", rid, ids)` (`ids` is `None` when tokenization failed).
 - `("text", rid, text)`: generated text, several tokens batched into one
   message when they come faster than `FLUSH_INTERVAL_S`.
@@ -22,6 +24,9 @@ Worker -> service:
   `cancelled` or `error`.
 
 Rules
+- Before it reports `ready`, the worker decodes a short prompt
+  (`llama_load.self_check`): a CPU fast path that crashes kills the worker
+  here, before any request, and the supervisor decides what to do.
 - Generations run one at a time on the worker's main thread; messages are
   read on a second thread (so cancellation and tokenization do not wait).
 - The worker exits when the service's end of the pipe closes: it never
@@ -44,22 +49,53 @@ from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any, cast
 
+from .llama_load import (
+    cpu_features,
+    default_threads,
+    extra_bufts_in_use,
+    load_llama,
+    self_check,
+)
+
 #: Seconds of generated text collected into one pipe message at most.
 FLUSH_INTERVAL_S = 0.005
 
 
-def worker_main(conn: Connection, model_path: str, n_ctx: int, n_threads: int | None) -> None:
-    """Load the model and serve the pipe protocol of the module docstring until told to stop."""
+def worker_main(
+    conn: Connection,
+    model_path: str,
+    n_ctx: int,
+    n_threads: int | None,
+    extra_bufts: bool = True,
+) -> None:
+    """Load the model, check it, and serve the pipe protocol of the module docstring.
+
+    `extra_bufts`: whether llama.cpp may use its CPU extra buffer types
+    (`llama_load.load_llama`).
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the service decides when to stop
     try:
         import llama_cpp
         import numpy as np
-        from llama_cpp import Llama, LogitsProcessorList, StoppingCriteriaList
+        from llama_cpp import LogitsProcessorList, StoppingCriteriaList
         from llama_cpp.llama_grammar import LlamaGrammar
 
-        llama = Llama(model_path=model_path, n_ctx=n_ctx, n_threads=n_threads, verbose=False)
+        threads, batch_threads = default_threads()
+        llama = load_llama(
+            model_path,
+            extra_bufts=extra_bufts,
+            n_ctx=n_ctx,
+            n_threads=n_threads or threads,
+            n_threads_batch=max(n_threads or 0, batch_threads),
+            verbose=False,
+        )
     except Exception:
         conn.send(("failed", "the model file cannot be loaded"))
+        return
+    try:
+        self_check(llama)
+    except Exception:
+        conn.send(("failed", "the model failed its self-check (llama.cpp could not decode)"))
         return
     template = llama.metadata.get("tokenizer.chat_template")
     if not template:
@@ -79,6 +115,8 @@ def worker_main(conn: Connection, model_path: str, n_ctx: int, n_threads: int | 
                 "chat_template": template,
                 "bos_text": model.token_get_text(llama.token_bos()),
                 "eos_text": model.token_get_text(llama.token_eos()),
+                "extra_bufts": extra_bufts_in_use(llama),
+                "cpu_features": cpu_features(),
             },
         )
     )

@@ -1,0 +1,231 @@
+"""Any CPU: a model worker that crashes with llama.cpp's CPU fast path on is restarted without it.
+
+The workers here are real `spawn` processes that really die by a
+segmentation fault (a read of address 0 through ctypes, as a faulting
+kernel would), wrapped around the product's `worker_main`: they crash
+only while the fast path (llama.cpp's extra buffer types) is on, the way
+llama.cpp 0.3.36 does on Xeons with AMX. On such a machine the plain
+service tests see the real thing; these make the same happen everywhere.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+
+from napllm.lmsp_service.engine import (
+    Engine,
+    GenerationEnd,
+    GenerationJob,
+    TextPiece,
+    WorkerCrashed,
+)
+from napllm.lmsp_service.llama_load import crash_signal
+from napllm.lmsp_service.worker import worker_main
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = REPO / "models" / "tinychat" / "tiny-chat-q8_0.gguf"
+
+pytestmark = pytest.mark.service
+
+
+def segfault() -> None:
+    """Die by a real SIGSEGV: read address 0 from native code."""
+    ctypes.string_at(0)
+
+
+def crash_while_loading(
+    conn: Connection, model_path: str, n_ctx: int, n_threads: int | None, extra_bufts: bool = True
+) -> None:
+    """`worker_main`, except that with the fast path on it faults before it is ready."""
+    if extra_bufts:
+        segfault()
+    worker_main(conn, model_path, n_ctx, n_threads, extra_bufts)
+
+
+class _FaultOnGenerate:
+    """A worker's pipe end standing for a fast path that passes the self-check, then faults.
+
+    It reports the fast path as in use and faults the process when a
+    generation arrives. The model itself is loaded without the fast path,
+    so the self-check passes on every CPU (also on one where the real fast
+    path would already crash there).
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def recv(self) -> Any:
+        message = self._conn.recv()
+        if message[0] == "generate":
+            segfault()
+        return message
+
+    def send(self, message: Any) -> None:
+        if message[0] == "ready":
+            message = ("ready", {**message[1], "extra_bufts": True})
+        self._conn.send(message)
+
+
+def crash_on_generate(
+    conn: Connection, model_path: str, n_ctx: int, n_threads: int | None, extra_bufts: bool = True
+) -> None:
+    """`worker_main`, except that with the fast path on it faults on the first generation."""
+    if extra_bufts:
+        worker_main(_FaultOnGenerate(conn), model_path, n_ctx, n_threads, False)  # type: ignore[arg-type]
+    else:
+        worker_main(conn, model_path, n_ctx, n_threads, False)
+
+
+def answer(engine: Engine, text: str) -> tuple[str, GenerationEnd]:
+    """Greedy answer of `engine` to one user message, and how it ended."""
+    prompt = engine.render([{"role": "user", "content": text}], None)
+    job = GenerationJob(engine.tokenize(prompt), max_tokens=40, temperature=0.0)
+    pieces: list[str] = []
+    ends: list[GenerationEnd] = []
+    done = threading.Event()
+
+    def sink(update: Any) -> None:
+        if isinstance(update, TextPiece):
+            pieces.append(update.text)
+        else:
+            ends.append(update)
+            done.set()
+
+    engine.submit(job, sink)
+    assert done.wait(120), "the generation did not end"
+    (end,) = ends
+    return "".join(pieces), end
+
+
+@pytest.fixture(scope="module")
+def reference() -> str:
+    """TinyChat's greedy answer to "Hello!" from a worker without the fast path."""
+    engine = Engine(MODEL, "tinychat", n_ctx=512, n_threads=1, extra_bufts="off")
+    try:
+        text, end = answer(engine, "Hello!")
+    finally:
+        engine.close()
+    assert end.finish_reason == "stop"
+    return text
+
+
+def test_crash_signal_reads_exit_codes() -> None:
+    assert crash_signal(-signal.SIGSEGV) is signal.SIGSEGV
+    assert crash_signal(-signal.SIGABRT) is signal.SIGABRT
+    assert crash_signal(-signal.SIGKILL) is None  # the service's own kill, or the OOM killer
+    assert crash_signal(0) is None
+    assert crash_signal(1) is None
+    assert crash_signal(None) is None
+
+
+def test_worker_that_crashes_while_loading_falls_back_once(
+    caplog: pytest.LogCaptureFixture, reference: str
+) -> None:
+    caplog.set_level(logging.WARNING, logger="napllm.lmsp_service.engine")
+    engine = Engine(MODEL, "tinychat", n_ctx=512, n_threads=1, worker_target=crash_while_loading)
+    try:
+        fast = engine.fast_path
+        assert fast.setting == "auto"
+        assert fast.enabled is False
+        assert fast.reason is not None
+        assert "SIGSEGV" in fast.reason and "loaded" in fast.reason
+        assert fast.cpu  # llama.cpp's CPU summary reaches the report
+        text, end = answer(engine, "Hello!")
+        assert (text, end.finish_reason) == (reference, "stop")
+        text, end = answer(engine, "Hello!")
+        assert (text, end.finish_reason) == (reference, "stop")
+    finally:
+        engine.close()
+    warnings = [r for r in caplog.records if "fast path" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+def test_crash_during_the_first_request_is_answered_without_the_fast_path(
+    reference: str,
+) -> None:
+    engine = Engine(MODEL, "tinychat", n_ctx=512, n_threads=1, worker_target=crash_on_generate)
+    try:
+        assert engine.fast_path.enabled is True
+        assert engine.fast_path.reason is None
+        text, end = answer(engine, "Hello!")
+        assert (text, end.finish_reason) == (reference, "stop")
+        assert engine.restarts == 1
+        fast = engine.fast_path
+        assert fast.enabled is False
+        assert fast.reason is not None and "during a generation" in fast.reason
+        # The next request goes straight to the new worker.
+        assert answer(engine, "Hello!") == (reference, end)
+        assert engine.restarts == 1
+    finally:
+        engine.close()
+
+
+def test_forced_on_does_not_fall_back() -> None:
+    with pytest.raises(WorkerCrashed) as caught:
+        Engine(
+            MODEL,
+            "tinychat",
+            n_ctx=512,
+            n_threads=1,
+            extra_bufts="on",
+            worker_target=crash_while_loading,
+        )
+    assert caught.value.signal is signal.SIGSEGV
+
+
+def test_forced_on_crash_during_a_request_ends_it_crashed() -> None:
+    engine = Engine(
+        MODEL, "tinychat", n_ctx=512, n_threads=1, extra_bufts="on", worker_target=crash_on_generate
+    )
+    try:
+        _text, end = answer(engine, "Hello!")
+        assert end.finish_reason == "crashed"
+        assert engine.fast_path.enabled is True
+    finally:
+        engine.close()
+
+
+def test_forced_off_never_uses_the_fast_path(reference: str) -> None:
+    engine = Engine(
+        MODEL,
+        "tinychat",
+        n_ctx=512,
+        n_threads=1,
+        extra_bufts="off",
+        worker_target=crash_while_loading,
+    )
+    try:
+        fast = engine.fast_path
+        assert (fast.setting, fast.enabled) == ("off", False)
+        assert fast.reason is not None and "--extra-bufts off" in fast.reason
+        assert answer(engine, "Hello!")[0] == reference
+        assert engine.restarts == 0
+    finally:
+        engine.close()
+
+
+def test_setting_is_checked() -> None:
+    with pytest.raises(ValueError):
+        Engine(MODEL, "tinychat", extra_bufts="fast")  # type: ignore[arg-type]
+    status = subprocess.run(
+        [sys.executable, "-m", "napllm.lmsp_service", "--model", str(MODEL), "--extra-bufts", "x"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO / "runtime")},
+        timeout=60,
+    )
+    assert status.returncode == 2
+    assert "--extra-bufts" in status.stderr
