@@ -35,6 +35,8 @@ from urllib.parse import quote, urlsplit
 import pytest
 from shellpage import linked_napplet_frame
 
+from llama_isolated import greedy_tokens, run_llama
+
 pytestmark = [pytest.mark.browser, pytest.mark.webgpu]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,19 +154,15 @@ def streamed_text(deltas: list[dict[str, Any]], block: str = "text") -> str:
 @pytest.fixture(scope="module")
 def llama_cpp_answers() -> list[tuple[str, int]]:
     """llama.cpp's greedy (text, token count) for every committed prompt, on the GGUF."""
-    llama_cpp = pytest.importorskip("llama_cpp")
-    model = llama_cpp.Llama(
-        str(TINYCHAT / "tiny-chat-q8_0.gguf"), n_ctx=512, n_threads=1, verbose=False
+    pytest.importorskip("llama_cpp")
+    answers = run_llama(
+        greedy_tokens,
+        str(TINYCHAT / "tiny-chat-q8_0.gguf"),
+        [sample["prompt_ids"] for sample in SHORT_SAMPLES],
+        64,
+        EOS,
     )
-    answers = []
-    for sample in SHORT_SAMPLES:
-        tokens: list[int] = []
-        for token in model.generate(sample["prompt_ids"], temp=0.0, top_k=1, reset=True):
-            if token == EOS or len(tokens) >= 64:
-                break
-            tokens.append(token)
-        answers.append((model.detokenize(tokens).decode(), len(tokens)))
-    return answers
+    return [(text, len(tokens)) for tokens, text in answers]
 
 
 # --------------------------------------------------------------------------- the engine

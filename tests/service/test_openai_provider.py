@@ -1,8 +1,9 @@
 """The OpenAI-compatible provider against llama-cpp-python's server running TinyChat.
 
-The fixture of this module starts `python -m llama_cpp.server --model
-models/tinychat/tiny-chat-q8_0.gguf --host 127.0.0.1 --port <free>` and stops
-it at the end of the module. That server only knows `json_object` (with a
+The fixture of this module starts `llama_cpp.server --model
+models/tinychat/tiny-chat-q8_0.gguf --host 127.0.0.1 --port <free>` (through
+`llama_server_safe.py`: llama.cpp's CPU fast path off, so it answers on every
+CPU) and stops it at the end of the module. That server only knows `json_object` (with a
 `schema` member) for structured output, and returns TinyChat's Hermes-style
 `<tool_call>` block as plain content, which the provider parses.
 """
@@ -61,8 +62,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     process = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "llama_cpp.server",
+            str(Path(__file__).with_name("llama_server_safe.py")),
             "--model",
             str(MODEL.relative_to(REPO)),
             "--host",

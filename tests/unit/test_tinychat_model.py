@@ -21,6 +21,8 @@ from typing import Any, BinaryIO
 
 import pytest
 
+from llama_isolated import chat_answers, run_llama
+
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_DIR = ROOT / "models" / "tinychat"
 MODEL = MODEL_DIR / "tiny-chat-q8_0.gguf"
@@ -255,18 +257,12 @@ def test_llama_cpp_answers_match_the_reference_samples() -> None:
     the benchmarks use ("Count from 1 to 100.", 200 tokens): the committed
     model answers exactly what its recipe's reference says.
     """
-    llama_cpp = pytest.importorskip("llama_cpp")
+    pytest.importorskip("llama_cpp")
 
     samples = json.loads((MODEL_DIR / "samples_torch.json").read_text())
-    llm = llama_cpp.Llama(model_path=str(MODEL), n_ctx=512, n_threads=1, verbose=False)
-    try:
-        for sample in samples:
-            out = llm.create_chat_completion(
-                messages=sample["messages"], max_tokens=400, temperature=0.0, top_k=1
-            )
-            assert out["choices"][0]["message"]["content"] == sample["text"], sample["messages"]
-    finally:
-        llm.close()
+    answers = run_llama(chat_answers, str(MODEL), [sample["messages"] for sample in samples], 400)
+    for sample, answer in zip(samples, answers, strict=True):
+        assert answer == sample["text"], sample["messages"]
 
 
 def test_long_answer_is_long_and_fits_the_context() -> None:

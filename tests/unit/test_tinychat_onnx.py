@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from llama_isolated import greedy_tokens, run_llama
+
 ROOT = Path(__file__).resolve().parents[2]
 TINYCHAT = ROOT / "models" / "tinychat"
 ONNX_DIR = TINYCHAT / "onnx"
@@ -118,17 +120,11 @@ def ort_greedy(session: Any, prompt: list[int]) -> list[int]:
 
 @pytest.fixture(scope="module")
 def llama_greedy() -> list[list[int]]:
-    llama_cpp = pytest.importorskip("llama_cpp")
-    model = llama_cpp.Llama(str(GGUF), n_ctx=512, n_threads=1, verbose=False)
-    answers = []
-    for sample in SAMPLES:
-        tokens: list[int] = []
-        for token in model.generate(sample["prompt_ids"], temp=0.0, top_k=1, reset=True):
-            if token == EOS or len(tokens) >= MAX_NEW:
-                break
-            tokens.append(token)
-        answers.append(tokens)
-    return answers
+    pytest.importorskip("llama_cpp")
+    answers = run_llama(
+        greedy_tokens, str(GGUF), [sample["prompt_ids"] for sample in SAMPLES], MAX_NEW, EOS
+    )
+    return [tokens for tokens, _text in answers]
 
 
 def test_greedy_tokens_equal_llama_cpp(session: Any, llama_greedy: list[list[int]]) -> None:
