@@ -221,13 +221,13 @@ def run(cmd: list[str], cwd: Path = ROOT) -> None:
 def stamp_matches(name: str, value: str) -> bool:
     """True when the stamp file ``build/stamps/<name>`` holds ``value``."""
     path = STAMPS / name
-    return path.is_file() and path.read_text() == value
+    return path.is_file() and path.read_text(encoding="utf-8") == value
 
 
 def write_stamp(name: str, value: str) -> None:
     """Record ``value`` as the input digest of a finished set-up step."""
     STAMPS.mkdir(parents=True, exist_ok=True)
-    (STAMPS / name).write_text(value)
+    (STAMPS / name).write_text(value, encoding="utf-8")
 
 
 class DistWriter:
@@ -319,7 +319,7 @@ def ensure_node_modules() -> None:
 
 def npm_version(package: str) -> str:
     """The installed version of an npm package (from its package.json)."""
-    meta = json.loads((NODE_MODULES / package / "package.json").read_text())
+    meta = json.loads((NODE_MODULES / package / "package.json").read_text(encoding="utf-8"))
     return str(meta["version"])
 
 
@@ -349,7 +349,10 @@ def fetch_wheels() -> dict[str, Path]:
             log(f"pip download {wheel.name}=={wheel.version}")
             with tempfile.TemporaryDirectory() as tmp:
                 req = Path(tmp) / "requirements.txt"
-                req.write_text(f"{wheel.name}=={wheel.version} --hash=sha256:{wheel.sha256}\n")
+                req.write_text(
+                    f"{wheel.name}=={wheel.version} --hash=sha256:{wheel.sha256}\n",
+                    encoding="utf-8",
+                )
                 cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps"]
                 cmd += ["--only-binary=:all:", "--python-version", PYODIDE_PYTHON]
                 if wheel.platform:
@@ -502,7 +505,7 @@ def add_bytecode(wheel: Path) -> None:
     """
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "compile.cjs"
-        script.write_text(COMPILE_JS)
+        script.write_text(COMPILE_JS, encoding="utf-8")
         proc = subprocess.run(
             ["node", str(script), str(NODE_MODULES / "pyodide"), str(wheel)],
             capture_output=True,
@@ -611,7 +614,7 @@ def copy_pyodide(out: DistWriter, wheels: list[Path]) -> dict[str, Any]:
     src = NODE_MODULES / "pyodide"
     for name in PYODIDE_FILES:
         out.copy(src / name, f"pyodide/{name}")
-    lock = json.loads((src / "pyodide-lock.json").read_text())
+    lock = json.loads((src / "pyodide-lock.json").read_text(encoding="utf-8"))
     ours: dict[str, str] = {}
     entries = [wheel_lock_entry(path) for path in wheels]
     for path, entry in zip(wheels, entries, strict=True):
@@ -711,9 +714,9 @@ def write_webllm_catalog(out: DistWriter) -> None:
         if not catalog.get("records"):
             raise BuildError("web-llm's prebuilt model list is empty")
         BUILD.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps(catalog))
+        cache.write_text(json.dumps(catalog), encoding="utf-8")
         write_stamp("webllm-catalog", digest)
-    out.write_json("vendor/web-llm/catalog.json", json.loads(cache.read_text()))
+    out.write_json("vendor/web-llm/catalog.json", json.loads(cache.read_text(encoding="utf-8")))
 
 
 def copy_pyscript(out: DistWriter) -> None:
@@ -930,7 +933,7 @@ def copy_napplets(out: DistWriter) -> list[dict[str, str]]:
 def read_sha256sums(path: Path) -> dict[str, str]:
     """Parse a ``sha256sum`` file: ``<hex>  <name>`` (or ``<hex> *<name>``) per line."""
     sums: dict[str, str] = {}
-    for line in path.read_text().splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         match = re.fullmatch(r"([0-9a-fA-F]{64}) [ *](.+)", line.strip())
         if match:
             sums[match.group(2)] = match.group(1).lower()
@@ -1234,7 +1237,7 @@ def build_service_worker(out: DistWriter) -> dict[str, Any]:
             )
     stamp = BUILD / "stamps" / "sw-result.json"
     if stamp_matches("sw", digest.hexdigest()) and sw.is_file() and stamp.is_file():
-        cached: dict[str, Any] = json.loads(stamp.read_text())
+        cached: dict[str, Any] = json.loads(stamp.read_text(encoding="utf-8"))
         return cached
     if shutil.which("node") is None:
         raise BuildError("node is not installed (Node 20 or newer is required)")
@@ -1254,7 +1257,7 @@ def build_service_worker(out: DistWriter) -> dict[str, Any]:
         raise BuildError(f"workbox generateSW failed:\n{(proc.stdout + proc.stderr)[-4000:]}")
     result: dict[str, Any] = json.loads(proc.stdout)
     stamp.parent.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(json.dumps(result))
+    stamp.write_text(json.dumps(result), encoding="utf-8")
     write_stamp("sw", digest.hexdigest())
     return result
 
@@ -1286,7 +1289,7 @@ def dist_is_stale() -> bool:
 def build_lock() -> Iterator[None]:
     """Hold an exclusive lock on build/.lock so concurrent builds run one at a time."""
     BUILD.mkdir(parents=True, exist_ok=True)
-    with (BUILD / ".lock").open("w") as handle:
+    with (BUILD / ".lock").open("w", encoding="utf-8") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -1492,13 +1495,20 @@ def serve(host: str, port: int) -> None:
 
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's package; tests never download a browser
 
+#: Exact versions of every CPython package the test and service extras pull
+#: in (pip constraints, made by pip-compile from pyproject.toml; the README's
+#: "Set-up" section says how to update it). A fresh machine installs what CI
+#: tested, not whatever is newest that day.
+PYTHON_LOCK = ROOT / "requirements" / "lock.txt"
+
 
 def ensure_test_dependencies() -> None:
     """Install what the test suite needs, skipping what is already there.
 
     Debian's ``chromium`` (``apt-get``, as root), the project with its test and
-    service extras (``pip install -e``), which pulls ``llama-cpp-python`` only
-    when it is missing (it compiles for minutes on a fresh machine).
+    service extras (``pip install -e``, constrained to the exact versions of
+    ``requirements/lock.txt``), which compiles ``llama-cpp-python`` only
+    when the locked version is missing (minutes on a fresh machine).
     """
     if not CHROMIUM.exists():
         if os.geteuid() != 0:
@@ -1509,7 +1519,7 @@ def ensure_test_dependencies() -> None:
     pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     if importlib.util.find_spec("llama_cpp") is None:
         log("installing llama-cpp-python (it compiles llama.cpp: about five minutes)")
-    run([*pip, "-e", ".[test,service,cpython]"])
+    run([*pip, "-c", str(PYTHON_LOCK), "-e", ".[test,service,cpython]"])
 
 
 def run_tests(pytest_args: list[str]) -> int:

@@ -210,3 +210,50 @@ def test_an_unreadable_record_is_dropped_not_served(tmp_path: Path) -> None:
     store._db.execute("UPDATE responses SET snapshot = ? WHERE id = ?", ('{"id":NaN}', "resp_1"))
     store.close()
     assert SqliteStore(path).load_run("resp_1") is None
+
+
+def test_a_full_disk_fails_the_write_and_keeps_what_was_stored(tmp_path: Path) -> None:
+    """SQLite's "database or disk is full" is an `sqlite3.Error` the service logs (`_save`)."""
+    import sqlite3
+
+    store = SqliteStore(tmp_path / "store.sqlite3")
+    store.save_run(finished_run("resp_kept"))
+    pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+    store._db.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full from here on
+    with pytest.raises(sqlite3.Error):
+        store.save_run(finished_run("resp_big", "x" * 200_000))
+    assert store.load_run("resp_kept") is not None
+    assert store.load_run("resp_big") is None
+
+
+@pytest.mark.service
+def test_a_store_that_cannot_be_opened_stops_the_service_with_a_message(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the store's folder should be", encoding="utf-8")
+    model = Path(__file__).resolve().parents[2] / "models" / "tinychat" / "tiny-chat-q8_0.gguf"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "napllm.lmsp_service",
+            "--model",
+            str(model),
+            "--token-file",
+            str(tmp_path / "token"),
+            "--store",
+            str(blocker / "store.sqlite3"),
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert "cannot use the store" in done.stderr
+    assert "Traceback" not in done.stderr
