@@ -301,7 +301,8 @@ def test_abort_destroy_and_hostile_use_end_in_documented_errors(
     assert ex.shell.script_requests(SCRIPTED) == 5
 
     requests = [r["request"] for r in ex.shell.generate_requests()]
-    last = requests[-1]["messages"]
+    assert requests[-1]["messages"] == [{"role": "user", "content": [{"type": "text", "text": "Hello?"}]}]
+    last = requests[-2]["messages"]  # the prompt after 1,000 appends
     assert len(last) == MAX_HISTORY_MESSAGES  # the bounded history plus the prompt, oldest notes gone
     assert last[0]["role"] == "system" and text_of(last[1]) == "746"
     assert text_of(last[-1]) == "Which note came last?"
