@@ -53,7 +53,8 @@ def test_gallery_lists_each_napplet_with_its_own_title_description_and_icon(
         }
         for e in index
     ]
-    assert [c["title"] for c in cards] == ["Chat", "JSON object", "Prompt API chat", "Weather agent"]
+    titles = ["Chat", "JSON object", "Prompt API chat", "Weather agent"]
+    assert [c["title"] for c in cards] == titles
     # A returning visitor starts on the gallery: nothing opened by itself.
     assert page.locator("#napplet-tabs .tab").count() == 0
     assert page.is_visible("#napplet-empty")

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from shellpage import POLL_MS, Napplet, ShellPage, install_napplets
 
 pytestmark = pytest.mark.browser
@@ -172,7 +171,10 @@ def test_explainer_examples_run_on_the_scripted_connection(
     ex.start("toolUse", "What is the weather in Seattle?", "location")
     ex.choose()
     ex.allow(2)  # two generations: the tool call, then the answer
-    assert ex.ok("toolUse") == ['[{"location":"Seattle"}]', "It is 12 degrees and rainy in Seattle."]
+    assert ex.ok("toolUse") == [
+        '[{"location":"Seattle"}]',
+        "It is 12 degrees and rainy in Seattle.",
+    ]
 
     ex.start("append")
     ex.choose()
@@ -193,7 +195,14 @@ def test_explainer_examples_run_on_the_scripted_connection(
         assert text_of(request["messages"][0]) == "Answer like a cheerful lighthouse keeper."
     # Clones copy the five initial prompts and do not share their turns.
     for request in requests[5:7]:
-        assert [m["role"] for m in request["messages"]] == ["system", "user", "assistant", "user", "assistant", "user"]
+        assert [m["role"] for m in request["messages"]] == [
+            "system",
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+            "user",
+        ]
     assert text_of(requests[6]["messages"][-1]) == "We won the match."
     assert [m["role"] for m in requests[7]["messages"]] == ["system", "user", "user", "assistant"]
     # JSON Schema: format json, the schema in the prompt.
@@ -206,7 +215,9 @@ def test_explainer_examples_run_on_the_scripted_connection(
     assert [m["role"] for m in second_round] == ["system", "user", "assistant", "toolResult"]
     assert second_round[2]["content"][0]["type"] == "toolCall"
     assert second_round[3]["toolCallId"] == second_round[2]["content"][0]["toolCallId"]
-    assert text_of(second_round[3]) == '{"city": "Seattle", "temperature": 12, "condition": "rainy"}'
+    assert (
+        text_of(second_round[3]) == '{"city": "Seattle", "temperature": 12, "condition": "rainy"}'
+    )
     # Append: the appended messages go with the one prompt.
     assert [text_of(m) for m in requests[11]["messages"]] == [
         "You compare notes.",
@@ -235,7 +246,9 @@ def test_abort_destroy_and_hostile_use_end_in_documented_errors(
     ex.start("abort")
     ex.choose()
     ex.allow()
-    ex.napplet.frame.wait_for_function("() => window.controllers.abort !== undefined", polling=POLL_MS)
+    ex.napplet.frame.wait_for_function(
+        "() => window.controllers.abort !== undefined", polling=POLL_MS
+    )
     ex.shell.page.wait_for_timeout(300)  # the stalled generation has started streaming
     ex.eval("() => window.controllers.abort.abort()")
     error = ex.error("abort")
@@ -301,9 +314,13 @@ def test_abort_destroy_and_hostile_use_end_in_documented_errors(
     assert ex.shell.script_requests(SCRIPTED) == 5
 
     requests = [r["request"] for r in ex.shell.generate_requests()]
-    assert requests[-1]["messages"] == [{"role": "user", "content": [{"type": "text", "text": "Hello?"}]}]
+    assert requests[-1]["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "Hello?"}]}
+    ]
     last = requests[-2]["messages"]  # the prompt after 1,000 appends
-    assert len(last) == MAX_HISTORY_MESSAGES  # the bounded history plus the prompt, oldest notes gone
+    assert (
+        len(last) == MAX_HISTORY_MESSAGES
+    )  # the bounded history plus the prompt, oldest notes gone
     assert last[0]["role"] == "system" and text_of(last[1]) == "746"
     assert text_of(last[-1]) == "Which note came last?"
     request_log.assert_local()

@@ -93,7 +93,7 @@ main();
 def test_prompt_api_misuse_is_reported(tmp_path: Path) -> None:
     faulty = """
 async function main() {
-  const session = await LanguageModel.create({ initialPrompts: [{ role: "robot", content: "hi" }] });
+  const session = await LanguageModel.create({ initialPrompts: [{ role: "bot", content: "" }] });
   const text = await session.prompt("Hi", { responseConstraint: { type: "object" } });
   text.toFixed();
   await session.prompt("Hi", { signl: new AbortController().signal });
@@ -108,7 +108,7 @@ main();
 """
     output = typecheck(tmp_path, {"faulty.js": faulty})
     lines = {int(m) for m in re.findall(r"faulty\.js\((\d+),\d+\): error", output)}
-    # 3: no role "robot"; 5: prompt resolves with a string; 6: no `signl`;
+    # 3: no role "bot"; 5: prompt resolves with a string; 6: no `signl`;
     # 8: a tool needs execute; 10: contextUsage is read-only; 12: no "ready"
     assert lines == {3, 5, 6, 8, 10, 12}, output
 

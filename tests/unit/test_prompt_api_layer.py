@@ -22,8 +22,9 @@ LAYER = ROOT / "web" / "prompt-api.js"
 pytestmark = needs_node
 
 #: A binding that records each generate request and answers from `turns`.
-BINDING = """
-const layer = await import(%s);
+BINDING = (
+    f"const layer = await import({json.dumps(LAYER.as_uri())});\n"
+    + """
 const makeWindow = (turns, model = {}) => {
   const requests = [];
   const cancels = [];
@@ -55,7 +56,8 @@ const outcome = async (promise) => {
     return { name: err.name, message: err.message };
   }
 };
-""" % json.dumps(LAYER.as_uri())
+"""
+)
 
 
 def run(body: str) -> Any:

@@ -7,8 +7,15 @@
  *   name plus the hex sha256 of exactly those bytes.
  * - The frame is `<iframe sandbox="allow-scripts">` (no other token, no
  *   `allow` attribute) whose `srcdoc` is: the CSP `<meta>` first, then the
- *   prelude `<script>`, then the napplet's text (UTF-8). A `<!doctype html>`
+ *   prelude `<script>` (and the Prompt API layer's, see below), then the
+ *   napplet's text (UTF-8). A `<!doctype html>`
  *   precedes them so the napplet renders in standards mode.
+ * - A napplet whose page has `<meta name="napplet-prompt-api">` (read with
+ *   DOMParser, `promptApiMode`) gets one more inline script right after the
+ *   prelude: the Prompt API layer (web/prompt-api.js, bundled by build.py
+ *   into js/prompt-api-source.js), which removes its own element and defines
+ *   `LanguageModel` over `window.napplet.llm`. Without the element the srcdoc
+ *   is exactly as before.
  * - The prelude defines `window.napplet.llm` only while the tab's "LLM
  *   access" is on; otherwise `window.napplet` is an empty frozen object and
  *   no endpoint is opened, so the frame's messages reach nothing.
