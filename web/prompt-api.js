@@ -519,10 +519,10 @@ export function installPromptApi(win, mode) {
      * "unavailable"; never opens a chooser. Audio input and non-text output
      * are "unavailable" (NAP-LLM has neither).
      */
-    static async availability(options = {}) {
+    static async availability(options) {
       if (!llm) return "unavailable";
       try {
-        LanguageModel.#requirementsOf(options);
+        LanguageModel.#requirementsOf(options === undefined || options === null ? {} : options);
       } catch {
         return "unavailable";
       }
@@ -560,8 +560,10 @@ export function installPromptApi(win, mode) {
      * cancels the chooser, `NotSupportedError` for what NAP-LLM cannot do,
      * `TypeError` for malformed options, the signal's reason when aborted.
      */
-    static async create(options = {}) {
-      if (typeof options !== "object" || options === null) throw new TypeError("options must be an object.");
+    static async create(options) {
+      // As a WebIDL dictionary: undefined and null are the empty options.
+      if (options === undefined || options === null) options = {};
+      if (typeof options !== "object") throw new TypeError("options must be an object.");
       const signal = checkSignal(options.signal);
       if (signal && signal.aborted) throw abortReason(signal);
       if (!llm) {
@@ -601,7 +603,8 @@ export function installPromptApi(win, mode) {
             })
           : selecting);
       } catch (err) {
-        throw toDomException(err);
+        // An abort rejects with the signal's own reason, whatever it is.
+        throw signal && signal.aborted ? abortReason(signal) : toDomException(err);
       }
       monitor.dispatchEvent(new DownloadProgressEvent("downloadprogress", { loaded: 1 }));
       const session = new LanguageModel(INTERNAL, { model, tools, temperature, samplingMode, history });

@@ -14,12 +14,13 @@ the errors docs/napplets.md documents.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-from shellpage import POLL_MS, Napplet, ShellPage, install_napplets
+from shellpage import POLL_MS, Napplet, ShellPage, install_napplets, linked_napplet_frame
 
 pytestmark = pytest.mark.browser
 
@@ -380,4 +381,58 @@ def test_a_napplet_without_the_meta_sees_no_change(
     ex.napplet.set_llm(False)
     ex.start("availability")
     assert ex.ok("availability")[:2] == ["unavailable", "unavailable"]
+    request_log.assert_local()
+
+
+def test_the_gallery_napplet_uses_only_the_prompt_api(
+    page: Any, product_url: str, test_pages_dir: Path, request_log: Any
+) -> None:
+    shell = ShellPage(page, product_url, install_napplets(test_pages_dir, product_url))
+    shell.boot(query="")
+    shell.scripted(
+        SCRIPTED,
+        [
+            {"text": ["Hello", " there!"], "delayMs": 50},
+            {"json": {"rating": 5}},
+            {"text": "Once upon", "stall": True},
+        ],
+    )
+    before = page.locator("iframe.napplet-frame").count()
+    page.fill("#napplet-url", f"{product_url}napplets/prompt/index.html")
+    page.click("#napplet-url-open")
+    frame = linked_napplet_frame(page, before)
+    dialogs = Examples(shell, None)  # type: ignore[arg-type]  # dialogs only
+    frame.wait_for_function(
+        "() => document.querySelector('#availability').textContent === 'Availability: available'",
+        polling=POLL_MS,
+    )
+
+    frame.click("#start")
+    dialogs.choose()
+    status = frame.locator("#status")
+    status.filter(has_text="Session started.").wait_for()
+    frame.click("#send")
+    dialogs.allow()
+    status.filter(has_text="Done.").wait_for()
+    assert frame.text_content("#answer") == "Hello there!"
+
+    frame.click("#rate")
+    dialogs.allow()
+    status.filter(has_text="Rated.").wait_for()
+    assert json.loads(frame.text_content("#rating") or "") == {"rating": 5}
+
+    frame.click("#send")
+    dialogs.allow()
+    frame.locator("#answer").filter(has_text="Once upon").wait_for()
+    frame.click("#stop")
+    status.filter(has_text="No answer (AbortError").wait_for()
+    assert shell.script_requests(SCRIPTED) == dialogs.consents == 3
+    requests = [r["request"] for r in shell.generate_requests()]
+    # The rating ran on a clone: the third request holds the first turn only.
+    assert [m["role"] for m in requests[2]["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+    ]
     request_log.assert_local()

@@ -266,3 +266,29 @@ console.log(JSON.stringify({ aborted, next, cancels: cancels.length, last: reque
     assert result["next"] == "next"
     assert result["cancels"] == 1  # the running generation was cancelled
     assert result["last"] == ["second"]  # the aborted turn was not kept
+
+
+def test_create_options_and_abort_reasons() -> None:
+    result = run(
+        """
+const { win } = makeWindow([]);
+const LanguageModel = layer.installPromptApi(win, "");
+const plain = await outcome(LanguageModel.create(null).then((s) => typeof s.prompt));
+const reason = new Error("my reason");
+const controller = new AbortController();
+controller.abort(reason);
+const early = await LanguageModel.create({ signal: controller.signal }).catch((e) => e === reason);
+const progress = [];
+await LanguageModel.create({ monitor(m) { m.addEventListener("downloadprogress", (e) => progress.push(e.loaded)); } });
+const audio = await LanguageModel.availability({ expectedInputs: [{ type: "audio" }] });
+const images = await outcome(LanguageModel.create({ expectedInputs: [{ type: "image" }] }).then(() => "created"));
+const none = await layer.installPromptApi({ napplet: {} }, "").availability();
+console.log(JSON.stringify({ plain, early, progress, audio, images, none }));
+"""
+    )
+    assert result["plain"] == {"ok": "function"}
+    assert result["early"] is True  # rejected with the signal's own reason
+    assert result["progress"] == [0, 1]
+    assert result["audio"] == "unavailable"
+    assert result["images"] == {"ok": "created"}
+    assert result["none"] == "unavailable"
