@@ -353,6 +353,17 @@ def test_explainer_examples_run_on_tinychat(
     logs = ex.ok("toolUse", timeout_ms=120_000)
     assert logs[0] == '[{"city":"Berlin"}]'
     assert logs[1] == "It is sunny in Berlin with a temperature of 21 degrees."
+
+    ex.start("conversation", greedy)
+    ex.choose(TINYCHAT)
+    ex.allow(4)  # two sessions' prompts, the prompt after append, the aborted stream
+    assert ex.ok("conversation", timeout_ms=120_000) == [
+        "Hello! How can I help you today?",
+        "I am TinyChat, a small test model.",
+        "Goodbye! Have a nice day.",
+        "true",
+        "AbortError",
+    ]
     request_log.assert_local()
 
 
