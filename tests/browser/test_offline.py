@@ -32,7 +32,7 @@ STEP_TIMEOUT_MS = 60_000
 POLL_MS = 20
 TINYCHAT = "builtin-tinychat"
 HELLO_ANSWER = "Hello! How can I help you today?"
-EXAMPLES = {"chat", "json", "tools"}
+EXAMPLES = {"chat", "json", "prompt", "tools"}
 #: Fetch a URL in the page; resolves with the body's length in bytes.
 FETCH_SIZE = "(u) => fetch(u).then((r) => r.arrayBuffer()).then((b) => b.byteLength)"
 

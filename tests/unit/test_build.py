@@ -404,3 +404,26 @@ def test_napplet_copy_never_follows_links_out_of_the_napplet(
     copied = sorted(p.relative_to(dist).as_posix() for p in dist.rglob("*") if p.is_file())
     assert copied == ["napplets/good/app.js", "napplets/good/index.html", "napplets/index.json"]
     assert all("PRIVATE KEY" not in p.read_text() for p in dist.rglob("*") if p.is_file())
+
+
+def test_the_prompt_api_layer_ships_bundled_as_inline_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not (build.NODE_MODULES / ".bin" / "esbuild").is_file():
+        pytest.skip("needs the npm packages (npm ci)")
+    monkeypatch.setattr(build, "BUILD", tmp_path / "cache")
+    dist = tmp_path / "dist"
+    out = build.DistWriter(dist)
+    build.copy_web(out)
+    build.bundle_prompt_api(out)
+    assert not (dist / "prompt-api.js").exists()  # only the bundle is shipped
+    assert (dist / "prompt-api.d.ts").is_file()
+    module = (dist / "js" / "prompt-api-source.js").read_text(encoding="utf-8")
+    prefix = "export const PROMPT_API_SOURCE = "
+    line = next(line for line in module.splitlines() if line.startswith(prefix))
+    source = json.loads(line.removeprefix(prefix).removesuffix(";"))
+    assert source.startswith("var napllmPromptApi=")
+    assert "installPromptApi" in source
+    assert "</script" not in source.lower() and "<!--" not in source
+    # No code generation: the napplet frame's CSP has no 'unsafe-eval'.
+    assert "new Function" not in source and "eval(" not in source

@@ -1,4 +1,5 @@
-"""web/napplet-llm.d.ts: the example napplets type-check against it, and misuse does not.
+"""web/napplet-llm.d.ts and web/prompt-api.d.ts: the example napplets type-check
+against them, and misuse does not.
 
 The TypeScript compiler comes from npm (the `typescript` devDependency);
 each napplet's inline scripts are checked with `checkJs` as they are
@@ -17,6 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TYPES = ROOT / "web" / "napplet-llm.d.ts"
+PROMPT_API_TYPES = ROOT / "web" / "prompt-api.d.ts"
 TSC = ROOT / "node_modules" / "typescript" / "bin" / "tsc"
 NAPPLETS = sorted((ROOT / "napplets").glob("*/index.html"))
 INLINE_SCRIPT = re.compile(r"<script>(.*?)</script>", re.DOTALL)
@@ -28,8 +30,8 @@ pytestmark = pytest.mark.skipif(
 
 
 def typecheck(folder: Path, scripts: dict[str, str]) -> str:
-    """Run tsc --checkJs over `scripts` (name -> source) with the types; its output."""
-    files = [str(TYPES)]
+    """Run tsc --checkJs over `scripts` (name -> source) with both type files; its output."""
+    files = [str(TYPES), str(PROMPT_API_TYPES)]
     for name, source in scripts.items():
         path = folder / name
         path.write_text(source, encoding="utf-8")
@@ -56,8 +58,8 @@ def typecheck(folder: Path, scripts: dict[str, str]) -> str:
     return done.stdout + done.stderr
 
 
-def test_three_example_napplets(tmp_path: Path) -> None:
-    assert [p.parent.name for p in NAPPLETS] == ["chat", "json", "tools"]
+def test_example_napplets(tmp_path: Path) -> None:
+    assert [p.parent.name for p in NAPPLETS] == ["chat", "json", "prompt", "tools"]
     scripts: dict[str, str] = {}
     for html in NAPPLETS:
         found = INLINE_SCRIPT.findall(html.read_text(encoding="utf-8"))
@@ -88,8 +90,32 @@ main();
     assert "handel" in output and "sequnce" in output
 
 
+def test_prompt_api_misuse_is_reported(tmp_path: Path) -> None:
+    faulty = """
+async function main() {
+  const session = await LanguageModel.create({ initialPrompts: [{ role: "bot", content: "" }] });
+  const text = await session.prompt("Hi", { responseConstraint: { type: "object" } });
+  text.toFixed();
+  await session.prompt("Hi", { signl: new AbortController().signal });
+  const tools = [{ name: "t", inputSchema: { type: "object" } }];
+  await LanguageModel.create({ tools });
+  for await (const chunk of session.promptStreaming("Hi")) chunk.toUpperCase();
+  session.contextUsage = 3;
+  const availability = await LanguageModel.availability();
+  if (availability === "ready") return;
+}
+main();
+"""
+    output = typecheck(tmp_path, {"faulty.js": faulty})
+    lines = {int(m) for m in re.findall(r"faulty\.js\((\d+),\d+\): error", output)}
+    # 3: no role "bot"; 5: prompt resolves with a string; 6: no `signl`;
+    # 8: a tool needs execute; 10: contextUsage is read-only; 12: no "ready"
+    assert lines == {3, 5, 6, 8, 10, 12}, output
+
+
 def test_shipped_in_dist() -> None:
-    dist = ROOT / "dist" / "napplet-llm.d.ts"
-    if not dist.is_file():
-        pytest.skip("dist/ is not built")
-    assert dist.read_bytes() == TYPES.read_bytes()
+    for types in (TYPES, PROMPT_API_TYPES):
+        dist = ROOT / "dist" / types.name
+        if not dist.is_file():
+            pytest.skip("dist/ is not built")
+        assert dist.read_bytes() == types.read_bytes()

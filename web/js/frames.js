@@ -7,8 +7,15 @@
  *   name plus the hex sha256 of exactly those bytes.
  * - The frame is `<iframe sandbox="allow-scripts">` (no other token, no
  *   `allow` attribute) whose `srcdoc` is: the CSP `<meta>` first, then the
- *   prelude `<script>`, then the napplet's text (UTF-8). A `<!doctype html>`
+ *   prelude `<script>` (and the Prompt API layer's, see below), then the
+ *   napplet's text (UTF-8). A `<!doctype html>`
  *   precedes them so the napplet renders in standards mode.
+ * - A napplet whose page has `<meta name="napplet-prompt-api">` (read with
+ *   DOMParser, `promptApiMode`) gets one more inline script right after the
+ *   prelude: the Prompt API layer (web/prompt-api.js, bundled by build.py
+ *   into js/prompt-api-source.js), which removes its own element and defines
+ *   `LanguageModel` over `window.napplet.llm`. Without the element the srcdoc
+ *   is exactly as before.
  * - The prelude defines `window.napplet.llm` only while the tab's "LLM
  *   access" is on; otherwise `window.napplet` is an empty frozen object and
  *   no endpoint is opened, so the frame's messages reach nothing.
@@ -46,6 +53,7 @@
 import { limitResponse } from "../engines/bounded.js";
 import { preludeSource } from "../prelude.js";
 import { el } from "./dom.js";
+import { PROMPT_API_SOURCE } from "./prompt-api-source.js";
 import { MAX_WIRE_CHARS, toWireJson } from "./wire.js";
 
 /** The napplet frame's Content Security Policy (NIP-5D CSP baseline). */
@@ -93,19 +101,57 @@ const DOCUMENT_START = "napllm.documentStart";
 /** What the tab says when its frame left the sandboxed page. */
 export const LEFT_SANDBOX = "This napplet left its sandboxed page; its model access was closed.";
 
+/** The `<meta name>` by which a napplet asks for the Prompt API layer (docs/napplets.md). */
+export const PROMPT_API_META = "napplet-prompt-api";
+
+/**
+ * Whether a napplet's page opts in to the Prompt API layer, and how: the
+ * `content` of its first `<meta name="napplet-prompt-api">` ("" when it has
+ * none), or null when there is no such element. Read with the page's own
+ * HTML parser (DOMParser: no script runs, nothing loads), so a comment or a
+ * string that merely contains the text does not count.
+ *
+ * @param {string} text the napplet's HTML.
+ * @returns {string | null}
+ */
+export function promptApiMode(text) {
+  const doc = new DOMParser().parseFromString(text, "text/html");
+  const meta = doc.querySelector(`meta[name="${PROMPT_API_META}" i]`);
+  return meta ? (meta.getAttribute("content") || "").trim() : null;
+}
+
+/**
+ * The Prompt API layer (web/prompt-api.js, bundled by build.py) as inline
+ * script text: it removes its own element, then installs `LanguageModel`
+ * per `mode`.
+ *
+ * @param {string} mode the opt-in's content (see `promptApiMode`).
+ * @returns {string}
+ */
+export function promptApiScript(mode) {
+  return (
+    "(() => { const own = document.currentScript; if (own) own.remove();\n" +
+    PROMPT_API_SOURCE +
+    "\nnapllmPromptApi.installPromptApi(window, " + JSON.stringify(mode) + "); })();"
+  );
+}
+
 /**
  * The srcdoc for a napplet document.
  *
  * @param {string} text the napplet's HTML, decoded as UTF-8.
  * @param {boolean} llm whether the llm domain is granted.
  * @param {string} secret the frame's secret (`newSecret()`).
+ * @param {string | null} [promptApi] the napplet's Prompt API opt-in
+ *   (`promptApiMode`); null or omitted: no layer.
  * @returns {string}
  */
-export function buildSrcdoc(text, llm, secret) {
+export function buildSrcdoc(text, llm, secret, promptApi = null) {
   return (
     "<!doctype html>" +
     `<meta http-equiv="Content-Security-Policy" content="${NAPPLET_CSP}">` +
     `<script>${preludeSource(llm ? ["llm"] : [], secret)}</script>` +
+    (promptApi === null ? "" : `<script>${promptApiScript(promptApi)}</script>`) +
     text
   );
 }
@@ -311,6 +357,7 @@ export class NappletArea {
     }
     tab.sha256 = await sha256Hex(bytes);
     tab.text = text;
+    tab.promptApi = promptApiMode(text);
     tab.identity.textContent = `${tab.name} · #${tab.sha256.slice(0, 12)}` + (tab.origin ? ` · from ${tab.origin}` : "");
     tab.identity.title = `sha256 ${tab.sha256}` + (tab.origin ? `\nloaded from ${tab.url}` : "");
     tab.status.textContent = "";
@@ -449,7 +496,7 @@ export class NappletArea {
     const secret = newSecret();
     // srcdoc is set before insertion: the frame's first navigation is to the
     // srcdoc (no initial about:blank load event to tell apart).
-    iframe.srcdoc = buildSrcdoc(tab.text, tab.llm, secret);
+    iframe.srcdoc = buildSrcdoc(tab.text, tab.llm, secret, tab.promptApi);
     tab.holder.replaceChildren(iframe);
     const record = {
       tab,
