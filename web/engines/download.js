@@ -29,7 +29,9 @@
  *   Nothing partial is ever handed to an engine: the result is the whole
  *   file or an error.
  * - Once whole, the file is put into the cache `store` (when given: the
- *   cache its engine reads from), and its parts are deleted.
+ *   cache its engine reads from), and its parts are deleted. When a file
+ *   of a `store` was last used (downloaded, or read from there) is kept in
+ *   the cache `napllm-model-use` (`modelUse`), for the Storage panel.
  * - One download per URL across tabs and workers of this origin: the
  *   download runs under the Web Lock `napllm-download <url>`. A second
  *   caller waits for the lock and meanwhile reports the first one's
@@ -183,6 +185,52 @@ export async function unfinishedDownloads() {
     return found;
   } catch {
     return [];
+  }
+}
+
+// ------------------------------------------------------------ when each file was last used
+
+/** Cache Storage name of the record of when each stored model file was last used. */
+export const USE_CACHE = "napllm-model-use";
+
+function useKey(url) {
+  return `${origin()}/napllm-model-use/${encodeURIComponent(url)}`;
+}
+
+/** Record that the stored file `url` was used (downloaded or read by an engine) now. Never rejects. */
+export async function touchModel(url) {
+  if (!("caches" in self)) return;
+  try {
+    const body = JSON.stringify({ url: String(url), lastUsed: Date.now() });
+    await (await caches.open(USE_CACHE)).put(useKey(String(url)), new Response(body, { headers: { "content-type": "application/json" } }));
+  } catch {
+    /* no record: the panel says "not recorded" */
+  }
+}
+
+/** When each file was last used: a Map URL -> ms since the epoch. Never rejects. */
+export async function modelUse() {
+  const found = new Map();
+  if (!("caches" in self)) return found;
+  try {
+    const cache = await caches.open(USE_CACHE);
+    for (const request of await cache.keys()) {
+      const value = await (await cache.match(request)).json();
+      if (value && typeof value.url === "string" && Number.isFinite(value.lastUsed)) found.set(value.url, value.lastUsed);
+    }
+  } catch {
+    /* unreadable: nothing known */
+  }
+  return found;
+}
+
+/** Forget when `url` was last used (its file was deleted). Never rejects. */
+export async function forgetModelUse(url) {
+  if (!("caches" in self)) return;
+  try {
+    await (await caches.open(USE_CACHE)).delete(useKey(String(url)));
+  } catch {
+    /* nothing stored */
   }
 }
 
@@ -387,7 +435,7 @@ async function startWhole(response, state, options, meter) {
 /** One request: the rest after the stored parts, or the whole file. */
 async function attempt(state, options, meter) {
   const { fetchFn, fresh } = options;
-  const init = { cache: fresh ? "reload" : "default", signal: options.signal };
+  const init = { cache: fresh ? "reload" : "default", signal: options.signal, headers: options.headers };
   const meta = state.meta;
   if (!meta || meta.received === 0) {
     await startWhole(await fetchFn(state.url, init), state, options, meter);
@@ -398,7 +446,7 @@ async function attempt(state, options, meter) {
   const response = await fetchFn(state.url, {
     ...init,
     cache: "no-store",
-    headers: { Range: `bytes=${meta.received}-`, "If-Range": validator },
+    headers: { ...options.headers, Range: `bytes=${meta.received}-`, "If-Range": validator },
   });
   if (response.status === 206) {
     const range = contentRange(response.headers);
@@ -532,7 +580,8 @@ async function storedCopy(store, url) {
  * `gguf` (check the magic), `binary` (refuse text types; default true),
  * `fresh` (start from zero, past the HTTP cache), `store` (Cache Storage
  * name the whole file is put into under `url`, and looked up in first),
- * `onProgress(event)`, `signal` (AbortSignal), `fetchFn` (default `fetch`).
+ * `onProgress(event)`, `signal` (AbortSignal), `fetchFn` (default `fetch`),
+ * `headers` (sent with every request, besides `Range`/`If-Range`).
  * Throws NotAModel, DownloadTooLarge, or the network's error.
  */
 export async function downloadModelFile(url, options) {
@@ -546,10 +595,15 @@ export async function downloadModelFile(url, options) {
     fetchFn: (input, init) => fetch(input, init),
     ...options,
   };
+  // The caller's own request headers (a token, say), as a plain object.
+  opts.headers = Object.fromEntries(new Headers(options.headers || {}).entries());
   if (!Number.isSafeInteger(opts.limit) || opts.limit <= 0) throw new TypeError("downloadModelFile needs a limit");
   if (!opts.fresh) {
     const stored = await storedCopy(opts.store, url);
-    if (stored) return stored;
+    if (stored) {
+      await touchModel(url);
+      return stored;
+    }
   }
   const channel = typeof BroadcastChannel === "function" ? new BroadcastChannel(CHANNEL) : null;
   const meter = new Meter(url, opts.onProgress, channel);
@@ -573,7 +627,9 @@ export async function downloadModelFile(url, options) {
         const stored = await storedCopy(opts.store, url);
         if (stored) return stored;
       }
-      return run(url, opts, meter);
+      const blob = await run(url, opts, meter);
+      if (opts.store) await touchModel(url);
+      return blob;
     });
   } finally {
     channel?.close();
@@ -591,10 +647,11 @@ export function resumableFetch(fetchFn, isModelFile, limitFor, extra = {}) {
   return async (input, init = {}) => {
     const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
     const method = (init.method || (typeof input === "object" && input.method) || "GET").toUpperCase();
-    const ranged = init.headers && new Headers(init.headers).has("range");
-    if (method !== "GET" || ranged || !isModelFile(url)) return fetchFn(input, init);
+    const headers = new Headers(init.headers || (typeof input === "object" && !(input instanceof URL) ? input.headers : {}));
+    if (method !== "GET" || headers.has("range") || !isModelFile(url)) return fetchFn(input, init);
     const blob = await downloadModelFile(url, {
       ...extra,
+      headers,
       limit: limitFor(url),
       fresh: init.cache === "reload" || extra.fresh === true,
       fetchFn,

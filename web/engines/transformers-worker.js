@@ -157,7 +157,7 @@ let counter = 0;
 
 const post = (message) => self.postMessage(message);
 
-/** Set when the current load's download was refused for its size. */
+/** Set when the current load's download was refused (its size, or no model file). */
 let tooLarge = false;
 
 function loadKind(error) {
@@ -179,7 +179,17 @@ async function load({ source, device, dtype, fresh }) {
       if (event.total) post({ type: "progress", fraction: Math.min(1, event.received / event.total), detail: describeProgress(event) });
     },
   });
-  env.fetch = limitedFetch(resumable, onnxLimit, () => {
+  // A refused weights file (download.js) is a `download` failure whatever
+  // the library makes of the error.
+  const guarded = async (input, init) => {
+    try {
+      return await resumable(input, init);
+    } catch (error) {
+      if (error && (error.name === "DownloadTooLarge" || error.name === "NotAModel")) tooLarge = true;
+      throw error;
+    }
+  };
+  env.fetch = limitedFetch(guarded, onnxLimit, () => {
     tooLarge = true;
   });
   // A same-origin folder is read as a "local" path (transformers.js fetches
