@@ -170,7 +170,8 @@ def capture_manager(context: Any, base_url: str) -> dict[str, bytes]:
         page.emulate_media(color_scheme="light", reduced_motion="reduce")
         page.goto(f"{base_url}index.html")
         page.wait_for_function(
-            "() => document.body.dataset.boot === 'ready' && document.body.dataset.offline === 'ready'",
+            "() => document.body.dataset.boot === 'ready'"
+            " && document.body.dataset.offline === 'ready'",
             timeout=BOOT_TIMEOUT_MS,
         )
         page.click("#connection-add")

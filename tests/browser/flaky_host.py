@@ -21,6 +21,7 @@ at the latest, and at ``stop()``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import socket
 import sys
@@ -80,7 +81,9 @@ class FlakyHost:
             (build_module.DistRequestHandler,),
             {"quiet": True, "overlays": {}, "do_GET": do_get, "do_HEAD": do_head},
         )
-        self.httpd = build_module.DistServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
+        self.httpd = build_module.DistServer(
+            ("127.0.0.1", 0), functools.partial(handler, directory=str(folder))
+        )
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
         self.timer = threading.Timer(LIFETIME_S, self.stop)
         self.timer.daemon = True
@@ -106,8 +109,14 @@ class FlakyHost:
                 plan.refuse -= 1
         wanted = handler.headers.get("Range")
         if_range = handler.headers.get("If-Range")
-        entry = {"path": handler.path.split("?")[0], "method": "HEAD" if head else "GET",
-                 "range": wanted, "if_range": if_range, "status": 0, "sent": 0}
+        entry = {
+            "path": handler.path.split("?")[0],
+            "method": "HEAD" if head else "GET",
+            "range": wanted,
+            "if_range": if_range,
+            "status": 0,
+            "sent": 0,
+        }
         self.log.append(entry)
         if refuse and not head:
             entry["status"] = 503
@@ -119,7 +128,7 @@ class FlakyHost:
         status = 200
         current = {v for v in (etag, modified) if v}
         if plan.ranges and wanted and wanted.startswith("bytes=") and wanted.endswith("-"):
-            offset = wanted[len("bytes="):-1]
+            offset = wanted[len("bytes=") : -1]
             if offset.isdigit() and (if_range is None or if_range in current):
                 start = int(offset)
                 status = 206 if start < len(body) else 416
@@ -163,10 +172,8 @@ class FlakyHost:
             # pause lets the page read what was sent.
             time.sleep(CUT_PAUSE_S)
             handler.close_connection = True
-            try:
+            with contextlib.suppress(OSError):
                 handler.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def stop(self) -> None:
         self.timer.cancel()

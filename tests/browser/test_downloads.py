@@ -36,7 +36,8 @@ DOWNLOAD = """async ([url, opts]) => {
   try {
     const blob = await d.downloadModelFile(url, { ...opts, onProgress: (e) => events.push(e) });
     const bytes = await blob.arrayBuffer();
-    return { ok: true, size: bytes.byteLength, sha: hex(await crypto.subtle.digest('SHA-256', bytes)),
+    const digest = await crypto.subtle.digest('SHA-256', bytes);
+    return { ok: true, size: bytes.byteLength, sha: hex(digest),
       restarted: [...new Set(events.map((e) => e.restarted).filter(Boolean))],
       resumedFrom: Math.max(0, ...events.map((e) => e.resumedFrom)),
       shared: events.some((e) => e.shared),
@@ -60,7 +61,9 @@ def sha(data: bytes) -> str:
 @pytest.fixture
 def host(test_dist_dir: Path) -> Iterator[FlakyHost]:
     server = FlakyHost(test_dist_dir)
-    server.files[BLANK] = HostedFile(body=b"<!doctype html><title>downloads</title>", content_type="text/html")
+    server.files[BLANK] = HostedFile(
+        body=b"<!doctype html><title>downloads</title>", content_type="text/html"
+    )
     try:
         yield server
     finally:
@@ -136,7 +139,7 @@ def test_a_host_without_ranges_restarts_and_says_so(blank: Any, host: FlakyHost)
     host.files[MODEL_PATH] = HostedFile(body=body, ranges=False, cuts=1, cut_at=1_000_000)
     result = download(blank, host)
     assert result["ok"] and result["sha"] == sha(body)
-    first, second = host.requests(MODEL_PATH)
+    _, second = host.requests(MODEL_PATH)
     assert second["range"] is not None and second["status"] == 200 and second["sent"] == SIZE
     assert result["restarted"] == ["no-ranges"]
     assert "cannot resume" in result["text"]
@@ -161,7 +164,9 @@ def test_a_changed_file_restarts_from_zero(blank: Any, host: FlakyHost) -> None:
 def test_last_modified_is_the_validator_without_an_etag(blank: Any, host: FlakyHost) -> None:
     body = model_bytes(6)
     when = "Tue, 01 Dec 2026 10:00:00 GMT"
-    host.files[MODEL_PATH] = HostedFile(body=body, etag=None, last_modified=when, cuts=1, cut_at=600_000)
+    host.files[MODEL_PATH] = HostedFile(
+        body=body, etag=None, last_modified=when, cuts=1, cut_at=600_000
+    )
     result = download(blank, host)
     assert result["ok"] and result["sha"] == sha(body)
     assert host.requests(MODEL_PATH)[-1]["if_range"] == when
@@ -209,9 +214,7 @@ def test_two_tabs_share_one_download(browser: Any, host: FlakyHost) -> None:
         for page in (first, second):
             page.goto(host.url + BLANK.lstrip("/"))
         url = host.url + MODEL_PATH.lstrip("/")
-        start = (
-            "([url, opts]) => { window.result = (" + DOWNLOAD + ")([url, opts]); return true; }"
-        )
+        start = "([url, opts]) => { window.result = (" + DOWNLOAD + ")([url, opts]); return true; }"
         opts = {"limit": LIMIT, "gguf": True, "store": "napllm-models"}
         first.evaluate(start, [url, opts])
         # The first tab's request is under way before the second tab starts.
@@ -229,7 +232,9 @@ def test_two_tabs_share_one_download(browser: Any, host: FlakyHost) -> None:
         context.close()
 
 
-def test_the_wasm_engine_resumes_a_cut_model_download(browser: Any, host: FlakyHost, test_dist_dir: Path) -> None:
+def test_the_wasm_engine_resumes_a_cut_model_download(
+    browser: Any, host: FlakyHost, test_dist_dir: Path
+) -> None:
     model = (test_dist_dir / "models" / "tinychat" / "tiny-chat-q8_0.gguf").read_bytes()
     path = "/_dl/cut-tinychat.gguf"
     host.files[path] = HostedFile(body=model, cuts=1, cut_at=len(model) // 2)
@@ -239,7 +244,8 @@ def test_the_wasm_engine_resumes_a_cut_model_download(browser: Any, host: FlakyH
         page = context.new_page()
         page.goto(host.url + "index.html")
         page.wait_for_function(
-            "() => document.body.dataset.boot === 'ready' && document.body.dataset.offline === 'ready'"
+            "() => document.body.dataset.boot === 'ready'"
+            " && document.body.dataset.offline === 'ready'"
             " && !!navigator.serviceWorker.controller",
             timeout=BOOT_TIMEOUT_MS,
         )
@@ -261,7 +267,8 @@ def test_the_wasm_engine_resumes_a_cut_model_download(browser: Any, host: FlakyH
         frame.click("#choose")
         page.click(".chooser-dialog button.candidate:has-text('Cut host')")
         frame.wait_for_function(
-            "() => document.querySelector('#model').textContent.includes('Cut host')", polling=POLL_MS
+            "() => document.querySelector('#model').textContent.includes('Cut host')",
+            polling=POLL_MS,
         )
         frame.fill("#prompt", "Hello!")
         frame.click("#send")
@@ -310,7 +317,8 @@ def chat_hello(page: Any, name: str) -> Any:
     page.select_option("#napplet-select", "chat")
     page.click("#napplet-open")
     page.wait_for_function(
-        "() => { const f = document.querySelector('iframe.napplet-frame'); return f && f.srcdoc.length > 0; }"
+        "() => { const f = document.querySelector('iframe.napplet-frame');"
+        " return f && f.srcdoc.length > 0; }"
     )
     frame = page.query_selector("iframe.napplet-frame").content_frame()
     frame.wait_for_load_state("load")
@@ -347,9 +355,13 @@ def test_download_for_offline_use_then_chat_with_the_network_off(
         add_wasm_connection(page, "Later model", url)
         entry = page.locator("li.connection", has_text="Later model")
         entry.locator("button.offline").click()
-        page.locator("#notice-list .notice.error", has_text="could not be downloaded for offline use").wait_for()
+        page.locator(
+            "#notice-list .notice.error", has_text="could not be downloaded for offline use"
+        ).wait_for()
         # The Storage panel lists the partial download.
-        partial = page.locator("#storage-models li.storage-partial", has_text="offline-tinychat.gguf")
+        partial = page.locator(
+            "#storage-models li.storage-partial", has_text="offline-tinychat.gguf"
+        )
         partial.wait_for()
         assert "partly downloaded" in (partial.text_content() or "")
         received = int(partial.get_attribute("data-bytes") or 0)
@@ -361,8 +373,8 @@ def test_download_for_offline_use_then_chat_with_the_network_off(
         last = host.requests(path)[-1]
         assert last["status"] == 206 and last["range"] == f"bytes={received}-"
         assert page.evaluate(
-            "(u) => caches.open('napllm-models').then((c) => c.match(u)).then((r) => r.arrayBuffer())"
-            ".then((b) => b.byteLength)",
+            "(u) => caches.open('napllm-models').then((c) => c.match(u))"
+            ".then((r) => r.arrayBuffer()).then((b) => b.byteLength)",
             url,
         ) == len(model)
         # The manager: the file, its size, who uses it, when it was last used.
@@ -389,9 +401,12 @@ def test_download_for_offline_use_then_chat_with_the_network_off(
         assert "1.2 MB" in (entry.locator("label.remove-files-label").text_content() or "")
         entry.locator("button.confirm-remove").click()
         row.wait_for(state="detached")
-        assert page.evaluate(
-            "(u) => caches.open('napllm-models').then((c) => c.match(u)).then((r) => !!r)", url
-        ) is False
+        assert (
+            page.evaluate(
+                "(u) => caches.open('napllm-models').then((c) => c.match(u)).then((r) => !!r)", url
+            )
+            is False
+        )
         page.wait_for_function(
             f"() => navigator.storage.estimate().then((e) => e.usage <= {before - len(model) // 2})"
         )
