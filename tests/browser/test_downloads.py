@@ -125,6 +125,11 @@ def test_a_download_resumes_after_a_reload(blank: Any, host: FlakyHost) -> None:
     assert left["url"] == host.url + MODEL_PATH.lstrip("/")
     assert 0 < left["received"] <= 1_200_000 and left["total"] == SIZE
     blank.reload()
+    # The network is gone at the next try: the bytes stay for the one after.
+    blank.context.set_offline(True)
+    assert not download(blank, host)["ok"]
+    assert blank.evaluate(UNFINISHED) == [left]
+    blank.context.set_offline(False)
     host.files[MODEL_PATH].refuse = 0
     result = download(blank, host)
     assert result["ok"] and result["sha"] == sha(body)
@@ -410,5 +415,38 @@ def test_download_for_offline_use_then_chat_with_the_network_off(
         page.wait_for_function(
             f"() => navigator.storage.estimate().then((e) => e.usage <= {before - len(model) // 2})"
         )
+    finally:
+        context.close()
+
+
+def test_a_wasm_load_that_failed_on_a_cut_resumes_at_the_next_try(
+    browser: Any, host: FlakyHost, test_dist_dir: Path
+) -> None:
+    model = (test_dist_dir / "models" / "tinychat" / "tiny-chat-q8_0.gguf").read_bytes()
+    path = "/_dl/retry-tinychat.gguf"
+    # Cut, then refused until download.js's retries are spent: the load fails.
+    host.files[path] = HostedFile(body=model, cuts=1, cut_at=len(model) // 2, refuse=4)
+    context = browser.new_context()
+    context.set_default_timeout(STEP_TIMEOUT_MS)
+    try:
+        page = boot_shell(context, host)
+        add_wasm_connection(page, "Retry host", host.url + path.lstrip("/"))
+        frame = chat_hello(page, "Retry host")
+        assert "error" in (frame.get_attribute("#status", "class") or "")
+        received = host.requests(path)[0]["sent"]
+        # The user tries again (the engine's retry after a failed load is `fresh`).
+        frame.evaluate("() => document.querySelector('#status').classList.remove('error')")
+        frame.click("#send")
+        page.click(".consent-dialog button.allow")
+        frame.wait_for_function(
+            "() => document.querySelectorAll('#history li').length === 2"
+            " || document.querySelector('#status').classList.contains('error')",
+            polling=POLL_MS,
+        )
+        assert frame.text_content("#status") == "Done."
+        assert HELLO_ANSWER in (frame.text_content("#history li.assistant") or "")
+        last = host.requests(path)[-1]
+        assert last["status"] == 206 and last["range"] == f"bytes={received}-"
+        assert page.evaluate(PARTS) == 0
     finally:
         context.close()

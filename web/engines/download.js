@@ -29,7 +29,8 @@
  *   Nothing partial is ever handed to an engine: the result is the whole
  *   file or an error.
  * - Once whole, the file is put into the cache `store` (when given: the
- *   cache its engine reads from), and its parts are deleted. When a file
+ *   cache its engine reads from; not a file a build's precache holds, which
+ *   ships with the app), and its parts are deleted. When a file
  *   of a `store` was last used (downloaded, or read from there) is kept in
  *   the cache `napllm-model-use` (`modelUse`), for the Storage panel.
  * - One download per URL across tabs and workers of this origin: the
@@ -434,7 +435,12 @@ async function startWhole(response, state, options, meter) {
 
 /** One request: the rest after the stored parts, or the whole file. */
 async function attempt(state, options, meter) {
-  const { fetchFn, fresh } = options;
+  const { fresh } = options;
+  // A request that never got an answer (offline, host unreachable) is a
+  // cut: the stored parts stay.
+  const fetchFn = (url, init) => options.fetchFn(url, init).catch((error) => {
+    throw error instanceof TypeError && !options.signal?.aborted ? new Cut(error) : error;
+  });
   const init = { cache: fresh ? "reload" : "default", signal: options.signal, headers: options.headers };
   const meta = state.meta;
   if (!meta || meta.received === 0) {
@@ -525,8 +531,9 @@ async function run(url, options, meter) {
     }
   }
   if (state.cache) {
-    if (options.fresh) await dropParts(state.cache, url);
-    else state.meta = await readMeta(state.cache, url);
+    // Parts survive `fresh` too: they are checked bytes (a bad answer
+    // drops them at once), and a retry after a cut must not start again.
+    state.meta = await readMeta(state.cache, url);
     if (state.meta && (!state.meta.validator || state.meta.total > options.limit)) {
       await dropParts(state.cache, url);
       state.meta = null;
@@ -539,9 +546,10 @@ async function run(url, options, meter) {
       await attempt(state, options, meter);
       break;
     } catch (error) {
-      if (!(error instanceof Cut) || options.signal?.aborted) {
-        // A bad answer: none of its bytes are kept.
-        if (state.cache && !(error instanceof Cut)) await dropParts(state.cache, url).catch(() => {});
+      const aborted = Boolean(options.signal?.aborted);
+      if (!(error instanceof Cut) || aborted) {
+        // A bad answer: none of its bytes are kept (an abort keeps them).
+        if (state.cache && !(error instanceof Cut) && !aborted) await dropParts(state.cache, url).catch(() => {});
         throw error instanceof Cut ? error.cause : error;
       }
       const progressed = state.meta && state.meta.received > before;
@@ -552,7 +560,7 @@ async function run(url, options, meter) {
   }
   meter.report(state.received, state.total, true);
   const blob = await joined(state);
-  if (options.store && "caches" in self) {
+  if (options.store && "caches" in self && !(await inAppCache(url))) {
     const headers = { "content-type": state.type || "application/octet-stream", "content-length": String(blob.size) };
     if (state.validator?.etag) headers.etag = state.validator.etag;
     if (state.validator?.lastModified) headers["last-modified"] = state.validator.lastModified;
@@ -560,6 +568,22 @@ async function run(url, options, meter) {
   }
   if (state.cache) await dropParts(state.cache, url);
   return blob;
+}
+
+/**
+ * Whether a build's precache holds `url` (a file that ships with the app,
+ * such as TinyChat): it is not copied into `store` as well. Precache keys
+ * carry a revision query, hence `ignoreSearch`.
+ */
+async function inAppCache(url) {
+  try {
+    for (const name of await caches.keys()) {
+      if (name.includes("-precache-") && (await (await caches.open(name)).match(url, { ignoreSearch: true }))) return true;
+    }
+  } catch {
+    /* unreadable: treated as not held */
+  }
+  return false;
 }
 
 /** The whole stored copy of `url` in cache `store`, or null. */
@@ -578,7 +602,8 @@ async function storedCopy(store, url) {
  * what an earlier attempt left (module rules).
  * Options: `limit` (bytes, required: the ceiling of the file's kind),
  * `gguf` (check the magic), `binary` (refuse text types; default true),
- * `fresh` (start from zero, past the HTTP cache), `store` (Cache Storage
+ * `fresh` (past the HTTP cache and not from `store`: a retry after a failed
+ * load; stored parts are still resumed), `store` (Cache Storage
  * name the whole file is put into under `url`, and looked up in first),
  * `onProgress(event)`, `signal` (AbortSignal), `fetchFn` (default `fetch`),
  * `headers` (sent with every request, besides `Range`/`If-Range`).
