@@ -36,7 +36,9 @@ import argparse
 import contextlib
 import importlib.util
 import io
+import shutil
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,10 +161,11 @@ def capture_readme(context: Any, base_url: str) -> dict[str, bytes]:
 
 def capture_manager(context: Any, base_url: str) -> dict[str, bytes]:
     """The README's model manager at 1280x900 (PNG bytes as ``storage-manager``):
-    a GGUF connection added by URL, its model stored with *Download for offline
-    use* (not loaded), then the side panel: the connection and the Storage
-    section with the file, its size, the connection that uses it and when it
-    was last used. Not a baseline: the date varies."""
+    a GGUF connection added by URL (a copy of TinyChat served under
+    `README_MODEL`), its model stored with *Download for offline use* (not
+    loaded), then the side panel: the connection and the Storage section
+    with the file, its size, the connection that uses it and when it was
+    last used. Not a baseline: the date varies."""
     context.add_init_script(RETURNING_VISITOR_SCRIPT)
     page = context.new_page()
     try:
@@ -177,7 +180,7 @@ def capture_manager(context: Any, base_url: str) -> dict[str, bytes]:
         page.click("#connection-add")
         page.fill("#connection-name", "TinyChat, stored for later")
         page.select_option("#connection-kind", "wasm")
-        page.fill("#connection-model-url", f"{base_url}models/tinychat/tiny-chat-q8_0.gguf")
+        page.fill("#connection-model-url", f"{base_url}{README_MODEL}")
         page.click("#connection-save")
         page.wait_for_selector("#connection-form", state="hidden")
         entry = page.locator("li.connection", has_text="TinyChat, stored for later")
@@ -228,9 +231,23 @@ def _load(name: str, path: Path) -> ModuleType:
     return module
 
 
+#: Where `capture_manager`'s model (a copy of TinyChat under another name) is served.
+README_MODEL = "_readme/tinychat-copy-q8_0.gguf"
+
+
 @contextlib.contextmanager
 def _serve_dist(build: ModuleType) -> Iterator[str]:
-    server = build.make_server(build.DIST, quiet=True, overlays={})
+    with tempfile.TemporaryDirectory() as extra:
+        model = build.DIST / "models" / "tinychat" / "tiny-chat-q8_0.gguf"
+        if model.is_file():
+            shutil.copyfile(model, Path(extra) / Path(README_MODEL).name)
+        with _serve_folder(build, {"/" + str(Path(README_MODEL).parent) + "/": Path(extra)}) as url:
+            yield url
+
+
+@contextlib.contextmanager
+def _serve_folder(build: ModuleType, overlays: dict[str, Path]) -> Iterator[str]:
+    server = build.make_server(build.DIST, quiet=True, overlays=overlays)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

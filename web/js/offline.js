@@ -71,8 +71,15 @@ export async function storedForOffline(connection) {
   const files = modelFiles(connection);
   if (files.length === 0 || !("caches" in globalThis)) return false;
   try {
+    const precaches = (await caches.keys()).filter((name) => name.includes("-precache-"));
     for (const file of files) {
-      if (!(await (await caches.open(file.store)).match(file.url))) return false;
+      if (await (await caches.open(file.store)).match(file.url)) continue;
+      // A file that ships with the app (TinyChat) is in a build's precache.
+      let shipped = false;
+      for (const name of precaches) {
+        if (await (await caches.open(name)).match(file.url, { ignoreSearch: true })) shipped = true;
+      }
+      if (!shipped) return false;
     }
     return true;
   } catch {
