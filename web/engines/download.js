@@ -19,8 +19,8 @@
  *   means the file changed (another validator: restart `changed`) or the
  *   host ignores ranges (restart `no-ranges`); the stored parts are then
  *   dropped and the `200` body is the new download from byte 0. A file with
- *   no validator, no declared length or a compressed body is never resumed
- *   (`not-resumable`): its bytes are not stored as parts.
+ *   no validator, no declared length or a compressed body is never resumed:
+ *   its bytes are not stored as parts (a cut fails the download at once).
  * - Every check of a whole answer holds over the joined bytes: status (200,
  *   or 206 for the rest), a content type that is not text, HTML, JSON or
  *   XML (`binary`), the GGUF magic at byte 0 (`gguf`), exactly the declared
@@ -43,10 +43,15 @@
  *   the reason the download began again from zero; `shared`: the bytes are
  *   another tab's download. At most every `PROGRESS_MS`.
  * - Errors: `NotAModel` (status, type, magic, length; `type:
- *   "download_error"`), `DownloadTooLarge` (bounded.js) or the network's
- *   error when the retries are spent (the parts stay for the next try).
- *   After a load that failed on complete bytes, the engine calls
- *   `discardDownload(url)` so the next try starts from zero.
+ *   "download_error"`; the parts are dropped), `DownloadTooLarge`
+ *   (bounded.js; dropped too) or, when the retries are spent, the network's
+ *   error (a cut body, no answer at all, or a host error 5xx/408/429: the
+ *   parts stay for the next try). `discardDownload(url)` forgets an
+ *   unfinished download (the Storage panel's Delete).
+ * - Own code, not a library: Workbox's range support only answers ranges
+ *   from a whole cached copy, and the download libraries for browsers keep
+ *   their bytes in memory or hand them to a file picker; none checks bytes
+ *   before keeping them or resumes across tabs and reloads.
  */
 
 import { DownloadTooLarge } from "./bounded.js";
