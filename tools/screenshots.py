@@ -18,7 +18,8 @@ Rules
   ``tests/browser/baselines/<name>.png``. ``--update-baselines`` also writes
   every screenshot of the README into ``docs/screenshots/``: the phone view
   (``phone-<scheme>.png``) and the walk-through of `capture_readme`
-  (``consent.png``, ``chat-answer.png``, TinyChat answering in the browser).
+  (``consent.png``, ``chat-answer.png``, TinyChat answering in the browser)
+  and the model manager of `capture_manager` (``storage-manager.png``).
 - What varies between runs is frozen or masked: the storage estimate's text
   is replaced by a fixed one and masked, progress bars and the inspector's
   count are masked, motion is reduced and animations are finished, the caret
@@ -35,7 +36,9 @@ import argparse
 import contextlib
 import importlib.util
 import io
+import shutil
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,6 +159,41 @@ def capture_readme(context: Any, base_url: str) -> dict[str, bytes]:
         page.close()
 
 
+def capture_manager(context: Any, base_url: str) -> dict[str, bytes]:
+    """The README's model manager at 1280x900 (PNG bytes as ``storage-manager``):
+    a GGUF connection added by URL (a copy of TinyChat served under
+    `README_MODEL`), its model stored with *Download for offline use* (not
+    loaded), then the side panel: the connection and the Storage section
+    with the file, its size, the connection that uses it and when it was
+    last used. Not a baseline: the date varies."""
+    context.add_init_script(RETURNING_VISITOR_SCRIPT)
+    page = context.new_page()
+    try:
+        page.set_viewport_size({"width": 1280, "height": 900})
+        page.emulate_media(color_scheme="light", reduced_motion="reduce")
+        page.goto(f"{base_url}index.html")
+        page.wait_for_function(
+            "() => document.body.dataset.boot === 'ready'"
+            " && document.body.dataset.offline === 'ready'",
+            timeout=BOOT_TIMEOUT_MS,
+        )
+        page.click("#connection-add")
+        page.fill("#connection-name", "TinyChat, stored for later")
+        page.select_option("#connection-kind", "wasm")
+        page.fill("#connection-model-url", f"{base_url}{README_MODEL}")
+        page.click("#connection-save")
+        page.wait_for_selector("#connection-form", state="hidden")
+        entry = page.locator("li.connection", has_text="TinyChat, stored for later")
+        entry.locator("button.offline").click()
+        entry.locator(".offline-control[data-stored='true']").wait_for(timeout=BOOT_TIMEOUT_MS)
+        page.locator("#storage-models li.storage-model .storage-users").first.wait_for()
+        entry.scroll_into_view_if_needed()
+        side = page.locator("aside.side")
+        return {"storage-manager": side.screenshot(animations="disabled", caret="hide")}
+    finally:
+        page.close()
+
+
 def compare(name: str, actual: bytes, baseline: Path) -> str | None:
     """None when ``actual`` (PNG bytes) matches the ``baseline`` file within
     `TOLERANCE`, else a message that says how it differs and names `UPDATE_COMMAND`."""
@@ -193,9 +231,23 @@ def _load(name: str, path: Path) -> ModuleType:
     return module
 
 
+#: Where `capture_manager`'s model (a copy of TinyChat under another name) is served.
+README_MODEL = "_readme/tinychat-copy-q8_0.gguf"
+
+
 @contextlib.contextmanager
 def _serve_dist(build: ModuleType) -> Iterator[str]:
-    server = build.make_server(build.DIST, quiet=True, overlays={})
+    with tempfile.TemporaryDirectory() as extra:
+        model = build.DIST / "models" / "tinychat" / "tiny-chat-q8_0.gguf"
+        if model.is_file():
+            shutil.copyfile(model, Path(extra) / Path(README_MODEL).name)
+        with _serve_folder(build, {"/" + str(Path(README_MODEL).parent) + "/": Path(extra)}) as url:
+            yield url
+
+
+@contextlib.contextmanager
+def _serve_folder(build: ModuleType, overlays: dict[str, Path]) -> Iterator[str]:
+    server = build.make_server(build.DIST, quiet=True, overlays=overlays)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -222,7 +274,7 @@ def take(readme: bool = False) -> dict[str, bytes]:
         )
         try:
             shots: dict[str, bytes] = {}
-            for step in (capture, capture_readme) if readme else (capture,):
+            for step in (capture, capture_readme, capture_manager) if readme else (capture,):
                 context = browser.new_context()
                 try:
                     shots.update(step(context, base_url))

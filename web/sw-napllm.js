@@ -15,7 +15,10 @@
  *   fails to load it; the engine then evicts the URL everywhere).
  *   Weights of other engines (ONNX files, WebLLM parameter shards) are
  *   checked the same way on their way to the page: a failed check makes
- *   the request fail, so the engine's own cache never stores them.
+ *   the request fail, so the engine's own cache never stores them. The
+ *   206 answer to a ranged request (the rest of a resumed download,
+ *   web/engines/download.js, which checks the joined bytes) passes when
+ *   its declared total is within the ceiling and its type is no text.
  * - One tab runs one build. Each build precaches into a cache of its own
  *   (Workbox `cacheId` = `napllm-<build id>`). When a new build activates,
  *   every client open at that moment (windows and their workers) is
@@ -184,6 +187,16 @@
     event.respondWith(
       fetch(request).then((response) => {
         if (response.status !== 200 && response.status !== 206) return response;
+        if (response.status === 206 && request.headers.has("range")) {
+          // The rest of a resumed download (web/engines/download.js checks
+          // the joined bytes; no cache can keep a 206): its total must still
+          // be within the ceiling, and it must not be text.
+          const range = /\/(\d+)$/.exec(response.headers.get("content-range") || "");
+          const total = range ? Number(range[1]) : NaN;
+          if (!Number.isSafeInteger(total) || total > limitOf(request.url)
+            || NOT_A_MODEL.test(response.headers.get("content-type") || "")) return Response.error();
+          return response;
+        }
         const verified = verifiedModel(response, { gguf: false, limit: limitOf(request.url) });
         return verified || Response.error();
       }),

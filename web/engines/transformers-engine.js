@@ -80,7 +80,8 @@ function startWorker(entry, source, device, dtype, connectionId, label, fresh) {
     worker.onmessage = (event) => {
       const message = event.data || {};
       if (message.type === "progress") {
-        progress(connectionId, `Loading ${label}`, Number(message.fraction) || 0);
+        const detail = typeof message.detail === "string" && message.detail ? ` — ${message.detail}` : "";
+        progress(connectionId, `Loading ${label}${detail}`, Number(message.fraction) || 0);
       } else if (message.type === "loaded") {
         loaded = true;
         resolve(message);

@@ -5,7 +5,7 @@
  * Rules
  * - Messages in: `{type: "load", source, device, dtype, fresh}` once, then
  *   `{type: "chat", id, body}` and `{type: "cancel", id}`. Messages out:
- *   `{type: "progress", fraction}`, `{type: "loaded", ok, kind?, device}`,
+ *   `{type: "progress", fraction, detail?}`, `{type: "loaded", ok, kind?, device}`,
  *   `{type: "chunk", id, chunk}` (an OpenAI chat completion chunk) and
  *   `{type: "end", id, kind?}` (kind names a failure; none when it finished
  *   or was cancelled).
@@ -30,6 +30,9 @@
  *   cache but a build's precache, and the engine asks for the next load of
  *   that model with `fresh`: every file is then fetched with
  *   `cache: "reload"`, past the HTTP cache.
+ * - Weights files (`.onnx`, `.onnx_data`) are downloaded through
+ *   download.js: a cut download continues from the checked bytes already
+ *   stored (its rules); the library gets the whole file or an error.
  * - Every file the library fetches is bounded (bounded.js `limitedFetch`):
  *   weights by `MAX_ONNX_WEIGHTS_BYTES`, other files by
  *   `MAX_ONNX_OTHER_BYTES` (limits.js), and an uncompressed body by its
@@ -48,6 +51,7 @@ import {
   wasmPaths,
 } from "../vendor/transformers/transformers.js";
 import { limitedFetch, onnxLimit } from "./bounded.js";
+import { describeProgress, resumableFetch } from "./download.js";
 
 env.backends.onnx.wasm.wasmPaths = { ...wasmPaths };
 // One wasm thread: the work runs on the GPU, and no pthread workers are spawned.
@@ -153,7 +157,7 @@ let counter = 0;
 
 const post = (message) => self.postMessage(message);
 
-/** Set when the current load's download was refused for its size. */
+/** Set when the current load's download was refused (its size, or no model file). */
 let tooLarge = false;
 
 function loadKind(error) {
@@ -168,7 +172,24 @@ async function load({ source, device, dtype, fresh }) {
   // again, past the HTTP cache (which may still hold the bad answer).
   const plain = fresh ? (url, init = {}) => fetch(url, { ...init, cache: "reload" }) : fetch.bind(self);
   tooLarge = false;
-  env.fetch = limitedFetch(plain, onnxLimit, () => {
+  // Weights files are downloaded resumably (download.js), the rest as they are.
+  const weights = (url) => /\.(onnx|onnx_data)$/i.test(new URL(String(url), self.location.href).pathname);
+  const resumable = resumableFetch(plain, weights, onnxLimit, {
+    onProgress: (event) => {
+      if (event.total) post({ type: "progress", fraction: Math.min(1, event.received / event.total), detail: describeProgress(event) });
+    },
+  });
+  // A refused weights file (download.js) is a `download` failure whatever
+  // the library makes of the error.
+  const guarded = async (input, init) => {
+    try {
+      return await resumable(input, init);
+    } catch (error) {
+      if (error && (error.name === "DownloadTooLarge" || error.name === "NotAModel")) tooLarge = true;
+      throw error;
+    }
+  };
+  env.fetch = limitedFetch(guarded, onnxLimit, () => {
     tooLarge = true;
   });
   // A same-origin folder is read as a "local" path (transformers.js fetches

@@ -129,6 +129,8 @@ function errorKind(error) {
   const text = typeof error === "string" ? error : String((error && error.message) || "");
   // A model file over its ceiling (webllm-worker.js, bounded.js): a bad download.
   if (name === "DownloadTooLarge" || text.includes("DownloadTooLarge")) return "download";
+  // A shard that failed download.js's checks (no model file, cut for good).
+  if (name === "NotAModel" || text.includes("NotAModel")) return "download";
   if (name === "WebGPUNotAvailableError" || text.includes("compatible GPU")) return "webgpu";
   if (name === "ShaderF16SupportError" || name === "FeatureSupportError") return "feature";
   if (name === "QuotaExceededError" || text.includes("Quota")) return "storage";

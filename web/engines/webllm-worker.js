@@ -19,6 +19,8 @@
  * - A chat interrupted through WebLLM's `interruptGenerate` ends early and
  *   is still read to its end here, so the engine's lock is released
  *   (pitfalls.md, mlc-ai/web-llm #447).
+ * - Parameter shards are downloaded through download.js: a cut download
+ *   continues from the checked bytes already stored (its rules).
  * - Every file WebLLM downloads is bounded by `MAX_WEBLLM_FILE_BYTES`
  *   (limits.js) and, uncompressed, by its declared length (bounded.js).
  *   WebLLM has no fetch option: it calls `fetch` and stores model files
@@ -31,9 +33,17 @@
 import { WebWorkerMLCEngineHandler } from "../vendor/web-llm/web-llm.js";
 import { runChat } from "./batcher.js";
 import { limitedFetch } from "./bounded.js";
+import { resumableFetch } from "./download.js";
 import { MAX_WEBLLM_FILE_BYTES } from "./limits.js";
 
-const boundedFetch = limitedFetch(self.fetch.bind(self), () => MAX_WEBLLM_FILE_BYTES);
+/** A parameter shard: downloaded resumably (download.js). */
+const SHARD = /\/params_shard_\d+\.bin$/i;
+const resumable = resumableFetch(
+  self.fetch.bind(self),
+  (url) => SHARD.test(new URL(String(url), self.location.href).pathname),
+  () => MAX_WEBLLM_FILE_BYTES,
+);
+const boundedFetch = limitedFetch(resumable, () => MAX_WEBLLM_FILE_BYTES);
 self.fetch = boundedFetch;
 if (typeof Cache !== "undefined") {
   /** `Cache.add` (fetch, refuse a failed status, store) through the bounded fetch. */

@@ -69,7 +69,8 @@ function onWorkerMessage({ data }) {
     streams.end(stream, data.kind);
   } else if (data.op === "progress") {
     const entry = models.get(data.key);
-    if (entry) progress(entry.connectionId, `Downloading ${entry.label}`, data.fraction);
+    const detail = typeof data.detail === "string" && data.detail ? ` — ${data.detail}` : "";
+    if (entry) progress(entry.connectionId, `Downloading ${entry.label}${detail}`, data.fraction);
   } else if (data.op === "loaded") {
     const resolve = pendingLoads.get(data.key);
     pendingLoads.delete(data.key);

@@ -11,7 +11,9 @@
  *   `{op: "load", key, url, params}`, `{op: "unload", key}`,
  *   `{op: "chat", id, key, body, merge}` (`merge`: see batcher.js), `{op: "abort", id}`.
  * - Messages to the page:
- *   `{op: "progress", key, fraction}` while downloading (at most every 100 ms),
+ *   `{op: "progress", key, fraction, detail}` while downloading (at most
+ *   every 100 ms; `detail`: bytes, speed, time left, resumed or restarted,
+ *   download.js `describeProgress`),
  *   `{op: "loaded", key, info}` or `{op: "loaded", key, info: {ok: false, kind}}`,
  *   `{op: "chunks", id, chunks: [JSON text, ...]}` with the chunks wllama
  *   yielded (each already serialized, so the page only concatenates): every
@@ -19,11 +21,13 @@
  *   `BATCH_MS` (batcher.js),
  *   `{op: "end", id, kind: null | text, chunks: [JSON text, ...]}` once per
  *   chat, with the chunks that had not been posted yet.
- * - Model files are downloaded here, checked as they arrive (status 200,
- *   not a text type, the GGUF magic, the declared length, and a byte
- *   ceiling for the whole model, `MAX_GGUF_MODEL_BYTES` of limits.js, which
- *   holds with no declared length or a compressed body too) and handed to
- *   wllama as Blobs; wllama's own download and its OPFS cache are not used
+ * - Model files are downloaded here through download.js (resumable: a
+ *   cut download continues from the checked bytes already stored), checked
+ *   as they arrive (status 200, or 206 for the rest, not a text type, the
+ *   GGUF magic, the declared length, and a byte ceiling for the whole model,
+ *   `MAX_GGUF_MODEL_BYTES` of limits.js, which holds with no declared length
+ *   or a compressed body too), kept whole in the service worker's model
+ *   cache and handed to wllama as Blobs; wllama's own download and its OPFS cache are not used
  *   (that cache kept any answer, a fallback page too, and never asked the
  *   host again). A failed load removes the URL from that cache as well, for
  *   copies an older build left there, and the next load of that URL
@@ -34,12 +38,11 @@
 
 import { CacheManager, ModelManager, Wllama, wasmPaths } from "../vendor/wllama/wllama.js";
 import { runChat } from "./batcher.js";
-import { DownloadTooLarge } from "./bounded.js";
+import { describeProgress, downloadModelFile } from "./download.js";
 import { MAX_GGUF_MODEL_BYTES } from "./limits.js";
 
-const GGUF_MAGIC = [0x47, 0x47, 0x55, 0x46];
-/** Bytes gathered in memory before they become one Blob (see `download`). */
-const BLOB_PART = 64 * 1024 * 1024;
+/** The service worker's model cache (build.py MODEL_CACHE), where whole GGUF files are kept. */
+const MODEL_CACHE = "napllm-models";
 
 /** key -> Wllama */
 const models = new Map();
@@ -68,79 +71,19 @@ function errorKind(error, stage) {
   return stage === "chat" ? "inference" : "unknown";
 }
 
-/** A download that is no model (wrong status, type, magic or length). */
-class NotAModel extends Error {
-  constructor(reason) {
-    super(reason);
-    this.type = "download_error";
-  }
-}
-
 /**
- * The whole file at `url` as a Blob, checked on the way: status 200, a
- * content type that is not text, HTML, JSON or XML, the GGUF magic at byte
- * 0 when `gguf`, exactly the declared length, and at most `budget` bytes
- * (what is left of the model's ceiling; a declared length above it fails
- * before any byte is read). `fresh`: fetch past the
- * HTTP cache (`cache: "reload"`), for a retry after a failed load, so an
- * answer it kept from before (a fallback page) is not reused; the service
- * worker's model cache (verified copies only) still answers first.
- * `onBytes(seen, expected)` reports the bytes so far (expected: null when
- * unknown). The bytes are gathered into Blobs of about `BLOB_PART` bytes
- * as they arrive, so the browser may keep them on disk and a large model
- * does not have to fit in this worker's memory twice. Throws NotAModel,
+ * The whole file at `url` as a Blob, through the resumable downloader
+ * (download.js: status, content type, the GGUF magic when `gguf`, exactly
+ * the declared length, at most `budget` bytes, resumed from the bytes an
+ * earlier attempt left). `fresh`: fetch past the HTTP cache, for a retry
+ * after a failed load, so an answer it kept from before (a fallback page)
+ * is not reused. The whole file is put into the service worker's model
+ * cache (`napllm-models`), which answers first next time.
+ * `onBytes(event)` gets download.js's progress events. Throws NotAModel,
  * DownloadTooLarge (the download is cancelled) or the network's error.
  */
-async function download(url, gguf, fresh, budget, onBytes) {
-  const response = await fetch(url, { cache: fresh ? "reload" : "default" });
-  if (response.status !== 200 || !response.body) throw new NotAModel(`status ${response.status}`);
-  if (/^text\/|html|json|xml/i.test(response.headers.get("content-type") || "")) {
-    throw new NotAModel("not a model content type");
-  }
-  const encoding = (response.headers.get("content-encoding") || "identity").toLowerCase();
-  const declared = Number(response.headers.get("content-length"));
-  const expected = encoding === "identity" && response.headers.has("content-length")
-    && Number.isSafeInteger(declared) ? declared : null;
-  if (response.headers.has("content-length") && Number.isSafeInteger(declared) && declared > budget) {
-    await response.body.cancel().catch(() => {});
-    throw new DownloadTooLarge("the declared length is above the ceiling");
-  }
-  const reader = response.body.getReader();
-  const blobs = [];
-  let parts = [];
-  let buffered = 0;
-  let seen = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    if (gguf && seen < 4) {
-      for (let i = 0; seen + i < 4 && i < value.byteLength; i += 1) {
-        if (value[i] !== GGUF_MAGIC[seen + i]) {
-          await reader.cancel();
-          throw new NotAModel("not a GGUF file");
-        }
-      }
-    }
-    seen += value.byteLength;
-    if (expected !== null && seen > expected) {
-      await reader.cancel();
-      throw new NotAModel("longer than declared");
-    }
-    if (seen > budget) {
-      await reader.cancel();
-      throw new DownloadTooLarge();
-    }
-    parts.push(value);
-    buffered += value.byteLength;
-    if (buffered >= BLOB_PART) {
-      blobs.push(new Blob(parts));
-      parts = [];
-      buffered = 0;
-    }
-    onBytes(seen, expected);
-  }
-  if ((gguf && seen < 4) || (expected !== null && seen !== expected)) throw new NotAModel("incomplete file");
-  return new Blob([...blobs, ...parts]);
+function download(url, gguf, fresh, budget, onBytes) {
+  return downloadModelFile(url, { gguf, fresh, limit: budget, store: MODEL_CACHE, onProgress: onBytes });
 }
 
 /**
@@ -189,7 +132,6 @@ async function load(key, url, params) {
   const urls = ModelManager.parseModelUrl(url);
   const wllama = new Wllama(wasmPaths, { logger: quietLogger, suppressNativeLog: true });
   let stage = "download";
-  let lastReport = 0;
   try {
     await forgetWllamaCopies(urls);
     // The files are downloaded here, not by wllama: wllama's own download
@@ -200,13 +142,10 @@ async function load(key, url, params) {
     const blobs = [];
     let budget = MAX_GGUF_MODEL_BYTES;
     for (let index = 0; index < urls.length; index += 1) {
-      blobs.push(await download(urls[index], true, failed.has(url), budget, (seen, expected) => {
-        const now = performance.now();
-        if (now - lastReport > 100) {
-          lastReport = now;
-          const part = expected ? Math.min(1, seen / expected) : 0;
-          self.postMessage({ op: "progress", key, fraction: (index + part) / urls.length });
-        }
+      blobs.push(await download(urls[index], true, failed.has(url), budget, (event) => {
+        const part = event.total ? Math.min(1, event.received / event.total) : 0;
+        const detail = describeProgress(event);
+        self.postMessage({ op: "progress", key, fraction: (index + part) / urls.length, detail });
       }));
       budget -= blobs[index].size;
       self.postMessage({ op: "progress", key, fraction: (index + 1) / urls.length });

@@ -13,6 +13,9 @@
  * - Only connections the user made (`settings.userDefined`) can be edited
  *   or removed; built-in ones belong to the runtime.
  * - Every value is inserted as text, never as markup.
+ * - A connection whose model files the shell can list (offline.js) has a
+ *   "Download for offline use" button: the files are stored without
+ *   loading the model, on a device that cannot run it too.
  * - The connection kinds (labels, one-line summaries, which form fields a
  *   kind has, what a device needs to run it) are the runtime's
  *   (napllm.kinds), published once at start (`napllmHost.connectionKinds`);
@@ -35,6 +38,7 @@
 
 import { el, focusableHeading, keepFocus, str, whileBusy } from "./dom.js";
 import { isObjectOrArray, parseJsonOr } from "./json.js";
+import { CONNECTIONS_LISTED, fileRemovalOffer, offlineControl } from "./offline.js";
 import { onConnectionsChanged } from "./storage.js";
 
 function parseList(text) {
@@ -317,6 +321,7 @@ export class ConnectionsPanel {
     this.connectionsVersion += 1;
     this.connections = parseList(listJson);
     this.renderConnections();
+    document.dispatchEvent(new CustomEvent(CONNECTIONS_LISTED, { detail: this.connections }));
   }
 
   /**
@@ -500,6 +505,7 @@ export class ConnectionsPanel {
       this.renderProgress(id),
       quiet ? null : badges,
       availability,
+      offlineControl(item, (connectionId, label, fraction) => this.setProgress(connectionId, label, fraction)),
       actions,
     );
   }
@@ -512,6 +518,11 @@ export class ConnectionsPanel {
     const saved = [...actions.childNodes];
     actions.replaceChildren(question);
     no.focus();
+    // Its downloaded model files may go with it (offline.js).
+    const offer = fileRemovalOffer(item, this.connections).then((found) => {
+      if (found && question.isConnected) question.append(" ", found.element);
+      return found;
+    });
     no.addEventListener("click", () => {
       actions.replaceChildren(...saved);
       saved[1].focus();
@@ -521,6 +532,7 @@ export class ConnectionsPanel {
       if (!runtime) return;
       try {
         await runtime.removeConnection(str(item.id));
+        await (await offer)?.remove();
       } catch (error) {
         console.error("napllm: removeConnection failed", error?.name ?? "");
         actions.replaceChildren(...saved);

@@ -18,8 +18,13 @@
  *   ask for it (`persist()`); the engines ask before a model download.
  * - The Storage section lists every model kept in Cache Storage: the GGUF
  *   files the user added (cache `napllm-models`, runtime caching, with a
- *   Delete button each) and the built-in TinyChat (part of the app's
- *   precache, removed only with the app). The total is
+ *   Delete button each, the connections that use each file and when it was
+ *   last used, web/engines/download.js `modelUse`), the built-in TinyChat
+ *   (part of the app's precache, removed only with the app), unfinished
+ *   downloads (their checked bytes so far, `napllm-download-parts`, with a
+ *   Delete) and copies an older build left in wllama's own OPFS cache: those
+ *   whose URL has a verified copy in `napllm-models` are removed when the
+ *   panel finds them, the others are listed with a Delete. The total is
  *   `navigator.storage.estimate()` for the whole origin.
  * - The worker is registered once the shell has booted, so a first visit's
  *   precache download does not slow the boot down.
@@ -30,6 +35,8 @@
  */
 
 import { el, focusableHeading, keepFocus, whileBusy } from "./dom.js";
+import { discardDownload, forgetModelUse, modelUse, unfinishedDownloads } from "../engines/download.js";
+import { CONNECTIONS_LISTED, STORAGE_CHANGED, modelFiles } from "./offline.js";
 import { formatBytes, MODEL_CACHE, requestPersistentStorage } from "./storage.js";
 import { Workbox } from "../vendor/workbox-window/workbox-window.prod.mjs";
 
@@ -96,7 +103,53 @@ export async function cachedModels() {
 export async function deleteModel(url) {
   if (!("caches" in globalThis)) return false;
   const cache = await caches.open(MODEL_CACHE);
+  await forgetModelUse(url);
   return cache.delete(url);
+}
+
+/** The OPFS folder wllama keeps its own downloads in (older builds let wllama download). */
+const WLLAMA_FOLDER = "cache";
+
+/**
+ * Files an older build left in wllama's own OPFS cache: `[{name, url,
+ * bytes}]`. Those whose URL now has a verified copy in the model cache are
+ * removed here (once: they are then gone). Never rejects; `[]` without OPFS.
+ */
+export async function wllamaLeftovers(verified) {
+  try {
+    const root = await navigator.storage.getDirectory();
+    await root.getDirectoryHandle(WLLAMA_FOLDER); // throws when wllama never stored anything
+    const { CacheManager } = await import("../vendor/wllama/wllama.js");
+    const cache = new CacheManager();
+    const files = (await cache.list()).map((entry) => ({
+      name: entry.name,
+      url: String(entry.metadata?.originalURL || entry.name),
+      bytes: Number(entry.size),
+    }));
+    const replaced = files.filter((file) => verified.has(file.url));
+    if (replaced.length > 0) {
+      const names = new Set(replaced.map((file) => file.name));
+      await cache.deleteMany((entry) => names.has(entry.name));
+    }
+    return files.filter((file) => !verified.has(file.url));
+  } catch {
+    return [];
+  }
+}
+
+/** Delete one file an older build left in wllama's OPFS cache. Never rejects. */
+async function deleteLeftover(name) {
+  try {
+    const { CacheManager } = await import("../vendor/wllama/wllama.js");
+    await new CacheManager().delete(name);
+  } catch (error) {
+    console.error("napllm: could not delete an old model copy", error?.name ?? "");
+  }
+}
+
+/** A date and time for "last used", in the reader's locale. */
+function when(ms) {
+  return new Date(ms).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
 }
 
 // ---------------------------------------------------------------- Storage section
@@ -156,15 +209,77 @@ class StorageSection {
     return this.refreshing;
   }
 
+  /** The connections the runtime last listed (connections.js), to say which uses which file. */
+  setConnections(list) {
+    this.connections = Array.isArray(list) ? list : [];
+    this.refresh();
+  }
+
   async render() {
     const models = await cachedModels();
+    const use = await modelUse();
+    const partial = await unfinishedDownloads();
+    const leftovers = await wllamaLeftovers(new Set(models.filter((m) => !m.builtIn).map((m) => m.url)));
     // After a Delete the focus goes to the next model's Delete, else the heading.
-    keepFocus(this.list, () => this.renderModels(models), () => focusableHeading(this.section.querySelector("#storage-heading")));
-    this.empty.hidden = models.length > 0;
+    keepFocus(
+      this.list,
+      () => this.renderModels(models, use, partial, leftovers),
+      () => focusableHeading(this.section.querySelector("#storage-heading")),
+    );
+    this.empty.hidden = models.length + partial.length + leftovers.length > 0;
     await this.renderTotals();
   }
 
-  renderModels(models) {
+  /** The names of the connections that read the file at `url`. */
+  usersOf(url) {
+    return (this.connections || [])
+      .filter((connection) => modelFiles(connection).some((file) => file.url === url))
+      .map((connection) => (typeof connection.name === "string" ? connection.name : String(connection.id)));
+  }
+
+  deleteButton(label, action) {
+    const button = el("button", { type: "button", class: "delete", "aria-label": label }, "Delete");
+    button.addEventListener("click", () => {
+      whileBusy(button, async () => {
+        try {
+          await action();
+        } catch (error) {
+          console.error("napllm: could not delete a stored model file", error?.name ?? "");
+        }
+        await this.refresh();
+      });
+    });
+    return button;
+  }
+
+  renderModels(models, use = new Map(), partial = [], leftovers = []) {
+    const partialItems = partial.map((download) => {
+      const name = modelName(download.url);
+      const done = `${formatBytes(download.received)} of ${formatBytes(download.total)}`;
+      return el(
+        "li",
+        { class: "storage-partial", dataset: { url: download.url, bytes: String(download.received), focusKey: `partial ${download.url}` } },
+        el("span", { class: "storage-name", title: download.url }, name),
+        " ",
+        el("span", { class: "storage-size" }, `partly downloaded: ${done}`),
+        " ",
+        this.deleteButton(`Delete the partial download of ${name} (${formatBytes(download.received)})`, () => discardDownload(download.url)),
+      );
+    });
+    const leftoverItems = leftovers.map((file) => {
+      const name = modelName(file.url);
+      return el(
+        "li",
+        { class: "storage-leftover", dataset: { url: file.url, bytes: String(file.bytes), focusKey: `leftover ${file.name}` } },
+        el("span", { class: "storage-name", title: file.url }, name),
+        " ",
+        el("span", { class: "storage-size" }, formatBytes(file.bytes)),
+        " ",
+        el("span", { class: "muted" }, "(an old copy from an earlier version)"),
+        " ",
+        this.deleteButton(`Delete the old copy of ${name} (${formatBytes(file.bytes)})`, () => deleteLeftover(file.name)),
+      );
+    });
     this.list.replaceChildren(
       ...models.map((model) => {
         const item = el(
@@ -177,6 +292,16 @@ class StorageSection {
         if (model.builtIn) {
           item.append(" ", el("span", { class: "muted storage-builtin" }, "(part of the app)"));
         } else {
+          const users = this.usersOf(model.url);
+          const used = use.get(model.url);
+          item.append(
+            el(
+              "span",
+              { class: "muted storage-users" },
+              users.length > 0 ? `Used by ${users.join(", ")}` : "Used by no connection",
+            ),
+            el("span", { class: "muted storage-used" }, used ? `Last used ${when(used)}` : "Not used yet"),
+          );
           const button = el(
             "button",
             { type: "button", class: "delete", "aria-label": `Delete ${model.name} (${formatBytes(model.bytes)})` },
@@ -196,6 +321,8 @@ class StorageSection {
         }
         return item;
       }),
+      ...partialItems,
+      ...leftoverItems,
     );
   }
 
@@ -293,6 +420,9 @@ function start() {
   document.addEventListener("visibilitychange", () => {
     if (document.visibilityState === "visible") storage.refresh();
   });
+  // A download for offline use finished (offline.js).
+  document.addEventListener(STORAGE_CHANGED, () => storage.refresh());
+  document.addEventListener(CONNECTIONS_LISTED, (event) => storage.setConnections(event.detail));
 
   if (!("serviceWorker" in navigator) || !window.isSecureContext) {
     setState("unsupported", "This browser cannot keep the shell for offline use.");

@@ -1,0 +1,454 @@
+"""Resumable model downloads (web/engines/download.js) against a local host that misbehaves.
+
+The host (tests/browser/flaky_host.py) serves the test build on 127.0.0.1
+and answers model paths by a plan the test sets: cut the body midway,
+refuse for a while, serve ranges or not, change the file between attempts.
+The module is driven from a blank page of that origin; the last test loads
+a model whose download is cut through the shell's own wasm engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flaky_host import FlakyHost, HostedFile
+
+STEP_TIMEOUT_MS = 90_000
+BOOT_TIMEOUT_MS = 120_000
+POLL_MS = 50
+LIMIT = 8 * 1024 * 1024  # the test build's MAX_GGUF_MODEL_BYTES (tests/hooks/engine-limits.js)
+SIZE = 3_000_000
+BLANK = "/_dl/blank.html"
+MODEL_PATH = "/_dl/model.gguf"
+HELLO_ANSWER = "Hello! How can I help you today?"
+
+#: Download `url` with download.js; report the bytes' digest and the progress seen.
+DOWNLOAD = """async ([url, opts]) => {
+  const d = await import('/engines/download.js');
+  const events = [];
+  const hex = (b) => [...new Uint8Array(b)].map((x) => x.toString(16).padStart(2, '0')).join('');
+  try {
+    const blob = await d.downloadModelFile(url, { ...opts, onProgress: (e) => events.push(e) });
+    const bytes = await blob.arrayBuffer();
+    const digest = await crypto.subtle.digest('SHA-256', bytes);
+    return { ok: true, size: bytes.byteLength, sha: hex(digest),
+      restarted: [...new Set(events.map((e) => e.restarted).filter(Boolean))],
+      resumedFrom: Math.max(0, ...events.map((e) => e.resumedFrom)),
+      shared: events.some((e) => e.shared),
+      text: events.length ? d.describeProgress(events[events.length - 1]) : '' };
+  } catch (e) {
+    return { ok: false, name: e.name, message: String(e.message) };
+  }
+}"""
+UNFINISHED = "async () => (await import('/engines/download.js')).unfinishedDownloads()"
+PARTS = "() => caches.open('napllm-download-parts').then((c) => c.keys()).then((k) => k.length)"
+
+
+def model_bytes(seed: int, size: int = SIZE) -> bytes:
+    return b"GGUF" + random.Random(seed).randbytes(size - 4)
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture
+def host(test_dist_dir: Path) -> Iterator[FlakyHost]:
+    server = FlakyHost(test_dist_dir)
+    server.files[BLANK] = HostedFile(
+        body=b"<!doctype html><title>downloads</title>", content_type="text/html"
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def blank(browser: Any, host: FlakyHost) -> Iterator[Any]:
+    context = browser.new_context()
+    context.set_default_timeout(STEP_TIMEOUT_MS)
+    try:
+        page = context.new_page()
+        page.goto(host.url + BLANK.lstrip("/"))
+        yield page
+    finally:
+        context.close()
+
+
+def download(page: Any, host: FlakyHost, **opts: Any) -> dict[str, Any]:
+    options = {"limit": LIMIT, "gguf": True, **opts}
+    result: dict[str, Any] = page.evaluate(DOWNLOAD, [host.url + MODEL_PATH.lstrip("/"), options])
+    return result
+
+
+def test_a_cut_download_continues_from_the_bytes_received(blank: Any, host: FlakyHost) -> None:
+    body = model_bytes(1)
+    host.files[MODEL_PATH] = HostedFile(body=body, cuts=1, cut_at=1_000_000)
+    result = download(blank, host, store="napllm-models")
+    assert result["ok"], result
+    assert result["sha"] == sha(body) and result["size"] == SIZE
+    first, second = host.requests(MODEL_PATH)
+    assert first["range"] is None and first["sent"] == 1_000_000
+    # The second request asks only for the rest, for the same version.
+    start = int(second["range"].removeprefix("bytes=").removesuffix("-"))
+    assert 0 < start <= 1_000_000
+    assert second["if_range"] == '"v1"' and second["status"] == 206
+    assert second["sent"] == SIZE - start
+    assert result["resumedFrom"] == start and result["restarted"] == []
+    assert "resumed at" in result["text"]
+    # The whole file is in the store; no part is left.
+    assert blank.evaluate(PARTS) == 0
+    stored = blank.evaluate(
+        "(u) => caches.open('napllm-models').then((c) => c.match(u)).then((r) => r.arrayBuffer())"
+        ".then((b) => b.byteLength)",
+        host.url + MODEL_PATH.lstrip("/"),
+    )
+    assert stored == SIZE
+    # The next download is the stored copy: no request.
+    again = download(blank, host, store="napllm-models")
+    assert again["sha"] == sha(body) and len(host.requests(MODEL_PATH)) == 2
+
+
+def test_a_download_resumes_after_a_reload(blank: Any, host: FlakyHost) -> None:
+    body = model_bytes(2)
+    host.files[MODEL_PATH] = HostedFile(body=body, cuts=1, cut_at=1_200_000, refuse=100)
+    failed = download(blank, host)
+    assert not failed["ok"] and failed["message"] == "status 503"
+    [left] = blank.evaluate(UNFINISHED)
+    assert left["url"] == host.url + MODEL_PATH.lstrip("/")
+    assert 0 < left["received"] <= 1_200_000 and left["total"] == SIZE
+    blank.reload()
+    # The network is gone at the next try: the bytes stay for the one after.
+    # (The module is loaded first: this page has no service worker.)
+    blank.evaluate("() => import('/engines/download.js').then(() => true)")
+    blank.context.set_offline(True)
+    assert not download(blank, host)["ok"]
+    assert blank.evaluate(UNFINISHED) == [left]
+    blank.context.set_offline(False)
+    host.files[MODEL_PATH].refuse = 0
+    result = download(blank, host)
+    assert result["ok"] and result["sha"] == sha(body)
+    last = host.requests(MODEL_PATH)[-1]
+    assert last["range"] == f"bytes={left['received']}-" and last["status"] == 206
+    assert last["sent"] == SIZE - left["received"]
+    assert blank.evaluate(UNFINISHED) == []
+
+
+def test_a_host_without_ranges_restarts_and_says_so(blank: Any, host: FlakyHost) -> None:
+    body = model_bytes(3)
+    host.files[MODEL_PATH] = HostedFile(body=body, ranges=False, cuts=1, cut_at=1_000_000)
+    result = download(blank, host)
+    assert result["ok"] and result["sha"] == sha(body)
+    _, second = host.requests(MODEL_PATH)
+    assert second["range"] is not None and second["status"] == 200 and second["sent"] == SIZE
+    assert result["restarted"] == ["no-ranges"]
+    assert "cannot resume" in result["text"]
+    assert blank.evaluate(PARTS) == 0
+
+
+def test_a_changed_file_restarts_from_zero(blank: Any, host: FlakyHost) -> None:
+    host.files[MODEL_PATH] = HostedFile(body=model_bytes(4), cuts=1, cut_at=1_000_000, refuse=100)
+    assert not download(blank, host)["ok"]
+    assert blank.evaluate(UNFINISHED)[0]["received"] > 0
+    # A new version of the file, with its own validator.
+    new = model_bytes(5, SIZE + 1000)
+    plan = host.files[MODEL_PATH]
+    plan.body, plan.etag, plan.refuse = new, '"v2"', 0
+    result = download(blank, host)
+    assert result["ok"] and result["sha"] == sha(new) and result["size"] == SIZE + 1000
+    last = host.requests(MODEL_PATH)[-1]
+    assert last["if_range"] == '"v1"' and last["status"] == 200
+    assert result["restarted"] == ["changed"] and "file changed" in result["text"]
+
+
+def test_last_modified_is_the_validator_without_an_etag(blank: Any, host: FlakyHost) -> None:
+    body = model_bytes(6)
+    when = "Tue, 01 Dec 2026 10:00:00 GMT"
+    host.files[MODEL_PATH] = HostedFile(
+        body=body, etag=None, last_modified=when, cuts=1, cut_at=600_000
+    )
+    result = download(blank, host)
+    assert result["ok"] and result["sha"] == sha(body)
+    assert host.requests(MODEL_PATH)[-1]["if_range"] == when
+    assert host.requests(MODEL_PATH)[-1]["status"] == 206
+
+
+def test_a_file_without_a_validator_is_not_resumed(blank: Any, host: FlakyHost) -> None:
+    # Nothing says the next answer is the same file: no bytes are kept.
+    host.files[MODEL_PATH] = HostedFile(body=model_bytes(7), etag=None, cuts=1, cut_at=600_000)
+    result = download(blank, host)
+    assert not result["ok"]
+    assert blank.evaluate(PARTS) == 0 and len(host.requests(MODEL_PATH)) == 1
+
+
+def test_checks_hold_over_the_joined_bytes(blank: Any, host: FlakyHost) -> None:
+    # The magic is checked across the cut: "GG" then "XX..." is no GGUF file.
+    host.files[MODEL_PATH] = HostedFile(body=b"GGXX" + bytes(500_000), cuts=1, cut_at=2)
+    result = download(blank, host)
+    assert not result["ok"] and result["name"] == "NotAModel"
+    assert blank.evaluate(PARTS) == 0
+    # A text answer is refused, whole or as the rest of a file.
+    host.files[MODEL_PATH] = HostedFile(body=model_bytes(8), cuts=1, cut_at=500_000)
+    host.files[MODEL_PATH].content_type = "application/octet-stream"
+    plan = host.files[MODEL_PATH]
+    plan.refuse = 100
+    assert not download(blank, host)["ok"]
+    plan.refuse, plan.content_type = 0, "text/html"
+    result = download(blank, host)
+    assert not result["ok"] and result["name"] == "NotAModel"
+    assert blank.evaluate(PARTS) == 0
+    # A declared length above the ceiling fails before the body is read.
+    host.files[MODEL_PATH] = HostedFile(body=model_bytes(9))
+    result = download(blank, host, limit=SIZE - 1)
+    assert not result["ok"] and result["name"] == "DownloadTooLarge"
+    assert blank.evaluate(PARTS) == 0
+
+
+def test_two_tabs_share_one_download(browser: Any, host: FlakyHost) -> None:
+    body = model_bytes(10)
+    host.files[MODEL_PATH] = HostedFile(body=body, delay=0.02)
+    context = browser.new_context()
+    context.set_default_timeout(STEP_TIMEOUT_MS)
+    try:
+        first, second = context.new_page(), context.new_page()
+        for page in (first, second):
+            page.goto(host.url + BLANK.lstrip("/"))
+        url = host.url + MODEL_PATH.lstrip("/")
+        start = "([url, opts]) => { window.result = (" + DOWNLOAD + ")([url, opts]); return true; }"
+        opts = {"limit": LIMIT, "gguf": True, "store": "napllm-models"}
+        first.evaluate(start, [url, opts])
+        # The first tab's request is under way before the second tab starts.
+        deadline = time.monotonic() + 30
+        while not host.requests(MODEL_PATH) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second.evaluate(start, [url, opts])
+        one = first.evaluate("() => window.result")
+        two = second.evaluate("() => window.result")
+        assert one["ok"] and two["ok"] and one["sha"] == two["sha"] == sha(body)
+        # One request for the file; the second tab showed the first one's progress.
+        assert len(host.requests(MODEL_PATH)) == 1
+        assert two["shared"] and not one["shared"]
+    finally:
+        context.close()
+
+
+def test_the_wasm_engine_resumes_a_cut_model_download(
+    browser: Any, host: FlakyHost, test_dist_dir: Path
+) -> None:
+    model = (test_dist_dir / "models" / "tinychat" / "tiny-chat-q8_0.gguf").read_bytes()
+    path = "/_dl/cut-tinychat.gguf"
+    host.files[path] = HostedFile(body=model, cuts=1, cut_at=len(model) // 2)
+    context = browser.new_context()
+    context.set_default_timeout(STEP_TIMEOUT_MS)
+    try:
+        page = context.new_page()
+        page.goto(host.url + "index.html")
+        page.wait_for_function(
+            "() => document.body.dataset.boot === 'ready'"
+            " && document.body.dataset.offline === 'ready'"
+            " && !!navigator.serviceWorker.controller",
+            timeout=BOOT_TIMEOUT_MS,
+        )
+        page.click("#connection-add")
+        page.fill("#connection-name", "Cut host")
+        page.select_option("#connection-kind", "wasm")
+        page.fill("#connection-model-url", host.url + path.lstrip("/"))
+        page.fill("#connection-model", "tiny-chat")
+        page.click("#connection-save")
+        page.wait_for_selector("#connection-form", state="hidden")
+        page.select_option("#napplet-select", "chat")
+        page.click("#napplet-open")
+        page.wait_for_function(
+            "() => { const f = document.querySelector('iframe.napplet-frame');"
+            " return f && f.srcdoc.length > 0; }"
+        )
+        frame = page.query_selector("iframe.napplet-frame").content_frame()
+        frame.wait_for_load_state("load")
+        frame.click("#choose")
+        page.click(".chooser-dialog button.candidate:has-text('Cut host')")
+        frame.wait_for_function(
+            "() => document.querySelector('#model').textContent.includes('Cut host')",
+            polling=POLL_MS,
+        )
+        frame.fill("#prompt", "Hello!")
+        frame.click("#send")
+        page.click(".consent-dialog button.allow")
+        frame.wait_for_function(
+            "() => document.querySelectorAll('#history li').length === 2"
+            " || document.querySelector('#status').classList.contains('error')",
+            polling=POLL_MS,
+        )
+        assert frame.text_content("#status") == "Done."
+        assert HELLO_ANSWER in (frame.text_content("#history li.assistant") or "")
+        gets = host.requests(path)
+        assert len(gets) == 2 and gets[0]["sent"] == len(model) // 2
+        assert gets[1]["status"] == 206 and gets[1]["range"].startswith("bytes=")
+        # The rest only: the model crossed the network about once.
+        assert gets[0]["sent"] + gets[1]["sent"] <= len(model) + 64 * 1024
+        assert page.evaluate(PARTS) == 0
+    finally:
+        context.close()
+
+
+def boot_shell(context: Any, host: FlakyHost) -> Any:
+    """The shell of the host's origin, booted and controlled by its service worker."""
+    page = context.new_page()
+    page.goto(host.url + "index.html")
+    page.wait_for_function(
+        "() => document.body.dataset.boot === 'ready' && document.body.dataset.offline === 'ready'"
+        " && !!navigator.serviceWorker.controller",
+        timeout=BOOT_TIMEOUT_MS,
+    )
+    return page
+
+
+def add_wasm_connection(page: Any, name: str, url: str) -> None:
+    page.click("#connection-add")
+    page.fill("#connection-name", name)
+    page.select_option("#connection-kind", "wasm")
+    page.fill("#connection-model-url", url)
+    page.fill("#connection-model", "tiny-chat")
+    page.click("#connection-save")
+    page.wait_for_selector("#connection-form", state="hidden")
+
+
+def chat_hello(page: Any, name: str) -> Any:
+    """Ask the Chat example "Hello!" through connection `name`; returns its frame once answered."""
+    page.select_option("#napplet-select", "chat")
+    page.click("#napplet-open")
+    page.wait_for_function(
+        "() => { const f = document.querySelector('iframe.napplet-frame');"
+        " return f && f.srcdoc.length > 0; }"
+    )
+    frame = page.query_selector("iframe.napplet-frame").content_frame()
+    frame.wait_for_load_state("load")
+    frame.click("#choose")
+    page.click(f".chooser-dialog button.candidate:has-text('{name}')")
+    frame.wait_for_function(
+        "(n) => document.querySelector('#model').textContent.includes(n)", arg=name, polling=POLL_MS
+    )
+    frame.fill("#prompt", "Hello!")
+    frame.click("#send")
+    page.click(".consent-dialog button.allow")
+    frame.wait_for_function(
+        "() => document.querySelectorAll('#history li').length === 2"
+        " || document.querySelector('#status').classList.contains('error')",
+        polling=POLL_MS,
+    )
+    return frame
+
+
+def test_download_for_offline_use_then_chat_with_the_network_off(
+    browser: Any, host: FlakyHost, test_dist_dir: Path
+) -> None:
+    model = (test_dist_dir / "models" / "tinychat" / "tiny-chat-q8_0.gguf").read_bytes()
+    path = "/_dl/offline-tinychat.gguf"
+    url = host.url + path.lstrip("/")
+    # Cut once, then refused while the first try retries: the try fails
+    # with part of the file kept.
+    # (download.js retries 4 times after a cut that made progress.)
+    host.files[path] = HostedFile(body=model, cuts=1, cut_at=len(model) // 3, refuse=4)
+    context = browser.new_context()
+    context.set_default_timeout(STEP_TIMEOUT_MS)
+    try:
+        page = boot_shell(context, host)
+        add_wasm_connection(page, "Later model", url)
+        entry = page.locator("li.connection", has_text="Later model")
+        entry.locator("button.offline").click()
+        page.locator(
+            "#notice-list .notice.error", has_text="could not be downloaded for offline use"
+        ).wait_for()
+        # The Storage panel lists the partial download.
+        partial = page.locator(
+            "#storage-models li.storage-partial", has_text="offline-tinychat.gguf"
+        )
+        partial.wait_for()
+        assert "partly downloaded" in (partial.text_content() or "")
+        received = int(partial.get_attribute("data-bytes") or 0)
+        assert 0 < received <= len(model) // 3
+
+        # The next try continues where it stopped.
+        entry.locator("button.offline").click()
+        entry.locator(".offline-control[data-stored='true']").wait_for()
+        last = host.requests(path)[-1]
+        assert last["status"] == 206 and last["range"] == f"bytes={received}-"
+        assert page.evaluate(
+            "(u) => caches.open('napllm-models').then((c) => c.match(u))"
+            ".then((r) => r.arrayBuffer()).then((b) => b.byteLength)",
+            url,
+        ) == len(model)
+        # The manager: the file, its size, who uses it, when it was last used.
+        row = page.locator("#storage-models li.storage-model", has_text="offline-tinychat.gguf")
+        row.wait_for()
+        partial.wait_for(state="detached")
+        assert row.get_attribute("data-bytes") == str(len(model))
+        assert "Used by Later model" in (row.locator(".storage-users").text_content() or "")
+        assert "Last used" in (row.locator(".storage-used").text_content() or "")
+
+        context.set_offline(True)
+        frame = chat_hello(page, "Later model")
+        assert frame.text_content("#status") == "Done."
+        assert HELLO_ANSWER in (frame.text_content("#history li.assistant") or "")
+        context.set_offline(False)
+
+        # Removing the connection offers to delete its file, which frees the space.
+        usage = "() => navigator.storage.estimate().then((e) => e.usage)"
+        before = page.evaluate(usage)
+        entry.locator("button.remove").click()
+        offer = entry.locator("input.remove-files")
+        offer.wait_for()
+        assert offer.is_checked()
+        assert "1.2 MB" in (entry.locator("label.remove-files-label").text_content() or "")
+        entry.locator("button.confirm-remove").click()
+        row.wait_for(state="detached")
+        assert (
+            page.evaluate(
+                "(u) => caches.open('napllm-models').then((c) => c.match(u)).then((r) => !!r)", url
+            )
+            is False
+        )
+        page.wait_for_function(
+            f"() => navigator.storage.estimate().then((e) => e.usage <= {before - len(model) // 2})"
+        )
+    finally:
+        context.close()
+
+
+def test_a_wasm_load_that_failed_on_a_cut_resumes_at_the_next_try(
+    browser: Any, host: FlakyHost, test_dist_dir: Path
+) -> None:
+    model = (test_dist_dir / "models" / "tinychat" / "tiny-chat-q8_0.gguf").read_bytes()
+    path = "/_dl/retry-tinychat.gguf"
+    # Cut, then refused until download.js's retries are spent: the load fails.
+    host.files[path] = HostedFile(body=model, cuts=1, cut_at=len(model) // 2, refuse=4)
+    context = browser.new_context()
+    context.set_default_timeout(STEP_TIMEOUT_MS)
+    try:
+        page = boot_shell(context, host)
+        add_wasm_connection(page, "Retry host", host.url + path.lstrip("/"))
+        frame = chat_hello(page, "Retry host")
+        assert "error" in (frame.get_attribute("#status", "class") or "")
+        received = host.requests(path)[0]["sent"]
+        # The user tries again (the engine's retry after a failed load is `fresh`).
+        frame.evaluate("() => document.querySelector('#status').classList.remove('error')")
+        frame.click("#send")
+        page.click(".consent-dialog button.allow")
+        frame.wait_for_function(
+            "() => document.querySelectorAll('#history li').length === 2"
+            " || document.querySelector('#status').classList.contains('error')",
+            polling=POLL_MS,
+        )
+        assert frame.text_content("#status") == "Done."
+        assert HELLO_ANSWER in (frame.text_content("#history li.assistant") or "")
+        last = host.requests(path)[-1]
+        assert last["status"] == 206 and last["range"] == f"bytes={received}-"
+        assert page.evaluate(PARTS) == 0
+    finally:
+        context.close()
