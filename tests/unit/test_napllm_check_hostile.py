@@ -20,7 +20,9 @@ from napllm.devtools import check
 from napllm.devtools.analysis import Envelope, Finding, analyse_frame_events
 from napllm.devtools.check import Run
 
-HOSTILE_TEXT = "ok\x1b]0;owned\x07\r\nnapllm-check: x.html: no findings\n::error file=a::forged\ud800\u202e"
+HOSTILE_TEXT = (
+    "ok\x1b]0;owned\x07\r\nnapllm-check: x.html: no findings\n::error file=a::forged\ud800\u202e"
+)
 
 
 def test_printable_leaves_no_control_character_surrogate_or_newline() -> None:
@@ -69,9 +71,7 @@ def test_a_run_that_could_not_start_still_writes_a_report(tmp_path: Path) -> Non
     (out / "junit.xml").write_text("stale")
     script = tmp_path / "turns.json"
     script.write_text('[{"text": "hi"}]')
-    status = check.main(
-        [str(tmp_path / "absent.html"), "--script", str(script), "--out", str(out)]
-    )
+    status = check.main([str(tmp_path / "absent.html"), "--script", str(script), "--out", str(out)])
     assert status == 2
     report = json.loads((out / "report.json").read_text())
     assert report["ok"] is False and "no napplet file" in report["error"]
@@ -80,7 +80,7 @@ def test_a_run_that_could_not_start_still_writes_a_report(tmp_path: Path) -> Non
 
 
 def test_printed_findings_are_escaped_one_line_each(tmp_path: Path) -> None:
-    run, findings = hostile_run()
+    _, findings = hostile_run()
     lines = check.summary_lines(findings, "napplet\x1b[2J.html", tmp_path)
     assert len(lines) == len(findings) + 1
     for line in lines:
@@ -96,7 +96,10 @@ def test_printed_findings_are_escaped_one_line_each(tmp_path: Path) -> None:
 
 def test_console_errors_from_devtools() -> None:
     event = check.console_event(
-        {"type": "error", "args": [{"type": "string", "value": "a"}, {"type": "number", "value": 2}]}
+        {
+            "type": "error",
+            "args": [{"type": "string", "value": "a"}, {"type": "number", "value": 2}],
+        }
     )
     assert event == {"kind": "console-error", "data": {"message": "a 2"}}
     assert check.console_event({"type": "log", "args": []}) is None
@@ -127,8 +130,12 @@ def test_exceptions_from_devtools() -> None:
     }
     event = check.exception_event(llm)
     assert event["kind"] == "unhandled-llm-error"
-    assert event["data"]["message"] == "The user cancelled." and event["data"]["objectId"] == "1.2.3"
-    thrown_string = {"exceptionDetails": {"text": "Uncaught", "exception": {"type": "string", "value": "s"}}}
+    assert (
+        event["data"]["message"] == "The user cancelled." and event["data"]["objectId"] == "1.2.3"
+    )
+    thrown_string = {
+        "exceptionDetails": {"text": "Uncaught", "exception": {"type": "string", "value": "s"}}
+    }
     assert check.exception_event(thrown_string)["data"]["message"] == "s"
 
 

@@ -112,7 +112,11 @@ async def test_usage_filling_the_listed_window_ends_with_an_explicit_error() -> 
 async def test_a_whole_json_completion_is_checked_the_same_way() -> None:
     completion = {
         "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": "A fox."}, "finish_reason": "stop"}
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "A fox."},
+                "finish_reason": "stop",
+            }
         ],
         "usage": {"prompt_tokens": WINDOW - 1, "completion_tokens": 5},
     }

@@ -266,7 +266,8 @@ class _Handler(SimpleHTTPRequestHandler):
     napplet_file: Path
 
     def _host_ok(self) -> bool:
-        port = self.server.server_address[1]
+        address = self.server.server_address
+        port = address[1] if isinstance(address, tuple) else None
         return self.headers.get("Host", "") == f"127.0.0.1:{port}"
 
     def send_head(self) -> Any:
@@ -421,10 +422,14 @@ class _Observer:
         session.on("Runtime.exceptionThrown", self._page_exception)
         session.on("Runtime.bindingCalled", self._binding)
         session.on("Log.entryAdded", self._page_log)
-        session.send("Runtime.addBinding", {"name": ENVELOPE_BINDING, "executionContextName": SHELL_WORLD})
         session.send(
-            "Page.addScriptToEvaluateOnNewDocument", {"source": SHELL_SCRIPT, "worldName": SHELL_WORLD}
+            "Runtime.addBinding", {"name": ENVELOPE_BINDING, "executionContextName": SHELL_WORLD}
         )
+        session.send(
+            "Page.addScriptToEvaluateOnNewDocument",
+            {"source": SHELL_SCRIPT, "worldName": SHELL_WORLD},
+        )
+        session.send("Page.enable")  # without it the isolated world is never created
         session.send("Runtime.enable")
         session.send("Log.enable")
         tree = session.send("Page.getFrameTree")
@@ -437,10 +442,15 @@ class _Observer:
     def _context_created(self, params: dict[str, Any]) -> None:
         ctx = params.get("context", {})
         aux = ctx.get("auxData") or {}
-        self._contexts[int(ctx.get("id", -1))] = (str(aux.get("frameId", "")), str(ctx.get("name", "")))
+        self._contexts[int(ctx.get("id", -1))] = (
+            str(aux.get("frameId", "")),
+            str(ctx.get("name", "")),
+        )
 
     def _in_napplet(self, context_id: Any) -> bool:
-        frame_id, _ = self._contexts.get(int(context_id) if isinstance(context_id, int) else -1, ("", ""))
+        frame_id, _ = self._contexts.get(
+            int(context_id) if isinstance(context_id, int) else -1, ("", "")
+        )
         return bool(frame_id) and frame_id != self.main_frame_id
 
     def _page_console(self, params: dict[str, Any]) -> None:
@@ -457,7 +467,9 @@ class _Observer:
         if self._in_napplet(details.get("executionContextId")):
             self._record(exception_event(params), self.session)
         else:
-            self.run.shell_console.append("exception: " + exception_event(params)["data"]["message"])
+            self.run.shell_console.append(
+                "exception: " + exception_event(params)["data"]["message"]
+            )
 
     def _page_log(self, params: dict[str, Any]) -> None:
         entry = params.get("entry") or {}
@@ -538,9 +550,9 @@ class _Observer:
                 continue  # the frame is gone: the code stays unknown
             for prop in answer.get("result", []):
                 value = prop.get("value")
-                if prop.get("name") == "code" and isinstance(value, dict):
-                    if isinstance(value.get("value"), str):
-                        data["code"] = _cut(value["value"])
+                named_code = prop.get("name") == "code" and isinstance(value, dict)
+                if named_code and isinstance(value.get("value"), str):
+                    data["code"] = _cut(value["value"])
         self._pending_codes = []
         for event in self.run.frame_events:
             event["data"].pop("objectId", None)
@@ -756,7 +768,9 @@ def run_check(
                 driver.boot()
                 driver.add_connection(script_text)
             except PlaywrightError as exc:
-                raise CheckSetupError(f"the shell could not be driven: {_first_line(exc)}") from None
+                raise CheckSetupError(
+                    f"the shell could not be driven: {_first_line(exc)}"
+                ) from None
             try:
                 driver.open_napplet(f"{base}{NAPPLET_PREFIX.strip('/')}/{napplet.name}")
             except PlaywrightError as exc:
@@ -863,7 +877,11 @@ def report_json(run: Run, findings: list[Finding], error: str | None = None) -> 
         "findings": _printable_json([f.to_json() for f in findings]),
         "steps": _printable_json(run.steps),
         "envelopes": [
-            {"endpoint": printable(e.endpoint), "direction": printable(e.direction), "envelope": e.value}
+            {
+                "endpoint": printable(e.endpoint),
+                "direction": printable(e.direction),
+                "envelope": e.value,
+            }
             for e in list(run.envelopes)
         ],
         "shellConsoleErrors": _printable_json(list(run.shell_console)),
@@ -906,7 +924,9 @@ def summary_lines(findings: list[Finding], napplet_name: str, out: Path) -> list
     """What the command prints: one escaped line per finding, then the verdict line."""
     lines = [f"[{printable(f.kind)}] {printable(f.message)}" for f in findings]
     verdict = "no findings" if not findings else f"{len(findings)} finding(s)"
-    lines.append(f"napllm-check: {printable(napplet_name)}: {verdict}; report in {printable(str(out))}")
+    lines.append(
+        f"napllm-check: {printable(napplet_name)}: {verdict}; report in {printable(str(out))}"
+    )
     return lines
 
 
@@ -1030,7 +1050,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # the browser or its driver failed under the napplet
         watchdog.cancel()
         run.findings.append(
-            Finding("check-aborted", f"The check ended early: {type(exc).__name__}: {_first_line(exc)}")
+            Finding(
+                "check-aborted", f"The check ended early: {type(exc).__name__}: {_first_line(exc)}"
+            )
         )
         return finish(run.conclude(), None)
     watchdog.cancel()

@@ -167,7 +167,11 @@ def context_window_of(entry: object) -> int | None:
     if isinstance(meta, dict):
         candidates.append(meta.get("n_ctx"))
     for value in candidates:
-        if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_CONTEXT_WINDOW:
+        if (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and 1 <= value <= MAX_CONTEXT_WINDOW
+        ):
             return value
     return None
 
@@ -193,7 +197,11 @@ async def model_context_window(
         body = await _json(response)
     finally:
         await response.aclose()
-    if response.status != 200 or not isinstance(body, dict) or not isinstance(body.get("data"), list):
+    if (
+        response.status != 200
+        or not isinstance(body, dict)
+        or not isinstance(body.get("data"), list)
+    ):
         return None
     for entry in body["data"]:
         if isinstance(entry, dict) and entry.get("id") == model:
