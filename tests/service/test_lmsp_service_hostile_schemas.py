@@ -5,8 +5,8 @@ backtracks exponentially in Python's `re` (about 2**N steps). The grammar
 does not enforce `not`, so the output check evaluates it; with N = 60 that
 is longer than any test run. Other clients must keep being answered (p99
 under 1 s) and the hostile response must fail at the check's time limit.
-A schema whose conversion to a grammar would grow without bound is refused
-within the grammar's limit, just as promptly.
+A schema that takes long merely to check against the metaschema is refused
+at that check's limit, just as promptly.
 """
 
 from __future__ import annotations
@@ -141,10 +141,12 @@ async def test_a_backtracking_output_pattern_fails_in_time_and_others_are_served
         string_client, [request(response_format=fmt) for _ in range(3)]
     )
     for answer, took in results:
-        assert answer.status_code == 500
+        assert answer.status_code == 500, (answer.text, took)
         assert answer.json()["code"] == "model_output_invalid"
         assert answer.json()["detail"] == "The model's output could not be checked in time."
-        assert took < 2 * CHECK_LIMIT_S + 3.0, took
+        # Its own limit, plus waiting for a child (another request's limit) and
+        # that child's replacement starting up (not charged to the check).
+        assert took < 3 * CHECK_LIMIT_S + 15.0, took
     assert len(latencies) >= 10
     assert p99(latencies) < 1.0, sorted(latencies)[-5:]
     # The killed workers were replaced: an ordinary check works right after.
@@ -175,17 +177,22 @@ async def test_the_same_schema_as_forced_tool_parameters_is_bounded_too(
         assert p99(latencies) < 1.0
 
 
-async def test_a_schema_whose_grammar_grows_without_bound_is_refused_promptly(
+async def test_a_schema_that_is_slow_to_check_is_refused_without_stalling_others(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Every count is within MAX_REPETITION, but nested they multiply: 500**4 copies.
-    monkeypatch.setattr(app_module, "GRAMMAR_TIME_LIMIT_S", 2.0)
-    schema = {"type": "string", "pattern": "^(((a{500}){500}){500}){500}$"}
+    # 150 KB: 2,000 distinct patterns, each compiled by the metaschema check
+    # (about 8 s of Python on the event loop before the check moved out).
+    monkeypatch.setattr(app_module, "SCHEMA_CHECK_TIME_LIMIT_S", 1.0)
+    properties = {
+        f"p{i}": {"type": "string", "pattern": f"a{{{i % 400}}}b+", "not": {"enum": [i]}}
+        for i in range(2000)
+    }
+    schema = {"type": "object", "properties": properties}
     fmt = {"type": "json_schema", "json_schema": {"name": "g", "schema": schema}}
-    async for http in client_for(FixedEngine('"a"')):
+    async for http in client_for(FixedEngine("{}")):
         results, latencies = await hostile_run(http, [request(response_format=fmt)])
         ((answer, took),) = results
-        assert answer.status_code == 400
+        assert answer.status_code == 400, answer.text
         assert answer.json()["code"] == "unsupported_capability"
-        assert took < 2.0 + 3.0, took
+        assert took < 1.0 + 5.0, took
         assert p99(latencies) < 1.0

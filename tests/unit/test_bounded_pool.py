@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from napllm.lmsp_service.bounded import BoundedCallFailed, BoundedPool, BoundExceeded
+from napllm.lmsp_service.bounded import BoundedCallFailed, BoundedPool, BoundExceeded, PoolBusy
 
 #: Python's backtracking `re` takes about 2**n steps on n characters with this pattern.
 HOSTILE_PATTERN = "(?:.|.)*\\x00"
@@ -62,6 +62,15 @@ async def test_exceptions_come_back_and_a_dead_child_is_replaced() -> None:
         pool.close()
 
 
+async def test_a_replacements_start_up_is_not_charged_to_the_next_call() -> None:
+    # A child whose modules take long to import still gets its call's whole limit.
+    pool = BoundedPool(1, preload=("jsonschema", "pydantic", "napllm.schema", "napllm.lmsp"))
+    try:
+        assert await pool.call(0.5, len, "abc") == 3
+    finally:
+        pool.close()
+
+
 async def test_a_call_that_grows_without_bound_ends_with_memory_error() -> None:
     pool = BoundedPool(1, memory_limit_bytes=512 * 1024**2)
     try:
@@ -80,8 +89,8 @@ async def test_waiting_for_a_busy_child_is_bounded_and_a_caller_leaving_frees_no
         await pool.call(30, len, "")  # started
         busy = asyncio.create_task(pool.call(1.5, re.search, HOSTILE_PATTERN, "a" * 60))
         await asyncio.sleep(0.2)
-        with pytest.raises(BoundExceeded):
-            await pool.call(0.3, len, "x")  # no child free within 0.3 s
+        with pytest.raises(PoolBusy):
+            await pool.call(30, len, "x", queue_wait_s=0.3)  # no child free within 0.3 s
         busy.cancel()  # the caller leaves; the child is still busy until its deadline
         with pytest.raises(asyncio.CancelledError):
             await busy

@@ -64,7 +64,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..jsontext import JsonTextError, read_json
 from ..lmsp import LMSP_VERSION, LmspEvent, ModelCapabilities, ModelEntry, ModelList
 from .auth import BearerAuth
-from .bounded import BoundedCallFailed, BoundedPool, BoundExceeded
+from .bounded import BoundedCallFailed, BoundedPool, BoundExceeded, PoolBusy
 from .engine import (
     DEFAULT_TEMPERATURE,
     Engine,
@@ -215,6 +215,8 @@ class LmspService:
                 failure = await self.schema_pool.call(
                     SCHEMA_CHECK_TIME_LIMIT_S, check_schemas, checked.schemas
                 )
+            except PoolBusy as exc:
+                raise ProblemError("server_busy") from exc
             except (BoundExceeded, BoundedCallFailed, MemoryError, RecursionError) as exc:
                 raise ProblemError(
                     "unsupported_capability", "The schema cannot be checked by this service."
@@ -262,6 +264,8 @@ class LmspService:
                 return await self.schema_pool.call(
                     GRAMMAR_TIME_LIMIT_S, json_grammar, checked.output_schema
                 )
+        except PoolBusy as exc:
+            raise ProblemError("server_busy") from exc
         except (
             GrammarUnavailable,
             BoundExceeded,

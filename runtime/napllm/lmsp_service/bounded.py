@@ -12,10 +12,12 @@ grammar conversion, the post-generation output check) runs here.
 
 Rules
 - `BoundedPool(size)` keeps up to `size` spawned child processes (spawn,
-  never fork: the HTTP process runs threads). A call waits at most its
-  time limit for a free child, then at most its time limit for the answer;
-  past either, `BoundExceeded` is raised and, in the second case, the child
-  is killed (SIGKILL) and replaced.
+  never fork: the HTTP process runs threads). A call waits at most
+  `queue_wait_s` for a free child (`PoolBusy` past it), then at most its
+  time limit for the answer; past that, `BoundExceeded` is raised and the
+  child is killed (SIGKILL) and replaced at once. The limit counts from
+  the moment a started child took the call: a replacement's start-up
+  (at most `STARTUP_LIMIT_S`) is not charged to the call.
 - Each child's address space is capped (`RLIMIT_AS`,
   `memory_limit_bytes`), so a call that tries to grow without bound ends
   with `MemoryError` in the child, raised again in the caller.
@@ -47,10 +49,18 @@ T = TypeVar("T")
 
 #: Default address-space cap of one child, in bytes.
 DEFAULT_MEMORY_LIMIT_BYTES = 2 * 1024**3
+#: Seconds a child may take to start (import its modules) before it is replaced.
+STARTUP_LIMIT_S = 60.0
+#: Default seconds a call waits for a free child.
+QUEUE_WAIT_S = 30.0
 
 
 class BoundExceeded(Exception):
     """A bounded call did not get a child or its answer within its time limit."""
+
+
+class PoolBusy(BoundExceeded):
+    """No child became free within the call's queue wait (every child was busy)."""
 
 
 class BoundedCallFailed(Exception):
@@ -66,6 +76,7 @@ def _serve(conn: Connection, memory_limit_bytes: int | None, preload: Sequence[s
             resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
     for name in preload:
         importlib.import_module(name)
+    conn.send(("ready", None))
     while True:
         try:
             function, args = conn.recv()
@@ -85,6 +96,7 @@ def _serve(conn: Connection, memory_limit_bytes: int | None, preload: Sequence[s
 class _Child:
     process: Any = None
     conn: Connection | None = None
+    ready: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -118,12 +130,19 @@ class BoundedPool:
             with child.lock:
                 self._ensure(child)
 
-    async def call(self, time_limit_s: float, function: Callable[..., T], *args: Any) -> T:
+    async def call(
+        self,
+        time_limit_s: float,
+        function: Callable[..., T],
+        *args: Any,
+        queue_wait_s: float = QUEUE_WAIT_S,
+    ) -> T:
         """`function(*args)` in a child, answered within `time_limit_s` seconds.
 
-        Raises `BoundExceeded` (no child free in time, or no answer in time:
-        the child is then killed), `BoundedCallFailed` (the child died), or
-        whatever `function` raised.
+        Raises `PoolBusy` (no child free within `queue_wait_s`),
+        `BoundExceeded` (no answer in time: the child is then killed),
+        `BoundedCallFailed` (the child died or could not start), or whatever
+        `function` raised.
         """
         if self._free is None:
             self._free = asyncio.Queue()
@@ -131,9 +150,9 @@ class BoundedPool:
                 self._free.put_nowait(child)
         free = self._free
         try:
-            child = await asyncio.wait_for(free.get(), time_limit_s)
+            child = await asyncio.wait_for(free.get(), queue_wait_s)
         except TimeoutError:
-            raise BoundExceeded("no free child within the time limit") from None
+            raise PoolBusy("no free child within the queue wait") from None
         work = asyncio.ensure_future(
             asyncio.to_thread(self._round_trip, child, time_limit_s, function, args)
         )
@@ -168,7 +187,7 @@ class BoundedPool:
         )
         process.start()
         child_end.close()
-        child.process, child.conn = process, parent_end
+        child.process, child.conn, child.ready = process, parent_end, False
 
     def _discard(self, child: _Child) -> None:
         if child.process is not None:
@@ -181,6 +200,7 @@ class BoundedPool:
             with contextlib.suppress(Exception):
                 child.conn.close()
         child.process = child.conn = None
+        child.ready = False
 
     def _round_trip(
         self,
@@ -190,11 +210,16 @@ class BoundedPool:
         args: tuple[Any, ...],
     ) -> tuple[str, Any]:
         with child.lock:
-            deadline = time.monotonic() + time_limit_s
             self._ensure(child)
             conn = child.conn
             assert conn is not None
             try:
+                if not child.ready:
+                    if not conn.poll(STARTUP_LIMIT_S) or conn.recv() != ("ready", None):
+                        self._discard(child)
+                        raise BoundedCallFailed("the child did not start")
+                    child.ready = True
+                deadline = time.monotonic() + time_limit_s
                 conn.send((function, args))
                 if not conn.poll(max(0.0, deadline - time.monotonic())):
                     self.killed += 1
