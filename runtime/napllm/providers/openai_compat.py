@@ -191,12 +191,12 @@ async def model_context_window(
             headers=_headers(api_key, "application/json"),
             timeout_s=timeout_s,
         )
-    except (ConnectionError, TimeoutError):
+        try:
+            body = await _json(response)
+        finally:
+            await response.aclose()
+    except Exception:  # unreachable, blocked, cut off: the window stays unknown
         return None
-    try:
-        body = await _json(response)
-    finally:
-        await response.aclose()
     if (
         response.status != 200
         or not isinstance(body, dict)
