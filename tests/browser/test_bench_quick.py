@@ -26,6 +26,7 @@ EXPECTED = {
     "bench_wasm.py": "answers that differ between the paths: 0 of",
     "bench_lmsp_service.py": "How can I help you today?': yes",
     "bench_shell.py": "text received == text sent",
+    "bench_hostile_schemas.py": "verdict: ok",
 }
 
 
@@ -41,7 +42,7 @@ def test_every_benchmark_is_covered() -> None:
 
 @pytest.mark.parametrize("bench", BENCHES, ids=[p.stem for p in BENCHES])
 def test_benchmark_runs_quick(bench: Path, dist_dir: Path) -> None:
-    if bench.name == "bench_lmsp_service.py":
+    if bench.name in ("bench_lmsp_service.py", "bench_hostile_schemas.py"):
         pytest.importorskip("llama_cpp")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "runtime")}
     done = subprocess.run(

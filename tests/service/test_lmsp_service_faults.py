@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, cast
@@ -108,76 +106,3 @@ async def test_a_500_for_another_origin_has_no_cors_grant(client: httpx.AsyncCli
     )
     assert answer.status_code == 500
     assert "access-control-allow-origin" not in answer.headers
-
-
-async def test_a_slow_grammar_is_refused_without_stalling_other_requests(
-    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from napllm.lmsp_service import app as app_module
-
-    started, release = threading.Event(), threading.Event()
-
-    def slow_grammar(schema: dict[str, Any]) -> str:
-        started.set()
-        release.wait(10)  # a conversion that takes long (it cannot be interrupted)
-        return 'root ::= "{}"'
-
-    monkeypatch.setattr(app_module, "json_grammar", slow_grammar)
-    monkeypatch.setattr(app_module, "GRAMMAR_TIME_LIMIT_S", 0.5)
-    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
-    slow = asyncio.create_task(client.post("/responses", json=request("hi", response_format=fmt)))
-    try:
-        assert await asyncio.to_thread(started.wait, 10)
-        # The event loop keeps answering while the grammar is being built.
-        models = await client.get("/models")
-        assert models.status_code == 200
-        answer = await slow
-        assert answer.status_code == 400
-        assert answer.json()["code"] == "unsupported_capability"
-        assert not release.is_set()  # refused by the time limit, not by the conversion
-    finally:
-        release.set()
-
-
-class JsonEngine(FaultyEngine):
-    """An engine double whose generation answers `{}` and stops."""
-
-    model_id = "faulty"
-
-    def submit(self, job: GenerationJob, sink: Callable[[Any], None]) -> Future[None]:
-        sink(TextPiece("{}"))
-        sink(GenerationEnd("stop", 1))
-        future: Future[None] = Future()
-        future.set_result(None)
-        return future
-
-
-async def test_an_output_check_that_never_ends_fails_the_response_in_time(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from napllm.lmsp_service import app as app_module
-
-    release = threading.Event()
-
-    def endless_check(*_args: object) -> str | None:
-        release.wait(10)  # a pattern backtracking for a very long time
-        return None
-
-    monkeypatch.setattr(app_module, "_check_output", endless_check)
-    monkeypatch.setattr(app_module, "OUTPUT_CHECK_TIME_LIMIT_S", 0.3)
-    monkeypatch.setattr(app_module, "json_grammar", lambda schema: 'root ::= "{}"')
-    service = LmspService(cast(Any, JsonEngine()), ServiceConfig())
-    transport = httpx.ASGITransport(app=build_app(service, "tok"), raise_app_exceptions=False)
-    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
-    try:
-        async with httpx.AsyncClient(
-            transport=transport,
-            base_url="http://127.0.0.1/lmsp/v1",
-            headers={"Authorization": "Bearer tok"},
-        ) as http:
-            answer = await http.post("/responses", json=request("hi", response_format=fmt))
-        assert answer.status_code == 500
-        assert answer.json()["code"] == "model_output_invalid"
-        assert answer.json()["detail"] == "The model's output could not be checked in time."
-    finally:
-        release.set()

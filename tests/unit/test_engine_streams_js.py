@@ -339,3 +339,93 @@ const chunks = [text('a\\ud83d'), text('\\ude00b'), text('\\ud83d'), text('c'), 
     )
     assert mapped_outcome(got["merged"]) == mapped_outcome(got["single"])
     assert len(got["merged"]) < len(got["single"])
+
+
+#: A stream built like wllama's (`cbToAsyncIter`): each read awaits the next
+#: of a list of promises that the producer settles; after an abort the
+#: producer rejects the pending one with "Operation aborted", whether or not
+#: anybody still reads.
+WLLAMA_LIKE = """
+function wllamaLike(signal) {
+  const values = [];
+  let resolve, reject;
+  const next = () => values.push(new Promise((res, rej) => { resolve = res; reject = rej; }));
+  next();
+  let i = 0;
+  const timer = setInterval(() => {
+    if (signal.aborted) {
+      // The token in flight still arrives; the abort error settles the read after it.
+      clearInterval(timer);
+      resolve([{ choices: [{ index: 0, delta: { content: 'late,' }, finish_reason: null }] }, false]);
+      next();
+      const rejectLater = reject;
+      setTimeout(() => {
+        const error = new Error('Operation aborted');
+        error.name = 'WllamaAbortError';
+        rejectLater(error);
+      }, 5);
+      return;
+    }
+    i += 1;
+    resolve([{ choices: [{ index: 0, delta: { content: `${i},` }, finish_reason: null }] }, false]);
+    next();
+  }, 2);
+  return (async function* () {
+    for (let k = 0, done = false; !done; k += 1) {
+      let val;
+      [val, done] = await values[k];
+      if (val !== undefined) yield val;
+    }
+  })();
+}
+async function uncaughtAfterAbort(wrap) {
+  const uncaught = [];
+  const onRejection = (reason) => uncaught.push(String(reason && reason.message));
+  process.on('unhandledRejection', onRejection);
+  const controller = new AbortController();
+  const posts = [];
+  setTimeout(() => controller.abort(), 30);
+  const stream = wllamaLike(controller.signal);
+  let thrown = null;
+  try {
+    await batcher.runChat(wrap ? batcher.drainedOnExit(stream) : stream, (m) => posts.push(m), controller.signal);
+  } catch (error) {
+    thrown = String(error.message);
+  }
+  await new Promise((r) => setTimeout(r, 100));
+  process.off('unhandledRejection', onRejection);
+  return { uncaught, thrown, posted: posts.length > 0 };
+}
+"""
+
+
+def test_an_aborted_wllama_stream_leaves_no_uncaught_rejection() -> None:
+    """Twenty aborts of a wllama-like stream: handled when drained, uncaught when not."""
+    out = run_node(
+        WLLAMA_LIKE
+        + """
+const drained = [];
+for (let n = 0; n < 20; n += 1) drained.push(await uncaughtAfterAbort(true));
+const bare = await uncaughtAfterAbort(false);
+console.log(JSON.stringify({ drained, bare }));
+"""
+    )
+    assert all(run["uncaught"] == [] for run in out["drained"]), out["drained"]
+    assert all(run["posted"] for run in out["drained"])
+    # The same stream read without the wrapper: the rejection nobody handles.
+    assert out["bare"]["uncaught"] == ["Operation aborted"]
+
+
+def test_a_drained_stream_yields_everything_and_passes_errors_on() -> None:
+    out = run_node(
+        """
+async function* three() { yield 1; yield 2; yield 3; }
+async function* failing() { yield 1; throw new Error('engine failed'); }
+const all = [];
+for await (const v of batcher.drainedOnExit(three())) all.push(v);
+let error = null;
+try { for await (const v of batcher.drainedOnExit(failing())) all.push(v); } catch (e) { error = e.message; }
+console.log(JSON.stringify({ all, error }));
+"""
+    )
+    assert out == {"all": [1, 2, 3, 1], "error": "engine failed"}

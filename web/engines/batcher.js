@@ -29,6 +29,14 @@
  *   reads. A caller that wants chunks one by one (a delivery delay) passes
  *   `merge = false`.
  * - Once `signal` is aborted nothing more is posted and nothing is returned.
+ * - `drainedOnExit(chunks)` wraps a stream whose engine rejects a promise
+ *   nobody awaits when its reader stops early (wllama: after an abort its
+ *   stream settles its next read with `WllamaAbortError`, "Operation
+ *   aborted", once the reader has already left). When the reader leaves
+ *   before the end, the rest is read in the background and its rejection
+ *   handled, so every abort path ends without an uncaught error. Only for
+ *   engines whose stream ends by itself on the abort signal: reading the
+ *   rest of any other stream would run its generation to the end.
  */
 
 /**
@@ -40,6 +48,41 @@
  * napplet's text still updates 30 times a second.
  */
 export const BATCH_MS = 32;
+
+/**
+ * `chunks` as an async iterable whose remainder is read in the background,
+ * with any rejection handled, when its reader stops before the end (see the
+ * rules above). Yields exactly what `chunks` yields.
+ */
+export async function* drainedOnExit(chunks) {
+  const iterator = chunks[Symbol.asyncIterator]();
+  let ended = false;
+  try {
+    for (;;) {
+      const step = await iterator.next();
+      if (step.done) {
+        ended = true;
+        return;
+      }
+      yield step.value;
+    }
+  } catch (error) {
+    ended = true;
+    throw error;
+  } finally {
+    if (!ended) {
+      (async () => {
+        try {
+          while (!(await iterator.next()).done) {
+            /* dropped: the reader is gone */
+          }
+        } catch {
+          /* the engine's abort error, handled */
+        }
+      })();
+    }
+  }
+}
 
 /** Whether an OpenAI chat chunk carries text or a tool call (not only a role or usage). */
 export function carriesOutput(chunk) {

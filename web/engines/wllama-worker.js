@@ -37,7 +37,7 @@
  */
 
 import { CacheManager, ModelManager, Wllama, wasmPaths } from "../vendor/wllama/wllama.js";
-import { runChat } from "./batcher.js";
+import { drainedOnExit, runChat } from "./batcher.js";
 import { describeProgress, downloadModelFile } from "./download.js";
 import { MAX_GGUF_MODEL_BYTES } from "./limits.js";
 
@@ -192,7 +192,14 @@ async function chat(id, key, body, merge) {
       stream: true,
       abortSignal: controller.signal,
     });
-    rest = await runChat(chunks, (message) => self.postMessage({ ...message, id }), controller.signal, merge);
+    // wllama's stream rejects its next read after an abort even when nobody
+    // reads any more: drained so that rejection is handled (batcher.js).
+    rest = await runChat(
+      drainedOnExit(chunks),
+      (message) => self.postMessage({ ...message, id }),
+      controller.signal,
+      merge,
+    );
   } catch (error) {
     if (!controller.signal.aborted) {
       console.error("napllm wasm engine: generation failed", error);

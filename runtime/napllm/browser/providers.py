@@ -13,7 +13,11 @@ Rules
   come from the service's model listing (docs/lmsp.md), read when the user
   adds or edits it; an `openai`
   connection's are declared by the user (OpenAI-compatible servers cannot
-  report them), and the consent dialog still guards every submission.
+  report them), and the consent dialog still guards every submission. An
+  `openai` connection's context window (`contextSize`, tokens) is the
+  user's setting or else what the server's model listing reports when the
+  connection is added; the provider uses it to refuse a prompt the server
+  cut (`providers.openai_compat`).
 - There are no test connections here: a test build subclasses
   `BrowserProviders` in a module only that build contains.
 """
@@ -56,7 +60,12 @@ class BrowserProviders:
         if connection.kind == "openai":
             from ..providers.openai_compat import OpenAICompatProvider
 
-            return OpenAICompatProvider(self.http, str(connection.settings["baseUrl"]), secret)
+            return OpenAICompatProvider(
+                self.http,
+                str(connection.settings["baseUrl"]),
+                secret,
+                context_window=context_size(connection.settings),
+            )
         if connection.kind == "scripted":
             kept = self._scripted.get(connection.id)
             if kept is None or kept[0] != connection.revision:
@@ -78,6 +87,14 @@ class BrowserProviders:
             )
         provider: Provider = engine.provider_for(connection)
         return provider
+
+
+def context_size(settings: dict[str, Any]) -> int | None:
+    """A connection's `contextSize` setting (tokens, a positive integer), or `None`."""
+    value = settings.get("contextSize")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    return None
 
 
 async def connection_from_spec(
@@ -108,6 +125,16 @@ async def connection_from_spec(
             settings["serviceEngine"] = engine
     elif spec.kind == "openai":
         caps = capabilities_for_spec(spec)
+        if context_size(settings) is None:
+            # What the server's listing reports; unknown stays unknown (openai_compat rules).
+            from ..providers.openai_compat import model_context_window
+
+            settings.pop("contextSize", None)
+            window = await model_context_window(
+                providers.http, str(settings["baseUrl"]), spec.credential, spec.model
+            )
+            if window is not None:
+                settings["contextSize"] = window
     elif spec.kind == "scripted":
         # Raises ScriptError (positioned, shown in the form) for a bad script.
         declared = parse_script(str(settings.get("script", ""))).capabilities

@@ -29,6 +29,11 @@ Findings (kind: meaning; every one is a violation)
 - `network-request`: the napplet tried to reach the network (a CSP
   violation in its frame, or a request the browser saw leave the page).
 - `step-failed`: a step of the steps file could not be performed.
+- `napplet-unresponsive`: the napplet's frame never finished loading (a
+  script that does not yield).
+- `check-aborted`: the check ended early (the browser or its driver
+  failed, or the whole check overran its limit); the report holds what was
+  recorded until then.
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ CATEGORIES: dict[str, str] = {
     "console-error": "console",
     "network-request": "network",
     "step-failed": "steps",
+    "napplet-unresponsive": "errors",
+    "check-aborted": "steps",
 }
 
 
@@ -228,7 +235,7 @@ def analyse_envelopes(envelopes: list[Envelope]) -> list[Finding]:
 
 
 def analyse_frame_events(events: list[dict[str, Any]]) -> list[Finding]:
-    """Findings from what the napplet frame reported (see `check.FRAME_SCRIPT`)."""
+    """Findings from what the DevTools sessions saw in the napplet frames (`check._Observer`)."""
     findings: list[Finding] = []
     for event in events:
         kind = event.get("kind")

@@ -10,8 +10,9 @@ What it does
    (`parse_steps`) first; a bad file is exit status 2 with a positioned
    message.
 2. Serves the built shell (`--dist`, default `./dist`) and the napplet's
-   folder (under `/_napplet/`) on 127.0.0.1 with the headers of
-   `build.py serve`, and starts Chromium (`--chromium`, default
+   one file (at `/_napplet/<name>`; nothing else of its folder) on
+   127.0.0.1, only to requests whose `Host` is that address, with the
+   headers of `build.py serve`, and starts Chromium (`--chromium`, default
    `$NAPLLM_CHROMIUM` or Debian's `/usr/bin/chromium`) through Playwright
    with the offline flags of the browser tests: every name but 127.0.0.1
    is unresolvable and every request elsewhere is aborted and reported.
@@ -21,12 +22,21 @@ What it does
    napplet by URL (dev mode, like `?napplet=<url>`), turns its tab's "LLM
    access" on when it is off, then performs the steps. Dialog buttons are
    clicked only once enabled (dialogs may arm after a short delay).
-4. Records every envelope the inspector lists, and in the napplet frame
-   (an init script): unhandled rejections, uncaught errors,
-   `console.error` calls and `securitypolicyviolation` events.
-5. Writes `report.json`, `junit.xml` and `screenshot.png` into `--out`
-   and exits 0 when there is no finding, 1 when there is one
-   (`analysis` lists the kinds), 2 when the check could not run.
+4. Observes from outside the napplet's realm (`_Observer`): the DevTools
+   protocol reports the napplet frames' console errors, uncaught errors,
+   unhandled rejections and CSP violations, including those from before
+   the first script ran (a session replays them when it attaches); the
+   envelopes come from the shell's inspector through a binding that exists
+   only in an isolated world of the shell page. Nothing a napplet can
+   replace, call or outrun takes part in the report.
+5. Writes `report.json` (ASCII JSON), `junit.xml` and `screenshot.png`
+   into `--out`, each through a temporary file and a rename, after
+   removing an earlier run's; every text printed or written is escaped
+   (`printable`: no control characters, no lone surrogates). A report is
+   always written: a napplet whose frame never loads, a browser that fails
+   and a check that overruns `--max-seconds` are findings. Exit status 0
+   when there is no finding, 1 when there is one (`analysis` lists the
+   kinds), 2 when the check could not run (the report says why).
 
 Steps (a JSON list; each step one object, one action key)
 - `{"click": "<css selector in the napplet>"}`
@@ -81,44 +91,20 @@ CONNECTION_NAME = "napllm-check script"
 NAPPLET_PREFIX = "/_napplet/"
 BOOT_TIMEOUT_MS = 180_000
 
-#: Runs in every frame before its own scripts; reports from napplet frames only.
-FRAME_SCRIPT = r"""
-(() => {
-  if (window === window.top) return;
-  const report = (kind, data) => {
-    try { window.__napllmCheckFrame(kind, data); } catch (e) { /* binding not ready */ }
-  };
-  const text = (value) => {
-    try { return value instanceof Error ? `${value.name}: ${value.message}` : String(value); }
-    catch (e) { return "(unprintable)"; }
-  };
-  window.addEventListener("unhandledrejection", (event) => {
-    const reason = event.reason;
-    if (reason && reason.name === "LlmError") {
-      report("unhandled-llm-error", { code: String(reason.code), message: String(reason.message) });
-    } else {
-      report("page-error", { message: "unhandled rejection: " + text(reason) });
-    }
-  });
-  window.addEventListener("error", (event) => {
-    report("page-error", { message: text(event.error ?? event.message) });
-  });
-  document.addEventListener("securitypolicyviolation", (event) => {
-    const directive = String(event.violatedDirective);
-    report("csp", { blockedURI: String(event.blockedURI), directive });
-  });
-  const original = console.error;
-  console.error = function (...args) {
-    report("console-error", { message: args.map(text).join(" ").slice(0, 2000) });
-    return original.apply(this, args);
-  };
-})();
-"""
+#: The isolated world the shell observer runs in (a napplet's scripts cannot reach it).
+SHELL_WORLD = "napllm-check"
+#: The binding the shell observer reports through; it exists only in `SHELL_WORLD`.
+ENVELOPE_BINDING = "__napllmCheckEnvelope"
+#: Longest text kept from one console message or error (characters).
+MAX_EVENT_TEXT = 2000
 
-#: Runs in the shell page: reports each inspector entry once, as it is rendered.
+#: Runs in the shell page's isolated world `SHELL_WORLD`: reports each
+#: inspector entry once, as it is rendered (the DOM is shared between worlds).
 SHELL_SCRIPT = r"""
 (() => {
   if (window !== window.top) return;
+  const report = globalThis.__napllmCheckEnvelope;
+  if (typeof report !== "function") return;
   const seen = new WeakSet();
   const keys = new Set();
   const take = (item) => {
@@ -129,7 +115,7 @@ SHELL_SCRIPT = r"""
     const key = [time, item.dataset.direction, item.dataset.endpoint, body].join("\u0000");
     if (keys.has(key)) return;
     keys.add(key);
-    window.__napllmCheckEnvelope(item.dataset.endpoint ?? "", item.dataset.direction ?? "", body);
+    report(JSON.stringify([item.dataset.endpoint ?? "", item.dataset.direction ?? "", body]));
   };
   const start = () => {
     const list = document.querySelector("#inspector-list");
@@ -268,21 +254,43 @@ def describe_step(step: Step) -> str:
 
 
 class _Handler(SimpleHTTPRequestHandler):
-    """dist/ at `/`, the napplet's folder at `/_napplet/`; `build.py serve` headers."""
+    """dist/ at `/`, the napplet's one file at `/_napplet/<name>`; `build.py serve` headers.
+
+    Only requests whose `Host` is the server's own `127.0.0.1:<port>` are
+    answered (421 otherwise: a page elsewhere that rebinds a name to
+    127.0.0.1 reads nothing), and under `/_napplet/` only the napplet's own
+    file exists: its folder's other files are never served.
+    """
 
     dist: Path
-    napplet_dir: Path
+    napplet_file: Path
+
+    def _host_ok(self) -> bool:
+        address = self.server.server_address
+        port = address[1] if isinstance(address, tuple) else None
+        return self.headers.get("Host", "") == f"127.0.0.1:{port}"
+
+    def send_head(self) -> Any:
+        if not self._host_ok():
+            self.send_error(421, "Misdirected Request")
+            return None
+        return super().send_head()
 
     def translate_path(self, path: str) -> str:
         clean = unquote(urlsplit(path).path)
         if clean.startswith(NAPPLET_PREFIX):
-            root, rest = self.napplet_dir, clean[len(NAPPLET_PREFIX) :]
-        else:
-            root, rest = self.dist, clean.lstrip("/")
+            if clean[len(NAPPLET_PREFIX) :] == self.napplet_file.name:
+                return str(self.napplet_file)
+            return str(self.dist / "__absent__")
+        root, rest = self.dist, clean.lstrip("/")
         target = (root / rest).resolve()
         if root.resolve() not in (target, *target.parents):
             return str(root / "__outside__")
         return str(target)
+
+    def list_directory(self, path: Any) -> Any:
+        self.send_error(404, "Not Found")
+        return None
 
     def end_headers(self) -> None:
         self.send_header("Cross-Origin-Opener-Policy", "same-origin")
@@ -295,7 +303,7 @@ class _Handler(SimpleHTTPRequestHandler):
         pass
 
 
-def serve(dist: Path, napplet_dir: Path) -> ThreadingHTTPServer:
+def serve(dist: Path, napplet_file: Path) -> ThreadingHTTPServer:
     """Start the server on a free 127.0.0.1 port (a daemon thread); returns it."""
     extensions = {
         **_Handler.extensions_map,
@@ -305,11 +313,249 @@ def serve(dist: Path, napplet_dir: Path) -> ThreadingHTTPServer:
     handler = type(
         "Handler",
         (_Handler,),
-        {"dist": dist, "napplet_dir": napplet_dir, "extensions_map": extensions},
+        {"dist": dist, "napplet_file": napplet_file, "extensions_map": extensions},
     )
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+# --------------------------------------------------------------------------- observing
+
+_QUOTED = re.compile(r"'([^']*)'")
+_DIRECTIVE = re.compile(r'directive:? "([^"]*)"')
+
+
+def _remote_text(value: Any) -> str:
+    """A DevTools `RemoteObject` as text: its value, else its description, else its type."""
+    if not isinstance(value, dict):
+        return "(unknown)"
+    if "value" in value:
+        inner = value["value"]
+        return inner if isinstance(inner, str) else json.dumps(inner, ensure_ascii=False)
+    if isinstance(value.get("unserializableValue"), str):
+        return str(value["unserializableValue"])
+    if isinstance(value.get("description"), str):
+        return str(value["description"])
+    return str(value.get("type", "(unknown)"))
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_EVENT_TEXT else text[:MAX_EVENT_TEXT] + "…"
+
+
+def console_event(params: dict[str, Any]) -> dict[str, Any] | None:
+    """The frame event for a `Runtime.consoleAPICalled` (error and assert calls), or `None`."""
+    if params.get("type") not in ("error", "assert"):
+        return None
+    args = params.get("args")
+    parts = [_remote_text(a) for a in args] if isinstance(args, list) else []
+    return {"kind": "console-error", "data": {"message": _cut(" ".join(parts))}}
+
+
+def exception_event(params: dict[str, Any]) -> dict[str, Any]:
+    """The frame event for a `Runtime.exceptionThrown` (uncaught error or unhandled rejection).
+
+    An `LlmError` becomes `unhandled-llm-error` with `code` "unknown" and
+    `objectId` (the error object, whose own `code` property `_Observer`
+    reads later without running napplet code); anything else `page-error`.
+    """
+    details = params.get("exceptionDetails")
+    details = details if isinstance(details, dict) else {}
+    exception = details.get("exception")
+    exception = exception if isinstance(exception, dict) else {}
+    text = _remote_text(exception) if exception else str(details.get("text", "error"))
+    first_line = text.split("\n", 1)[0]
+    in_promise = "(in promise)" in str(details.get("text", ""))
+    if exception.get("className") == "LlmError":
+        message = first_line.removeprefix("LlmError: ").removeprefix("LlmError")
+        data: dict[str, Any] = {"code": "unknown", "message": _cut(message)}
+        if isinstance(exception.get("objectId"), str):
+            data["objectId"] = exception["objectId"]
+        return {"kind": "unhandled-llm-error", "data": data}
+    prefix = "unhandled rejection: " if in_promise else ""
+    return {"kind": "page-error", "data": {"message": _cut(prefix + first_line)}}
+
+
+def log_event(params: dict[str, Any]) -> dict[str, Any] | None:
+    """The frame event for a `Log.entryAdded`: CSP violations (`source: "security"`), or `None`."""
+    entry = params.get("entry")
+    if not isinstance(entry, dict) or entry.get("source") != "security":
+        return None
+    text = str(entry.get("text", ""))
+    quoted = _QUOTED.search(text)
+    directive = _DIRECTIVE.search(text)
+    return {
+        "kind": "csp",
+        "data": {
+            "blockedURI": _cut(quoted.group(1)) if quoted else "",
+            "directive": _cut(directive.group(1)) if directive else "",
+        },
+    }
+
+
+class _Observer:
+    """Watches the shell and the napplet frames over the DevTools protocol (module docstring).
+
+    Nothing here runs in a napplet's realm: console calls, exceptions and
+    CSP violations come from the browser's own DevTools sessions, which
+    replay what happened before they attached, so a napplet can neither
+    replace, call nor outrun what records it. Envelopes come from the
+    shell's inspector through a binding that exists only in the shell
+    page's isolated world `SHELL_WORLD`, and a call is accepted only from
+    that world's context in the top frame.
+    """
+
+    def __init__(self, context: Any, page: Any, run: Run) -> None:
+        self.context = context
+        self.page = page
+        self.run = run
+        self._contexts: dict[int, tuple[str, str]] = {}  # id -> (frame id, world name)
+        self._frames: list[Any] = []  # napplet frames with a session of their own
+        self._sessions: list[Any] = []
+        self._pending_codes: list[tuple[Any, dict[str, Any]]] = []
+        self.main_frame_id = ""
+        session = context.new_cdp_session(page)
+        self.session = session
+        session.on("Runtime.executionContextCreated", self._context_created)
+        session.on("Runtime.consoleAPICalled", self._page_console)
+        session.on("Runtime.exceptionThrown", self._page_exception)
+        session.on("Runtime.bindingCalled", self._binding)
+        session.on("Log.entryAdded", self._page_log)
+        session.send(
+            "Runtime.addBinding", {"name": ENVELOPE_BINDING, "executionContextName": SHELL_WORLD}
+        )
+        session.send(
+            "Page.addScriptToEvaluateOnNewDocument",
+            {"source": SHELL_SCRIPT, "worldName": SHELL_WORLD},
+        )
+        session.send("Page.enable")  # without it the isolated world is never created
+        session.send("Runtime.enable")
+        session.send("Log.enable")
+        tree = session.send("Page.getFrameTree")
+        self.main_frame_id = str(tree["frameTree"]["frame"]["id"])
+        page.on("frameattached", self.attach)
+        page.on("framenavigated", self.attach)
+
+    # -- the shell page's own session (in-process frames included) ----------------
+
+    def _context_created(self, params: dict[str, Any]) -> None:
+        ctx = params.get("context", {})
+        aux = ctx.get("auxData") or {}
+        self._contexts[int(ctx.get("id", -1))] = (
+            str(aux.get("frameId", "")),
+            str(ctx.get("name", "")),
+        )
+
+    def _in_napplet(self, context_id: Any) -> bool:
+        frame_id, _ = self._contexts.get(
+            int(context_id) if isinstance(context_id, int) else -1, ("", "")
+        )
+        return bool(frame_id) and frame_id != self.main_frame_id
+
+    def _page_console(self, params: dict[str, Any]) -> None:
+        event = console_event(params)
+        if event is None:
+            return
+        if self._in_napplet(params.get("executionContextId")):
+            self.run.frame_events.append(event)
+        else:
+            self.run.shell_console.append("error: " + event["data"]["message"])
+
+    def _page_exception(self, params: dict[str, Any]) -> None:
+        details = params.get("exceptionDetails") or {}
+        if self._in_napplet(details.get("executionContextId")):
+            self._record(exception_event(params), self.session)
+        else:
+            self.run.shell_console.append(
+                "exception: " + exception_event(params)["data"]["message"]
+            )
+
+    def _page_log(self, params: dict[str, Any]) -> None:
+        entry = params.get("entry") or {}
+        url = str(entry.get("url", ""))
+        event = log_event(params)
+        # Log entries carry no frame id: a napplet document is about:srcdoc.
+        if event is not None and url.startswith("about:"):
+            self.run.frame_events.append(event)
+
+    def _binding(self, params: dict[str, Any]) -> None:
+        if params.get("name") != ENVELOPE_BINDING:
+            return
+        frame_id, world = self._contexts.get(int(params.get("executionContextId", -1)), ("", ""))
+        if frame_id != self.main_frame_id or world != SHELL_WORLD:
+            return  # not the shell observer: ignored
+        try:
+            endpoint, direction, body = json.loads(str(params.get("payload", "")))
+        except (ValueError, TypeError):
+            return
+        text = str(body)
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        self.run.envelopes.append(Envelope(str(endpoint), str(direction), value, text))
+
+    # -- napplet frames in processes of their own ----------------------------------
+
+    def attach(self, frame: Any) -> None:
+        """Open a DevTools session on `frame` when it runs in its own process.
+
+        The session replays the console messages, exceptions and log
+        entries from before it attached. A frame in the shell's process has
+        no session of its own (`new_cdp_session` refuses it): the shell
+        page's session reports it.
+        """
+        if frame == self.page.main_frame or any(f is frame for f in self._frames):
+            return
+        try:
+            session = self.context.new_cdp_session(frame)
+        except Exception:  # an in-process frame, or one already gone
+            return
+        self._frames.append(frame)
+        self._sessions.append(session)
+        session.on("Runtime.consoleAPICalled", self._frame_console)
+        session.on("Runtime.exceptionThrown", lambda p: self._record(exception_event(p), session))
+        session.on("Log.entryAdded", self._frame_log)
+        try:
+            session.send("Runtime.enable")
+            session.send("Log.enable")
+        except Exception:
+            return  # the frame went away meanwhile
+
+    def _frame_console(self, params: dict[str, Any]) -> None:
+        event = console_event(params)
+        if event is not None:
+            self.run.frame_events.append(event)
+
+    def _frame_log(self, params: dict[str, Any]) -> None:
+        event = log_event(params)
+        if event is not None:
+            self.run.frame_events.append(event)
+
+    def _record(self, event: dict[str, Any], session: Any) -> None:
+        self.run.frame_events.append(event)
+        if event["kind"] == "unhandled-llm-error" and "objectId" in event["data"]:
+            self._pending_codes.append((session, event["data"]))
+
+    def resolve_codes(self) -> None:
+        """Read each unhandled `LlmError`'s own `code` (a data property; no getter runs)."""
+        for session, data in self._pending_codes:
+            object_id = data.pop("objectId", None)
+            try:
+                answer = session.send(
+                    "Runtime.getProperties", {"objectId": object_id, "ownProperties": True}
+                )
+            except Exception:
+                continue  # the frame is gone: the code stays unknown
+            for prop in answer.get("result", []):
+                value = prop.get("value")
+                named_code = prop.get("name") == "code" and isinstance(value, dict)
+                if named_code and isinstance(value.get("value"), str):
+                    data["code"] = _cut(value["value"])
+        self._pending_codes = []
+        for event in self.run.frame_events:
+            event["data"].pop("objectId", None)
 
 
 # --------------------------------------------------------------------------- the run
@@ -417,7 +663,7 @@ class _Driver:
         handle = page.query_selector(frames)
         frame = handle.content_frame() if handle is not None else None
         if frame is not None:
-            frame.wait_for_load_state("load")
+            frame.wait_for_load_state("load", timeout=self.timeout_ms)
 
     def _dialog(self, kind: str, timeout: int) -> Any:
         dialog = self.page.locator(f"dialog.{kind}-dialog[open]").first
@@ -480,10 +726,15 @@ def run_check(
     chromium: str,
     timeout_ms: int = 15_000,
     settle_ms: int = 500,
+    run: Run | None = None,
 ) -> Run:
     """Run the check (see the module docstring); returns what it recorded.
 
-    Raises `CheckSetupError` when the shell or the browser cannot be used.
+    `run`: where to record (the caller keeps it to report a run cut short).
+    Whatever the napplet does after it is opened (never finishing its
+    load, hanging its frame, crashing it) is recorded as a finding, not
+    raised. Raises `CheckSetupError` when the shell or the browser cannot
+    be used.
     """
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
@@ -493,22 +744,13 @@ def run_check(
     if not Path(chromium).exists():
         raise CheckSetupError(f"Chromium not found at {chromium} (pass --chromium)")
     out.mkdir(parents=True, exist_ok=True)
-    run = Run(napplet=str(napplet))
-    server = serve(dist.resolve(), napplet.parent.resolve())
+    run = run if run is not None else Run(napplet=str(napplet))
+    server = serve(dist.resolve(), napplet.resolve())
     base = f"http://127.0.0.1:{server.server_address[1]}/"
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium, args=list(CHROMIUM_ARGS))
             context = browser.new_context(service_workers="block")
-            context.expose_binding(
-                "__napllmCheckFrame",
-                lambda _source, kind, data: run.frame_events.append(
-                    {"kind": str(kind), "data": data if isinstance(data, dict) else {}}
-                ),
-            )
-            context.expose_binding("__napllmCheckEnvelope", _envelope_recorder(run))
-            context.add_init_script(FRAME_SCRIPT)
-            context.add_init_script(SHELL_SCRIPT)
 
             def guard(route: Any) -> None:
                 url = route.request.url
@@ -520,16 +762,27 @@ def run_check(
 
             context.route("**/*", guard)
             page = context.new_page()
-            page.on(
-                "console",
-                lambda m: (
-                    run.shell_console.append(f"{m.type}: {m.text}") if m.type == "error" else None
-                ),
-            )
+            observer = _Observer(context, page, run)
             driver = _Driver(page, run, base, timeout_ms)
-            driver.boot()
-            driver.add_connection(script_text)
-            driver.open_napplet(f"{base}{NAPPLET_PREFIX.strip('/')}/{napplet.name}")
+            try:
+                driver.boot()
+                driver.add_connection(script_text)
+            except PlaywrightError as exc:
+                raise CheckSetupError(
+                    f"the shell could not be driven: {_first_line(exc)}"
+                ) from None
+            try:
+                driver.open_napplet(f"{base}{NAPPLET_PREFIX.strip('/')}/{napplet.name}")
+            except PlaywrightError as exc:
+                run.findings.append(
+                    Finding(
+                        "napplet-unresponsive",
+                        "The napplet's frame did not finish loading within "
+                        f"{timeout_ms} ms (a script that never yields?): {_first_line(exc)}",
+                        {},
+                    )
+                )
+                steps = []
             for index, step in enumerate(steps):
                 record: dict[str, Any] = {"index": index, "step": describe_step(step)}
                 try:
@@ -537,7 +790,7 @@ def run_check(
                     record["ok"] = True
                 except PlaywrightError as exc:
                     record["ok"] = False
-                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else "failed"
+                    first = _first_line(exc)
                     record["error"] = first
                     run.findings.append(
                         Finding(
@@ -549,14 +802,20 @@ def run_check(
                     run.steps.append(record)
                     break
                 run.steps.append(record)
-            page.wait_for_timeout(settle_ms)
-            # Let the inspector render what arrived last (it renders per frame).
-            page.evaluate(
-                "() => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 50)))"
-            )
-            shot = out / "screenshot.png"
-            page.screenshot(path=str(shot), full_page=True)
-            run.screenshot = str(shot)
+            try:
+                page.wait_for_timeout(settle_ms)
+                # Let the inspector render what arrived last (it renders per frame).
+                page.evaluate(
+                    "() => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 50)))"
+                )
+                for frame in page.frames:
+                    observer.attach(frame)
+                observer.resolve_codes()
+                shot = out / "screenshot.png"
+                page.screenshot(path=str(shot), full_page=True, timeout=timeout_ms)
+                run.screenshot = str(shot)
+            except PlaywrightError:
+                pass  # a napplet that hangs its frame can stop the screenshot; findings stand
             context.close()
             browser.close()
     finally:
@@ -565,39 +824,79 @@ def run_check(
     return run
 
 
-def _envelope_recorder(run: Run) -> Any:
-    def record(_source: Any, endpoint: Any, direction: Any, body: Any) -> None:
-        text = str(body)
-        try:
-            value = json.loads(text)
-        except ValueError:
-            value = None
-        run.envelopes.append(Envelope(str(endpoint), str(direction), value, text))
-
-    return record
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 # --------------------------------------------------------------------------- reports
 
+#: Characters never written raw to a terminal, a CI log or a report: C0 and
+#: C1 controls (ESC, CR, BEL, newlines), DEL, line and paragraph separators,
+#: bidirectional overrides and lone UTF-16 surrogates.
+_UNPRINTABLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff\ud800-\udfff]"
+)
+REPORT_FILES = ("report.json", "junit.xml", "screenshot.png")
 
-def report_json(run: Run, findings: list[Finding]) -> dict[str, Any]:
-    """The JSON report: verdict, findings, steps, envelopes, shell console errors."""
-    return {
-        "napplet": run.napplet,
-        "ok": not findings,
-        "findings": [f.to_json() for f in findings],
-        "steps": run.steps,
+
+def printable(text: str) -> str:
+    """`text` with every character of `_UNPRINTABLE` written as `\\xNN` / `\\uNNNN`.
+
+    The result is one line that a terminal, a CI log (which reads lines
+    starting with `::` as commands) and XML 1.0 all take as plain text.
+    """
+
+    def escape(match: re.Match[str]) -> str:
+        code = ord(match.group())
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+    return _UNPRINTABLE.sub(escape, text)
+
+
+def _printable_json(value: Any) -> Any:
+    """`value` with `printable` applied to every string (keys included)."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, list):
+        return [_printable_json(v) for v in value]
+    if isinstance(value, dict):
+        return {printable(str(k)): _printable_json(v) for k, v in value.items()}
+    return value
+
+
+def report_json(run: Run, findings: list[Finding], error: str | None = None) -> dict[str, Any]:
+    """The JSON report: verdict, findings, steps, envelopes, shell console errors.
+
+    `error`: why the check could not run (then `ok` is false). Envelopes are
+    kept as recorded (JSON escapes them); every other text is `printable`.
+    """
+    report: dict[str, Any] = {
+        "napplet": printable(run.napplet),
+        "ok": not findings and error is None,
+        "findings": _printable_json([f.to_json() for f in findings]),
+        "steps": _printable_json(run.steps),
         "envelopes": [
-            {"endpoint": e.endpoint, "direction": e.direction, "envelope": e.value}
-            for e in run.envelopes
+            {
+                "endpoint": printable(e.endpoint),
+                "direction": printable(e.direction),
+                "envelope": e.value,
+            }
+            for e in list(run.envelopes)
         ],
-        "shellConsoleErrors": run.shell_console,
+        "shellConsoleErrors": _printable_json(list(run.shell_console)),
         "screenshot": run.screenshot,
     }
+    if error is not None:
+        report["error"] = printable(error)
+    return report
 
 
 def junit_xml(run: Run, findings: list[Finding]) -> str:
-    """JUnit XML: one test case per category (steps, protocol, errors, console, network)."""
+    """JUnit XML: one test case per category (steps, protocol, errors, console, network).
+
+    Every text is `printable`, so the document is well-formed XML 1.0.
+    """
     categories = ("steps", "protocol", "errors", "console", "network")
     suite = ET.Element(
         "testsuite",
@@ -607,15 +906,54 @@ def junit_xml(run: Run, findings: list[Finding]) -> str:
     )
     for category in categories:
         case = ET.SubElement(
-            suite, "testcase", classname=f"napllm-check.{Path(run.napplet).name}", name=category
+            suite,
+            "testcase",
+            classname=printable(f"napllm-check.{Path(run.napplet).name}"),
+            name=category,
         )
         mine = [f for f in findings if CATEGORIES.get(f.kind, "other") == category]
         if mine:
             failure = ET.SubElement(
-                case, "failure", message=f"{len(mine)} finding(s)", type=mine[0].kind
+                case, "failure", message=f"{len(mine)} finding(s)", type=printable(mine[0].kind)
             )
-            failure.text = "\n".join(f"[{f.kind}] {f.message}" for f in mine)
+            failure.text = "\n".join(f"[{printable(f.kind)}] {printable(f.message)}" for f in mine)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)
+
+
+def summary_lines(findings: list[Finding], napplet_name: str, out: Path) -> list[str]:
+    """What the command prints: one escaped line per finding, then the verdict line."""
+    lines = [f"[{printable(f.kind)}] {printable(f.message)}" for f in findings]
+    verdict = "no findings" if not findings else f"{len(findings)} finding(s)"
+    lines.append(
+        f"napllm-check: {printable(napplet_name)}: {verdict}; report in {printable(str(out))}"
+    )
+    return lines
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write `text` (UTF-8) to `path` through a temporary file and a rename."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def clear_reports(out: Path) -> None:
+    """Remove the report files an earlier run left in `out`."""
+    for name in REPORT_FILES:
+        (out / name).unlink(missing_ok=True)
+
+
+def write_reports(out: Path, run: Run, findings: list[Finding], error: str | None = None) -> None:
+    """Write `report.json` (ASCII JSON) and `junit.xml` into `out`, each atomically."""
+    out.mkdir(parents=True, exist_ok=True)
+    report = report_json(run, findings, error)
+    _write_atomic(out / "report.json", json.dumps(report, indent=2, ensure_ascii=True))
+    if error is not None:
+        findings = [Finding("check-aborted", error)]
+    _write_atomic(out / "junit.xml", junit_xml(run, findings))
 
 
 # --------------------------------------------------------------------------- command
@@ -637,7 +975,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--timeout-ms", type=int, default=15_000, help="per step")
     parser.add_argument("--settle-ms", type=int, default=500, help="wait after the last step")
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        default=900.0,
+        help="the whole check's limit; past it the report says so (exit 1)",
+    )
     args = parser.parse_args(argv)
+    for stream in (sys.stdout, sys.stderr):  # never fail on a character the terminal lacks
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+    out: Path = args.out
+    run = Run(napplet=str(args.napplet))
+    written = threading.Lock()
+
+    def finish(findings: list[Finding], error: str | None) -> int:
+        with written:
+            write_reports(out, run, findings, error)
+            if error is not None:
+                print(f"napllm-check: {printable(error)}", file=sys.stderr)
+                return 2
+            print("\n".join(summary_lines(findings, args.napplet.name, out)), flush=True)
+            return 1 if findings else 0
+
+    def overran() -> None:
+        run.findings.append(
+            Finding(
+                "check-aborted",
+                f"The check did not end within {args.max_seconds:g} s (a napplet that hangs "
+                "its frame or the browser?); this report holds what was recorded until then.",
+            )
+        )
+        finish(run.conclude(), None)
+        os._exit(1)  # Playwright's call may never return; its driver ends with this process
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        clear_reports(out)
+    except OSError as exc:
+        print(f"napllm-check: {printable(str(exc))}", file=sys.stderr)
+        return 2
+    watchdog = threading.Timer(args.max_seconds, overran)
+    watchdog.daemon = True
     try:
         if not args.napplet.is_file():
             raise CheckSetupError(f"no napplet file at {args.napplet}")
@@ -652,29 +1032,31 @@ def main(argv: Sequence[str] | None = None) -> int:
                 steps = parse_steps(args.steps.read_text(encoding="utf-8"))
             except StepsError as exc:
                 raise CheckSetupError(f"{args.steps}: {exc}") from None
-        run = run_check(
+        watchdog.start()
+        run_check(
             args.napplet.resolve(),
             script_text,
             steps,
             dist=args.dist,
-            out=args.out,
+            out=out,
             chromium=args.chromium,
             timeout_ms=args.timeout_ms,
             settle_ms=args.settle_ms,
+            run=run,
         )
-    except (CheckSetupError, OSError) as exc:
-        print(f"napllm-check: {exc}", file=sys.stderr)
-        return 2
-    findings = run.conclude()
-    (args.out / "report.json").write_text(
-        json.dumps(report_json(run, findings), indent=2, ensure_ascii=False), encoding="utf-8"
-    )
-    (args.out / "junit.xml").write_text(junit_xml(run, findings), encoding="utf-8")
-    for finding in findings:
-        print(f"[{finding.kind}] {finding.message}")
-    verdict = "no findings" if not findings else f"{len(findings)} finding(s)"
-    print(f"napllm-check: {args.napplet.name}: {verdict}; report in {args.out}")
-    return 1 if findings else 0
+    except (CheckSetupError, OSError, UnicodeDecodeError) as exc:
+        watchdog.cancel()
+        return finish([], str(exc))
+    except Exception as exc:  # the browser or its driver failed under the napplet
+        watchdog.cancel()
+        run.findings.append(
+            Finding(
+                "check-aborted", f"The check ended early: {type(exc).__name__}: {_first_line(exc)}"
+            )
+        )
+        return finish(run.conclude(), None)
+    watchdog.cancel()
+    return finish(run.conclude(), None)
 
 
 if __name__ == "__main__":

@@ -45,12 +45,10 @@ import logging
 import re
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
 from sse_starlette import EventSourceResponse
 from sse_starlette.sse import SendTimeoutError
 from starlette.applications import Starlette
@@ -66,6 +64,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..jsontext import JsonTextError, read_json
 from ..lmsp import LMSP_VERSION, LmspEvent, ModelCapabilities, ModelEntry, ModelList
 from .auth import BearerAuth
+from .bounded import BoundedCallFailed, BoundedPool, BoundExceeded, PoolBusy
 from .engine import (
     DEFAULT_TEMPERATURE,
     Engine,
@@ -92,7 +91,10 @@ from .validation import (
     BODY_MAX_DEPTH,
     Checked,
     ModelFacts,
+    OutputFacts,
+    check_output,
     check_request,
+    check_schemas,
     output_as_input,
     parse_body,
 )
@@ -105,10 +107,14 @@ _VERSION = re.compile(r"\s*(\d+)\.(\d+)\s*")
 _IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
 #: Problems of a moment, not of the request: never replayed for an Idempotency-Key.
 _TRANSIENT = frozenset({"model_unavailable", "server_busy"})
-#: Grammars built at the same time at most (each on its own thread).
-GRAMMAR_BUILDERS = 2
+#: Child processes that evaluate request schemas (checks, grammars, output checks).
+SCHEMA_WORKERS = 2
 #: Seconds the post-generation check of an output against its schema may take.
 OUTPUT_CHECK_TIME_LIMIT_S = 10.0
+#: Seconds checking a request's schemas against the metaschema may take.
+SCHEMA_CHECK_TIME_LIMIT_S = 5.0
+#: Modules each schema worker imports when it starts.
+_SCHEMA_WORKER_MODULES = ("napllm.lmsp_service.grammar", "napllm.lmsp_service.validation")
 
 
 @dataclass
@@ -163,8 +169,8 @@ class LmspService:
             config.store_capacity
         )
         self.pending = 0
-        self._grammar_slots = asyncio.Semaphore(GRAMMAR_BUILDERS)
-        self._check_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="output-check")
+        #: Where schemas meet outside text: killable child processes (bounded.py).
+        self.schema_pool = BoundedPool(SCHEMA_WORKERS, preload=_SCHEMA_WORKER_MODULES)
         self._drivers: set[asyncio.Task[None]] = set()
 
     # -- model listing ------------------------------------------------------
@@ -205,6 +211,19 @@ class LmspService:
                 raise ProblemError("invalid_request", "The previous response has not finished.")
             previous = stored.input_context + output_as_input(stored.output)
         checked = check_request(request, self.facts, previous)
+        if checked.schemas:
+            try:
+                failure = await self.schema_pool.call(
+                    SCHEMA_CHECK_TIME_LIMIT_S, check_schemas, checked.schemas
+                )
+            except PoolBusy as exc:
+                raise ProblemError("server_busy") from exc
+            except (BoundExceeded, BoundedCallFailed, MemoryError, RecursionError) as exc:
+                raise ProblemError(
+                    "unsupported_capability", "The schema cannot be checked by this service."
+                ) from exc
+            if failure is not None:
+                raise ProblemError("invalid_request", failure)
         try:
             messages = chat_messages(checked.items)
         except ValueError as exc:
@@ -229,39 +248,36 @@ class LmspService:
         return checked, tokens, raw
 
     async def _grammar(self, checked: Checked) -> str | None:
-        """The GBNF text constraining `checked`, built off the event loop (grammar.py).
+        """The GBNF text constraining `checked`, built in a schema worker (grammar.py).
 
-        At most `GRAMMAR_BUILDERS` grammars are built at once, each within
-        `GRAMMAR_TIME_LIMIT_S`. Raises `ProblemError("unsupported_capability")`
-        for a schema beyond the limits, one the converter rejects, or one
-        whose conversion takes too long.
+        The conversion runs in a killable child process (`bounded.py`)
+        within `GRAMMAR_TIME_LIMIT_S`. Raises
+        `ProblemError("unsupported_capability")` for a schema beyond the
+        limits, one the converter rejects, or one whose conversion takes too
+        long or too much memory.
         """
         request = checked.request
-        if checked.forced_tool and request.tools:
-            offered = [t for t in request.tools if t.name in (checked.tool_names or [])]
-            build: Callable[[], str] = lambda: tool_call_grammar(offered)  # noqa: E731
-        elif checked.output_schema is not None and checked.tool_names is None:
-            schema = checked.output_schema
-            build = lambda: json_grammar(schema)  # noqa: E731
-        else:
-            return None
-        # The slot is held until the thread ends, even after the time limit
-        # answered the request: a slow conversion cannot be stopped, only waited for.
-        await self._grammar_slots.acquire()
-        building = asyncio.ensure_future(asyncio.to_thread(build))
-
-        def release(done: asyncio.Future[str]) -> None:
-            self._grammar_slots.release()
-            if not done.cancelled():
-                done.exception()  # retrieved, so an abandoned failure is not logged
-
-        building.add_done_callback(release)
         try:
-            return await asyncio.wait_for(asyncio.shield(building), GRAMMAR_TIME_LIMIT_S)
-        except (GrammarUnavailable, TimeoutError) as exc:
+            if checked.forced_tool and request.tools:
+                offered = [t for t in request.tools if t.name in (checked.tool_names or [])]
+                return await self.schema_pool.call(GRAMMAR_TIME_LIMIT_S, tool_call_grammar, offered)
+            if checked.output_schema is not None and checked.tool_names is None:
+                return await self.schema_pool.call(
+                    GRAMMAR_TIME_LIMIT_S, json_grammar, checked.output_schema
+                )
+        except PoolBusy as exc:
+            raise ProblemError("server_busy") from exc
+        except (
+            GrammarUnavailable,
+            BoundExceeded,
+            BoundedCallFailed,
+            MemoryError,
+            RecursionError,
+        ) as exc:
             raise ProblemError(
                 "unsupported_capability", "The schema cannot be enforced by this service."
             ) from exc
+        return None
 
     # -- running ----------------------------------------------------------------
 
@@ -382,19 +398,30 @@ class LmspService:
                 self._save(run)
 
     async def _check_output(self, checked: Checked, assembler: OutputItemAssembler) -> str | None:
-        """`_check_output` on the output-check threads, within `OUTPUT_CHECK_TIME_LIMIT_S`.
+        """`validation.check_output` in a schema worker, within `OUTPUT_CHECK_TIME_LIMIT_S`.
 
-        A schema `pattern` may backtrack for a very long time on some texts;
-        the check runs on its own small pool (so it can never take the
-        threads prompts are rendered on) and a check that does not finish in
-        time fails the response.
+        A schema `pattern` may backtrack for days on some texts, holding
+        Python's GIL the whole time; the check runs in a child process that
+        is killed at the deadline (`bounded.py`), and a check that does not
+        finish in time fails the response.
         """
-        loop = asyncio.get_running_loop()
-        checking = loop.run_in_executor(self._check_pool, _check_output, checked, assembler)
+        if not checked.forced_tool and checked.output_schema is None:
+            return None
+        offered = {t.name: t.parameters for t in checked.request.tools or []}
+        calls = [(c["name"], c["arguments"]) for c in assembler.function_calls()]
+        facts = OutputFacts(
+            forced_tool=checked.forced_tool,
+            calls=calls,
+            tool_schemas={name: offered[name] for name, _ in calls if name in offered},
+            output_schema=checked.output_schema,
+            message_text=assembler.message_text(),
+        )
         try:
-            return await asyncio.wait_for(asyncio.shield(checking), OUTPUT_CHECK_TIME_LIMIT_S)
-        except TimeoutError:
+            return await self.schema_pool.call(OUTPUT_CHECK_TIME_LIMIT_S, check_output, facts)
+        except BoundExceeded:
             return "The model's output could not be checked in time."
+        except (BoundedCallFailed, MemoryError, RecursionError):
+            return "The model's output could not be checked."
 
     def _save(self, run: ResponseRun) -> None:
         """Write a stored response or task's run to the store; a store failure is logged."""
@@ -453,7 +480,7 @@ class LmspService:
         for driver in list(self._drivers):
             driver.cancel()
         await asyncio.gather(*self._drivers, return_exceptions=True)
-        self._check_pool.shutdown(wait=False, cancel_futures=True)
+        self.schema_pool.close()
         self.store.close()
 
 
@@ -463,31 +490,6 @@ def _log_engine_failure(future: Any) -> None:
     exc = future.exception()
     if exc is not None:
         log.error("generation failed", exc_info=exc)
-
-
-def _check_output(checked: Checked, assembler: OutputItemAssembler) -> str | None:
-    """Post-generation checks (6.1, 6.5); returns a safe failure sentence or `None`."""
-    if checked.forced_tool and not assembler.function_calls():
-        return "The model did not call a tool although tool_choice required one."
-    if checked.forced_tool and checked.tool_names is not None:
-        offered = {t.name: t for t in checked.request.tools or []}
-        for call in assembler.function_calls():
-            schema = offered[call["name"]].parameters
-            try:
-                arguments = read_json(call["arguments"])
-            except JsonTextError:
-                return "The model's tool call arguments are not JSON."
-            if not jsonschema.Draft202012Validator(schema).is_valid(arguments):
-                return "The model's tool call arguments do not match the tool's parameters."
-    if checked.output_schema is not None and not assembler.function_calls():
-        try:
-            value = read_json(assembler.message_text())
-        except JsonTextError:
-            return "The model's output is not JSON."
-        validator_cls = jsonschema.validators.validator_for(checked.output_schema)
-        if not validator_cls(checked.output_schema).is_valid(value):
-            return "The model's output does not match the requested JSON schema."
-    return None
 
 
 # -- HTTP helpers ------------------------------------------------------------------
@@ -813,6 +815,7 @@ def build_app(service: LmspService, token: str) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        service.schema_pool.start()  # the workers import their modules meanwhile
         yield
         await service.close()
 

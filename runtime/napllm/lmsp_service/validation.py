@@ -11,7 +11,9 @@ Rules
   room for one output token gives 400 `context_length_exceeded`.
 - Other checks: `max_output_tokens >= 1`; `0 <= temperature <= 2`; tool
   names unique and `[A-Za-z0-9_-]{1,64}`; tool `parameters` and the
-  `response_format` schema must be valid JSON Schemas; `tool_choice` other
+  `response_format` schema must be valid JSON Schemas (`check_schemas`,
+  which the service runs in a bounded child process, `bounded.py`, since
+  checking a schema compiles its patterns); `tool_choice` other
   than `auto` needs tools and a named choice must name one; a
   `function_call_output` must answer an earlier `function_call` of the
   conversation; only the documented `extensions` are accepted.
@@ -152,7 +154,8 @@ class Checked:
     `items`: the whole conversation (previous response context + `input`);
     `tool_names`: callable tools, or `None` when tool calling is off;
     `forced_tool`: whether `tool_choice` forces a call; `output_schema`: the
-    `json_schema` to enforce, if any; `min_output_tokens`: extension value.
+    `json_schema` to enforce, if any; `min_output_tokens`: extension value;
+    `schemas`: `(what, schema)` pairs still to be checked by `check_schemas`.
     """
 
     request: LmspRequest
@@ -162,18 +165,79 @@ class Checked:
     output_schema: dict[str, Any] | None
     min_output_tokens: int = 0
     grammar: str | None = field(default=None)
+    schemas: list[tuple[str, Any]] = field(default_factory=list)
 
 
-def _check_schema(schema: dict[str, Any], what: str) -> None:
-    try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
-    except (SchemaError, OverflowError, RecursionError, ValueError) as exc:
-        # OverflowError/ValueError: a `pattern` Python's `re` cannot compile.
-        raise ProblemError("invalid_request", f"The {what} is not a valid JSON Schema.") from exc
+def check_schemas(schemas: list[tuple[str, Any]]) -> str | None:
+    """The first of `(what, schema)` that is not a valid JSON Schema, as a sentence, or `None`.
+
+    Checking compiles every `pattern` (the metaschema's `format: regex`),
+    whose cost depends on outside text: the service calls this in a bounded
+    child process (`bounded.py`), never on the event loop.
+    """
+    for what, schema in schemas:
+        try:
+            jsonschema.validators.validator_for(schema).check_schema(schema)
+        except (SchemaError, OverflowError, RecursionError, ValueError, MemoryError):
+            # OverflowError/ValueError: a `pattern` Python's `re` cannot compile.
+            return f"The {what} is not a valid JSON Schema."
+    return None
+
+
+@dataclass(frozen=True)
+class OutputFacts:
+    """What the post-generation check needs, as plain data that crosses to a child process.
+
+    `forced_tool`: `tool_choice` forced a call; `calls`: `(name, arguments
+    JSON text)` of each function call produced; `tool_schemas`: the
+    `parameters` of each offered tool by name; `output_schema`: the
+    `json_schema` to enforce or `None`; `message_text`: the message text
+    produced.
+    """
+
+    forced_tool: bool
+    calls: list[tuple[str, str]]
+    tool_schemas: dict[str, Any]
+    output_schema: dict[str, Any] | None
+    message_text: str
+
+
+def check_output(facts: OutputFacts) -> str | None:
+    """Post-generation checks (6.1, 6.5); a safe failure sentence or `None`.
+
+    A forced tool call must exist and its arguments must satisfy the tool's
+    `parameters`; structured output must be JSON satisfying the schema.
+    Evaluating a schema against text can take any time (backtracking
+    `pattern`s, exponential `anyOf`/`$ref` graphs): the service calls this
+    in a bounded child process (`bounded.py`) only.
+    """
+    if facts.forced_tool and not facts.calls:
+        return "The model did not call a tool although tool_choice required one."
+    if facts.forced_tool:
+        for name, arguments_text in facts.calls:
+            try:
+                arguments = read_json(arguments_text)
+            except JsonTextError:
+                return "The model's tool call arguments are not JSON."
+            schema = facts.tool_schemas[name]
+            if not jsonschema.Draft202012Validator(schema).is_valid(arguments):
+                return "The model's tool call arguments do not match the tool's parameters."
+    if facts.output_schema is not None and not facts.calls:
+        try:
+            value = read_json(facts.message_text)
+        except JsonTextError:
+            return "The model's output is not JSON."
+        validator_cls = jsonschema.validators.validator_for(facts.output_schema)
+        if not validator_cls(facts.output_schema).is_valid(value):
+            return "The model's output does not match the requested JSON schema."
+    return None
 
 
 def check_request(request: LmspRequest, facts: ModelFacts, previous: list[Any] | None) -> Checked:
     """Apply the checks of this module's docstring that need no tokenizer.
+
+    The schemas are not checked here but listed in `Checked.schemas` for
+    `check_schemas`.
 
     `previous` is the conversation of the stored response named by
     `previous_response_id` (already resolved), or `None`. Raises
@@ -202,13 +266,14 @@ def check_request(request: LmspRequest, facts: ModelFacts, previous: list[Any] |
             )
 
     tools = request.tools or []
+    schemas: list[tuple[str, Any]] = []
     names = [tool.name for tool in tools]
     if len(set(names)) != len(names):
         raise ProblemError("invalid_request", "Tool names must be unique.")
     for tool in tools:
         if not TOOL_NAME.fullmatch(tool.name):
             raise ProblemError("invalid_request", "A tool name is not [A-Za-z0-9_-]{1,64}.")
-        _check_schema(tool.parameters, "parameters schema of a tool")
+        schemas.append(("parameters schema of a tool", tool.parameters))
     if tools and not facts.tools:
         raise ProblemError("unsupported_capability", "The model does not support tools.")
 
@@ -229,7 +294,7 @@ def check_request(request: LmspRequest, facts: ModelFacts, previous: list[Any] |
             if fmt.json_schema is None:
                 raise ProblemError("invalid_request", "response_format needs json_schema.")
             schema = fmt.json_schema.schema_
-            _check_schema(schema, "response_format schema")
+            schemas.append(("response_format schema", schema))
             if forced:
                 raise ProblemError(
                     "invalid_request", "A forced tool call cannot be combined with json_schema."
@@ -254,6 +319,7 @@ def check_request(request: LmspRequest, facts: ModelFacts, previous: list[Any] |
         forced_tool=forced,
         output_schema=schema,
         min_output_tokens=min_output,
+        schemas=schemas,
     )
 
 

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from ..errors import ErrorCode, ProviderFailure
 from ..jsontext import JsonTextError, read_json
-from ..lmsp import LmspEvent
+from ..lmsp import CONTEXT_TOO_LONG, LmspEvent
 from ..toolcall_text import MalformedToolCall, ToolCallScanner, parse_tool_call
 
 
@@ -175,6 +175,15 @@ class ChatStreamToLmsp:
       (`content_filter`); any other label -> `response.failed`. Usage comes
       from the last chunk carrying one. A stream without `finish_reason` gets
       no closing events at all: the runtime reports the missing completion.
+    - a prompt the server cut to fit its context (NAP-LLM, Errors: limits
+      "MUST fail explicitly rather than truncating messages"): when a chunk
+      says so (`"truncated": true`, as llama.cpp's server reports it), or
+      when `context_window` (tokens, what the connection knows) is given and
+      the reported usage fills it (`input_tokens >= context_window`, or
+      input plus output beyond it), `finish()` raises `ProviderFailure`
+      (`unsupported`, the fixed context sentence) instead of any terminal
+      event. Without either signal a silent cut cannot be seen
+      (docs/security.md).
     Raises `ProviderFailure` (`provider-error`, fixed detail) for a chunk
     that is not an object, an error chunk, or wrongly typed fields.
     """
@@ -185,8 +194,12 @@ class ChatStreamToLmsp:
         parse_tool_call_blocks: bool = False,
         tool_text_in_content: bool = False,
         response_id: str | None = None,
+        context_window: int | None = None,
     ) -> None:
         self.response_id = response_id or f"resp_{uuid.uuid4().hex}"
+        self._context_window = context_window
+        #: The server said it cut the prompt (`"truncated": true` in a chunk).
+        self.prompt_truncated = False
         self._parse_blocks = parse_tool_call_blocks
         self._withhold_text = tool_text_in_content
         self._started = False
@@ -425,6 +438,8 @@ class ChatStreamToLmsp:
         usage = usage_to_lmsp(chunk.get("usage"))
         if usage is not None:
             self.usage = usage
+        if chunk.get("truncated") is True:
+            self.prompt_truncated = True
         choices = chunk.get("choices")
         if choices is None:
             return self._take()
@@ -485,6 +500,12 @@ class ChatStreamToLmsp:
         self._finished = True
         if self.finish_reason is None or not self._started:
             return []
+        if self.prompt_was_cut():
+            raise ProviderFailure(
+                ErrorCode.UNSUPPORTED,
+                detail="chat: the server cut the prompt to its context",
+                safe_message=CONTEXT_TOO_LONG,
+            )
         if self._withheld:
             text = "".join(self._withheld)
             self._withheld = []
@@ -507,6 +528,16 @@ class ChatStreamToLmsp:
             self._close(item)
         self._terminal(self.finish_reason)
         return self._take()
+
+    def prompt_was_cut(self) -> bool:
+        """Whether the server cut the prompt (class rules): flagged, or usage fills the window."""
+        if self.prompt_truncated:
+            return True
+        window, usage = self._context_window, self.usage
+        if window is None or usage is None:
+            return False
+        prompt, output = usage["input_tokens"], usage["output_tokens"]
+        return bool(prompt >= window or prompt + output > window)
 
     def _terminal(self, reason: str) -> None:
         usage = {"usage": self.usage} if self.usage is not None else {}
@@ -537,6 +568,7 @@ def chat_response_to_lmsp(
     *,
     parse_tool_call_blocks: bool = False,
     response_id: str | None = None,
+    context_window: int | None = None,
 ) -> list[LmspEvent]:
     """The LMSP event sequence (6.3) for a non-streamed chat completion.
 
@@ -567,10 +599,13 @@ def chat_response_to_lmsp(
             for position, call in enumerate(tool_calls)
         ]
     stream = ChatStreamToLmsp(
-        parse_tool_call_blocks=parse_tool_call_blocks, response_id=response_id
+        parse_tool_call_blocks=parse_tool_call_blocks,
+        response_id=response_id,
+        context_window=context_window,
     )
     chunk = {
         "choices": [{"index": 0, "delta": delta, "finish_reason": choice.get("finish_reason")}],
         "usage": body.get("usage"),
+        "truncated": body.get("truncated") is True,
     }
     return [*stream.feed(chunk), *stream.finish()]

@@ -23,6 +23,13 @@ Rules
   with a key hint for the shell, 429 -> `quota-exceeded`, a context-length
   error -> `unsupported` with a fixed sentence, anything else ->
   `provider-error`. Server text never reaches a napplet.
+- A prompt the server cut to fit its context ends the generation with
+  `unsupported` (the context sentence), never a success: when the server
+  flags it (`"truncated": true`) or the reported `usage` fills the context
+  window the connection knows (`context_window`: the connection's
+  `contextSize` setting, read from the server's model listing when the
+  connection is added, `model_context_window`). A server that cuts
+  silently and reports no window cannot be caught (docs/security.md).
 - `<tool_call>` blocks in the content are parsed into calls when the request
   offers tools (servers whose chat template emits Hermes-style calls as
   text, such as llama-cpp-python's generic handler).
@@ -143,6 +150,65 @@ async def discover_models(
     return kept[:MAX_LISTED_MODELS]
 
 
+#: Fields of a `/v1/models` entry that servers use for the serving context (tokens):
+#: OpenRouter and others `context_length`, vLLM `max_model_len`, LM Studio
+#: `max_context_length`; llama.cpp's server `meta.n_ctx` (not `n_ctx_train`).
+_WINDOW_FIELDS = ("context_length", "max_model_len", "max_context_length", "context_window")
+#: Largest context window believed (tokens); a larger claim is ignored.
+MAX_CONTEXT_WINDOW = 16 * 1024 * 1024
+
+
+def context_window_of(entry: object) -> int | None:
+    """The serving context window a `/v1/models` entry reports, in tokens, or `None`."""
+    if not isinstance(entry, dict):
+        return None
+    candidates = [entry.get(name) for name in _WINDOW_FIELDS]
+    meta = entry.get("meta")
+    if isinstance(meta, dict):
+        candidates.append(meta.get("n_ctx"))
+    for value in candidates:
+        if (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and 1 <= value <= MAX_CONTEXT_WINDOW
+        ):
+            return value
+    return None
+
+
+async def model_context_window(
+    http: HttpPort, base_url: str, api_key: str | None, model: str, *, timeout_s: float = 5.0
+) -> int | None:
+    """The context window `GET /v1/models` reports for `model` (tokens), or `None`.
+
+    Never raises: an unreachable server, an error answer or a listing
+    without such a field all give `None` (the window is then unknown).
+    """
+    try:
+        response = await http.request(
+            "GET",
+            api_root(base_url) + "/models",
+            headers=_headers(api_key, "application/json"),
+            timeout_s=timeout_s,
+        )
+        try:
+            body = await _json(response)
+        finally:
+            await response.aclose()
+    except Exception:  # unreachable, blocked, cut off: the window stays unknown
+        return None
+    if (
+        response.status != 200
+        or not isinstance(body, dict)
+        or not isinstance(body.get("data"), list)
+    ):
+        return None
+    for entry in body["data"]:
+        if isinstance(entry, dict) and entry.get("id") == model:
+            return context_window_of(entry)
+    return None
+
+
 class OpenAICompatProvider:
     """`Provider` for one model of an OpenAI-compatible server.
 
@@ -151,7 +217,9 @@ class OpenAICompatProvider:
     JSON output is asked for (`chat_request.ResponseFormatStyle`);
     `parse_tool_call_blocks`: parse `<tool_call>` content into calls (`None`:
     whenever the request offers tools); `timeout_s`: per-read bound passed
-    to the port. `respond` raises `ProviderFailure` (module rules).
+    to the port; `context_window`: the model's serving context in tokens,
+    when known (module rules). `respond` raises `ProviderFailure` (module
+    rules).
     """
 
     def __init__(
@@ -163,8 +231,10 @@ class OpenAICompatProvider:
         response_format_style: ResponseFormatStyle = "json_schema",
         parse_tool_call_blocks: bool | None = None,
         timeout_s: float | None = None,
+        context_window: int | None = None,
     ) -> None:
         self._http = http
+        self._context_window = context_window
         self._url = api_root(base_url) + "/chat/completions"
         self._api_key = api_key
         self._style: ResponseFormatStyle = response_format_style
@@ -198,10 +268,16 @@ class OpenAICompatProvider:
                 completion = await _json(response)
                 if isinstance(completion, dict) and completion.get("error"):
                     raise failure_from_error(None, completion)
-                for event in chat_response_to_lmsp(completion, parse_tool_call_blocks=parse_blocks):
+                for event in chat_response_to_lmsp(
+                    completion,
+                    parse_tool_call_blocks=parse_blocks,
+                    context_window=self._context_window,
+                ):
                     yield event
                 return
-            state = ChatStreamToLmsp(parse_tool_call_blocks=parse_blocks)
+            state = ChatStreamToLmsp(
+                parse_tool_call_blocks=parse_blocks, context_window=self._context_window
+            )
             try:
                 async for event in self._stream(response, state):
                     yield event

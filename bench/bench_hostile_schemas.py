@@ -1,0 +1,258 @@
+"""Benchmark: napllm-lmsp stays responsive while hostile JSON Schemas are sent to it.
+
+Serves napllm-lmsp's application (`build_app`, the schema workers, uvicorn
+on a free 127.0.0.1 port) with an engine double that obeys the grammar: it
+writes exactly the N characters the schema asks for (as a JSON string, or
+inside the forced tool call). What is measured is the service's handling
+of the schema, not inference, so no model is needed. Hostile clients send,
+again and again, the requests that used to freeze the whole service:
+structured output (and a forced tool call) whose schema is a string of
+exactly N characters with `not: {pattern: "(?:.|.)*\\x00"}`. The grammar
+cannot enforce `not`, and Python's backtracking `re` needs about 2**N steps
+to evaluate it (N = 40 is about a day). Meanwhile a benign client sends
+`GET /models` one after another. It prints:
+
+- the benign requests' latency (median, p99, max) and count;
+- each hostile request's status, problem code and duration, against the
+  output check's limit (`OUTPUT_CHECK_TIME_LIMIT_S`).
+
+Exit status 1 when the benign p99 is 1 s or more, when a hostile request
+ended any other way than failing its check (or 503 `server_busy`), or took
+longer than its bound (its check's limit, plus waiting for the hostile
+checks ahead of it and for killed workers' replacements to start).
+
+Usage: python bench/bench_hostile_schemas.py [--n 40] [--hostile 4]
+       [--rounds 2] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+import uvicorn
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "runtime"))
+
+from napllm.lmsp_service.app import (  # noqa: E402
+    OUTPUT_CHECK_TIME_LIMIT_S,
+    SCHEMA_WORKERS,
+    LmspService,
+    ServiceConfig,
+    build_app,
+)
+from napllm.lmsp_service.engine import GenerationEnd, GenerationJob, TextPiece  # noqa: E402
+
+MODEL_ID = "bench"
+PATTERN = "(?:.|.)*\\x00"
+TOKEN = "bench-token"
+
+
+class GrammarObeyingEngine:
+    """An engine double that writes what the hostile schema asks for: N characters."""
+
+    model_id = MODEL_ID
+    n_ctx = 4096
+    supports_tools = True
+
+    def __init__(self, n: int) -> None:
+        self.word = "a" * n
+
+    def render(self, messages: list[dict[str, Any]], tools: object) -> str:
+        return "prompt"
+
+    def tokenize(self, prompt: str) -> list[int]:
+        return [1, 2, 3]
+
+    def submit(self, job: GenerationJob, sink: Callable[[Any], None]) -> Future[None]:
+        if job.grammar is not None and "<tool_call>" in job.grammar:
+            text = (
+                '<tool_call>\n{"name": "t", "arguments": {"s": "' + self.word + '"}}\n</tool_call>'
+            )
+        else:
+            text = '"' + self.word + '"'
+        sink(TextPiece(text))
+        sink(GenerationEnd("stop", len(self.word)))
+        done: Future[None] = Future()
+        done.set_result(None)
+        return done
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def hostile_bodies(n: int) -> list[dict[str, Any]]:
+    """The two shapes of the reproducer: response_format, and a forced tool's parameters."""
+    string = {"type": "string", "minLength": n, "maxLength": n, "not": {"pattern": PATTERN}}
+    message = {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "Write a long word."}],
+    }
+    structured = {
+        "model": MODEL_ID,
+        "input": [message],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": string}},
+        "max_output_tokens": 4 * n + 16,
+    }
+    tool = {
+        "model": MODEL_ID,
+        "input": [message],
+        "tools": [
+            {
+                "type": "function",
+                "name": "t",
+                "parameters": {"type": "object", "properties": {"s": string}, "required": ["s"]},
+            }
+        ],
+        "tool_choice": "required",
+        "max_output_tokens": 4 * n + 64,
+    }
+    return [structured, tool]
+
+
+async def benign(client: httpx.AsyncClient, stop: asyncio.Event) -> list[float]:
+    latencies: list[float] = []
+    while not stop.is_set():
+        started = time.monotonic()
+        answer = await client.get("/lmsp/v1/models")
+        latencies.append(time.monotonic() - started)
+        if answer.status_code != 200:
+            raise RuntimeError(f"benign request answered {answer.status_code}")
+        await asyncio.sleep(0.05)
+    return latencies
+
+
+async def hostile(
+    client: httpx.AsyncClient, body: dict[str, Any], rounds: int
+) -> list[tuple[int, str, float]]:
+    outcomes: list[tuple[int, str, float]] = []
+    for _ in range(rounds):
+        started = time.monotonic()
+        answer = await client.post("/lmsp/v1/responses", json=body)
+        took = time.monotonic() - started
+        code = ""
+        if answer.headers.get("content-type", "").startswith("application/problem+json"):
+            code = str(answer.json().get("code"))
+        elif answer.status_code == 200:
+            code = str(answer.json().get("status"))
+        outcomes.append((answer.status_code, code, took))
+    return outcomes
+
+
+async def measure(base: str, token: str, n: int, hostile_clients: int, rounds: int) -> int:
+    headers = {"Authorization": f"Bearer {token}", "LMSP-Version": "1.0"}
+    limits = httpx.Limits(max_connections=hostile_clients + 2)
+    async with (
+        httpx.AsyncClient(base_url=base, headers=headers, timeout=600, limits=limits) as client,
+        httpx.AsyncClient(base_url=base, headers=headers, timeout=600) as probe,
+    ):
+        stop = asyncio.Event()
+        benign_task = asyncio.create_task(benign(probe, stop))
+        bodies = hostile_bodies(n)
+        started = time.monotonic()
+        results = await asyncio.gather(
+            *(hostile(client, bodies[i % len(bodies)], rounds) for i in range(hostile_clients))
+        )
+        wall = time.monotonic() - started
+        stop.set()
+        latencies = sorted(await benign_task)
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    print(f"hostile schema: string of {n} characters, not.pattern {PATTERN!r}")
+    print(
+        f"hostile clients: {hostile_clients} x {rounds} requests, {wall:.1f} s in all; "
+        f"output check limit {OUTPUT_CHECK_TIME_LIMIT_S:g} s"
+    )
+    worst = 0.0
+    for index, outcomes in enumerate(results):
+        for status, code, took in outcomes:
+            worst = max(worst, took)
+            print(f"  hostile {index}: {status} {code} in {took:.2f} s")
+    print(
+        f"benign GET /models: {len(latencies)} requests, median "
+        f"{statistics.median(latencies) * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
+        f"max {latencies[-1] * 1000:.1f} ms"
+    )
+    # A hostile request waits for the hostile checks ahead of it (two at a
+    # time, each at most its limit) and for killed workers' replacements to
+    # start (allowed 15 s each on a loaded machine).
+    ahead = -(-(hostile_clients * rounds) // SCHEMA_WORKERS)
+    bound = ahead * (OUTPUT_CHECK_TIME_LIMIT_S + 15.0)
+    print(f"bound for one hostile request here: {bound:.0f} s (worst seen {worst:.1f} s)")
+    statuses = {code for outcomes in results for _, code, _ in outcomes}
+    print(f"hostile outcomes: {sorted(statuses)}")
+    failed = p99 >= 1.0 or worst > bound or not statuses <= {"model_output_invalid", "server_busy"}
+    print("verdict:", "FAIL" if failed else "ok (benign p99 < 1 s, hostile requests bounded)")
+    return 1 if failed else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=40, help="characters of the hostile string")
+    parser.add_argument("--hostile", type=int, default=4, help="hostile clients at once")
+    parser.add_argument("--rounds", type=int, default=2, help="requests per hostile client")
+    parser.add_argument("--quick", action="store_true", help="one round of two hostile clients")
+    args = parser.parse_args()
+    if args.quick:
+        args.hostile, args.rounds = 2, 1
+    port = free_port()
+    servers: list[uvicorn.Server] = []
+
+    def serve() -> None:
+        # Built on the server's thread: the service's SQLite store stays on one thread.
+        service = LmspService(cast(Any, GrammarObeyingEngine(args.n)), ServiceConfig())
+        config = uvicorn.Config(
+            build_app(service, TOKEN), host="127.0.0.1", port=port, log_level="warning"
+        )
+        servers.append(uvicorn.Server(config))
+        servers[0].run()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while not (servers and servers[0].started):
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise RuntimeError("the service did not start")
+            time.sleep(0.05)
+        # Both schema workers started and imported their modules.
+        warm = {
+            "model": MODEL_ID,
+            "input": hostile_bodies(args.n)[0]["input"],
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "w", "schema": {"type": "string"}},
+            },
+        }
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        for _ in range(2):
+            httpx.post(base + "/lmsp/v1/responses", json=warm, headers=headers, timeout=120)
+        print(
+            "engine: a double that obeys the grammar (no model); "
+            f"service: napllm-lmsp's application under uvicorn on 127.0.0.1:{port}"
+        )
+        return asyncio.run(measure(base, TOKEN, args.n, args.hostile, args.rounds))
+    finally:
+        if servers:
+            servers[0].should_exit = True
+        thread.join(30)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
