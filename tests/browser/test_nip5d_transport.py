@@ -54,7 +54,9 @@ def context(browser: Any) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def booted(context: Any, product_url: str, test_pages_dir: Path) -> ShellPage:
-    shell = ShellPage(context.new_page(), product_url, install_napplets(test_pages_dir, product_url))
+    shell = ShellPage(
+        context.new_page(), product_url, install_napplets(test_pages_dir, product_url)
+    )
     shell.boot(query="")
     shell.scripted(FULL, SCRIPT)
     return shell
@@ -75,7 +77,9 @@ def open_by_url(shell: ShellPage, url: str) -> Napplet:
     shell.page.wait_for_function(
         "(n) => document.querySelectorAll('#napplet-tabs .tab').length > n", arg=before
     )
-    key = (shell.page.locator("#napplet-tabs .tab").last.get_attribute("id") or "").removesuffix("-tab")
+    key = (shell.page.locator("#napplet-tabs .tab").last.get_attribute("id") or "").removesuffix(
+        "-tab"
+    )
     napplet = Napplet(shell, key, url)
     shell.open.append(napplet)
     return napplet
