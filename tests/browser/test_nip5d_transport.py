@@ -10,8 +10,9 @@ model):
   generate with deltas, cancel; every reply it acts on comes from
   `window.parent`, and the inspector lists its envelopes;
 - the projection's transport and napllm's own-window alias get the same
-  answers, and the round trip each costs is measured (printed; the parent
-  transport waits for one extra ping on the frame's control port);
+  answers, and the round trip each costs is printed (the parent transport
+  waits for one extra ping on the frame's control port; bench/bench_shell.py
+  part f measures it);
 - LLM access off: envelopes posted to the parent get nothing.
 
 The hostile variants (a navigated document posting to the parent, nested
@@ -169,9 +170,9 @@ def test_both_transports_get_the_same_answers_and_the_round_trip_is_measured(
         for name, t in (("parent", parent), ("self", own))
     }
     print("describe round trip (ms):", json.dumps(figures))
+    # every round trip completed on both; the figures are printed, not asserted
+    # (bench/bench_shell.py part f measures them)
     assert len(parent) == len(own) == count
-    # one extra ping on a local port: well under a frame at 60 Hz on a quiet machine
-    assert figures["parent"]["median_ms"] < figures["self"]["median_ms"] + 50, figures
 
 
 def test_without_llm_access_parent_posts_get_nothing(shell: ShellPage) -> None:
