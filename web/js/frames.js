@@ -40,8 +40,9 @@
  *   of one transport keep their order; the two transports are not ordered
  *   with respect to each other. At most `MAX_UNCONFIRMED_MESSAGES` /
  *   `MAX_QUEUED_CHARS` wait per document, one ping is in flight at a time.
- *   Messages from a frame with no bound document, with LLM access off, or
- *   carrying ports are dropped without their data being read.
+ *   Messages from a frame with no bound document or with LLM access off are
+ *   dropped without their data being read; one carrying ports is read only
+ *   when it has two, as a possible start.
  * - Each `load` of a frame must be matched by the load report a started
  *   document's prelude sends on its second (control) port, within
  *   `START_GRACE_MS` and in either order (then the bound document is asked
