@@ -341,12 +341,11 @@ def boot_test_shell(browser: Any, server: Server, pages: Path) -> Any:
     return shell
 
 
-def bench_relay(browser: Any, server: Server, pages: Path, deltas: int) -> bool:
+def bench_relay(shell: Any, deltas: int) -> bool:
     from shellpage import deltas_of
 
     from napllm.providers.fixture import completed, text_events
 
-    shell = boot_test_shell(browser, server, pages)
     app = shell.open_napplet()
     handle = app.select("Fixture (all capabilities)")
     # Warm-up, and the standing permission so the timed run has no dialog.
@@ -365,7 +364,7 @@ def bench_relay(browser: Any, server: Server, pages: Path, deltas: int) -> bool:
     got = deltas_of(envelopes, "relay")
     text = "".join(d.get("text", "") for d in got if d["event"] == "delta")
     intact = text == "".join(chunks)
-    shell.page.context.close()
+    app.close()
     print(f"\n(d) delta relay to one napplet, {deltas} provider text deltas of 1 character")
     print(f"{'measure':<48}{'value':>14}")
     print(f"{'wall time, post -> terminal in the napplet (s)':<48}{elapsed:>14.2f}")
@@ -456,8 +455,7 @@ ROUND_TRIPS = """async ([handle, count, transport]) => {
 }"""
 
 
-def bench_transports(browser: Any, server: Server, pages: Path, count: int) -> bool:
-    shell = boot_test_shell(browser, server, pages)
+def bench_transports(shell: Any, count: int) -> bool:
     app = shell.open_napplet()
     handle = app.select("Fixture (all capabilities)")
     app.evaluate(ROUND_TRIPS, [handle, 10, "parent"])  # warm-up
@@ -468,7 +466,7 @@ def bench_transports(browser: Any, server: Server, pages: Path, count: int) -> b
     ):
         times = sorted(app.evaluate(ROUND_TRIPS, [handle, count, transport]))
         rows.append((label, statistics.median(times), times[int(0.9 * (len(times) - 1))]))
-    shell.page.context.close()
+    app.close()
     print(f"\n(f) llm.describe round trip in the napplet, {count} in a row per transport")
     print(f"{'transport':<40}{'median ms':>12}{'p90 ms':>10}")
     for label, median, p90 in rows:
@@ -509,15 +507,19 @@ def main() -> None:
                 test_server = Server(build, {f"/{TEST}/": tests}, build.build_test_dist())
                 browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
                 try:
-                    if "d" in only:
-                        ok = bench_relay(browser, test_server, tests, a.deltas) and ok
+                    if only & {"d", "f"}:
+                        # one booted shell for both (a boot is the slow part of a quick run)
+                        shell = boot_test_shell(browser, test_server, tests)
+                        if "d" in only:
+                            ok = bench_relay(shell, a.deltas) and ok
+                        if "f" in only:
+                            ok = bench_transports(shell, round_trips) and ok
+                        shell.page.context.close()
                     if "e" in only:
                         ok = (
                             bench_concurrent(browser, test_server, tests, napplets, concurrent)
                             and ok
                         )
-                    if "f" in only:
-                        ok = bench_transports(browser, test_server, tests, round_trips) and ok
                 finally:
                     browser.close()
                     test_server.close()
