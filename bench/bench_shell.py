@@ -26,7 +26,12 @@ d. delta relay rate: one generation of many small text deltas from the
    text is compared with what was sent (nothing lost), the rate is provider
    deltas per second end to end (goal >= 5,000/s);
 e. 50 concurrent generations spread over 10 napplets (50 deltas each):
-   wall time until every napplet has every terminal result.
+   wall time until every napplet has every terminal result;
+f. the round trip of ``llm.describe`` on each raw transport, measured in
+   the napplet: posted to ``window.parent`` (the NIP-5D web projection's
+   transport, held by the shell until the napplet's prelude answers a ping)
+   and posted to the napplet's own window (forwarded by the prelude over its
+   port). The probe napplet of (d) and (e) posts to ``window.parent``.
 """
 
 from __future__ import annotations
@@ -336,12 +341,11 @@ def boot_test_shell(browser: Any, server: Server, pages: Path) -> Any:
     return shell
 
 
-def bench_relay(browser: Any, server: Server, pages: Path, deltas: int) -> bool:
+def bench_relay(shell: Any, deltas: int) -> bool:
     from shellpage import deltas_of
 
     from napllm.providers.fixture import completed, text_events
 
-    shell = boot_test_shell(browser, server, pages)
     app = shell.open_napplet()
     handle = app.select("Fixture (all capabilities)")
     # Warm-up, and the standing permission so the timed run has no dialog.
@@ -360,7 +364,7 @@ def bench_relay(browser: Any, server: Server, pages: Path, deltas: int) -> bool:
     got = deltas_of(envelopes, "relay")
     text = "".join(d.get("text", "") for d in got if d["event"] == "delta")
     intact = text == "".join(chunks)
-    shell.page.context.close()
+    app.close()
     print(f"\n(d) delta relay to one napplet, {deltas} provider text deltas of 1 character")
     print(f"{'measure':<48}{'value':>14}")
     print(f"{'wall time, post -> terminal in the napplet (s)':<48}{elapsed:>14.2f}")
@@ -426,16 +430,60 @@ def bench_concurrent(browser: Any, server: Server, pages: Path, napplets: int, t
     return ok == total
 
 
+#: In the probe napplet: `count` describes one after another on `transport`;
+#: each round trip in ms (post -> the result's message event).
+ROUND_TRIPS = """async ([handle, count, transport]) => {
+  probe.useTransport(transport);
+  const times = [];
+  for (let i = 0; i < count; i++) {
+    const id = 'rt-' + transport + '-' + i;
+    const start = performance.now();
+    await new Promise((resolve) => {
+      const on = (e) => {
+        if (e.source === window.parent && e.data && e.data.id === id) {
+          removeEventListener('message', on);
+          resolve();
+        }
+      };
+      addEventListener('message', on);
+      probe.post({type: 'llm.describe', id, handle});
+    });
+    times.push(performance.now() - start);
+  }
+  probe.useTransport('parent');
+  return times;
+}"""
+
+
+def bench_transports(shell: Any, count: int) -> bool:
+    app = shell.open_napplet()
+    handle = app.select("Fixture (all capabilities)")
+    app.evaluate(ROUND_TRIPS, [handle, 10, "parent"])  # warm-up
+    rows = []
+    for transport, label in (
+        ("parent", "window.parent (confirmed by ping)"),
+        ("self", "own window (prelude's port)"),
+    ):
+        times = sorted(app.evaluate(ROUND_TRIPS, [handle, count, transport]))
+        rows.append((label, statistics.median(times), times[int(0.9 * (len(times) - 1))]))
+    app.close()
+    print(f"\n(f) llm.describe round trip in the napplet, {count} in a row per transport")
+    print(f"{'transport':<40}{'median ms':>12}{'p90 ms':>10}")
+    for label, median, p90 in rows:
+        print(f"{label:<40}{median:>12.2f}{p90:>10.2f}")
+    return len(rows) == 2
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5, help="boot runs of (a), median")
-    ap.add_argument("--only", default="a,b,c,d,e")
+    ap.add_argument("--only", default="a,b,c,d,e,f")
     ap.add_argument("--deltas", type=int, default=20_000)
     ap.add_argument("--quick", action="store_true", help="a short run that checks it works")
     a = ap.parse_args()
-    generations, napplets, concurrent = 2_000, 10, 50
+    generations, napplets, concurrent, round_trips = 2_000, 10, 50, 200
     if a.quick:
-        a.runs, a.deltas, generations, napplets, concurrent = 1, 2_000, 200, 3, 9
+        a.runs, a.deltas, generations, napplets, concurrent, round_trips = 1, 2_000, 200, 3, 9, 20
     ok = True
     only = set(a.only.split(","))
     build = load_build()
@@ -453,14 +501,20 @@ def main() -> None:
                 bench_boot(p.chromium, server, a.runs, precache=not a.quick)
             if "b" in only:
                 bench_bytes(p.chromium, server, precache=not a.quick)
-            if only & {"d", "e"}:
+            if only & {"d", "e", "f"}:
                 # the relay and concurrency runs drive fixture connections,
                 # which only the test build (dist-test/) has
                 test_server = Server(build, {f"/{TEST}/": tests}, build.build_test_dist())
                 browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
                 try:
-                    if "d" in only:
-                        ok = bench_relay(browser, test_server, tests, a.deltas) and ok
+                    if only & {"d", "f"}:
+                        # one booted shell for both (a boot is the slow part of a quick run)
+                        shell = boot_test_shell(browser, test_server, tests)
+                        if "d" in only:
+                            ok = bench_relay(shell, a.deltas) and ok
+                        if "f" in only:
+                            ok = bench_transports(shell, round_trips) and ok
+                        shell.page.context.close()
                     if "e" in only:
                         ok = (
                             bench_concurrent(browser, test_server, tests, napplets, concurrent)

@@ -23,20 +23,27 @@
  *   removes its own `<script>` element (so napplet code never sees the
  *   secret), creates a `MessageChannel` and posts
  *   `{"type": "napllm.documentStart", "secret"}` to `window.parent` with two
- *   ports transferred. Every envelope then travels over the first port, in
- *   both directions; the second carries only the prelude's report of this
- *   document's `load`. The shell ignores anything else the frame posts. A document
- *   the frame navigates to has no prelude, no secret and no port, so it gets
- *   nothing; a napplet reloading itself runs the prelude again and gets a new
- *   endpoint.
+ *   ports transferred. Every envelope from the shell comes over the first
+ *   port, and so does every envelope `window.napplet.llm` sends; the second
+ *   carries the prelude's report of this document's `load` and its answers
+ *   to the shell's pings. A document the frame navigates to has no prelude,
+ *   no secret and no port, so it gets nothing; a napplet reloading itself
+ *   runs the prelude again and gets a new endpoint.
+ * - Raw envelopes (NIP-5D web projection): a napplet that does not use
+ *   `window.napplet.llm` posts envelope objects to `window.parent`
+ *   (`window.parent.postMessage(envelope, "*")`) and reads the shell's as
+ *   `message` events whose `source` is `window.parent`. The shell holds
+ *   each such message until this prelude answers a ping sent on the second
+ *   port after it arrived (web/js/frames.js): the answer is what ties the
+ *   message to this document rather than to another document of the frame.
+ *   Posting envelope objects to the napplet's *own* window (`window.postMessage(envelope, "*")`)
+ *   is kept as an alias: the prelude forwards those (source is this window,
+ *   data is an object, not a result or delta type) over the port.
  * - The port never reaches napplet code: it lives in this closure, and every
  *   method the prelude uses on it, on events and on the window is captured
  *   (bound) at install, before any napplet script can replace a prototype.
- * - Raw envelopes: a napplet that does not use `window.napplet.llm` posts
- *   envelope objects to its *own* window (`window.postMessage(envelope,
- *   "*")`); the prelude forwards those (source is this window, data is an
- *   object, not a result or delta type) over the port. Every envelope from the shell is also dispatched
- *   on the window as a `message` event whose `source` is `window.parent`.
+ * - Every envelope from the shell is also dispatched on the window as a
+ *   `message` event whose `source` is `window.parent`.
  * - WebRTC is not governed by CSP in Chromium (no `webrtc` directive), so the
  *   prelude removes the WebRTC constructors from this window and from every
  *   frame the napplet creates (a nested frame's window is closed the same way
@@ -469,7 +476,9 @@ export function installNappletPrelude(domains, secret) {
       report(err);
     }
   };
-  // Raw envelopes the napplet posts to its own window go to the shell.
+  // Raw envelopes the napplet posts to its own window go to the shell (the
+  // alias of the projection's `window.parent.postMessage`, which the shell
+  // receives itself and confirms with the ping answered below).
   addListener("message", (event) => {
     if (apply(eventSource, event, []) !== win) return;
     const data = apply(eventData, event, []);
@@ -491,7 +500,8 @@ export function installNappletPrelude(domains, secret) {
   listen(win, "load", (event) => {
     if (apply(eventTarget, event, []) === doc) postControl({ loaded: true });
   }, true);
-  // The shell may ask whether this document is still the frame's.
+  // The shell asks whether this document is still the frame's: after a load
+  // nobody reported, and before it acts on an envelope posted to the parent.
   control.port1.onmessage = (event) => {
     const data = apply(eventData, event, []);
     if (data && typeof data === "object" && typeof data.ping === "number") postControl({ pong: data.ping });

@@ -160,8 +160,9 @@ class Napplet:
     # -- sending -------------------------------------------------------------------
 
     def post(self, envelope: Any) -> None:
-        """Post `envelope` raw from inside the frame (to its own window; the prelude
-        forwards it to the shell over the frame's port)."""
+        """Post `envelope` raw from inside the frame, as the NIP-5D web projection
+        does (``window.parent.postMessage``), or to the frame's own window after
+        ``probe.useTransport("self")`` (the prelude forwards it over its port)."""
         self.frame.evaluate("(e) => window.probe.post(e)", envelope)
 
     def post_js(self, expression: str) -> None:

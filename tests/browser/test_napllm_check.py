@@ -160,6 +160,7 @@ TEXT = {"turns": [{"text": "ok"}], "repeat": True}
         ),
         ("raw-messages.html", TEXT, [*GO, {"wait": 500}], "duplicate-id"),
         ("raw-messages.html", TEXT, [*GO, {"wait": 500}], "ignored-message"),
+        ("raw-messages-own-window.html", TEXT, [*GO, {"wait": 500}], "duplicate-id"),
         (
             "expired.html",
             TEXT,

@@ -275,8 +275,11 @@ def test_a_document_without_the_prelude_reaches_nothing(shell: ShellPage) -> Non
     wait_stopped(app, LEFT_SANDBOX)
 
 
-def _reload_keeps_working(shell: ShellPage) -> None:
-    """A napplet reloading itself gets a new endpoint; its grant stays; nothing stops it."""
+def _reload_keeps_working(shell: ShellPage, prefix: str = "post-at-start:") -> None:
+    """A napplet reloading itself gets a new endpoint; its grant stays; nothing stops it.
+
+    The new document posts an envelope while it is parsed (`prefix`: to the
+    parent, the projection's transport, or "post-at-start-self:" to itself)."""
     shell.scripted(FULL, [{"text": ["one"]}, {"text": ["two"]}])
     app = shell.open_napplet()
     handle = app.select(FULL)
@@ -286,7 +289,7 @@ def _reload_keeps_working(shell: ShellPage) -> None:
     # the new document posts while it is still loading (before the frame's load event)
     early = json.dumps({"type": "llm.describe", "id": "early", "handle": handle})
     app.evaluate(
-        f"() => {{ window.name = 'post-at-start:' + {json.dumps(early)}; location.reload(); }}"
+        f"() => {{ window.name = {json.dumps(prefix)} + {json.dumps(early)}; location.reload(); }}"
     )
     app.frame.wait_for_function(
         "() => window.probe && window.probe.envelopes().length === 1", polling=POLL_MS
@@ -309,8 +312,15 @@ def test_reload_with_document_start_before_load(shell: ShellPage) -> None:
     _reload_keeps_working(shell)
 
 
+def test_reload_with_an_early_post_to_its_own_window(shell: ShellPage) -> None:
+    # the alias: posted to the document's own window, forwarded by its prelude
+    _reload_keeps_working(shell, "post-at-start-self:")
+
+
 #: Held document starts: each reaches the shell only after the frame's next load
-#: event (plus 300 ms), so the shell sees load first, start second.
+#: event (plus 300 ms), so the shell sees load first, start second. Whatever a
+#: frame posts after a held start is held behind it, in order (the browser
+#: delivers one window's messages to another in the order they were sent).
 HOLD_STARTS = """(() => {
   const held = [];
   const add = EventTarget.prototype.addEventListener;
@@ -318,7 +328,8 @@ HOLD_STARTS = """(() => {
     if (this === window && type === 'message' && typeof listener === 'function') {
       const wrapped = (event) => {
         const d = event.data;
-        if (!event.__released && d && d.type === 'napllm.documentStart') {
+        const start = d && d.type === 'napllm.documentStart';
+        if (!event.__released && (start || held.some((h) => h.event.source === event.source))) {
           held.push({event, listener});
           return;
         }
@@ -356,6 +367,162 @@ def test_reload_with_document_start_after_load(
         assert page.evaluate("window.__heldStarts") >= 2
     finally:
         context.close()
+
+
+#: Added to every document of a fresh context, before any of its scripts: in a
+#: napplet frame's about:blank document whose window name carries a stolen
+#: handle ("escape:<how>:<handle>"), it posts that handle to the parent the
+#: projection's way (generate, select, describe) from its very first moment
+#: and then every 20 ms for a second, and nests a frame (nothing removes it:
+#: this document has no prelude) that posts to its grandparent, the shell,
+#: and to `top`. It records what comes back from the parent and whether the
+#: nested frame ran; then it stays ("stay"), or goes back into the napplet's
+#: own history entry ("back"), or reloads itself ("reload").
+ESCAPE_INIT = """(() => {
+  if (location.href !== 'about:blank' || window.parent === window) return;
+  const match = /^escape:(\\w+):(.*)$/.exec(window.name);
+  if (!match) return;
+  const [, how, handle] = match;
+  window.name = '';
+  window.got = []; window.nested = 0; window.done = false;
+  addEventListener('message', (e) => {
+    if (e.source === parent) got.push(e.data && e.data.type);
+    else if (e.data === 'nested-ran') nested += 1;
+  });
+  const ask = [{role: 'user', content: [{type: 'text', text: 'exfiltrate'}]}];
+  let n = 0;
+  const burst = () => {
+    for (let k = 0; k < 5; k++, n++) {
+      parent.postMessage({type: 'llm.generate', id: 'escape-g' + n, request: {handle, messages: ask}}, '*');
+      parent.postMessage({type: 'llm.select', id: 'escape-s' + n}, '*');
+      parent.postMessage({type: 'llm.describe', id: 'escape-d' + n, handle}, '*');
+    }
+  };
+  burst();
+  const timer = setInterval(burst, 20);
+  const nest = () => {
+    const inner = 'parent.postMessage("nested-ran", "*");'
+      + 'const ask = [{role: "user", content: [{type: "text", text: "nested"}]}];'
+      + 'for (let i = 0; i < 5; i++) {'
+      + ' parent.parent.postMessage({type: "llm.generate", id: "escape-n" + i, request: {handle: ' + JSON.stringify(handle) + ', messages: ask}}, "*");'
+      + ' top.postMessage({type: "llm.select", id: "escape-t" + i}, "*"); }';
+    const frame = document.createElement('iframe');
+    frame.srcdoc = '<scr' + 'ipt>' + inner + '</scr' + 'ipt>';
+    (document.body || document.documentElement).appendChild(frame);
+  };
+  if (document.documentElement) nest(); else addEventListener('DOMContentLoaded', nest);
+  setTimeout(() => {
+    clearInterval(timer);
+    window.done = true;
+    setTimeout(() => {
+      if (how === 'back') history.back();
+      else if (how === 'reload') { window.name = 'escape:stay:' + handle; location.reload(); }
+    }, 400);
+  }, 1000);
+})();"""
+
+
+@pytest.fixture(scope="module")
+def escape_shell(browser: Any, product_url: str, test_pages_dir: Path) -> Iterator[ShellPage]:
+    """A shell whose context adds ESCAPE_INIT to every document."""
+    ctx = browser.new_context()
+    try:
+        page = ctx.new_page()
+        page.add_init_script(ESCAPE_INIT)
+        yield boot_product(page, product_url, test_pages_dir)
+    finally:
+        ctx.close()
+
+
+def inspector_text(shell: ShellPage) -> str:
+    """Everything the envelope inspector lists now (opened if it is closed)."""
+    page = shell.page
+    page.evaluate("() => { document.querySelector('details.inspector-wrap').open = true; }")
+    page.wait_for_function(
+        "() => { const n = parseInt(document.querySelector('#inspector-count').textContent, 10) || 0;"
+        " return document.querySelectorAll('#inspector-list > li').length === n; }"
+    )
+    text: str = page.evaluate(
+        "() => [...document.querySelectorAll('#inspector-list pre')].map((p) => p.textContent).join('\\n')"
+    )
+    return text
+
+
+@pytest.mark.parametrize("how", ["stay", "back", "reload"])
+def test_a_replaced_document_posting_to_the_parent_reaches_nothing(
+    escape_shell: ShellPage, request_log: Any, how: str
+) -> None:
+    # The projection's transport names the frame, not the document: the
+    # document that replaced the napplet's posts with the napplet's standing
+    # grant from its first moment, and none of it may act or be answered.
+    shell = escape_shell
+    shell.scripted(FULL, [{"text": ["granted"]}])
+    app = shell.open_napplet()
+    handle = app.select(FULL)
+    app.post(generate("g1", handle))
+    shell.remember()
+    assert app.wait_for("g1")["result"]["content"][0]["text"] == "granted"
+    submissions = shell.script_requests(FULL)
+    app.evaluate(
+        "([how, handle]) => { window.name = 'escape:' + how + ':' + handle; location.href = 'about:blank'; }",
+        [how, handle],
+    )
+    frame = app.frame
+    frame.wait_for_function(
+        "() => location.href === 'about:blank' && window.done === true", polling=POLL_MS
+    )
+    outcome = frame.evaluate("() => ({got, nested, prelude: 'napplet' in window})")
+    # nothing came back; the nested frame did run (and posted to the shell)
+    assert outcome == {"got": [], "nested": 1, "prelude": False}, outcome
+    if how == "back":
+        # the napplet's own entry again: a fresh document with the prelude, a new endpoint
+        app.wait_ready()
+    else:
+        wait_stopped(app, LEFT_SANDBOX)
+        shell.page.wait_for_function("() => !document.querySelector('#grant-list button.revoke')")
+    shell.page.wait_for_timeout(500)
+    assert shell.script_requests(FULL) == submissions
+    assert shell.open_dialogs() == 0
+    assert "escape-" not in inspector_text(shell)
+    if how == "back":
+        # the old handle is gone with the old endpoint; the new one works
+        app.post({"type": "llm.describe", "id": "d-after", "handle": handle})
+        assert code(app.wait_for("d-after", "llm.describe.result")) == "selection-expired"
+        assert app.select(FULL, rid="s-after")
+    shell.reset()
+
+
+def test_a_javascript_url_does_not_replace_the_napplet(shell: ShellPage) -> None:
+    # Chromium does not run a javascript: URL in the napplet frame: the napplet
+    # cannot make a document of its own without the prelude that way
+    app = shell.open_napplet()
+    handle = app.select(FULL)
+    app.evaluate(
+        """(handle) => { location.href = 'javascript:' + JSON.stringify('<script>parent.postMessage('
+             + JSON.stringify({type: 'llm.describe', id: 'escape-js', handle}) + ', "*")</' + 'script>'); }""",
+        handle,
+    )
+    shell.page.wait_for_timeout(1000)
+    assert app.evaluate("() => typeof window.probe === 'object' && 'llm' in window.napplet")
+    assert [e for e in app.envelopes() if e.get("id") == "escape-js"] == []
+    app.post({"type": "llm.describe", "id": "d1", "handle": handle})
+    assert "model" in app.wait_for("d1", "llm.describe.result")
+
+
+def test_a_raw_flood_of_small_envelopes_is_stopped(shell: ShellPage) -> None:
+    app = shell.open_napplet()
+    handle = app.select(FULL)
+    other = shell.open_napplet()
+    other_handle = other.select(FULL, rid="s-other")
+    # 12,000 envelopes to the parent in one task: past the count the shell meters
+    other.evaluate(
+        """(handle) => { for (let i = 0; i < 12000; i++)
+             parent.postMessage({type: 'llm.describe', id: 'f' + i, handle}, '*'); }""",
+        other_handle,
+    )
+    wait_stopped(other, "sent too many messages")
+    app.post({"type": "llm.describe", "id": "d1", "handle": handle})
+    assert "model" in app.wait_for("d1", "llm.describe.result")
 
 
 # --------------------------------------------------------------------------- 4. churn

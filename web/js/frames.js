@@ -21,13 +21,35 @@
  *   no endpoint is opened, so the frame's messages reach nothing.
  * - Binding (web/prelude.js): each frame built here gets a fresh secret in
  *   its prelude. The prelude posts `{type: "napllm.documentStart", secret}`
- *   with a transferred `MessagePort`; only such a start, from the frame's
- *   own window and with that secret, opens an endpoint, and only that port
- *   carries its envelopes. Everything else a frame posts to this window is
- *   dropped without being read further. A document the napplet navigates to
- *   has no prelude, so it never gets an endpoint; a napplet reloading
- *   itself runs the prelude again and gets a new endpoint (the previous
- *   one is closed: its generations end, its handles expire).
+ *   with two transferred `MessagePort`s; only such a start, from the frame's
+ *   own window and with that secret, binds a document: it opens an endpoint,
+ *   and its first port carries every envelope *to* the document (so no reply
+ *   can reach any other document of the frame). A document the napplet
+ *   navigates to has no prelude, so it is never bound; a napplet reloading
+ *   itself runs the prelude again and gets a new endpoint (the previous one
+ *   is closed: its generations end, its handles expire).
+ * - Envelopes *from* the document come two ways: over the port (the
+ *   prelude's `window.napplet.llm`, and raw envelopes the napplet posts to
+ *   its own window), and posted to this window (`window.parent.postMessage`,
+ *   the NIP-5D web projection's transport). A message posted here carries
+ *   only its frame's `WindowProxy` as `source`, which is the same for every
+ *   document the frame ever shows, so it is attributed to the document bound
+ *   when it arrives and held until that document *confirms* it: the shell
+ *   sends a ping on the document's control port after the message arrived,
+ *   and releases the message only when the prelude of that document answers.
+ *   An answer proves the bound document was alive after the message was
+ *   sent; a frame's documents live one after another (the shell page's
+ *   `frame-src 'none'` keeps them all in one renderer process, where a
+ *   document is destroyed before its successor runs a script), so the
+ *   message was that document's own. A document that was replaced never
+ *   answers, and what was held for it is dropped when the shell learns of
+ *   the change (the next start, or the unreported load below). The messages
+ *   of one transport keep their order; the two transports are not ordered
+ *   with respect to each other. At most `MAX_UNCONFIRMED_MESSAGES` /
+ *   `MAX_QUEUED_CHARS` wait per document, one ping is in flight at a time.
+ *   Messages from a frame with no bound document or with LLM access off are
+ *   dropped without their data being read; one carrying ports is read only
+ *   when it has two, as a possible start.
  * - Each `load` of a frame must be matched by the load report a started
  *   document's prelude sends on its second (control) port, within
  *   `START_GRACE_MS` and in either order (then the bound document is asked
@@ -82,8 +104,12 @@ export const NAPPLET_CSP = [
 export const MAX_NAPPLET_BYTES = 8 * 1024 * 1024;
 /** Most messages kept per document while its endpoint is being opened. */
 export const MAX_QUEUED_MESSAGES = 256;
-/** Most UTF-16 code units of wire text kept per document while its endpoint is being opened. */
+/** Most UTF-16 code units of wire text kept per document while its endpoint is being opened
+ * (and, separately, while messages posted to the shell's window wait for their confirmation). */
 export const MAX_QUEUED_CHARS = 8 * 1024 * 1024;
+/** Most messages posted to the shell's window kept per document while they wait for its
+ * prelude's confirmation (one round trip on the control port). */
+export const MAX_UNCONFIRMED_MESSAGES = 1024;
 /** The window over which starts and traffic are counted, in ms. */
 export const RATE_WINDOW_MS = 10_000;
 /** How long a frame's load may wait for its prelude's own report, in ms. */
@@ -545,9 +571,7 @@ export class NappletArea {
     // its own; a document that was navigated away never answers.
     const doc = record.doc;
     if (doc && doc.live) {
-      doc.pings += 1;
-      const ping = doc.pings;
-      doc.control.postMessage({ ping });
+      const ping = this.sendPing(doc);
       setTimeout(() => {
         if (!record.live || record.reports >= loads) return;
         if (doc.live && doc.pongs >= ping) {
@@ -636,6 +660,12 @@ export class NappletArea {
       opening: false,
       queue: [],
       queueChars: 0,
+      // Messages posted to this window, attributed to this document, waiting
+      // for its confirmation: [{wire, ping}] in arrival order (see onParentMessage).
+      unconfirmed: [],
+      unconfirmedChars: 0,
+      // A ping is wanted as soon as the one in flight is answered.
+      pingWanted: false,
       live: true,
     };
     record.doc = doc;
@@ -644,7 +674,9 @@ export class NappletArea {
       const data = event.data;
       if (!data || typeof data !== "object") return;
       if (Number.isInteger(data.pong)) {
-        doc.pongs = Math.max(doc.pongs, data.pong);
+        // (only the prelude holds this port; a pong is never above the pings sent)
+        doc.pongs = Math.min(doc.pings, Math.max(doc.pongs, data.pong));
+        this.confirm(doc);
         return;
       }
       if (doc.reported || data.loaded !== true) return;
@@ -660,6 +692,8 @@ export class NappletArea {
     doc.live = false;
     doc.queue = [];
     doc.queueChars = 0;
+    doc.unconfirmed = [];
+    doc.unconfirmedChars = 0;
     try {
       doc.port.onmessage = null;
       doc.port.close();
@@ -743,9 +777,10 @@ export class NappletArea {
   }
 
   /**
-   * The window `message` listener. Only one message means anything: a
-   * frame's `napllm.documentStart` with its secret and two ports. Envelopes
-   * travel over the ports, never through here.
+   * The window `message` listener: a frame's `napllm.documentStart` (with its
+   * secret and two ports), or an envelope a frame's document posted to its
+   * parent (the NIP-5D web projection's transport; `onParentMessage`).
+   * Messages from any other window are dropped unread.
    *
    * @param {MessageEvent} event
    */
@@ -755,12 +790,89 @@ export class NappletArea {
     if (source === window) return;
     const record = this.byWindow.get(source);
     // The port count is checked before `data` is read: reading it is what
-    // deserializes a message, so a flood of anything else costs nothing here.
-    if (!record || !record.live || event.ports.length !== 2) return;
+    // deserializes a message, so a flood from a frame that cannot be heard
+    // costs nothing here.
+    if (!record || !record.live) return;
+    const ports = event.ports.length;
+    if (ports === 0) {
+      this.onParentMessage(record, event);
+      return;
+    }
+    if (ports !== 2) return;
     const data = event.data;
     if (!data || typeof data !== "object" || data.type !== DOCUMENT_START) return;
     if (data.secret !== record.secret) return;
     this.startDocument(record, event.ports[0], event.ports[1]);
+  }
+
+  /**
+   * An envelope posted to this window by a document of `record`'s frame.
+   * `source` names the frame, not the document: the message is attributed to
+   * the document bound now and released (metered already) only once that
+   * document's prelude answers a ping sent after the message arrived (see
+   * the header). Nothing else in the shell or the runtime sees it before.
+   *
+   * @param {object} record the frame.
+   * @param {MessageEvent} event a message without ports.
+   */
+  onParentMessage(record, event) {
+    const doc = record.doc;
+    if (!doc || !doc.live || !record.llm) return;
+    const data = event.data;
+    // Envelopes are objects (the prelude forwards nothing else either); the
+    // prelude's start is never an envelope, whichever way it comes.
+    if (typeof data !== "object" || data === null || data.type === DOCUMENT_START) return;
+    const wire = toWireJson(data);
+    const cost = wire.startsWith('{"tooLarge"') ? MAX_WIRE_CHARS : wire.length;
+    if (!this.meter(doc, cost)) {
+      this.stop(record, `Napplet “${record.tab.name}” sent too many messages and was stopped.`, "warning");
+      return;
+    }
+    if (doc.unconfirmed.length >= MAX_UNCONFIRMED_MESSAGES || doc.unconfirmedChars + wire.length > MAX_QUEUED_CHARS) {
+      return;
+    }
+    let ping;
+    if (doc.pongs >= doc.pings) {
+      ping = this.sendPing(doc);
+    } else {
+      // The ping in flight was sent before this message arrived: the next one confirms it.
+      ping = doc.pings + 1;
+      doc.pingWanted = true;
+    }
+    doc.unconfirmed.push({ wire, ping });
+    doc.unconfirmedChars += wire.length;
+  }
+
+  /** Ask the document's prelude for a sign of life; returns the ping's number. */
+  sendPing(doc) {
+    doc.pings += 1;
+    const ping = doc.pings;
+    try {
+      doc.control.postMessage({ ping });
+    } catch {
+      // A closed port: the document never answers.
+    }
+    return ping;
+  }
+
+  /** The document answered up to `doc.pongs`: release what those pings confirm, in order. */
+  confirm(doc) {
+    let released = 0;
+    while (doc.live && released < doc.unconfirmed.length && doc.unconfirmed[released].ping <= doc.pongs) {
+      released += 1;
+    }
+    if (released > 0) {
+      const ready = doc.unconfirmed.splice(0, released);
+      for (const item of ready) doc.unconfirmedChars -= item.wire.length;
+      for (const item of ready) {
+        if (!doc.live) break;
+        this.accept(doc, item.wire);
+      }
+    }
+    if (doc.live && doc.pingWanted && doc.pongs >= doc.pings) {
+      doc.pingWanted = false;
+      this.sendPing(doc);
+    }
   }
 
   /** One message on a document's port: metered, converted, queued or delivered. */
@@ -772,7 +884,12 @@ export class NappletArea {
       this.stop(doc.record, `Napplet “${doc.record.tab.name}” sent too many messages and was stopped.`, "warning");
       return;
     }
-    if (!doc.record.llm) return;
+    this.accept(doc, wire);
+  }
+
+  /** A metered envelope of a bound document: queued until its endpoint opens, or delivered. */
+  accept(doc, wire) {
+    if (!doc.live || !doc.record.llm) return;
     if (doc.endpointId === null) {
       if (doc.queue.length >= MAX_QUEUED_MESSAGES || doc.queueChars + wire.length > MAX_QUEUED_CHARS) return;
       doc.queue.push(wire);
