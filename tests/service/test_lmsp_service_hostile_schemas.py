@@ -26,7 +26,7 @@ import httpx
 
 from napllm.lmsp_service import app as app_module
 from napllm.lmsp_service.app import LmspService, ServiceConfig, build_app
-from napllm.lmsp_service.engine import GenerationEnd, GenerationJob, TextPiece
+from napllm.lmsp_service.engine import FastPath, GenerationEnd, GenerationJob, TextPiece
 
 N = 60
 HOSTILE_STRING = {
@@ -44,6 +44,7 @@ class FixedEngine:
     model_id = "fixed"
     n_ctx = 4096
     supports_tools = True
+    fast_path = FastPath(setting="auto", enabled=True, reason=None, cpu="")
 
     def __init__(self, text: str) -> None:
         self.text = text
