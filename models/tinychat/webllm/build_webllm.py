@@ -111,7 +111,9 @@ def mlc_sources(work: Path, mlc_git: Path, tvm_home: Path) -> Path:
     mlc = work / "mlc-llm"
     shutil.rmtree(mlc, ignore_errors=True)
     git_extract(mlc_git, MLC_COMMIT, ["python", "web"], mlc)
-    run(["make", f"TVM_SOURCE_DIR={tvm_home}", "dist/wasm/mlc_wasm_runtime.bc"], cwd=mlc / "web")
+    # Relative, like TVM_ROOT above: no path of this machine in the library.
+    source = os.path.relpath(tvm_home, mlc / "web")
+    run(["make", f"TVM_SOURCE_DIR={source}", "dist/wasm/mlc_wasm_runtime.bc"], cwd=mlc / "web")
     return mlc
 
 

@@ -3,9 +3,8 @@
 Used by ``gguf_to_llama.py`` (the converted checkpoint must reproduce the
 reference answers before it is written) and by
 ``tests/unit/test_tinychat_webllm.py`` (the shipped ``params_shard_*.bin``
-must too). It is a check, not an engine: every step recomputes the whole
-sequence (no KV cache), which takes well under a second per answer for
-TinyChat.
+must too). It is a check, not an engine: plain float32 numpy, the prompt at once,
+then one token at a time with a KV cache.
 
 Layout: weights are ``(out_features, in_features)`` float32 arrays under
 Hugging Face's Llama names (``model.layers.N.self_attn.q_proj.weight``,
@@ -44,53 +43,72 @@ def _rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
 
 
-def _rotate(x: np.ndarray, theta: float) -> np.ndarray:
-    """Half-split RoPE on ``x`` of shape (tokens, heads, head_dim), positions 0..tokens-1."""
+def _rotate(x: np.ndarray, theta: float, start: int = 0) -> np.ndarray:
+    """Half-split RoPE on ``x`` of shape (tokens, heads, head_dim), positions from ``start``."""
     tokens, _, dim = x.shape
     half = dim // 2
     freq = theta ** (-np.arange(half, dtype=np.float32) * 2 / dim)
-    angle = np.arange(tokens, dtype=np.float32)[:, None] * freq[None, :]
+    angle = np.arange(start, start + tokens, dtype=np.float32)[:, None] * freq[None, :]
     cos, sin = np.cos(angle)[:, None, :], np.sin(angle)[:, None, :]
     first, second = x[..., :half], x[..., half:]
     return np.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
 
 
-def logits_last(shape: LlamaShape, w: dict[str, np.ndarray], ids: list[int]) -> np.ndarray:
-    """Logits (vocab,) for the token after ``ids``."""
+def _forward(
+    shape: LlamaShape, w: dict[str, np.ndarray], ids: list[int], cache: list[list[np.ndarray]]
+) -> np.ndarray:
+    """Logits (vocab,) after ``ids``, which follow the tokens held in ``cache``.
+
+    ``cache``: per layer ``[keys, values]`` of shape (tokens, heads, head_dim),
+    extended in place.
+    """
     x = w["model.embed_tokens.weight"][np.asarray(ids)]
     tokens, dim = len(ids), shape.head_dim
-    causal = np.triu(np.full((tokens, tokens), -np.inf, dtype=np.float32), k=1)
+    past = cache[0][0].shape[0] if cache else 0
+    causal = np.triu(np.full((tokens, past + tokens), -np.inf, dtype=np.float32), k=past + 1)
     group = shape.heads // shape.kv_heads
     for layer in range(shape.layers):
         p = f"model.layers.{layer}."
         h = _rms_norm(x, w[p + "input_layernorm.weight"], shape.eps)
         q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(tokens, -1, dim)
         k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(tokens, -1, dim)
-        q, k = _rotate(q, shape.rope_theta), _rotate(k, shape.rope_theta)
         v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(tokens, -1, dim)
-        k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
-        scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(dim) + causal
+        q, k = _rotate(q, shape.rope_theta, past), _rotate(k, shape.rope_theta, past)
+        if len(cache) <= layer:
+            cache.append([k, v])
+        else:
+            old_k, old_v = cache[layer]
+            cache[layer] = [np.concatenate([old_k, k]), np.concatenate([old_v, v])]
+        keys = np.repeat(cache[layer][0], group, axis=1)
+        values = np.repeat(cache[layer][1], group, axis=1)
+        scores = np.einsum("qhd,khd->hqk", q, keys) / np.sqrt(dim) + causal
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         scores /= scores.sum(axis=-1, keepdims=True)
-        attended = np.einsum("hqk,khd->qhd", scores, v).reshape(tokens, -1)
+        attended = np.einsum("hqk,khd->qhd", scores, values).reshape(tokens, -1)
         x = x + attended @ w[p + "self_attn.o_proj.weight"].T
         h = _rms_norm(x, w[p + "post_attention_layernorm.weight"], shape.eps)
         gate = h @ w[p + "mlp.gate_proj.weight"].T
-        x = x + (gate / (1 + np.exp(-gate)) * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[
-            p + "mlp.down_proj.weight"
-        ].T
+        up = h @ w[p + "mlp.up_proj.weight"].T
+        x = x + (gate / (1 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
     x = _rms_norm(x[-1], w["model.norm.weight"], shape.eps)
     return x @ w.get("lm_head.weight", w["model.embed_tokens.weight"]).T
 
 
+def logits_last(shape: LlamaShape, w: dict[str, np.ndarray], ids: list[int]) -> np.ndarray:
+    """Logits (vocab,) for the token after ``ids``."""
+    return _forward(shape, w, ids, [])
+
+
 def greedy(shape: LlamaShape, w: dict[str, np.ndarray], prompt: list[int], count: int) -> list[int]:
-    """``count`` greedy (argmax) token ids after ``prompt``."""
-    ids = list(prompt)
+    """``count`` greedy (argmax) token ids after ``prompt`` (with a KV cache)."""
+    cache: list[list[np.ndarray]] = []
+    logits = _forward(shape, w, list(prompt), cache)
     out: list[int] = []
     for _ in range(count):
-        token = int(np.argmax(logits_last(shape, w, ids)))
+        token = int(np.argmax(logits))
         out.append(token)
-        ids.append(token)
+        if len(out) < count:
+            logits = _forward(shape, w, [token], cache)
     return out
 
 
