@@ -36,6 +36,7 @@ Layout of ``dist/`` (the contract for the host page and the tests)::
     napplets/index.json               [{"name", "title", "description", "icon", "path"}]
     models/tinychat/tiny-chat-q8_0.gguf
     models/tinychat-onnx/             TinyChat as ONNX (config, tokenizer, onnx/model.onnx)
+    models/tinychat-webllm/resolve/main/  TinyChat for WebLLM (weights, config, tokenizer, .wasm)
     build-info.json                   versions and file sizes
 
 ``python build.py build --with-test-hooks`` also writes ``dist-test/``, the
@@ -87,6 +88,19 @@ MODEL_FILE = "tiny-chat-q8_0.gguf"
 #: TinyChat exported to ONNX for the transformers.js engine (models/tinychat/onnx/).
 ONNX_MODEL_DIR = MODEL_DIR / "onnx"
 ONNX_MODEL_DEST = "models/tinychat-onnx"
+#: TinyChat compiled for WebLLM (models/tinychat/webllm/). WebLLM reads a
+#: model folder at `<model>/resolve/<revision>/`, its hub layout.
+WEBLLM_MODEL_DIR = MODEL_DIR / "webllm"
+WEBLLM_MODEL_DEST = "models/tinychat-webllm/resolve/main"
+#: The files of that folder WebLLM fetches (the rest is its build kit).
+WEBLLM_MODEL_FILES = (
+    "mlc-chat-config.json",
+    "tensor-cache.json",
+    "params_shard_0.bin",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tinychat-webgpu.wasm",
+)
 
 #: Pyodide's ABI for Python 3.14 (pyodide 314.x): the platform tag of its wheels.
 PYODIDE_PLATFORM = "pyemscripten_2026_0_wasm32"
@@ -716,12 +730,45 @@ WEBLLM_RECORD_FIELDS = (
 )
 
 
-def write_webllm_catalog(out: DistWriter) -> None:
+def sri_sha256(hex_digest: str) -> str:
+    """A Subresource Integrity value (``sha256-<base64>``) for a hex sha256."""
+    return "sha256-" + base64.b64encode(bytes.fromhex(hex_digest)).decode()
+
+
+def webllm_tinychat_record(sums: dict[str, str]) -> dict[str, Any]:
+    """WebLLM's ``ModelRecord`` for the bundled TinyChat, URLs relative to dist/.
+
+    ``integrity`` (WebLLM checks it after each download: config, model
+    library, tokenizer) comes from ``models/tinychat/webllm/SHA256SUMS``.
+    TinyChat needs no ``shader-f16`` and only small buffers (its whole
+    weights are 2 MB), so it runs on software adapters.
+    """
+    return {
+        "model_id": "TinyChat-q0f32-MLC",
+        "model": f"{WEBLLM_MODEL_DEST}/",
+        "model_lib": f"{WEBLLM_MODEL_DEST}/tinychat-webgpu.wasm",
+        "model_type": 0,
+        "required_features": [],
+        "vram_required_MB": 32,
+        "low_resource_required": True,
+        "buffer_size_required_bytes": 32 * 1024 * 1024,
+        "integrity": {
+            "config": sri_sha256(sums["mlc-chat-config.json"]),
+            "model_lib": sri_sha256(sums["tinychat-webgpu.wasm"]),
+            "tokenizer": {"tokenizer.json": sri_sha256(sums["tokenizer.json"])},
+            "onFailure": "error",
+        },
+    }
+
+
+def write_webllm_catalog(out: DistWriter, bundled: list[dict[str, Any]] | None = None) -> None:
     """Write ``vendor/web-llm/catalog.json``: WebLLM's prebuilt model records.
 
     The shell lists WebLLM models at boot; reading the records from this
     small file means the 6 MB web-llm bundle is only loaded on a device with
     a WebGPU adapter. Node imports the bundle once per bundle version.
+    ``bundled``: records of models shipped in dist/ (:func:`copy_webllm_model`),
+    written under ``bundled``.
     """
     bundle = DIST / "vendor" / "web-llm" / "web-llm.js"
     cache = BUILD / "webllm-catalog.json"
@@ -755,7 +802,9 @@ def write_webllm_catalog(out: DistWriter) -> None:
         BUILD.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps(catalog), encoding="utf-8")
         write_stamp("webllm-catalog", digest)
-    out.write_json("vendor/web-llm/catalog.json", json.loads(cache.read_text(encoding="utf-8")))
+    catalog = json.loads(cache.read_text(encoding="utf-8"))
+    catalog["bundled"] = list(bundled or [])
+    out.write_json("vendor/web-llm/catalog.json", catalog)
 
 
 def copy_pyscript(out: DistWriter) -> None:
@@ -1023,6 +1072,26 @@ def copy_onnx_model(out: DistWriter) -> dict[str, Any]:
         out.copy(path, f"{ONNX_MODEL_DEST}/{name}")
         size += path.stat().st_size
     return {"path": ONNX_MODEL_DEST, "files": sums, "bytes": size}
+
+
+def copy_webllm_model(out: DistWriter) -> dict[str, Any]:
+    """Copy TinyChat for WebLLM to dist/models/tinychat-webllm/resolve/main/, checking SHA256SUMS.
+
+    Returns WebLLM's model record for it (:func:`webllm_tinychat_record`).
+    Raises: BuildError when a file is missing, unlisted or does not match.
+    """
+    sums_file = WEBLLM_MODEL_DIR / "SHA256SUMS"
+    if not sums_file.is_file():
+        raise BuildError(f"{sums_file.relative_to(ROOT)} is missing")
+    sums = read_sha256sums(sums_file)
+    for name in WEBLLM_MODEL_FILES:
+        path = WEBLLM_MODEL_DIR / name
+        if name not in sums or not path.is_file() or sha256_file(path) != sums[name]:
+            raise BuildError(
+                f"models/tinychat/webllm/{name} is missing or does not match SHA256SUMS"
+            )
+        out.copy(path, f"{WEBLLM_MODEL_DEST}/{name}")
+    return webllm_tinychat_record(sums)
 
 
 def write_build_info(
@@ -1352,7 +1421,7 @@ def build(*, gzip_sizes: bool = False) -> dict[str, Any]:
         DIST.mkdir(exist_ok=True)
         pyodide = copy_pyodide(out, [*wheels.values(), napllm])
         bundle_js(out)
-        write_webllm_catalog(out)
+        write_webllm_catalog(out, [copy_webllm_model(out)])
         copy_pyscript(out)
         copy_web(out)
         bundle_prompt_api(out)

@@ -1,5 +1,6 @@
-"""Benchmark: TinyChat on WebGPU (transformers.js, ONNX) through the shell vs the
-engine called directly, next to wllama (llama.cpp, WebAssembly) on the same prompts.
+"""Benchmark: TinyChat on WebGPU (transformers.js on ONNX, and WebLLM) through the
+shell vs each engine called directly, next to wllama (llama.cpp, WebAssembly) on
+the same prompts.
 
 One command builds dist/ when it is stale, serves it on 127.0.0.1 with
 COOP/COEP, and drives Debian's Chromium with ``--enable-unsafe-webgpu``
@@ -16,6 +17,11 @@ Paths, all greedy (temperature 0) on the same prompts:
 - onnx-direct: the page calls transformers-engine.js itself (its own worker
   with its own copy of the model; the same chat body the runtime sends),
   reading chunks as the runtime does;
+- webllm-shell: the same napplet on the built-in "TinyChat (WebGPU, WebLLM)"
+  connection (-> web/engines/webllm-engine.js -> WebLLM's worker);
+- webllm-direct: the page calls webllm-engine.js itself with the chat body
+  the runtime sends (the same engine: one WebLLM model is loaded at a time),
+  reading chunks as the runtime does;
 - wllama-direct: dist/vendor/wllama/wllama.js with the shipped GGUF (one
   thread), for comparison.
 
@@ -23,8 +29,8 @@ Every prompt runs once per path before timing (ONNX Runtime's WebGPU
 kernels are compiled per input shape on first use). Timed requests alternate
 path by path. Printed per path: median and p90 time to the first text (ms;
 transformers.js streams whole words), tokens/s (output tokens over the
-summed request time), tokens/s after the first text, and the onnx
-shell/direct ratios.
+summed request time), tokens/s after the first text, the shell/direct
+ratios of both WebGPU engines and WebLLM against transformers.js.
 
 Usage: python bench/bench_webgpu.py [--quick] [--rounds 3]
 """
@@ -64,22 +70,23 @@ PROMPTS = [
     "Return a JSON object with name Alice and age 30.",
     "Goodbye!",
 ]
-CONNECTION = "builtin-tinychat-webgpu"
+CONNECTIONS = {"onnx": "builtin-tinychat-webgpu", "webllm": "builtin-tinychat-webllm"}
+WEBLLM_MODEL = "TinyChat-q0f32-MLC"
 
 NAPPLET = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Bench</title></head>
 <body><h1>Bench napplet</h1>
 <script>
-window.selected = null;
-window.selectModel = () => napplet.llm.select({}).then((m) => { window.selected = m; });
-window.runShell = async (prompts) => {
+window.selected = {};
+window.selectModel = (key) => napplet.llm.select({}).then((m) => { window.selected[key] = m; });
+window.runShell = async (prompts, key) => {
   const out = [];
   for (const prompt of prompts) {
     const messages = [{role: 'user', content: [{type: 'text', text: prompt}]}];
     let first = null;
     const t0 = performance.now();
     const result = await napplet.llm.generate(
-      {handle: window.selected.handle, messages, temperature: 0},
+      {handle: window.selected[key].handle, messages, temperature: 0},
       {onDelta: (d) => {
         if (first === null && d.event === 'delta' && d.block === 'text') first = performance.now();
       }});
@@ -123,6 +130,36 @@ async (prompts) => {
   return out;
 }
 """
+
+WEBLLM_DIRECT = """
+async (prompts) => {
+  const api = await import('./engines/webllm-engine.js');
+  const loaded = JSON.parse(await api.ensureEngine('%s', 'bench', 'TinyChat'));
+  if (!loaded.ok) throw new Error('the WebLLM model did not load: ' + loaded.kind);
+  const out = [];
+  for (const prompt of prompts) {
+    const body = {messages: [{role: 'user', content: prompt}], stream: true,
+      stream_options: {include_usage: true}, temperature: 0};
+    let first = null, tokens = 0, text = '';
+    const t0 = performance.now();
+    const id = api.startChat('%s', JSON.stringify(body));
+    for (;;) {
+      const batch = JSON.parse(await api.nextChunks(id));
+      for (const chunk of batch.chunks) {
+        const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta;
+        if (delta && delta.content) {
+          if (first === null) first = performance.now();
+          text += delta.content;
+        }
+        if (chunk.usage) tokens = chunk.usage.completion_tokens;
+      }
+      if (batch.done) break;
+    }
+    out.push({first: first - t0, total: performance.now() - t0, tokens, text});
+  }
+  return out;
+}
+""" % (WEBLLM_MODEL, WEBLLM_MODEL)
 
 WLLAMA_DIRECT = """
 async (prompts) => {
@@ -206,7 +243,13 @@ def main() -> None:
     build = load_build()
     if build.dist_is_stale():
         build.build()
-    rows: dict[str, list[dict[str, Any]]] = {"onnx-direct": [], "onnx-shell": [], "wllama": []}
+    rows: dict[str, list[dict[str, Any]]] = {
+        "onnx-direct": [],
+        "onnx-shell": [],
+        "webllm-direct": [],
+        "webllm-shell": [],
+        "wllama": [],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "bench.html").write_text(NAPPLET, encoding="utf-8")
         server = build.make_server(build.DIST, quiet=True, overlays={"/_bench/": Path(tmp)})
@@ -238,21 +281,31 @@ def main() -> None:
                 frame = page.query_selector("iframe.napplet-frame").content_frame()
                 frame.wait_for_load_state("load")
                 frame.wait_for_function("() => typeof window.runShell === 'function'", polling=20)
-                frame.evaluate("() => { window.selectModel(); }")
-                page.click(f".chooser-dialog button.candidate[data-candidate-id='{CONNECTION}']")
-                frame.wait_for_function("() => window.selected !== null", polling=20)
+                for key, connection in CONNECTIONS.items():
+                    frame.evaluate("(k) => { window.selectModel(k); }", key)
+                    page.click(
+                        f".chooser-dialog button.candidate[data-candidate-id='{connection}']"
+                    )
+                    frame.wait_for_function("(k) => window.selected[k]", arg=key, polling=20)
                 # Warm-up of every prompt on every path, with a standing grant
-                # so no consent dialog is timed.
-                frame.evaluate("(p) => { window.warm = window.runShell(p); }", PROMPTS)
-                page.check(".consent-dialog input.remember")
-                page.click(".consent-dialog button.allow")
-                frame.evaluate("() => window.warm")
+                # per connection so no consent dialog is timed.
+                for key in CONNECTIONS:
+                    frame.evaluate(
+                        "([p, k]) => { window.warm = window.runShell(p, k); }", [PROMPTS, key]
+                    )
+                    page.check(".consent-dialog input.remember")
+                    page.click(".consent-dialog button.allow")
+                    frame.evaluate("() => window.warm")
                 page.evaluate(ONNX_DIRECT, PROMPTS)
+                page.evaluate(WEBLLM_DIRECT, PROMPTS)
                 page.evaluate(WLLAMA_DIRECT, PROMPTS)
+                shell = "([p, k]) => window.runShell(p, k)"
                 for _ in range(rounds):
                     for prompt in PROMPTS:
                         rows["onnx-direct"] += page.evaluate(ONNX_DIRECT, [prompt])
-                        rows["onnx-shell"] += frame.evaluate("(p) => window.runShell(p)", [prompt])
+                        rows["onnx-shell"] += frame.evaluate(shell, [[prompt], "onnx"])
+                        rows["webllm-direct"] += page.evaluate(WEBLLM_DIRECT, [prompt])
+                        rows["webllm-shell"] += frame.evaluate(shell, [[prompt], "webllm"])
                         rows["wllama"] += page.evaluate(WLLAMA_DIRECT, [prompt])
                 browser.close()
         finally:
@@ -262,8 +315,8 @@ def main() -> None:
     stats = {name: summary(r) for name, r in rows.items()}
     differ = sum(
         1
-        for a, b, c in zip(rows["onnx-direct"], rows["onnx-shell"], rows["wllama"], strict=True)
-        if not a["text"] == b["text"] == c["text"]
+        for answers in zip(*rows.values(), strict=True)
+        if len({a["text"] for a in answers}) != 1
     )
     fallback = " (fallback adapter)" if adapter.get("fallback") else ""
     print(
@@ -272,24 +325,31 @@ def main() -> None:
         f"{rounds} round(s) x {len(PROMPTS)} prompts per path, after a warm-up"
     )
     header = (
-        f"{'path':<12} {'runs':>5} {'first text median':>18} {'p90':>10} "
+        f"{'path':<14} {'runs':>5} {'first text median':>18} {'p90':>10} "
         f"{'tokens':>7} {'tokens/s':>9} {'after 1st':>10}"
     )
     print(header)
     print("-" * len(header))
     for name, s in stats.items():
         print(
-            f"{name:<12} {s['runs']:>5} {s['first_median']:>15.1f} ms {s['first_p90']:>7.1f} ms "
+            f"{name:<14} {s['runs']:>5} {s['first_median']:>15.1f} ms {s['first_p90']:>7.1f} ms "
             f"{s['tokens']:>7} {s['tps']:>9.1f} {s['decode_tps']:>10.1f}"
         )
     print("-" * len(header))
-    shell, direct = stats["onnx-shell"], stats["onnx-direct"]
+    for engine in ("onnx", "webllm"):
+        shell, direct = stats[f"{engine}-shell"], stats[f"{engine}-direct"]
+        print(
+            f"{engine} shell/direct tokens/s: {shell['tps'] / direct['tps']:.3f}   "
+            f"after the first text: {shell['decode_tps'] / direct['decode_tps']:.3f}   "
+            "added to first text (median): "
+            f"{shell['first_median'] - direct['first_median']:+.1f} ms"
+        )
+    onnx, webllm = stats["onnx-direct"], stats["webllm-direct"]
     print(
-        f"onnx shell/direct tokens/s: {shell['tps'] / direct['tps']:.3f}   "
-        f"after the first text: {shell['decode_tps'] / direct['decode_tps']:.3f}   "
-        f"added to first text (median): {shell['first_median'] - direct['first_median']:+.1f} ms"
+        f"webllm/onnx direct tokens/s: {webllm['tps'] / onnx['tps']:.2f}x   "
+        f"first text (median): {webllm['first_median']:.1f} ms vs {onnx['first_median']:.1f} ms"
     )
-    print(f"wllama/onnx-direct tokens/s: {stats['wllama']['tps'] / direct['tps']:.1f}x")
+    print(f"wllama/onnx-direct tokens/s: {stats['wllama']['tps'] / onnx['tps']:.1f}x")
     print(f"answers that differ between the paths: {differ} of {len(rows['wllama'])}")
 
 

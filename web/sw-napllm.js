@@ -29,11 +29,12 @@
  *   current build.
  * - Files fetched only when first used (the onnx engine: the transformers.js
  *   bundle, onnxruntime's wasm, the bundled TinyChat ONNX model; 30 MB that
- *   a first visit should not download) are kept once fetched, in a cache of
+ *   a first visit should not download; the bundled TinyChat for WebLLM,
+ *   7 MB, which WebLLM also keeps in its own caches) are kept once fetched, in a cache of
  *   this build's own (`napllm-<build id>-lazy-v1-<scope>`), and answered
  *   from it afterwards, offline too. A file is kept only with status 200,
  *   from this origin, not as an HTML page unless its name says HTML, and
- *   (ONNX weights) verified like a model. It goes with its build: deleted
+ *   (ONNX weights, WebLLM parameter shards) verified like a model. It goes with its build: deleted
  *   when that build's precache is.
  * - A worker an old tab starts from a URL after the update is recorded with
  *   it (its script request names both). A worker started from a `blob:` URL
@@ -70,7 +71,9 @@
   const LAZY_MARK = "-lazy-v1-";
   const LAZY = `${BUILD.cacheId || "workbox"}${LAZY_MARK}${SCOPE}`;
   /** Folders (absolute URLs) whose files are kept once first fetched. */
-  const LAZY_FOLDERS = ["vendor/transformers/", "models/tinychat-onnx/"].map((p) => new URL(p, SCOPE).href);
+  const LAZY_FOLDERS = ["vendor/transformers/", "models/tinychat-onnx/", "models/tinychat-webllm/"].map(
+    (p) => new URL(p, SCOPE).href,
+  );
 
   // ------------------------------------------------------------ model files
 

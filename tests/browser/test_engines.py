@@ -176,6 +176,10 @@ def test_without_webgpu_webllm_models_are_listed_unavailable(
     quiet = [i for i in items if i["quiet"]]  # the WebLLM models and the ONNX TinyChat
     assert group == f"Needs a GPU with WebGPU ({len(quiet)} models)"
     assert {i["id"] for i in webllm} <= {i["id"] for i in quiet}
+    # The bundled TinyChat for WebLLM too; none of its files is fetched.
+    tinychat = next(i for i in items if i["id"] == "builtin-tinychat-webllm")
+    assert tinychat["quiet"] and "TinyChat (WebGPU, WebLLM)" in tinychat["text"]
+    assert not [u for u in request_log.requests if "/models/tinychat-webllm/" in u]
     # Unavailable connections are not offered to napplets.
     frame.evaluate("() => window.selectModel({})")
     page.wait_for_selector(".chooser-dialog button.candidate")

@@ -10,8 +10,12 @@
  *   features, buffer limits, fallback adapter, `navigator.deviceMemory`, or
  *   why there is no adapter: `no-webgpu`, `no-adapter`, `timeout`),
  *   WebLLM's prebuilt model records (`records`), its function-calling model
- *   ids and which recommended models are already in the browser cache. The
+ *   ids, the records of models shipped in dist/ (`bundled`: TinyChat) and
+ *   which recommended models are already in the browser cache. The
  *   Python side decides availability and capabilities from that data.
+ * - Engines get WebLLM's `appConfig`: its prebuilt records plus the bundled
+ *   ones, whose relative URLs are resolved against the shell's folder (no
+ *   model host). WebLLM then loads, caches and runs them like any other.
  * - One engine (one worker, one model) at a time: loading another model
  *   unloads the previous one, which frees the GPU memory. Concurrent loads
  *   of one model share one promise; a failed load is forgotten.
@@ -92,6 +96,41 @@ async function probeGpu() {
   };
 }
 
+let catalogData = null;
+/** vendor/web-llm/catalog.json, read once (a failed read is tried again). */
+async function catalogFile() {
+  if (!catalogData) {
+    catalogData = fetch(new URL("../vendor/web-llm/catalog.json", import.meta.url))
+      .then((response) => response.json())
+      .catch((error) => {
+        catalogData = null;
+        throw error;
+      });
+  }
+  return catalogData;
+}
+
+/**
+ * The model records shipped in dist/ (catalog.json `bundled`, written by
+ * build.py) with their `model` and `model_lib` resolved against the shell's
+ * folder, so WebLLM fetches them from this origin under any sub-path.
+ */
+async function bundledRecords() {
+  const data = await catalogFile();
+  const root = new URL("../", import.meta.url);
+  return (Array.isArray(data.bundled) ? data.bundled : []).map((record) => ({
+    ...record,
+    model: new URL(String(record.model), root).href,
+    model_lib: new URL(String(record.model_lib), root).href,
+  }));
+}
+
+/** WebLLM's app config: its prebuilt records plus the bundled ones. */
+async function appConfig(lib) {
+  const prebuilt = lib.prebuiltAppConfig || { model_list: [] };
+  return { ...prebuilt, model_list: [...(prebuilt.model_list || []), ...(await bundledRecords())] };
+}
+
 /**
  * WebGPU facts and WebLLM's model catalogue, as JSON text (module rules).
  * The records come from the build-time catalogue (the fields build.py
@@ -100,8 +139,7 @@ async function probeGpu() {
  */
 export async function catalog() {
   const gpu = await probeGpu();
-  const response = await fetch(new URL("../vendor/web-llm/catalog.json", import.meta.url));
-  const data = await response.json();
+  const data = await catalogFile();
   const records = Array.isArray(data.records) ? data.records : [];
   const cached = [];
   if (gpu.adapter) {
@@ -120,6 +158,7 @@ export async function catalog() {
     records,
     functionCallingIds: Array.isArray(data.functionCallingIds) ? data.functionCallingIds : [],
     cached,
+    bundled: Array.isArray(data.bundled) ? data.bundled : [],
   });
 }
 
@@ -154,7 +193,10 @@ async function createEngine(modelId, connectionId, label) {
   const worker = new Worker(new URL("./webllm-worker.js", import.meta.url), { type: "module" });
   let engine;
   try {
-    engine = await lib.CreateWebWorkerMLCEngine(worker, modelId, { initProgressCallback });
+    engine = await lib.CreateWebWorkerMLCEngine(worker, modelId, {
+      initProgressCallback,
+      appConfig: await appConfig(lib),
+    });
   } catch (error) {
     worker.terminate();
     throw error;
@@ -210,7 +252,7 @@ async function forgetModelFiles(modelId, kind) {
   let removed = 0;
   try {
     const lib = await webllm();
-    const records = (lib.prebuiltAppConfig && lib.prebuiltAppConfig.model_list) || [];
+    const records = (await appConfig(lib)).model_list;
     const record = records.find((r) => r && r.model_id === String(modelId));
     if (!record) return 0;
     const folder = modelFolder(record.model);

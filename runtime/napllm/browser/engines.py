@@ -58,6 +58,11 @@ from ..providers.engines import (
     webllm_recommended,
     webllm_unavailable_reason,
 )
+from ..providers.webllm_tinychat import (
+    WEBLLM_TINYCHAT_MODEL,
+    bundled_records,
+    webllm_tinychat_connection,
+)
 from ..records import Capabilities, Connection
 
 log = logging.getLogger("napllm.browser.engines")
@@ -282,9 +287,16 @@ class WebLLMEngine:
         cached = (
             {c for c in cached_raw if isinstance(c, str)} if isinstance(cached_raw, list) else set()
         )
+        # Models shipped in dist/ (providers/webllm_tinychat.py).
+        bundled = bundled_records(data.get("bundled"))
+        self._records.update((r.model_id, r) for r in bundled)
         return [
             webllm_connection(r, self.gpu, self._function_calling, cached=r.model_id in cached)
             for r in webllm_recommended(records, self.gpu)
+        ] + [
+            webllm_tinychat_connection(r, self.gpu, self._function_calling)
+            for r in bundled
+            if r.model_id == WEBLLM_TINYCHAT_MODEL
         ]
 
     def blocker(self, model: str) -> str | None:
