@@ -229,3 +229,77 @@ def test_setting_is_checked() -> None:
     )
     assert status.returncode == 2
     assert "--extra-bufts" in status.stderr
+
+
+class _FaultOnHostileGrammar:
+    """A worker's pipe end for a fast path that works, and a request that crashes llama.cpp anyway.
+
+    The fast path is reported in use (the model itself is loaded without
+    it, so this runs on every CPU); a generation whose grammar holds
+    `HOSTILE_MARK` faults the process whether the fast path is on or off,
+    the way a grammar or schema that trips a llama.cpp bug would.
+    """
+
+    def __init__(self, conn: Connection, fast: bool) -> None:
+        self._conn = conn
+        self._fast = fast
+
+    def recv(self) -> Any:
+        message = self._conn.recv()
+        if message[0] == "generate" and HOSTILE_MARK in str(message[2].get("grammar")):
+            segfault()
+        return message
+
+    def send(self, message: Any) -> None:
+        if message[0] == "ready":
+            message = ("ready", {**message[1], "extra_bufts": self._fast})
+        self._conn.send(message)
+
+
+HOSTILE_MARK = "hostile-crash"
+
+
+def crash_on_hostile_grammar(
+    conn: Connection, model_path: str, n_ctx: int, n_threads: int | None, extra_bufts: bool = True
+) -> None:
+    """`worker_main`, except that a generation with a marked grammar faults in either mode."""
+    wrapped = _FaultOnHostileGrammar(conn, extra_bufts)
+    worker_main(wrapped, model_path, n_ctx, n_threads, False)  # type: ignore[arg-type]
+
+
+def test_a_request_that_crashes_llama_cpp_does_not_turn_the_fast_path_off_for_good(
+    reference: str,
+) -> None:
+    """One hostile request must not cost every later request the CPU fast path.
+
+    The fast path passed the self-check; a request that crashes the worker
+    with and without it is the request's fault, not the CPU's.
+    """
+    engine = Engine(
+        MODEL, "tinychat", n_ctx=512, n_threads=1, worker_target=crash_on_hostile_grammar
+    )
+    try:
+        assert engine.fast_path.enabled is True
+        prompt = engine.render([{"role": "user", "content": "Hello!"}], None)
+        job = GenerationJob(
+            engine.tokenize(prompt),
+            max_tokens=8,
+            temperature=0.0,
+            grammar=f'root ::= "{HOSTILE_MARK}"',
+        )
+        ends: list[GenerationEnd] = []
+        done = threading.Event()
+
+        def sink(update: Any) -> None:
+            if isinstance(update, GenerationEnd):
+                ends.append(update)
+                done.set()
+
+        engine.submit(job, sink)
+        assert done.wait(120), "the hostile generation did not end"
+        assert [e.finish_reason for e in ends] == ["crashed"]
+        text, end = answer(engine, "Hello!")
+        assert (text, end.finish_reason) == (reference, "stop")
+        assert engine.fast_path.enabled is True, engine.fast_path.reason
+    finally:
+        engine.close()
