@@ -153,10 +153,35 @@ def test_worker_that_crashes_while_loading_falls_back_once(
     assert len(warnings) == 1
 
 
-def test_crash_during_the_first_request_is_answered_without_the_fast_path(
-    reference: str,
+#: Environment variable naming a marker file: set, `crash_on_generate_then_in_check`
+#: has already faulted once (a spawned worker learns it from the file).
+MARKER_ENV = "NAPLLM_TEST_CRASH_MARKER"
+
+
+def crash_on_generate_then_in_check(
+    conn: Connection, model_path: str, n_ctx: int, n_threads: int | None, extra_bufts: bool = True
 ) -> None:
-    engine = Engine(MODEL, "tinychat", n_ctx=512, n_threads=1, worker_target=crash_on_generate)
+    """A fast path that passes its first self-check, faults in a generation, then in every check.
+
+    The first worker behaves like `crash_on_generate`; every later worker
+    started with the fast path on faults while loading (the self-check);
+    without it, the real worker runs.
+    """
+    marker = Path(os.environ[MARKER_ENV])
+    if extra_bufts and marker.exists():
+        segfault()
+    if extra_bufts:
+        marker.write_text("faulted", encoding="utf-8")
+    crash_on_generate(conn, model_path, n_ctx, n_threads, extra_bufts)
+
+
+def test_a_request_crash_blamed_on_the_fast_path_by_the_next_self_check_is_answered(
+    reference: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(MARKER_ENV, str(tmp_path / "faulted"))
+    engine = Engine(
+        MODEL, "tinychat", n_ctx=512, n_threads=1, worker_target=crash_on_generate_then_in_check
+    )
     try:
         assert engine.fast_path.enabled is True
         assert engine.fast_path.reason is None
@@ -165,7 +190,7 @@ def test_crash_during_the_first_request_is_answered_without_the_fast_path(
         assert engine.restarts == 1
         fast = engine.fast_path
         assert fast.enabled is False
-        assert fast.reason is not None and "during a generation" in fast.reason
+        assert fast.reason is not None and "during a generation and again" in fast.reason
         # The next request goes straight to the new worker.
         assert answer(engine, "Hello!") == (reference, end)
         assert engine.restarts == 1

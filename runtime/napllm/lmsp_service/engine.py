@@ -27,12 +27,15 @@ Rules
 - Any CPU: the worker decodes a short prompt before it reports ready
   (`llama_load.self_check`). With `extra_bufts="auto"` (the default), a
   worker that dies by a crash signal (`llama_load.CRASH_SIGNALS`) while
-  llama.cpp's CPU extra buffer types are on, during that check or during
-  a generation, is restarted with them off, once for the life of the
-  engine; this is logged once and reported by `fast_path`. A generation
-  that crashed before it produced any text is then run again on the new
-  worker (the client gets its answer); one that already streamed text
-  ends `crashed`. `"on"` and `"off"` force the setting (no fallback).
+  llama.cpp's CPU extra buffer types are on, during that check, is
+  restarted with them off, once for the life of the engine; this is
+  logged once and reported by `fast_path`. A worker that dies in a
+  generation is restarted with the same setting first: only when that
+  worker's self-check crashes too is the fast path blamed (then turned
+  off, and the generation, if it had produced no text, runs again on the
+  next worker, so the client gets its answer). When the self-check passes,
+  the request was at fault: it ends `crashed`, is never run again, and the
+  fast path stays on. `"on"` and `"off"` force the setting (no fallback).
 - Cancellation (`CancelFlag.set`) removes a queued job or tells the worker
   to stop between tokens; prompt evaluation itself cannot be interrupted. A
   worker still running a cancelled generation `cancel_grace_s` later (stuck
@@ -354,11 +357,7 @@ class Engine:
     def close(self) -> None:
         """Stop the worker (after its running generation, at most 5 s) and end queued jobs."""
         self._closed = True
-        with self._lock:
-            queued = list(self._queue)
-            self._queue.clear()
-        for entry in queued:
-            self._end(entry, GenerationEnd("cancelled", 0))
+        self._end_queued()
         with contextlib.suppress(OSError):
             self._send(("stop",))
         process = self._process
@@ -371,6 +370,14 @@ class Engine:
             self._conn.close()
 
     # -- supervision --------------------------------------------------------------
+
+    def _end_queued(self) -> None:
+        """End every queued job `cancelled` (the engine is closing)."""
+        with self._lock:
+            queued = list(self._queue)
+            self._queue.clear()
+        for entry in queued:
+            self._end(entry, GenerationEnd("cancelled", 0))
 
     def _fall_back(self, sig: signal.Signals, when: str) -> bool:
         """Turn the CPU extra buffer types off after a crash, if the setting allows it.
@@ -491,13 +498,20 @@ class Engine:
             process.join(5)
             code = process.exitcode
         log.error("the model worker died (exit status %s); restarting it", code)
-        sig = crash_signal(code)
-        retry = (
-            sig is not None
-            and self._fall_back(sig, "during a generation")
+        # A crash in a generation with the fast path on is evidence against
+        # the fast path only if the restarted worker, fast path still on,
+        # fails its self-check too; otherwise the request was at fault (a
+        # grammar or input that trips llama.cpp) and must neither cost every
+        # later request the fast path nor run again.
+        suspect = (
+            running
+            if crash_signal(code) is not None
+            and self._extra_bufts_setting == "auto"
+            and self._extra_bufts
             and running is not None
             and not running.emitted
             and not running.job.cancel.is_set()
+            else None
         )
         with self._send_lock:
             if self._conn is not None:
@@ -507,19 +521,20 @@ class Engine:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_exception(EngineCrashed("the model worker died"))
-        if running is not None:
-            if retry:
-                with self._lock:
-                    self._queue.appendleft(running)
-            else:
-                self._end(running, GenerationEnd("crashed", 0), EngineCrashed("the worker died"))
+        if running is not None and running is not suspect:
+            self._end(running, GenerationEnd("crashed", 0), EngineCrashed("the worker died"))
+        when = (
+            "during a generation and again in the restarted worker's self-check"
+            if suspect is not None
+            else "while it restarted"
+        )
         delay = 1.0
         while not self._closed:
             try:
                 self._spawn()
                 break
             except WorkerCrashed as exc:
-                if self._fall_back(exc.signal, "while it restarted"):
+                if self._fall_back(exc.signal, when):
                     continue
                 log.exception("could not restart the model worker; retrying")
                 time.sleep(delay)
@@ -528,7 +543,18 @@ class Engine:
                 log.exception("could not restart the model worker; retrying")
                 time.sleep(delay)
                 delay = min(delay * 2, 30.0)
+        if suspect is not None:
+            if self._extra_bufts or self._closed:
+                # The fast path passed its self-check again: the request is at fault.
+                self._end(suspect, GenerationEnd("crashed", 0), EngineCrashed("the worker died"))
+            else:
+                with self._lock:  # the fast path was at fault: answer it without
+                    self._queue.appendleft(suspect)
         if self._closed:
+            self._end_queued()
+            process = self._process
+            if process is not None and process.is_alive():  # started while close() ran
+                process.kill()
             return
         self.restarts += 1
         with self._lock:
