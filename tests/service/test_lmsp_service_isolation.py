@@ -44,13 +44,21 @@ def client(lmsp_service: LmspServiceHandle) -> Iterator[httpx.Client]:
 
 
 def worker_pids(service_pid: int) -> list[int]:
-    """Process ids of the service's child processes (the model worker)."""
+    """Process ids of the service's model workers: its children that map the GGUF file.
+
+    The service has other spawned children (the schema workers of
+    `bounded.py`, the resource tracker); only a model worker maps the model.
+    """
     children = Path(f"/proc/{service_pid}/task/{service_pid}/children").read_text().split()
-    return [
-        int(pid)
-        for pid in children
-        if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()  # not the resource tracker
-    ]
+    pids = []
+    for pid in children:
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_bytes()
+        except OSError:  # ended meanwhile
+            continue
+        if b".gguf" in maps:
+            pids.append(int(pid))
+    return pids
 
 
 def assert_served(service: LmspServiceHandle, client: httpx.Client) -> None:
