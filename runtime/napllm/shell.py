@@ -7,7 +7,7 @@ optional `Observer` (inspector, user notices).
 
 Rules (NAP-LLM, API Surface, Wire Protocol, Cancellation and deadlines,
 Shell Behavior, Security Considerations)
-- An *endpoint* is one loaded napplet document (DESIGN.md). Every request is
+- An *endpoint* is one loaded napplet document (docs/design.md, "Endpoint"). Every request is
   bound to the endpoint that sent it and to the current account; results,
   deltas and cancellation go only to that endpoint. A closed endpoint gets
   nothing more; its work is cancelled and its handles invalidated.
@@ -341,7 +341,7 @@ class AsyncioClock:
     """The running event loop's timers (works under Pyodide's webloop too)."""
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
-        """`loop.call_later`."""
+        """The asyncio loop's `call_later`."""
         return asyncio.get_running_loop().call_later(delay, callback)
 
 

@@ -440,7 +440,8 @@ def test_webllm_tool_stream_drops_raw_call_text() -> None:
 
 def test_webllm_tool_finish_without_a_call_keeps_the_text() -> None:
     # WebLLM labels a plain answer `tool_calls` whenever tools were offered
-    # (pitfalls.md): the withheld text is the answer, and the response completes.
+    # (docs/design.md, "Known behaviours"): the withheld text is the answer, and
+    # the response completes.
     events = run(
         [chunk({"content": "It is "}), chunk({"content": "sunny."}, "tool_calls")],
         tool_text_in_content=True,

@@ -2,7 +2,7 @@
  * The webllm engine: @mlc-ai/web-llm (dist/vendor/web-llm/) on WebGPU, in a
  * Web Worker (webllm-worker.js), driven by napllm.browser.engines (Python).
  *
- * Rules (DESIGN.md "The data path", provider kind `webllm`; pitfalls.md)
+ * Rules (docs/design.md, "The data path" and "Known behaviours"; kind `webllm`)
  * - The web-llm bundle (6 MB) is loaded only on a device with a WebGPU
  *   adapter; without one, the model records come from
  *   `vendor/web-llm/catalog.json`, which build.py extracts from the bundle.
@@ -285,7 +285,7 @@ async function run(entry, body, stream) {
     if (stream.aborted) return;
     entry.active = stream;
     if (entry.port) {
-      // The worker reads the chat to its end, after a cancel too (pitfalls.md).
+      // The worker reads the chat to its end, after a cancel too (mlc-ai/web-llm #447).
       const ended = new Promise((resolve) => entry.chats.set(stream.id, { stream, resolve }));
       entry.port.postMessage({ op: "chat", id: stream.id, body });
       const error = await ended;
@@ -294,7 +294,7 @@ async function run(entry, body, stream) {
     }
     chunks = await entry.engine.chat.completions.create(body);
     for await (const chunk of chunks) {
-      // After a cancel the stream is still read to its end (pitfalls.md).
+      // After a cancel the stream is still read to its end (mlc-ai/web-llm #447).
       streams.push(stream, chunk);
     }
   } catch (error) {

@@ -1,6 +1,6 @@
 """Engine ports in the page: the wasm (wllama) and webllm (WebLLM) providers.
 
-Rules (DESIGN.md "The data path"; providers/base.py; pitfalls.md)
+Rules (docs/design.md, "The data path" and "Known behaviours"; providers/base.py)
 - Each engine is a JS module under web/engines/ (copied to dist/engines/),
   imported with a dynamic `import()` of an absolute URL built from the
   page's base URL, so the shell works under any sub-path. Each module's

@@ -4,7 +4,7 @@ the protocol side that needs no JavaScript.
 Both engines speak OpenAI chat completions, so requests and chunks go
 through `openai_chat` (`lmsp_to_chat`, `ChatStreamToLmsp`); this module only
 holds what is specific to each engine, as data and pure functions, so it is
-tested under CPython (DESIGN.md: "a provider module holds the protocol side").
+tested under CPython (docs/design.md, "Layout": a provider module holds the protocol side).
 The JS bridge lives in `napllm.browser.engines`.
 
 Rules (wasm / wllama)
@@ -40,7 +40,7 @@ Rules (webllm)
   variant each: f16 where the adapter has `shader-f16`, else f32); any other
   prebuilt id can be added through the connection form (kind `webllm`).
 - WebLLM streams a tool call's raw JSON as content and reports the calls in
-  the last chunk (pitfalls.md): such streams are mapped with
+  the last chunk only (WebLLM's chat_completion.ts): such streams are mapped with
   `tool_text_in_content`.
 """
 
