@@ -1,4 +1,5 @@
-"""User-configured connections: the registry, the form's specs, routes (docs/design.md, "Connection").
+"""User-configured connections: the registry, the form's specs, routes
+(docs/design.md, "Connection").
 
 The records themselves (`Connection`, `Capabilities`, `ToolChoiceMode`)
 live in `records.py` and the kinds in `kinds.py`, so the rule and provider

@@ -3,9 +3,11 @@ nothing refers to a design file outside the repository (docs/design.md, "Style")
 
 - Every backticked dotted name in a runtime docstring whose first part is a
   napllm module (`translate.GenerationAssembler`,
-  `providers.chat_stream.ChatStreamToLmsp`, `napllm.kinds.KINDS`) must resolve to a module, a top-level name of that
-  module, or a member of one of its classes. Modules are read as source (AST),
+  `providers.chat_stream.ChatStreamToLmsp`, `napllm.kinds.KINDS`) must
+  resolve to a module, a top-level name of that module, or a member of one
+  of its classes. Modules are read as source (AST),
   so the page-only modules (`napllm.browser.*`) are checked without a browser.
+- docs/design.md and the README are held to the same rule.
 - No tracked text file cites the design notes that lived outside the
   repository; docs/design.md is the map.
 """
@@ -26,7 +28,20 @@ PACKAGE = ROOT / "runtime" / "napllm"
 #: A backticked dotted name: `a.b`, `a.b.c`, optionally called: `a.b()`.
 DOTTED = re.compile(r"`([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?:\(\))?`")
 #: File names written in backticks (`streams.js`, `lmsp.md`) are not names.
-FILE_SUFFIXES = {"py", "js", "md", "json", "html", "css", "gguf", "onnx", "txt", "toml", "yml"}
+FILE_SUFFIXES = {
+    "py",
+    "js",
+    "ts",
+    "md",
+    "json",
+    "html",
+    "css",
+    "gguf",
+    "onnx",
+    "txt",
+    "toml",
+    "yml",
+}
 
 
 def module_files() -> dict[str, Path]:
@@ -148,6 +163,13 @@ def test_every_backticked_module_name_in_runtime_docstrings_exists() -> None:
     assert unknown_references() == []
 
 
+@pytest.mark.parametrize("document", ["docs/design.md", "README.md"])
+def test_every_backticked_module_name_in_the_design_map_exists(document: str) -> None:
+    text = (ROOT / document).read_text(encoding="utf-8")
+    bad = [m.group(1) for m in DOTTED.finditer(text) if resolves(m.group(1), "") is False]
+    assert bad == []
+
+
 @pytest.mark.parametrize(
     ("reference", "here", "expected"),
     [
@@ -181,7 +203,7 @@ def tracked_text_files() -> list[Path]:
         ).stdout.decode()
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout")
-    return [ROOT / name for name in listed.split("\0") if name]
+    return [ROOT / name for name in listed.split("\0") if name and (ROOT / name).is_file()]
 
 
 def test_nothing_refers_to_design_notes_outside_the_repository() -> None:
@@ -205,7 +227,7 @@ def test_the_design_map_exists_and_names_the_sections_the_code_cites() -> None:
             continue
         text = path.read_text(encoding="utf-8", errors="replace")
         for match in re.finditer(r'docs/design\.md,?\s+((?:"[^"]+"(?:,\s*|\s+and\s+)?)+)', text):
-            cited.update(re.findall(r'"([^"]+)"', match.group(1)))
+            cited.update(" ".join(c.split()) for c in re.findall(r'"([^"]+)"', match.group(1)))
     headings = {h.strip() for h in re.findall(r"^#+\s+(.+)$", design, flags=re.M)}
     missing = sorted(c for c in cited if c not in headings)
     assert missing == []

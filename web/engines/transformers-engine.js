@@ -1,7 +1,8 @@
 /**
  * The onnx engine: ONNX chat models run by @huggingface/transformers
  * (onnxruntime-web) on WebGPU, each in its own worker
- * (transformers-worker.js), driven by napllm.browser.onnx_engine (Python).
+ * (transformers-worker.js), driven by napllm.providers.engine (Python, spec
+ * providers/engine_onnx.py) through napllm.browser.engines.
  *
  * Rules
  * - `probe()` says whether WebGPU gives an adapter, without loading the

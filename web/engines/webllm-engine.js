@@ -1,6 +1,7 @@
 /**
  * The webllm engine: @mlc-ai/web-llm (dist/vendor/web-llm/) on WebGPU, in a
- * Web Worker (webllm-worker.js), driven by napllm.browser.engines (Python).
+ * Web Worker (webllm-worker.js), driven by napllm.providers.engine (Python,
+ * spec providers/engine_webllm.py) through napllm.browser.engines.
  *
  * Rules (docs/design.md, "The data path" and "Known behaviours"; kind `webllm`)
  * - The web-llm bundle (6 MB) is loaded only on a device with a WebGPU

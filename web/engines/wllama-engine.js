@@ -1,6 +1,7 @@
 /**
  * The wasm engine: llama.cpp compiled to WebAssembly through @wllama/wllama
- * (dist/vendor/wllama/), driven by napllm.browser.engines (Python).
+ * (dist/vendor/wllama/), driven by napllm.providers.engine (Python, spec
+ * providers/engine_wasm.py) through napllm.browser.engines.
  *
  * Rules (docs/design.md, "The data path", kind `wasm`; README, "Design
  * note: generation off the main thread")
