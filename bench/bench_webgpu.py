@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import statistics
 import sys
 import tempfile
@@ -44,19 +43,10 @@ from typing import Any
 from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = os.environ.get("NAPLLM_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-    "--enable-unsafe-webgpu",
-]
+sys.path.insert(0, str(ROOT / "runtime"))
+from napllm.devtools.headless import CHROMIUM, CHROMIUM_ARGS, WEBGPU_ARGS  # noqa: E402
+
+ARGS = [*CHROMIUM_ARGS, *WEBGPU_ARGS]
 PROMPTS = [
     "Hello!",
     "Who are you?",
@@ -214,7 +204,7 @@ def main() -> None:
         base = f"http://127.0.0.1:{server.server_address[1]}/"
         try:
             with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
                 page = browser.new_page()
                 page.set_default_timeout(300_000)
                 napplet = quote(f"{base}_bench/bench.html", safe="")

@@ -45,7 +45,6 @@ runtime in the page.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import re
@@ -55,28 +54,16 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..jsontext import JsonTextError, read_json
 from ..providers.scripted import ScriptError, parse_script
 from .analysis import CATEGORIES, Envelope, Finding, analyse_envelopes, analyse_frame_events
+from .headless import CHROMIUM, CHROMIUM_ARGS, DistServer, make_server
 
-CHROMIUM_ARGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-)
 CONNECTION_NAME = "napllm-check script"
 NAPPLET_PREFIX = "/_napplet/"
 BOOT_TIMEOUT_MS = 180_000
@@ -267,47 +254,11 @@ def describe_step(step: Step) -> str:
 # --------------------------------------------------------------------------- server
 
 
-class _Handler(SimpleHTTPRequestHandler):
-    """dist/ at `/`, the napplet's folder at `/_napplet/`; `build.py serve` headers."""
-
-    dist: Path
-    napplet_dir: Path
-
-    def translate_path(self, path: str) -> str:
-        clean = unquote(urlsplit(path).path)
-        if clean.startswith(NAPPLET_PREFIX):
-            root, rest = self.napplet_dir, clean[len(NAPPLET_PREFIX) :]
-        else:
-            root, rest = self.dist, clean.lstrip("/")
-        target = (root / rest).resolve()
-        if root.resolve() not in (target, *target.parents):
-            return str(root / "__outside__")
-        return str(target)
-
-    def end_headers(self) -> None:
-        self.send_header("Cross-Origin-Opener-Policy", "same-origin")
-        self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
-        self.send_header("Cross-Origin-Resource-Policy", "same-origin")
-        self.send_header("Cache-Control", "no-cache")
-        super().end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-def serve(dist: Path, napplet_dir: Path) -> ThreadingHTTPServer:
-    """Start the server on a free 127.0.0.1 port (a daemon thread); returns it."""
-    extensions = {
-        **_Handler.extensions_map,
-        ".mjs": "text/javascript",
-        ".wasm": "application/wasm",
-    }
-    handler = type(
-        "Handler",
-        (_Handler,),
-        {"dist": dist, "napplet_dir": napplet_dir, "extensions_map": extensions},
-    )
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler))
+def serve(dist: Path, napplet_dir: Path) -> DistServer:
+    """Serve dist/ at `/` and the napplet's folder at `NAPPLET_PREFIX`, with
+    `build.py serve`'s headers (`headless.make_server`), on a free 127.0.0.1
+    port in a daemon thread; returns the running server."""
+    server = make_server(dist, quiet=True, overlays={NAPPLET_PREFIX: napplet_dir})
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -632,9 +583,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=Path, help="the steps to perform (JSON list)")
     parser.add_argument("--dist", type=Path, default=Path(os.environ.get("NAPLLM_DIST", "dist")))
     parser.add_argument("--out", type=Path, default=Path("napllm-check-out"))
-    parser.add_argument(
-        "--chromium", default=os.environ.get("NAPLLM_CHROMIUM", "/usr/bin/chromium")
-    )
+    parser.add_argument("--chromium", default=CHROMIUM)
     parser.add_argument("--timeout-ms", type=int, default=15_000, help="per step")
     parser.add_argument("--settle-ms", type=int, default=500, help="wait after the last step")
     args = parser.parse_args(argv)
