@@ -255,7 +255,7 @@ async def test_a_pick_naming_a_revision_never_shown_is_shown_again_then_expires(
     await h.settle()
     assert len(chooser.requests) == 3
     assert error_code(h, ep, "s1", "llm.select.result") == "selection-expired"
-    assert h.shell._handles == {}
+    assert h.shell._selections.handles == {}
 
 
 async def test_a_pick_of_the_current_list_outside_its_candidates_is_refused() -> None:
