@@ -41,6 +41,7 @@
  */
 
 import { requestPersistentStorage } from "../js/storage.js";
+import { isFallback, requestAdapter, vendorOf } from "./gpu.js";
 import { loadingNotice, progress } from "./page.js";
 import * as streams from "./streams.js";
 
@@ -52,9 +53,6 @@ const RECOMMENDED_PREFIXES = [
   "Phi-3.5-vision-instruct",
 ];
 
-/** How long GPU detection may take before WebGPU counts as unavailable. */
-const ADAPTER_TIMEOUT_MS = 3000;
-
 let webllmModule = null;
 async function webllm() {
   if (!webllmModule) webllmModule = import("../vendor/web-llm/web-llm.js");
@@ -63,32 +61,15 @@ async function webllm() {
 
 async function probeGpu() {
   const memory = Number(navigator.deviceMemory) || null;
-  if (!navigator.gpu) return { adapter: false, reason: "no-webgpu", deviceMemory: memory };
-  let adapter = null;
-  let timedOut = false;
-  try {
-    // Some drivers never answer; the shell must start anyway.
-    const timeout = new Promise((resolve) =>
-      setTimeout(() => {
-        timedOut = true;
-        resolve(null);
-      }, ADAPTER_TIMEOUT_MS),
-    );
-    adapter = await Promise.race([navigator.gpu.requestAdapter({ powerPreference: "high-performance" }), timeout]);
-  } catch {
-    adapter = null;
-  }
-  if (!adapter) {
-    return { adapter: false, reason: timedOut ? "timeout" : "no-adapter", deviceMemory: memory };
-  }
-  const info = adapter.info || {};
+  const { adapter, reason } = await requestAdapter({ powerPreference: "high-performance" });
+  if (!adapter) return { adapter: false, reason, deviceMemory: memory };
   return {
     adapter: true,
     features: [...adapter.features],
     maxBufferSize: Number(adapter.limits.maxBufferSize) || 0,
     maxStorageBufferBindingSize: Number(adapter.limits.maxStorageBufferBindingSize) || 0,
-    fallback: info.isFallbackAdapter === true || adapter.isFallbackAdapter === true,
-    vendor: typeof info.vendor === "string" ? info.vendor : "",
+    fallback: isFallback(adapter),
+    vendor: vendorOf(adapter),
     deviceMemory: memory,
   };
 }

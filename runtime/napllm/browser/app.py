@@ -12,7 +12,7 @@ object (`napllmHost.attachRuntime`). The parts, each in its own module:
 - `providers` / `engines`: the provider of each connection kind.
 - this module: `Runtime`, which assembles them and publishes the page API.
 
-Rules (docs/design.md, "Style": the browser edge is thin)
+Rules (docs/design.md, "Style": a thin browser edge)
 - Everything crossing the bridge is JSON text, so JS `null` stays `None`
   and no JS object is held by Python (docs/design.md, "Known behaviours":
   `jsnull`, proxies).
