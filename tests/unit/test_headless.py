@@ -64,8 +64,9 @@ def test_napllm_check_serves_the_shell_and_the_napplet_with_the_shells_headers(
     (dist / "index.html").write_text("shell")
     (dist / "app.mjs").write_text("export {}")
     (napplets / "hello.html").write_text("napplet")
+    (napplets / "other.html").write_text("not the napplet")
     (tmp_path / "secret.txt").write_text("outside")
-    server = check.serve(dist, napplets)
+    server = check.serve(dist, napplets / "hello.html")
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         status, headers, body = fetch(f"{base}/index.html")
@@ -74,6 +75,7 @@ def test_napllm_check_serves_the_shell_and_the_napplet_with_the_shells_headers(
             assert headers[name] == value
         assert fetch(f"{base}/app.mjs")[1].get("Content-Type") == "text/javascript"
         assert fetch(f"{base}{check.NAPPLET_PREFIX}hello.html")[2] == b"napplet"
+        assert fetch(f"{base}{check.NAPPLET_PREFIX}other.html")[0] == 404
         for escape in ("/_napplet/../secret.txt", "/_napplet/%2e%2e/secret.txt", "/../secret.txt"):
             status, _, body = fetch(base + escape)
             assert body != b"outside", escape

@@ -25,11 +25,12 @@ from typing import Any
 
 import pytest
 
-from napllm.providers.engine_webllm import GpuReport, WebLLMRecord
-from napllm.providers.webllm_tinychat import (
+from napllm.providers.engine_webllm import (
     WEBLLM_TINYCHAT_ID,
     WEBLLM_TINYCHAT_MODEL,
     WEBLLM_TINYCHAT_NAME,
+    GpuReport,
+    WebLLMRecord,
     bundled_records,
     webllm_tinychat_connection,
 )

@@ -65,7 +65,6 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import unquote, urlsplit
@@ -75,7 +74,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..jsontext import JsonTextError, read_json
 from ..providers.scripted import ScriptError, parse_script
 from .analysis import CATEGORIES, Envelope, Finding, analyse_envelopes, analyse_frame_events
-from .headless import CHROMIUM, CHROMIUM_ARGS
+from .headless import CHROMIUM, CHROMIUM_ARGS, DistRequestHandler, DistServer
 
 CONNECTION_NAME = "napllm-check script"
 NAPPLET_PREFIX = "/_napplet/"
@@ -243,16 +242,17 @@ def describe_step(step: Step) -> str:
 # --------------------------------------------------------------------------- server
 
 
-class _Handler(SimpleHTTPRequestHandler):
-    """dist/ at `/`, the napplet's one file at `/_napplet/<name>`; `build.py serve` headers.
+class _Handler(DistRequestHandler):
+    """dist/ at `/`, the napplet's one file at `/_napplet/<name>`; the shell's headers.
 
-    Only requests whose `Host` is the server's own `127.0.0.1:<port>` are
+    The headers and MIME types are the shell server's (`headless`). On top:
+    only requests whose `Host` is the server's own `127.0.0.1:<port>` are
     answered (421 otherwise: a page elsewhere that rebinds a name to
-    127.0.0.1 reads nothing), and under `/_napplet/` only the napplet's own
-    file exists: its folder's other files are never served.
+    127.0.0.1 reads nothing), under `/_napplet/` only the napplet's own file
+    exists (its folder's other files are never served), and no folder is
+    listed.
     """
 
-    dist: Path
     napplet_file: Path
 
     def _host_ok(self) -> bool:
@@ -271,41 +271,18 @@ class _Handler(SimpleHTTPRequestHandler):
         if clean.startswith(NAPPLET_PREFIX):
             if clean[len(NAPPLET_PREFIX) :] == self.napplet_file.name:
                 return str(self.napplet_file)
-            return str(self.dist / "__absent__")
-        root, rest = self.dist, clean.lstrip("/")
-        target = (root / rest).resolve()
-        if root.resolve() not in (target, *target.parents):
-            return str(root / "__outside__")
-        return str(target)
+            return str(Path(self.directory) / "__absent__")
+        return super().translate_path(path)
 
     def list_directory(self, path: Any) -> Any:
         self.send_error(404, "Not Found")
         return None
 
-    def end_headers(self) -> None:
-        self.send_header("Cross-Origin-Opener-Policy", "same-origin")
-        self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
-        self.send_header("Cross-Origin-Resource-Policy", "same-origin")
-        self.send_header("Cache-Control", "no-cache")
-        super().end_headers()
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-def serve(dist: Path, napplet_file: Path) -> ThreadingHTTPServer:
+def serve(dist: Path, napplet_file: Path) -> DistServer:
     """Start the server on a free 127.0.0.1 port (a daemon thread); returns it."""
-    extensions = {
-        **_Handler.extensions_map,
-        ".mjs": "text/javascript",
-        ".wasm": "application/wasm",
-    }
-    handler = type(
-        "Handler",
-        (_Handler,),
-        {"dist": dist, "napplet_file": napplet_file, "extensions_map": extensions},
-    )
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler))
+    handler = type("Handler", (_Handler,), {"quiet": True, "napplet_file": napplet_file})
+    server = DistServer(("127.0.0.1", 0), functools.partial(handler, directory=str(dist)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
