@@ -7,12 +7,17 @@ Rules
   to it over a pipe. The service process never calls into llama.cpp, so a
   crash inside it (a segmentation fault on a hostile grammar, an abort, an
   out-of-memory kill) ends the worker only.
-- Supervision: when the worker dies, the running generation ends with
+- Continuous batching: the worker decodes up to `slots` generations
+  together (worker.py), each in its own KV-cache sequence of `n_ctx`
+  tokens. Jobs queue in the service process (in arrival order) and are
+  handed to the worker as soon as it has a free slot, so a job that
+  arrives while others run joins their batch at the next decoding step;
+  beyond `slots` it waits here.
+- Supervision: when the worker dies, the generations it held end with
   `finish_reason` `crashed` (the service answers a typed 5xx problem),
   waiting tokenizations raise `EngineCrashed`, and a new worker is started
-  (the model is loaded again) before the queued generations go on. Jobs
-  queue in the service process and are handed to the worker one at a time,
-  so only the generation that was running when the worker died fails.
+  (the model is loaded again) before the queued generations go on. Only
+  the generations that were in the worker when it died fail.
 - Prompts are rendered in the service process with the GGUF's own chat
   template (`tokenizer.chat_template`, reported by the worker) through
   llama-cpp-python's sandboxed Jinja formatter, in the OpenAI chat shape the
@@ -25,10 +30,12 @@ Rules
   by grammar.py (bounded); the grammar is not trusted (llama.cpp has run
   unconstrained on grammar errors): the caller checks the output afterwards.
 - Cancellation (`CancelFlag.set`) removes a queued job or tells the worker
-  to stop between tokens; prompt evaluation itself cannot be interrupted. A
-  worker still running a cancelled generation `cancel_grace_s` later (stuck
-  inside llama.cpp) is killed and restarted, so a stuck generation cannot
-  hold the model for ever; the generation then ends `cancelled`.
+  to stop the generation before its next decoding step (which frees its
+  slot at once); a step itself cannot be interrupted. A worker still
+  running a cancelled generation `cancel_grace_s` later (stuck inside
+  llama.cpp) is killed and restarted, so a stuck generation cannot hold the
+  model for ever; the generation then ends `cancelled` (the others in the
+  worker end `crashed`).
 """
 
 from __future__ import annotations
@@ -51,7 +58,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from ..lmsp import FunctionCallIn, FunctionCallOutputIn, FunctionTool, InputImage, MessageItemIn
 from .tasks import CancelFlag
-from .worker import worker_main
+from .worker import DEFAULT_SLOTS, worker_main
 
 log = logging.getLogger("napllm.lmsp_service.engine")
 
@@ -170,10 +177,13 @@ class Engine:
     """The supervisor of the model worker process, in the service process.
 
     `model_path`: a GGUF file; `model_id`: the id clients use (LMSP `model`);
-    `n_ctx`: context window in tokens (default: the model's trained
-    context); `n_threads`: CPU threads for llama.cpp (default: its own);
-    `cancel_grace_s`: seconds a cancelled generation may keep running before
-    the worker is killed and restarted.
+    `n_ctx`: context window of one generation in tokens (default: the
+    model's trained context); `slots`: generations decoded together (the KV
+    cache holds `slots` * `n_ctx` tokens); `n_threads`: CPU threads for
+    llama.cpp (default: the CPU count); `cancel_grace_s`: seconds a
+    cancelled generation may keep running before the worker is killed and
+    restarted; `extra_bufts`: let llama.cpp repack weights into its extra
+    CPU buffer types.
     Starting blocks until the worker has loaded the model; raises
     `ValueError` when it cannot (unloadable file, no chat template, the
     worker died, or `START_TIMEOUT_S` passed). `restarts` counts the
@@ -187,19 +197,23 @@ class Engine:
         n_ctx: int | None = None,
         n_threads: int | None = None,
         cancel_grace_s: float = CANCEL_GRACE_S,
+        slots: int = DEFAULT_SLOTS,
+        extra_bufts: bool = False,
     ) -> None:
         self.model_id = model_id
         self.restarts = 0
         self._model_path = str(model_path)
         self._n_ctx_arg = n_ctx if n_ctx is not None else 0  # 0: the trained context
         self._n_threads = n_threads
+        self._slots_arg = slots
+        self._extra_bufts = extra_bufts
         self.cancel_grace_s = cancel_grace_s
         self._mp = multiprocessing.get_context("spawn")
-        self._lock = threading.Lock()  # guards the job queue, running job and waiters
+        self._lock = threading.Lock()  # guards the job queue, running jobs and waiters
         self._send_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._queue: deque[_Job] = deque()
-        self._running: _Job | None = None
+        self._running: dict[int, _Job] = {}  # by request number, in the worker
         self._token_waiters: dict[int, Future[list[int]]] = {}
         self._ready = threading.Event()
         self._closed = False
@@ -207,6 +221,7 @@ class Engine:
         self._conn: Connection | None = None
         info = self._spawn()
         self.n_ctx: int = int(info["n_ctx"])
+        self.slots: int = int(info["slots"])
         self.chat_template: str = str(info["chat_template"])
         self._formatter = Jinja2ChatFormatter(
             template=self.chat_template,
@@ -301,7 +316,14 @@ class Engine:
         parent, child = self._mp.Pipe(duplex=True)
         process = self._mp.Process(
             target=worker_main,
-            args=(child, self._model_path, self._n_ctx_arg, self._n_threads),
+            args=(
+                child,
+                self._model_path,
+                self._n_ctx_arg,
+                self._n_threads,
+                self._slots_arg,
+                self._extra_bufts,
+            ),
             name="napllm-lmsp-model",
             daemon=True,
         )
@@ -360,23 +382,29 @@ class Engine:
                 else:
                     waiter.set_result(list(ids))
             return
-        with self._lock:
-            running = self._running
-        if running is None or running.rid != message[1]:
-            return  # a late message of a job that already ended
-        if kind == "text":
-            running.sink(TextPiece(str(message[2])))
-        elif kind == "end":
+        if kind != "updates":
+            return
+        ended = False
+        for update in message[1]:
             with self._lock:
-                self._running = None
-            self._end(running, GenerationEnd(message[2], int(message[3])))
+                entry = self._running.get(update[1])
+                if entry is not None and update[0] == "end":
+                    del self._running[update[1]]
+            if entry is None:
+                continue  # a late update of a job that already ended
+            if update[0] == "text":
+                entry.sink(TextPiece(str(update[2])))
+            elif update[0] == "end":
+                self._end(entry, GenerationEnd(update[2], int(update[3])))
+                ended = True
+        if ended:
             self._dispatch()
 
     def _on_crash(self) -> None:
         """The worker died: fail what it held, start a new one, go on with the queue."""
         with self._lock:  # together, so _dispatch cannot hand a job to the dead worker
             self._ready.clear()
-            running, self._running = self._running, None
+            running, self._running = list(self._running.values()), {}
             waiters = list(self._token_waiters.values())
         process = self._process
         code = None
@@ -392,8 +420,8 @@ class Engine:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_exception(EngineCrashed("the model worker died"))
-        if running is not None:
-            self._end(running, GenerationEnd("crashed", 0), EngineCrashed("the worker died"))
+        for entry in running:
+            self._end(entry, GenerationEnd("crashed", 0), EngineCrashed("the worker died"))
         delay = 1.0
         while not self._closed:
             try:
@@ -411,17 +439,21 @@ class Engine:
         self._dispatch()
 
     def _dispatch(self) -> None:
-        """Hand the next queued job to the worker when it is idle."""
+        """Hand queued jobs to the worker while it has free slots."""
         while True:
             with self._lock:
-                if self._running is not None or not self._ready.is_set() or not self._queue:
+                if (
+                    len(self._running) >= self.slots
+                    or not self._ready.is_set()
+                    or not self._queue
+                ):
                     return
                 entry = self._queue.popleft()
                 if entry.job.cancel.is_set():
                     cancelled = True
                 else:
                     cancelled = False
-                    self._running = entry
+                    self._running[entry.rid] = entry
             if cancelled:
                 self._end(entry, GenerationEnd("cancelled", 0))
                 continue
@@ -437,14 +469,13 @@ class Engine:
                 self._send(("generate", entry.rid, payload))
             except OSError:
                 return  # the reader notices the dead worker and ends this job
-            return
 
     def _cancel(self, entry: _Job) -> None:
         with self._lock:
             queued = entry in self._queue
             if queued:
                 self._queue.remove(entry)
-            running = self._running is entry
+            running = self._running.get(entry.rid) is entry
         if queued:
             self._end(entry, GenerationEnd("cancelled", 0))
         elif running:
@@ -461,7 +492,7 @@ class Engine:
         llama.cpp never gets there. It is treated like a crash (restart).
         """
         with self._lock:
-            stuck = self._running is entry
+            stuck = self._running.get(entry.rid) is entry
             process = self._process
         if stuck and process is not None:
             log.error("the model worker ignored a cancellation; stopping it")
