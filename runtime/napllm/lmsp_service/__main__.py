@@ -193,7 +193,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--n-threads",
         type=_positive_int,
-        help="llama.cpp CPU threads (default: the CPU count)",
+        help="llama.cpp CPU threads (default: half the CPUs for one stream, all for a batch)",
     )
     parser.add_argument(
         "--cancel-grace-seconds",

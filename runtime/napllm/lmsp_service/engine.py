@@ -180,7 +180,7 @@ class Engine:
     `n_ctx`: context window of one generation in tokens (default: the
     model's trained context); `slots`: generations decoded together (the KV
     cache holds `slots` * `n_ctx` tokens); `n_threads`: CPU threads for
-    llama.cpp (default: the CPU count); `cancel_grace_s`: seconds a
+    llama.cpp (default: worker.context_params); `cancel_grace_s`: seconds a
     cancelled generation may keep running before the worker is killed and
     restarted; `extra_bufts`: let llama.cpp repack weights into its extra
     CPU buffer types.

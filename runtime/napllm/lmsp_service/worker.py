@@ -103,20 +103,22 @@ def model_params(extra_bufts: bool) -> Any:
 def context_params(n_ctx: int, slots: int, n_threads: int | None) -> Any:
     """llama.cpp context parameters: `slots` sequences of `n_ctx` tokens each.
 
-    `n_threads` is used for generation and prompts alike (default: the CPU
-    count). Returns a `llama_cpp.llama_context_params`.
+    `n_threads` is used for every decoding step; by default (as
+    llama-cpp-python's `Llama`) a step of one token uses half the CPU count,
+    leaving a core to the HTTP process, and a larger step all of them.
+    Returns a `llama_cpp.llama_context_params`.
     """
     import llama_cpp
 
-    threads = n_threads or os.cpu_count() or 1
+    cpus = os.cpu_count() or 1
     params = llama_cpp.llama_context_default_params()
     params.n_ctx = n_ctx * slots
     params.n_seq_max = slots
     params.kv_unified = False  # each sequence its own n_ctx cells
     params.n_batch = N_BATCH
     params.n_ubatch = N_BATCH
-    params.n_threads = threads
-    params.n_threads_batch = threads
+    params.n_threads = n_threads or max(cpus // 2, 1)
+    params.n_threads_batch = n_threads or cpus
     params.no_perf = True
     return params
 
