@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.metadata
 import json
 import os
 import shutil
@@ -182,8 +181,11 @@ def model_parameters(shape: dict[str, int], n_vocab: int) -> int:
 
 def eog_token_ids(model: Path, extra_bufts: bool) -> list[int]:
     """End-of-generation token ids of `model` (its vocabulary only is loaded)."""
+    import logging
+
     import llama_cpp
 
+    logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)  # llama.cpp's own log
     params = llama_cpp.llama_model_default_params()
     params.vocab_only = True
     params.use_extra_bufts = extra_bufts
@@ -202,7 +204,10 @@ def eog_token_ids(model: Path, extra_bufts: bool) -> list[int]:
 
 
 def llama_cpp_version() -> str:
-    return importlib.metadata.version("llama-cpp-python")
+    """The installed llama-cpp-python's version (its sdist vendors the llama.cpp to build)."""
+    import llama_cpp
+
+    return str(llama_cpp.__version__)
 
 
 def build_dir() -> Path:
@@ -357,6 +362,9 @@ async def openai_request(client: httpx.AsyncClient, tokens: int, eog_ids: list[i
         "temperature": 0,
         "max_tokens": tokens,
         "logit_bias": {str(token): -100 for token in eog_ids},
+        # Greedy and nothing else, as napllm-lmsp samples at temperature 0
+        # (llama_cpp.server's default repeat penalty is 1.1).
+        "repeat_penalty": 1.0,
     }
     start = time.perf_counter()
     first_event = first_token = None
@@ -540,6 +548,11 @@ def start_llama_cpp_py(args: argparse.Namespace, eog: list[int]) -> Server:
 # -- report ------------------------------------------------------------------------------------
 
 
+def number(value: float) -> str:
+    """`value` with two decimals, or `n/a` when it was not measured (NaN)."""
+    return "n/a" if value != value else f"{value:.2f}"
+
+
 def verdict(value: float, target: float, higher_is_better: bool) -> str:
     if value != value:  # NaN: nothing measured
         return "not measured"
@@ -695,7 +708,7 @@ def report(
     names = [s.name for s in servers]
     notes = {s.name: s.note for s in servers}
     header = (
-        f"{'clients':>7} | {'server':<17} | {'tok/s':>7} | {'x llama-server':>14} | "
+        f"{'clients':>7} | {'server':<26} | {'tok/s':>7} | {'x llama-server':>14} | "
         f"{'x engine':>8} | {'1st event p50 ms':>16} | {'1st token p50 / p95 ms':>22} | dropped"
     )
     print(header)
@@ -707,8 +720,8 @@ def report(
             versus = r.tokens_per_s / reference.tokens_per_s if reference else float("nan")
             label = f"{name} ({notes[name]})" if notes[name] else name
             print(
-                f"{level:>7} | {label:<17} | {r.tokens_per_s:>7.1f} | {versus:>14.2f} | "
-                f"{r.tokens_per_s / engine:>8.2f} | "
+                f"{level:>7} | {label:<26} | {r.tokens_per_s:>7.1f} | {number(versus):>14} | "
+                f"{number(r.tokens_per_s / engine):>8} | "
                 f"{r.latency('first_event_s', 0.5) * 1000:>16.1f} | "
                 f"{r.latency('first_token_s', 0.5) * 1000:>10.1f} / "
                 f"{r.latency('first_token_s', 0.95) * 1000:>9.1f} | {r.dropped}"
@@ -721,11 +734,11 @@ def report(
         ours = results[(NAPLLM, level)]
         theirs = results.get((LLAMA_SERVER, level))
         ratio = ours.tokens_per_s / theirs.tokens_per_s if theirs else float("nan")
-        print(f"  {level} client(s): tok/s {ratio:.2f}x llama-server (>= 0.95): "
+        print(f"  {level} client(s): tok/s {number(ratio)}x llama-server (>= 0.95): "
               f"{verdict(ratio, 0.95, True)}")  # fmt: skip
         if level == 1:
             print(
-                f"  {level} client(s): tok/s {ours.tokens_per_s / engine:.2f}x the engine "
+                f"  {level} client(s): tok/s {number(ours.tokens_per_s / engine)}x the engine "
                 f"(>= 0.95): {verdict(ours.tokens_per_s / engine, 0.95, True)}"
             )
         else:
@@ -735,7 +748,7 @@ def report(
                 else float("nan")
             )
             print(
-                f"  {level} client(s): first token p50 {first:.2f}x llama-server's (<= 1.5): "
+                f"  {level} client(s): first token p50 {number(first)}x llama-server's (<= 1.5): "
                 f"{verdict(first, 1.5, False)}"
             )
         print(f"  {level} client(s): napllm-lmsp connections dropped: {ours.dropped}")
