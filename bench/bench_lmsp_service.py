@@ -57,7 +57,7 @@ a temporary folder, 16 tokens, 1 and 2 clients, one round, no build.
 Usage: python bench/bench_lmsp_service.py [--quick] [--build] [--model PATH]
        [--tokens 128] [--levels 1 4 16] [--requests-per-client 2] [--rounds 2]
        [--n-ctx 512] [--n-threads 1] [--slots N] [--extra-bufts]
-       [--llama-server PATH] [--llama-bench PATH]
+       [--llama-server PATH] [--llama-bench PATH] [--skip-llama-cpp-python]
 """
 
 from __future__ import annotations
@@ -302,12 +302,18 @@ class LevelResult:
     wall_s: float
     samples: list[Sample] = field(default_factory=list)
     dropped: int = 0
+    cpu_s: float = float("nan")  # CPU time of the server's processes (Linux)
 
     def add(self, other: LevelResult) -> None:
         """Pool another round of the same level and server into this one."""
         self.wall_s += other.wall_s
         self.samples += other.samples
         self.dropped += other.dropped
+        self.cpu_s += other.cpu_s
+
+    @property
+    def cpu_ms_per_token(self) -> float:
+        return 1000 * self.cpu_s / max(1, sum(s.tokens for s in self.samples))
 
     @property
     def tokens_per_s(self) -> float:
@@ -391,18 +397,39 @@ async def openai_request(client: httpx.AsyncClient, tokens: int, eog_ids: list[i
     return Sample(first_event - start, first_token - start, tokens, "".join(text))
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` and its descendants (Linux; NaN elsewhere).
+
+    Unlike wall time on a shared machine, this is what the server itself
+    spent, so it shows where the cost per token goes even under load.
+    """
+    total, stack = 0.0, [pid]
+    try:
+        while stack:
+            current = stack.pop()
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            for task in Path(f"/proc/{current}/task").iterdir():
+                stack += [int(child) for child in (task / "children").read_text().split()]
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+    return total
+
+
 async def run_level(
     make_request: Callable[[httpx.AsyncClient], Awaitable[Sample]],
     base_url: str,
     headers: dict[str, str],
     concurrency: int,
     per_client: int,
+    pid: int,
 ) -> LevelResult:
     limits = httpx.Limits(max_connections=concurrency + 2)
     async with httpx.AsyncClient(
         base_url=base_url, headers=headers, timeout=600, limits=limits
     ) as client:
-        await make_request(client)  # warm-up, not measured
+        for _ in range(2):  # warm-up (first-request costs of each server), not measured
+            await make_request(client)
         result = LevelResult(0.0)
 
         async def one_client() -> None:
@@ -412,9 +439,11 @@ async def run_level(
                 except (httpx.HTTPError, RuntimeError):
                     result.dropped += 1
 
+        cpu_before = cpu_seconds(pid)
         start = time.perf_counter()
         await asyncio.gather(*(one_client() for _ in range(concurrency)))
         result.wall_s = time.perf_counter() - start
+        result.cpu_s = cpu_seconds(pid) - cpu_before
         return result
 
 
@@ -595,6 +624,11 @@ def main() -> int:
     parser.add_argument("--llama-bench", type=Path, help="a llama-bench binary")
     parser.add_argument("--build", action="store_true", help="build llama-server and llama-bench")
     parser.add_argument(
+        "--skip-llama-cpp-python",
+        action="store_true",
+        help="leave llama_cpp.server out (it serves one request at a time: slow at 16 clients)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="a short run that checks the benchmark works"
     )
     args = parser.parse_args()
@@ -653,10 +687,13 @@ def run(args: argparse.Namespace, tmp: Path, described: str) -> int:
                 servers.append(start_llama_server(args, server_bin, eog))
             except RuntimeError as exc:
                 skipped.append(f"llama-server: {exc}")
-        try:
-            servers.append(start_llama_cpp_py(args, eog))
-        except RuntimeError as exc:
-            skipped.append(f"llama_cpp.server: {exc}")
+        if args.skip_llama_cpp_python:
+            skipped.append("llama_cpp.server: left out (--skip-llama-cpp-python)")
+        else:
+            try:
+                servers.append(start_llama_cpp_py(args, eog))
+            except RuntimeError as exc:
+                skipped.append(f"llama_cpp.server: {exc}")
         turn = 0
         for _ in range(args.rounds):
             for level in args.levels:
@@ -670,6 +707,7 @@ def run(args: argparse.Namespace, tmp: Path, described: str) -> int:
                             server.headers,
                             level,
                             args.requests_per_client,
+                            server.process.pid,
                         )
                     )
                     key = (server.name, level)
@@ -709,7 +747,8 @@ def report(
     notes = {s.name: s.note for s in servers}
     header = (
         f"{'clients':>7} | {'server':<26} | {'tok/s':>7} | {'x llama-server':>14} | "
-        f"{'x engine':>8} | {'1st event p50 ms':>16} | {'1st token p50 / p95 ms':>22} | dropped"
+        f"{'x engine':>8} | {'CPU ms/tok':>10} | {'1st event p50 ms':>16} | "
+        f"{'1st token p50 / p95 ms':>22} | dropped"
     )
     print(header)
     print("-" * len(header))
@@ -721,12 +760,16 @@ def report(
             label = f"{name} ({notes[name]})" if notes[name] else name
             print(
                 f"{level:>7} | {label:<26} | {r.tokens_per_s:>7.1f} | {number(versus):>14} | "
-                f"{number(r.tokens_per_s / engine):>8} | "
+                f"{number(r.tokens_per_s / engine):>8} | {number(r.cpu_ms_per_token):>10} | "
                 f"{r.latency('first_event_s', 0.5) * 1000:>16.1f} | "
                 f"{r.latency('first_token_s', 0.5) * 1000:>10.1f} / "
                 f"{r.latency('first_token_s', 0.95) * 1000:>9.1f} | {r.dropped}"
             )
-    print("x llama-server, x engine: tokens/s ratios (higher is better)")
+    print(
+        "x llama-server, x engine: tokens/s ratios (higher is better); CPU ms/tok: CPU time "
+        "of the server's processes per generated token (all threads; napllm-lmsp: HTTP "
+        "process + model worker)"
+    )
 
     print("targets:")
     ok = True
