@@ -1,4 +1,4 @@
-"""Benchmark: napllm-lmsp against llama.cpp's llama-server, llama-cpp-python's server and the engine.
+"""Benchmark: napllm-lmsp against llama-server, llama-cpp-python's server and the engine alone.
 
 What runs
 - The model: a llama of realistic size with random weights (115 M
@@ -796,9 +796,7 @@ def report(
             )
         print(f"  {level} client(s): napllm-lmsp connections dropped: {ours.dropped}")
         ok = ok and ours.dropped == 0
-    reference_text = next(
-        (s.text for s in results[(NAPLLM, args.levels[0])].samples), None
-    )
+    reference_text = next((s.text for s in results[(NAPLLM, args.levels[0])].samples), None)
     answers = [s.text for level in args.levels for s in results[(NAPLLM, level)].samples]
     differ = sum(text != reference_text for text in answers)
     print(
@@ -809,7 +807,9 @@ def report(
         if name == NAPLLM:
             continue
         same = sum(
-            s.text == reference_text for level in args.levels for s in results[(name, level)].samples
+            s.text == reference_text
+            for level in args.levels
+            for s in results[(name, level)].samples
         )
         total = sum(len(results[(name, level)].samples) for level in args.levels)
         print(f"{name} answers equal to napllm-lmsp's: {same} of {total}")

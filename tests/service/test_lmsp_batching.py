@@ -235,11 +235,17 @@ def test_concurrent_http_requests_get_the_answers_of_sequential_ones(
         body = {
             "model": lmsp_service.model_id,
             "input": [
-                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+                {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": text}],
+                }
             ],
             "temperature": 0,
         }
-        with httpx.Client(base_url=lmsp_service.api, headers=lmsp_service.headers(), timeout=60) as c:
+        with httpx.Client(
+            base_url=lmsp_service.api, headers=lmsp_service.headers(), timeout=60
+        ) as c:
             answer = c.post("/responses", json=body)
         assert answer.status_code == 200
         assert answer.json()["status"] == "completed"

@@ -47,8 +47,8 @@ import uvicorn
 from .app import LmspService, ServiceConfig, build_app
 from .auth import TokenFileError, default_token_path, load_or_create_token
 from .engine import Engine
-from .worker import DEFAULT_SLOTS
 from .store import SqliteStore
+from .worker import DEFAULT_SLOTS
 
 
 def _positive_int(text: str) -> int:

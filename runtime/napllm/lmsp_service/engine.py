@@ -442,11 +442,7 @@ class Engine:
         """Hand queued jobs to the worker while it has free slots."""
         while True:
             with self._lock:
-                if (
-                    len(self._running) >= self.slots
-                    or not self._ready.is_set()
-                    or not self._queue
-                ):
+                if len(self._running) >= self.slots or not self._ready.is_set() or not self._queue:
                     return
                 entry = self._queue.popleft()
                 if entry.job.cancel.is_set():

@@ -408,7 +408,11 @@ class BatchRunner:
         sampling: list[tuple[_Sequence, int]] = []  # (sequence, batch index of its logits)
 
         tokens, positions, n_seq, seq_ids, wants = (
-            batch.token, batch.pos, batch.n_seq_id, batch.seq_id, batch.logits
+            batch.token,
+            batch.pos,
+            batch.n_seq_id,
+            batch.seq_id,
+            batch.logits,
         )
 
         def put(token: int, pos: int, seq: int, logits: bool) -> None:
