@@ -14,9 +14,9 @@ Service -> worker (tuples; `rid` is the service's request number):
 - `("stop",)`: exit once the running generations have ended.
 
 Worker -> service:
-- `("ready", info)` once, after loading (`info`: `n_ctx` (the context of
-  one sequence), `slots`, `chat_template`, `bos_text`, `eos_text`), or
-  `("failed", reason)` and exit.
+- `("ready", info)` once, after loading and `self_check` (`info`: `n_ctx`
+  (the context of one sequence), `slots`, `chat_template`, `bos_text`,
+  `eos_text`, `extra_bufts`), or `("failed", reason)` and exit.
 - `("tokens", rid, ids)` (`ids` is `None` when tokenization failed).
 - `("updates", [update, ...])`: what one decoding step produced for the
   running generations, in order; an update is `("text", rid, text)`
@@ -155,6 +155,42 @@ def load_model(
     return LoadedModel(model, context, min(per_sequence, actual), slots)
 
 
+#: The prompt `self_check` decodes (any text the tokenizer takes will do).
+SELF_CHECK_TEXT = "Hello! How are you today?"
+
+
+def self_check(loaded: LoadedModel) -> None:
+    """Decode `SELF_CHECK_TEXT` as one batch, then one more token, and clear the sequence.
+
+    These are the two shapes a generation uses (a prompt, then single
+    tokens), so a CPU code path that crashes llama.cpp (a segmentation
+    fault in the first `llama_decode`) does so here, before the first
+    request. Raises `RuntimeError` when llama.cpp reports a decode failure.
+    """
+    import llama_cpp
+
+    tokens = loaded.model.tokenize(SELF_CHECK_TEXT.encode("utf-8"), add_bos=True, special=False)
+    if not tokens:
+        raise RuntimeError("the model's tokenizer gave no tokens for the self-check")
+    tokens = tokens[: min(len(tokens), loaded.n_ctx - 1, N_BATCH - 1)]
+    memory = llama_cpp.llama_get_memory(loaded.context.ctx)
+    batch = llama_cpp.llama_batch_init(N_BATCH, 0, 1)
+    try:
+        for start, chunk in ((0, tokens), (len(tokens), tokens[-1:])):
+            batch.n_tokens = len(chunk)
+            for i, token in enumerate(chunk):
+                batch.token[i] = token
+                batch.pos[i] = start + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = i == len(chunk) - 1
+            if llama_cpp.llama_decode(loaded.context.ctx, batch) != 0:
+                raise RuntimeError("llama.cpp could not decode the self-check prompt")
+    finally:
+        llama_cpp.llama_batch_free(batch)
+        llama_cpp.llama_memory_seq_rm(memory, 0, -1, -1)
+
+
 def worker_main(
     conn: Connection,
     model_path: str,
@@ -169,6 +205,11 @@ def worker_main(
         loaded = load_model(model_path, n_ctx, slots, n_threads, extra_bufts)
     except Exception:
         conn.send(("failed", "the model file cannot be loaded"))
+        return
+    try:
+        self_check(loaded)
+    except Exception:
+        conn.send(("failed", "the model failed its self-check (llama.cpp could not decode)"))
         return
     model = loaded.model
     template = model.metadata().get("tokenizer.chat_template")
@@ -185,6 +226,7 @@ def worker_main(
                 "chat_template": template,
                 "bos_text": model.token_get_text(model.token_bos()),
                 "eos_text": model.token_get_text(model.token_eos()),
+                "extra_bufts": bool(model.params.use_extra_bufts),
             },
         )
     )
