@@ -7,12 +7,18 @@ Rules
   to it over a pipe. The service process never calls into llama.cpp, so a
   crash inside it (a segmentation fault on a hostile grammar, an abort, an
   out-of-memory kill) ends the worker only.
-- Supervision: when the worker dies, the running generation ends with
+- Continuous batching: the worker decodes up to `slots` generations
+  together (worker.py), each in its own KV-cache sequence of `n_ctx`
+  tokens. Jobs queue in the service process (in arrival order) and are
+  handed to the worker as soon as it has a free slot, so a job that
+  arrives while others run joins their batch at the next decoding step;
+  beyond `slots` it waits here.
+- Supervision: when the worker dies, the generations it held end with
   `finish_reason` `crashed` (the service answers a typed 5xx problem),
   waiting tokenizations raise `EngineCrashed`, and a new worker is started
-  (the model is loaded again) before the queued generations go on. Jobs
-  queue in the service process and are handed to the worker one at a time,
-  so only the generation that was running when the worker died fails.
+  (the model is loaded again) before the queued generations go on. Only
+  the generations that were in the worker when it died fail (but see "Any
+  CPU" for the first crash of the fast path).
 - Prompts are rendered in the service process with the GGUF's own chat
   template (`tokenizer.chat_template`, reported by the worker) through
   llama-cpp-python's sandboxed Jinja formatter, in the OpenAI chat shape the
@@ -29,15 +35,18 @@ Rules
   worker that dies by a crash signal (`llama_load.CRASH_SIGNALS`) while
   llama.cpp's CPU extra buffer types are on, during that check or during
   a generation, is restarted with them off, once for the life of the
-  engine; this is logged once and reported by `fast_path`. A generation
-  that crashed before it produced any text is then run again on the new
-  worker (the client gets its answer); one that already streamed text
-  ends `crashed`. `"on"` and `"off"` force the setting (no fallback).
+  engine; this is logged once and reported by `fast_path`. The
+  generations of the crashed batch that had produced no text yet are then
+  run again on the new worker, first in the queue and in their order (the
+  clients get their answers); those that already streamed text end
+  `crashed`. `"on"` and `"off"` force the setting (no fallback).
 - Cancellation (`CancelFlag.set`) removes a queued job or tells the worker
-  to stop between tokens; prompt evaluation itself cannot be interrupted. A
-  worker still running a cancelled generation `cancel_grace_s` later (stuck
-  inside llama.cpp) is killed and restarted, so a stuck generation cannot
-  hold the model for ever; the generation then ends `cancelled`.
+  to stop the generation before its next decoding step (which frees its
+  slot at once); a step itself cannot be interrupted. A worker still
+  running a cancelled generation `cancel_grace_s` later (stuck inside
+  llama.cpp) is killed and restarted, so a stuck generation cannot hold the
+  model for ever; the generation then ends `cancelled` (the others in the
+  worker end `crashed`).
 """
 
 from __future__ import annotations
@@ -62,7 +71,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from ..lmsp import FunctionCallIn, FunctionCallOutputIn, FunctionTool, InputImage, MessageItemIn
 from .llama_load import ExtraBufts, crash_signal
 from .tasks import CancelFlag
-from .worker import worker_main
+from .worker import DEFAULT_SLOTS, worker_main
 
 log = logging.getLogger("napllm.lmsp_service.engine")
 
@@ -215,13 +224,16 @@ class Engine:
     """The supervisor of the model worker process, in the service process.
 
     `model_path`: a GGUF file; `model_id`: the id clients use (LMSP `model`);
-    `n_ctx`: context window in tokens (default: the model's trained
-    context); `n_threads`: CPU threads for llama.cpp (default: its own);
-    `cancel_grace_s`: seconds a cancelled generation may keep running before
-    the worker is killed and restarted; `extra_bufts`: `auto`, `on` or
-    `off` for llama.cpp's CPU extra buffer types (module rules);
-    `worker_target`: the worker process's entry point (`worker_main`;
-    tests give a wrapper of it that really crashes).
+    `n_ctx`: context window of one generation in tokens (default: the
+    model's trained context); `slots`: generations decoded together (the KV
+    cache holds `slots` * `n_ctx` tokens); `n_threads`: CPU threads for
+    llama.cpp, for single tokens and for batches alike (default:
+    `llama_load.default_threads`); `cancel_grace_s`: seconds a cancelled
+    generation may keep running before the worker is killed and restarted;
+    `extra_bufts`: `auto`, `on` or `off` for llama.cpp's CPU extra buffer
+    types (module rules); `worker_target`: the worker process's entry point
+    (`worker_main`, called as `(conn, model_path, n_ctx, n_threads,
+    extra_bufts, slots)`; tests give a wrapper of it that really crashes).
     Starting blocks until the worker has loaded and checked the model;
     raises `ValueError` when it cannot (unloadable file, no chat template,
     the worker died, or `START_TIMEOUT_S` passed). `restarts` counts the
@@ -237,6 +249,7 @@ class Engine:
         cancel_grace_s: float = CANCEL_GRACE_S,
         extra_bufts: ExtraBufts = "auto",
         worker_target: Callable[..., None] = worker_main,
+        slots: int = DEFAULT_SLOTS,
     ) -> None:
         if extra_bufts not in ("auto", "on", "off"):
             raise ValueError("extra_bufts must be auto, on or off")
@@ -252,13 +265,14 @@ class Engine:
         self._model_path = str(model_path)
         self._n_ctx_arg = n_ctx if n_ctx is not None else 0  # 0: the trained context
         self._n_threads = n_threads
+        self._slots_arg = slots
         self.cancel_grace_s = cancel_grace_s
         self._mp = multiprocessing.get_context("spawn")
-        self._lock = threading.Lock()  # guards the job queue, running job and waiters
+        self._lock = threading.Lock()  # guards the job queue, running jobs and waiters
         self._send_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._queue: deque[_Job] = deque()
-        self._running: _Job | None = None
+        self._running: dict[int, _Job] = {}  # by request number, in the worker
         self._token_waiters: dict[int, Future[list[int]]] = {}
         self._ready = threading.Event()
         self._closed = False
@@ -271,6 +285,7 @@ class Engine:
                 raise
             info = self._spawn()
         self.n_ctx: int = int(info["n_ctx"])
+        self.slots: int = int(info["slots"])
         self.chat_template: str = str(info["chat_template"])
         self._formatter = Jinja2ChatFormatter(
             template=self.chat_template,
@@ -399,7 +414,14 @@ class Engine:
         parent, child = self._mp.Pipe(duplex=True)
         process = self._mp.Process(
             target=self._worker_target,
-            args=(child, self._model_path, self._n_ctx_arg, self._n_threads, self._extra_bufts),
+            args=(
+                child,
+                self._model_path,
+                self._n_ctx_arg,
+                self._n_threads,
+                self._extra_bufts,
+                self._slots_arg,
+            ),
             name="napllm-lmsp-model",
             daemon=True,
         )
@@ -466,24 +488,30 @@ class Engine:
                 else:
                     waiter.set_result(list(ids))
             return
-        with self._lock:
-            running = self._running
-        if running is None or running.rid != message[1]:
-            return  # a late message of a job that already ended
-        if kind == "text":
-            running.emitted = True
-            running.sink(TextPiece(str(message[2])))
-        elif kind == "end":
+        if kind != "updates":
+            return
+        ended = False
+        for update in message[1]:
             with self._lock:
-                self._running = None
-            self._end(running, GenerationEnd(message[2], int(message[3])))
+                entry = self._running.get(update[1])
+                if entry is not None and update[0] == "end":
+                    del self._running[update[1]]
+            if entry is None:
+                continue  # a late update of a job that already ended
+            if update[0] == "text":
+                entry.emitted = True
+                entry.sink(TextPiece(str(update[2])))
+            elif update[0] == "end":
+                self._end(entry, GenerationEnd(update[2], int(update[3])))
+                ended = True
+        if ended:
             self._dispatch()
 
     def _on_crash(self) -> None:
         """The worker died: fail what it held, start a new one, go on with the queue."""
         with self._lock:  # together, so _dispatch cannot hand a job to the dead worker
             self._ready.clear()
-            running, self._running = self._running, None
+            running, self._running = list(self._running.values()), {}
             waiters = list(self._token_waiters.values())
         process = self._process
         code = None
@@ -492,13 +520,16 @@ class Engine:
             code = process.exitcode
         log.error("the model worker died (exit status %s); restarting it", code)
         sig = crash_signal(code)
-        retry = (
-            sig is not None
-            and self._fall_back(sig, "during a generation")
-            and running is not None
-            and not running.emitted
-            and not running.job.cancel.is_set()
-        )
+        # After the first fast-path crash (auto mode) the generations that
+        # had not streamed any text yet run again on the new worker, at the
+        # front of the queue in the order they had; the others fail.
+        fell_back = sig is not None and self._fall_back(sig, "during a generation")
+        retry = [
+            entry
+            for entry in running
+            if fell_back and not entry.emitted and not entry.job.cancel.is_set()
+        ]
+        failed = [entry for entry in running if entry not in retry]
         with self._send_lock:
             if self._conn is not None:
                 self._conn.close()
@@ -507,12 +538,11 @@ class Engine:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_exception(EngineCrashed("the model worker died"))
-        if running is not None:
-            if retry:
-                with self._lock:
-                    self._queue.appendleft(running)
-            else:
-                self._end(running, GenerationEnd("crashed", 0), EngineCrashed("the worker died"))
+        if retry:
+            with self._lock:
+                self._queue.extendleft(reversed(retry))
+        for entry in failed:
+            self._end(entry, GenerationEnd("crashed", 0), EngineCrashed("the worker died"))
         delay = 1.0
         while not self._closed:
             try:
@@ -536,17 +566,17 @@ class Engine:
         self._dispatch()
 
     def _dispatch(self) -> None:
-        """Hand the next queued job to the worker when it is idle."""
+        """Hand queued jobs to the worker while it has free slots."""
         while True:
             with self._lock:
-                if self._running is not None or not self._ready.is_set() or not self._queue:
+                if len(self._running) >= self.slots or not self._ready.is_set() or not self._queue:
                     return
                 entry = self._queue.popleft()
                 if entry.job.cancel.is_set():
                     cancelled = True
                 else:
                     cancelled = False
-                    self._running = entry
+                    self._running[entry.rid] = entry
             if cancelled:
                 self._end(entry, GenerationEnd("cancelled", 0))
                 continue
@@ -562,14 +592,13 @@ class Engine:
                 self._send(("generate", entry.rid, payload))
             except OSError:
                 return  # the reader notices the dead worker and ends this job
-            return
 
     def _cancel(self, entry: _Job) -> None:
         with self._lock:
             queued = entry in self._queue
             if queued:
                 self._queue.remove(entry)
-            running = self._running is entry
+            running = self._running.get(entry.rid) is entry
         if queued:
             self._end(entry, GenerationEnd("cancelled", 0))
         elif running:
@@ -586,7 +615,7 @@ class Engine:
         llama.cpp never gets there. It is treated like a crash (restart).
         """
         with self._lock:
-            stuck = self._running is entry
+            stuck = self._running.get(entry.rid) is entry
             process = self._process
         if stuck and process is not None:
             log.error("the model worker ignored a cancellation; stopping it")
