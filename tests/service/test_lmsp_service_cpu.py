@@ -127,8 +127,16 @@ def crash_on_second_generate(
     extra_bufts: bool = True,
     slots: int = DEFAULT_SLOTS,
 ) -> None:
-    """`worker_main`, except that with the fast path on it faults on the second generation."""
+    """`worker_main`, except that with the fast path on it faults on the second generation.
+
+    Like `crash_on_generate_then_in_check`, every later worker started with
+    the fast path on faults while loading (the fast path is really broken).
+    """
+    marker = Path(os.environ[MARKER_ENV])
+    if extra_bufts and marker.exists():
+        segfault()
     if extra_bufts:
+        marker.write_text("faulted", encoding="utf-8")
         worker_main(_FaultOnSecondGenerate(conn), model_path, n_ctx, n_threads, False, slots)  # type: ignore[arg-type]
     else:
         worker_main(conn, model_path, n_ctx, n_threads, False, slots)
@@ -198,10 +206,40 @@ def test_worker_that_crashes_while_loading_falls_back_once(
     assert len(warnings) == 1
 
 
-def test_crash_during_the_first_request_is_answered_without_the_fast_path(
-    reference: str,
+#: Environment variable naming a marker file: set, `crash_on_generate_then_in_check`
+#: has already faulted once (a spawned worker learns it from the file).
+MARKER_ENV = "NAPLLM_TEST_CRASH_MARKER"
+
+
+def crash_on_generate_then_in_check(
+    conn: Connection,
+    model_path: str,
+    n_ctx: int,
+    n_threads: int | None,
+    extra_bufts: bool = True,
+    slots: int = DEFAULT_SLOTS,
 ) -> None:
-    engine = Engine(MODEL, "tinychat", n_ctx=512, n_threads=1, worker_target=crash_on_generate)
+    """A fast path that passes its first self-check, faults in a generation, then in every check.
+
+    The first worker behaves like `crash_on_generate`; every later worker
+    started with the fast path on faults while loading (the self-check);
+    without it, the real worker runs.
+    """
+    marker = Path(os.environ[MARKER_ENV])
+    if extra_bufts and marker.exists():
+        segfault()
+    if extra_bufts:
+        marker.write_text("faulted", encoding="utf-8")
+    crash_on_generate(conn, model_path, n_ctx, n_threads, extra_bufts, slots)
+
+
+def test_a_request_crash_blamed_on_the_fast_path_by_the_next_self_check_is_answered(
+    reference: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(MARKER_ENV, str(tmp_path / "faulted"))
+    engine = Engine(
+        MODEL, "tinychat", n_ctx=512, n_threads=1, worker_target=crash_on_generate_then_in_check
+    )
     try:
         assert engine.fast_path.enabled is True
         assert engine.fast_path.reason is None
@@ -210,7 +248,7 @@ def test_crash_during_the_first_request_is_answered_without_the_fast_path(
         assert engine.restarts == 1
         fast = engine.fast_path
         assert fast.enabled is False
-        assert fast.reason is not None and "during a generation" in fast.reason
+        assert fast.reason is not None and "during a generation and again" in fast.reason
         # The next request goes straight to the new worker.
         assert answer(engine, "Hello!") == (reference, end)
         assert engine.restarts == 1
@@ -218,7 +256,10 @@ def test_crash_during_the_first_request_is_answered_without_the_fast_path(
         engine.close()
 
 
-def test_crash_in_a_batch_reruns_only_the_generations_without_text(reference: str) -> None:
+def test_crash_in_a_batch_reruns_only_the_generations_without_text(
+    reference: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(MARKER_ENV, str(tmp_path / "faulted"))
     engine = Engine(
         MODEL,
         "tinychat",
@@ -312,3 +353,82 @@ def test_setting_is_checked() -> None:
     )
     assert status.returncode == 2
     assert "--extra-bufts" in status.stderr
+
+
+class _FaultOnHostileGrammar:
+    """A worker's pipe end for a fast path that works, and a request that crashes llama.cpp anyway.
+
+    The fast path is reported in use (the model itself is loaded without
+    it, so this runs on every CPU); a generation whose grammar holds
+    `HOSTILE_MARK` faults the process whether the fast path is on or off,
+    the way a grammar or schema that trips a llama.cpp bug would.
+    """
+
+    def __init__(self, conn: Connection, fast: bool) -> None:
+        self._conn = conn
+        self._fast = fast
+
+    def recv(self) -> Any:
+        message = self._conn.recv()
+        if message[0] == "generate" and HOSTILE_MARK in str(message[2].get("grammar")):
+            segfault()
+        return message
+
+    def send(self, message: Any) -> None:
+        if message[0] == "ready":
+            message = ("ready", {**message[1], "extra_bufts": self._fast})
+        self._conn.send(message)
+
+
+HOSTILE_MARK = "hostile-crash"
+
+
+def crash_on_hostile_grammar(
+    conn: Connection,
+    model_path: str,
+    n_ctx: int,
+    n_threads: int | None,
+    extra_bufts: bool = True,
+    slots: int = DEFAULT_SLOTS,
+) -> None:
+    """`worker_main`, except that a generation with a marked grammar faults in either mode."""
+    wrapped = _FaultOnHostileGrammar(conn, extra_bufts)
+    worker_main(wrapped, model_path, n_ctx, n_threads, False, slots)  # type: ignore[arg-type]
+
+
+def test_a_request_that_crashes_llama_cpp_does_not_turn_the_fast_path_off_for_good(
+    reference: str,
+) -> None:
+    """One hostile request must not cost every later request the CPU fast path.
+
+    The fast path passed the self-check; a request that crashes the worker
+    with and without it is the request's fault, not the CPU's.
+    """
+    engine = Engine(
+        MODEL, "tinychat", n_ctx=512, n_threads=1, worker_target=crash_on_hostile_grammar
+    )
+    try:
+        assert engine.fast_path.enabled is True
+        prompt = engine.render([{"role": "user", "content": "Hello!"}], None)
+        job = GenerationJob(
+            engine.tokenize(prompt),
+            max_tokens=8,
+            temperature=0.0,
+            grammar=f'root ::= "{HOSTILE_MARK}"',
+        )
+        ends: list[GenerationEnd] = []
+        done = threading.Event()
+
+        def sink(update: Any) -> None:
+            if isinstance(update, GenerationEnd):
+                ends.append(update)
+                done.set()
+
+        engine.submit(job, sink)
+        assert done.wait(120), "the hostile generation did not end"
+        assert [e.finish_reason for e in ends] == ["crashed"]
+        text, end = answer(engine, "Hello!")
+        assert (text, end.finish_reason) == (reference, "stop")
+        assert engine.fast_path.enabled is True, engine.fast_path.reason
+    finally:
+        engine.close()

@@ -197,3 +197,56 @@ async def test_a_schema_that_is_slow_to_check_is_refused_without_stalling_others
         assert answer.json()["code"] == "unsupported_capability"
         assert took < 1.0 + 5.0, took
         assert p99(latencies) < 1.0
+
+
+async def test_schemas_over_the_size_bound_never_reach_a_worker() -> None:
+    """A 5 MB schema kept a schema worker busy to its limit; past 256 KiB it is refused at once."""
+    properties = {f"p{i}": {"type": "string", "description": "x" * 40} for i in range(8_000)}
+    schema = {"type": "object", "properties": properties}
+    assert len(json.dumps(schema, separators=(",", ":"))) > app_module.MAX_SCHEMA_CHARS
+    fmt = {"type": "json_schema", "json_schema": {"name": "big", "schema": schema}}
+    tool = {"type": "function", "name": "f", "parameters": schema}
+    async for http in client_for(FixedEngine("{}")):
+        for body in (request(response_format=fmt), request(tools=[tool])):
+            results, latencies = await hostile_run(http, [body])
+            ((answer, took),) = results
+            assert answer.status_code == 400, answer.text
+            assert answer.json()["code"] == "unsupported_capability"
+            assert "256 KiB" in answer.json()["detail"]
+            assert took < 2.0, took
+            assert p99(latencies) < 1.0
+
+
+async def test_an_output_check_waits_longer_for_a_busy_pool_and_says_so() -> None:
+    """A generated answer waits for a schema worker longer than a new request would."""
+    from napllm.lmsp_service.bounded import PoolBusy
+    from napllm.lmsp_service.validation import Checked
+
+    seen: list[float] = []
+
+    class BusyPool:
+        async def call(self, time_limit_s: float, function: Any, *args: Any, **kw: Any) -> Any:
+            seen.append(kw["queue_wait_s"])
+            raise PoolBusy("no free schema worker")
+
+    service = LmspService(cast(Any, FixedEngine("{}")), ServiceConfig())
+    service.schema_pool = cast(Any, BusyPool())
+    checked = Checked(
+        request=cast(Any, type("R", (), {"tools": None})()),
+        items=[],
+        tool_names=None,
+        forced_tool=False,
+        output_schema={"type": "object"},
+    )
+
+    class Assembled:
+        def function_calls(self) -> list[Any]:
+            return []
+
+        def message_text(self) -> str:
+            return "{}"
+
+    failure = await service._check_output(checked, cast(Any, Assembled()))
+    assert seen == [app_module.OUTPUT_CHECK_QUEUE_WAIT_S]
+    assert app_module.OUTPUT_CHECK_QUEUE_WAIT_S > 30.0
+    assert failure == "The model's output could not be checked: the service is too busy."

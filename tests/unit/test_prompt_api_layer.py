@@ -292,3 +292,24 @@ console.log(JSON.stringify({ plain, early, progress, audio, images, none }));
     assert result["audio"] == "unavailable"
     assert result["images"] == {"ok": "created"}
     assert result["none"] == "unavailable"
+
+
+@needs_node
+def test_the_opt_in_content_cannot_end_the_layers_inline_script() -> None:
+    """The napplet's `<meta content>` reaches the frame's script only as a known token."""
+    frames = (ROOT / "dist" / "js" / "frames.js").as_uri()
+    if not (ROOT / "dist" / "js" / "prompt-api-source.js").is_file():
+        pytest.skip("dist/ is not built (python3 build.py build)")
+    got = run_module(
+        f"""
+        import {{ promptApiScript }} from {json.dumps(frames)};
+        const hostile = promptApiScript("</script><script>alert(1)</script>");
+        const known = promptApiScript("NappletLanguageModel");
+        console.log(JSON.stringify({{
+          hostile: hostile.includes("</script") || hostile.includes("alert"),
+          tail: known.slice(known.lastIndexOf("installPromptApi")),
+        }}));
+        """
+    )
+    assert got["hostile"] is False
+    assert got["tail"].startswith('installPromptApi(window, "NappletLanguageModel")')

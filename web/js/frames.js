@@ -155,10 +155,13 @@ export function promptApiMode(text) {
  * @returns {string}
  */
 export function promptApiScript(mode) {
+  // Only the known token reaches the script text: the napplet's `content`
+  // could otherwise end the inline script early ("</script>").
+  const known = mode === "NappletLanguageModel" ? mode : "";
   return (
     "(() => { const own = document.currentScript; if (own) own.remove();\n" +
     PROMPT_API_SOURCE +
-    "\nnapllmPromptApi.installPromptApi(window, " + JSON.stringify(mode) + "); })();"
+    "\nnapllmPromptApi.installPromptApi(window, " + JSON.stringify(known) + "); })();"
   );
 }
 

@@ -101,6 +101,12 @@ from .validation import (
 
 log = logging.getLogger("napllm.lmsp_service")
 
+
+def schemas_size(schemas: list[tuple[str, Any]]) -> int:
+    """Characters of compact JSON text of every `(what, schema)` pair's schema."""
+    return sum(len(json.dumps(schema, separators=(",", ":"))) for _, schema in schemas)
+
+
 PREFIX = "/lmsp/v1"
 CORS_HEADERS = ["Authorization", "Content-Type", "Idempotency-Key", "LMSP-Version", "Last-Event-ID"]
 _VERSION = re.compile(r"\s*(\d+)\.(\d+)\s*")
@@ -113,6 +119,13 @@ SCHEMA_WORKERS = 2
 OUTPUT_CHECK_TIME_LIMIT_S = 10.0
 #: Seconds checking a request's schemas against the metaschema may take.
 SCHEMA_CHECK_TIME_LIMIT_S = 5.0
+#: Characters of JSON text all of a request's schemas (tool parameters and
+#: `response_format`) may have together; larger ones are refused before any
+#: schema worker sees them (a 5 MB schema kept a worker busy to its limit).
+MAX_SCHEMA_CHARS = 256 * 1024
+#: Seconds an output check waits for a free schema worker: the answer was
+#: already generated, so it waits longer than a new request would.
+OUTPUT_CHECK_QUEUE_WAIT_S = 120.0
 #: Modules each schema worker imports when it starts.
 _SCHEMA_WORKER_MODULES = ("napllm.lmsp_service.grammar", "napllm.lmsp_service.validation")
 
@@ -201,7 +214,8 @@ class LmspService:
         Returns the checked request, the prompt token ids and the decoded
         JSON body. Raises `ProblemError` for every defect (section 6.1).
         """
-        request, raw = parse_body(body)
+        # Parsing a body of megabytes takes seconds of Python: off the event loop.
+        request, raw = await asyncio.to_thread(parse_body, body)
         previous: list[Any] | None = None
         if request.previous_response_id is not None:
             stored = self.find_response(request.previous_response_id)
@@ -210,7 +224,14 @@ class LmspService:
             if not stored.done.is_set():
                 raise ProblemError("invalid_request", "The previous response has not finished.")
             previous = stored.input_context + output_as_input(stored.output)
-        checked = check_request(request, self.facts, previous)
+        checked = await asyncio.to_thread(check_request, request, self.facts, previous)
+        if checked.schemas and await asyncio.to_thread(schemas_size, checked.schemas) > (
+            MAX_SCHEMA_CHARS
+        ):
+            raise ProblemError(
+                "unsupported_capability",
+                "The request's schemas are larger than this service checks (256 KiB).",
+            )
         if checked.schemas:
             try:
                 failure = await self.schema_pool.call(
@@ -417,7 +438,14 @@ class LmspService:
             message_text=assembler.message_text(),
         )
         try:
-            return await self.schema_pool.call(OUTPUT_CHECK_TIME_LIMIT_S, check_output, facts)
+            return await self.schema_pool.call(
+                OUTPUT_CHECK_TIME_LIMIT_S,
+                check_output,
+                facts,
+                queue_wait_s=OUTPUT_CHECK_QUEUE_WAIT_S,
+            )
+        except PoolBusy:
+            return "The model's output could not be checked: the service is too busy."
         except BoundExceeded:
             return "The model's output could not be checked in time."
         except (BoundedCallFailed, MemoryError, RecursionError):

@@ -33,13 +33,17 @@ Rules
 - Any CPU: the worker decodes a short prompt before it reports ready
   (`llama_load.self_check`). With `extra_bufts="auto"` (the default), a
   worker that dies by a crash signal (`llama_load.CRASH_SIGNALS`) while
-  llama.cpp's CPU extra buffer types are on, during that check or during
-  a generation, is restarted with them off, once for the life of the
-  engine; this is logged once and reported by `fast_path`. The
-  generations of the crashed batch that had produced no text yet are then
-  run again on the new worker, first in the queue and in their order (the
-  clients get their answers); those that already streamed text end
-  `crashed`. `"on"` and `"off"` force the setting (no fallback).
+  llama.cpp's CPU extra buffer types are on, during that check, is
+  restarted with them off, once for the life of the engine; this is
+  logged once and reported by `fast_path`. A worker that dies in a
+  generation is restarted with the same setting first: only when that
+  worker's self-check crashes too is the fast path blamed (then turned
+  off, and the generations of the crashed batch that had produced no text
+  run again on the next worker, first in the queue and in their order, so
+  their clients get their answers). When the self-check passes, the
+  requests were at fault: they end `crashed`, are never run again, and the
+  fast path stays on. Generations that had already streamed text end
+  `crashed` either way. `"on"` and `"off"` force the setting (no fallback).
 - Cancellation (`CancelFlag.set`) removes a queued job or tells the worker
   to stop the generation before its next decoding step (which frees its
   slot at once); a step itself cannot be interrupted. A worker still
@@ -369,11 +373,7 @@ class Engine:
     def close(self) -> None:
         """Stop the worker (after its running generation, at most 5 s) and end queued jobs."""
         self._closed = True
-        with self._lock:
-            queued = list(self._queue)
-            self._queue.clear()
-        for entry in queued:
-            self._end(entry, GenerationEnd("cancelled", 0))
+        self._end_queued()
         with contextlib.suppress(OSError):
             self._send(("stop",))
         process = self._process
@@ -386,6 +386,14 @@ class Engine:
             self._conn.close()
 
     # -- supervision --------------------------------------------------------------
+
+    def _end_queued(self) -> None:
+        """End every queued job `cancelled` (the engine is closing)."""
+        with self._lock:
+            queued = list(self._queue)
+            self._queue.clear()
+        for entry in queued:
+            self._end(entry, GenerationEnd("cancelled", 0))
 
     def _fall_back(self, sig: signal.Signals, when: str) -> bool:
         """Turn the CPU extra buffer types off after a crash, if the setting allows it.
@@ -519,17 +527,24 @@ class Engine:
             process.join(5)
             code = process.exitcode
         log.error("the model worker died (exit status %s); restarting it", code)
-        sig = crash_signal(code)
-        # After the first fast-path crash (auto mode) the generations that
-        # had not streamed any text yet run again on the new worker, at the
-        # front of the queue in the order they had; the others fail.
-        fell_back = sig is not None and self._fall_back(sig, "during a generation")
-        retry = [
+        # A crash in a generation with the fast path on is evidence against
+        # the fast path only if the restarted worker, fast path still on,
+        # fails its self-check too; otherwise a request was at fault (a
+        # grammar or input that trips llama.cpp) and must neither cost every
+        # later request the fast path nor run again. The suspects are the
+        # generations of the crashed batch that had streamed no text (in
+        # their order); the others fail now.
+        fast_path_on = (
+            crash_signal(code) is not None
+            and self._extra_bufts_setting == "auto"
+            and self._extra_bufts
+        )
+        suspects = [
             entry
             for entry in running
-            if fell_back and not entry.emitted and not entry.job.cancel.is_set()
+            if fast_path_on and not entry.emitted and not entry.job.cancel.is_set()
         ]
-        failed = [entry for entry in running if entry not in retry]
+        failed = [entry for entry in running if entry not in suspects]
         with self._send_lock:
             if self._conn is not None:
                 self._conn.close()
@@ -538,18 +553,20 @@ class Engine:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_exception(EngineCrashed("the model worker died"))
-        if retry:
-            with self._lock:
-                self._queue.extendleft(reversed(retry))
         for entry in failed:
             self._end(entry, GenerationEnd("crashed", 0), EngineCrashed("the worker died"))
+        when = (
+            "during a generation and again in the restarted worker's self-check"
+            if suspects
+            else "while it restarted"
+        )
         delay = 1.0
         while not self._closed:
             try:
                 self._spawn()
                 break
             except WorkerCrashed as exc:
-                if self._fall_back(exc.signal, "while it restarted"):
+                if self._fall_back(exc.signal, when):
                     continue
                 log.exception("could not restart the model worker; retrying")
                 time.sleep(delay)
@@ -558,7 +575,19 @@ class Engine:
                 log.exception("could not restart the model worker; retrying")
                 time.sleep(delay)
                 delay = min(delay * 2, 30.0)
+        if suspects:
+            if self._extra_bufts or self._closed:
+                # The fast path passed its self-check again: the requests are at fault.
+                for entry in suspects:
+                    self._end(entry, GenerationEnd("crashed", 0), EngineCrashed("the worker died"))
+            else:
+                with self._lock:  # the fast path was at fault: answer them without it
+                    self._queue.extendleft(reversed(suspects))
         if self._closed:
+            self._end_queued()
+            process = self._process
+            if process is not None and process.is_alive():  # started while close() ran
+                process.kill()
             return
         self.restarts += 1
         with self._lock:

@@ -20,7 +20,7 @@ Rules
   removed again before `load_llama` returns, also on errors.
 - `self_check` (for a `Llama`) and `self_check_context` (for a low-level
   model and context) run one short prompt through `llama_decode` (a batch
-  of several tokens, then one token, the two shapes a generation uses), so
+  of about 50 tokens, then one token, the two shapes a generation uses), so
   a crashing fast path shows before the first real request, in a process
   that can die without harm.
 - Threads: llama-cpp-python's defaults count the host's cores
@@ -57,8 +57,14 @@ CRASH_SIGNALS = frozenset(
     {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT}
 )
 
-#: The prompt `self_check` decodes (any text the tokenizer takes will do).
-SELF_CHECK_TEXT = "Hello! How are you today?"
+#: The prompt `self_check` decodes (any text the tokenizer takes will do):
+#: long enough (about 50 tokens) that the batched matrix kernels run, not
+#: only the single-row ones.
+SELF_CHECK_TEXT = (
+    "Hello! How are you today? Please tell me about the weather in Paris, "
+    "the capital of France, and count from one to ten: one, two, three, four, "
+    "five, six, seven, eight, nine, ten."
+)
 
 _patch_lock = threading.Lock()
 
@@ -165,7 +171,8 @@ def load_llama(model_path: str | Path, *, extra_bufts: bool, **kwargs: Any) -> A
 
     `extra_bufts`: `True` keeps llama.cpp's default (the CPU's fast weight
     layouts), `False` turns them off. `kwargs` go to `Llama` unchanged
-    (`n_ctx`, `n_threads`, `verbose`, ...). Raises what `Llama` raises
+    (`n_ctx`, `n_threads`, `verbose`, ...). Raises `RuntimeError` when the
+    extra buffer types were asked off and are still on, else what `Llama` raises
     (`ValueError` for a file it cannot load).
     """
     from llama_cpp import Llama
@@ -173,7 +180,11 @@ def load_llama(model_path: str | Path, *, extra_bufts: bool, **kwargs: Any) -> A
     if extra_bufts:
         return Llama(model_path=str(model_path), **kwargs)
     with extra_bufts_off():
-        return Llama(model_path=str(model_path), **kwargs)
+        llama = Llama(model_path=str(model_path), **kwargs)
+    if extra_bufts_in_use(llama):  # a llama-cpp-python that no longer reads the defaults there
+        llama.close()
+        raise RuntimeError("llama.cpp's CPU extra buffer types could not be turned off")
+    return llama
 
 
 def extra_bufts_in_use(llama: Any) -> bool:
@@ -192,6 +203,7 @@ def self_check(llama: Any) -> None:
     Raises `RuntimeError` when llama.cpp reports a decode failure.
     """
     tokens = llama.tokenize(SELF_CHECK_TEXT.encode("utf-8"), add_bos=True, special=False)
+    tokens = tokens[: max(llama.n_ctx() - 2, 1)]  # a small context still fits the check
     if not tokens:
         raise RuntimeError("the model's tokenizer gave no tokens for the self-check")
     llama.reset()
