@@ -159,7 +159,7 @@ async (prompts) => {
   }
   return out;
 }
-""" % (WEBLLM_MODEL, WEBLLM_MODEL)
+""" % (WEBLLM_MODEL, WEBLLM_MODEL)  # noqa: UP031 (JavaScript braces stay unescaped)
 
 WLLAMA_DIRECT = """
 async (prompts) => {
@@ -314,9 +314,7 @@ def main() -> None:
 
     stats = {name: summary(r) for name, r in rows.items()}
     differ = sum(
-        1
-        for answers in zip(*rows.values(), strict=True)
-        if len({a["text"] for a in answers}) != 1
+        1 for answers in zip(*rows.values(), strict=True) if len({a["text"] for a in answers}) != 1
     )
     fallback = " (fallback adapter)" if adapter.get("fallback") else ""
     print(

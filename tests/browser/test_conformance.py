@@ -4,8 +4,9 @@ The shell page (web/ with napllm in Pyodide, ``?test=1``) runs the fixture
 connections ``fx-*``; napplet frames run ``napplets/probe.html``, which posts
 envelopes from inside the sandboxed frame the NIP-5D web projection's way
 (``window.parent.postMessage``) and records what the shell delivers as
-``message`` events whose ``source`` is ``window.parent``. The chooser and consent dialogs are answered with real clicks (and
-Esc); provider submissions are counted with ``napllmTest.stats``. Each test
+``message`` events whose ``source`` is ``window.parent``. The chooser and
+consent dialogs are answered with real clicks (and Esc); provider
+submissions are counted with ``napllmTest.stats``. Each test
 asserts the *required observation* of its row in the NAP-LLM Conformance
 Cases table under the name of its tests/unit/test_conformance_core.py
 counterpart, and parametrizes over the same tables (tests/conformance_cases.py),

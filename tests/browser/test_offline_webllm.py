@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import RETURNING_VISITOR_SCRIPT, WEBGPU_ARGS
 from test_offline import Server
+
+from conftest import RETURNING_VISITOR_SCRIPT, WEBGPU_ARGS
 
 pytestmark = [pytest.mark.browser, pytest.mark.webgpu]
 

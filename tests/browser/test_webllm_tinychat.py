@@ -30,7 +30,7 @@ counting answer is only started (to be cancelled).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -46,9 +46,7 @@ SAMPLES = json.loads((TINYCHAT / "samples_torch.json").read_text())
 #: Prompts with one user message and a short answer (the tool-result turn
 #: needs a `tool` message, which a connection without tools cannot carry;
 #: the counting answer is 200 tokens).
-GREEDY_SAMPLES = [
-    s for s in SAMPLES if len(s["messages"]) == 1 and len(s["out_ids"]) <= 64
-]
+GREEDY_SAMPLES = [s for s in SAMPLES if len(s["messages"]) == 1 and len(s["out_ids"]) <= 64]
 COUNT_SAMPLE = next(s for s in SAMPLES if len(s["out_ids"]) > 64)
 CONNECTION = "builtin-tinychat-webllm"
 NAME = "TinyChat (WebGPU, WebLLM)"
@@ -332,9 +330,10 @@ def test_cancel_mid_stream_then_the_engine_answers_again(shell: Shell) -> None:
     after = shell.generate("after", {"messages": [user("Thanks!")], "temperature": 0})
     assert after["error"] is None, after
     assert text_of(after["result"]) == "You are welcome!"
-    assert shell.page.evaluate(
-        "import('./engines/webllm-engine.js').then((m) => m.openStreams())"
-    ) == 0
+    assert (
+        shell.page.evaluate("import('./engines/webllm-engine.js').then((m) => m.openStreams())")
+        == 0
+    )
 
 
 def test_swap_between_two_webllm_connections(shell: Shell) -> None:

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from nodejs import needs_node, run_module
 
 ROOT = Path(__file__).resolve().parents[2]
