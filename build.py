@@ -56,7 +56,6 @@ import functools
 import gzip
 import hashlib
 import html.parser
-import http.server
 import importlib.util
 import json
 import os
@@ -70,9 +69,20 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent
+# Serving dist/ (headers, MIME types) is shared with the tests, the benchmarks
+# and napllm-check; the module is standard library only.
+sys.path.insert(0, str(ROOT / "runtime"))
+# MIME_TYPES, DistRequestHandler and DistServer stay importable from here.
+from napllm.devtools.headless import (  # noqa: E402, F401
+    MIME_TYPES,
+    DistRequestHandler,
+    DistServer,
+    make_server,
+)
+
 DIST = ROOT / "dist"
 #: The test build: dist/ (hard links) plus the test hooks of tests/hooks/.
 DIST_TEST = ROOT / "dist-test"
@@ -196,22 +206,6 @@ PROMPT_API_GLOBAL = "napllmPromptApi"
 #: onnxruntime-web's wasm build that transformers.js loads for WebGPU and WASM
 #: (copied next to its bundle; the library's default would be a CDN).
 ORT_WASM_FILES = ("ort-wasm-simd-threaded.asyncify.mjs", "ort-wasm-simd-threaded.asyncify.wasm")
-
-#: Extra MIME types for the development server (the stdlib map lacks or varies on these).
-MIME_TYPES = {
-    ".wasm": "application/wasm",
-    ".js": "text/javascript",
-    ".mjs": "text/javascript",
-    ".json": "application/json",
-    ".webmanifest": "application/manifest+json",
-    ".whl": "application/octet-stream",
-    ".gguf": "application/octet-stream",
-    ".onnx": "application/octet-stream",
-    ".zip": "application/zip",
-    ".css": "text/css",
-    ".html": "text/html",
-    ".svg": "image/svg+xml",
-}
 
 
 class BuildError(RuntimeError):
@@ -1513,80 +1507,6 @@ def clean() -> None:
 
 
 # --------------------------------------------------------------------------- serving
-
-
-class DistRequestHandler(http.server.SimpleHTTPRequestHandler):
-    """Static file handler for dist/ with cross-origin isolation and exact MIME types.
-
-    Adds ``Cross-Origin-Opener-Policy: same-origin``,
-    ``Cross-Origin-Embedder-Policy: require-corp``,
-    ``Cross-Origin-Resource-Policy: same-origin`` and ``Cache-Control:
-    no-cache`` to every response. Set the class attribute ``quiet`` to
-    silence the access log (errors are still printed), and ``overlays`` to
-    serve extra folders under URL prefixes (``{"/_test/": "<a folder>"}``:
-    test and benchmark pages that sit one level below dist/'s root without
-    being part of it; a request cannot climb out of an overlay folder).
-    """
-
-    # typeshed declares extensions_map an instance attribute, hence no ClassVar.
-    extensions_map = {  # noqa: RUF012
-        **http.server.SimpleHTTPRequestHandler.extensions_map,
-        **MIME_TYPES,
-    }
-    quiet: ClassVar[bool] = False
-    overlays: ClassVar[dict[str, str]] = {}
-
-    def translate_path(self, path: str) -> str:
-        for prefix, folder in self.overlays.items():
-            if path.startswith(prefix):
-                # The parent resolves "..", "." and escapes against dist/; the
-                # result is then re-rooted in the overlay folder.
-                inside = super().translate_path("/" + path[len(prefix) :])
-                return os.path.join(folder, os.path.relpath(inside, self.directory))
-        return super().translate_path(path)
-
-    def end_headers(self) -> None:
-        self.send_header("Cross-Origin-Opener-Policy", "same-origin")
-        self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
-        self.send_header("Cross-Origin-Resource-Policy", "same-origin")
-        self.send_header("Cache-Control", "no-cache")
-        super().end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        if not self.quiet:
-            super().log_message(format, *args)
-
-    def log_error(self, format: str, *args: Any) -> None:
-        super().log_message(format, *args)
-
-
-class DistServer(http.server.ThreadingHTTPServer):
-    """ThreadingHTTPServer that does not print tracebacks for clients that hang up."""
-
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if isinstance(sys.exc_info()[1], ConnectionError):
-            return
-        super().handle_error(request, client_address)
-
-
-def make_server(
-    directory: Path = DIST,
-    host: str = "127.0.0.1",
-    port: int = 0,
-    *,
-    quiet: bool = False,
-    overlays: dict[str, Path] | None = None,
-) -> DistServer:
-    """Create (not start) a server for ``directory``; port 0 picks a free port.
-
-    ``overlays`` maps URL prefixes such as ``"/_test/"`` to extra folders
-    (see :class:`DistRequestHandler`).
-    """
-    extra = {prefix: str(folder) for prefix, folder in (overlays or {}).items()}
-    handler = type("Handler", (DistRequestHandler,), {"quiet": quiet, "overlays": extra})
-    return DistServer((host, port), functools.partial(handler, directory=str(directory)))
 
 
 def serve(host: str, port: int) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import shutil
 import statistics
 import sys
@@ -33,18 +32,10 @@ from typing import Any
 from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = os.environ.get("NAPLLM_CHROMIUM", "/usr/bin/chromium")
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-]
+sys.path.insert(0, str(ROOT / "runtime"))
+from napllm.devtools.headless import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+
+ARGS = list(CHROMIUM_ARGS)
 BENCH_DIR = "_bench"
 
 PYODIDE_PAGE = """<!doctype html><meta charset="utf-8"><title>bench</title>

@@ -41,7 +41,6 @@ import asyncio
 import functools
 import gzip
 import importlib.util
-import os
 import shutil
 import statistics
 import sys
@@ -61,18 +60,9 @@ sys.path[:0] = [
     str(ROOT / "tests" / "unit"),
     str(ROOT / "tests" / "browser"),
 ]
-CHROMIUM = os.environ.get("NAPLLM_CHROMIUM", "/usr/bin/chromium")
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-]
+from napllm.devtools.headless import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+
+ARGS = list(CHROMIUM_ARGS)
 BENCH = "_bench"
 TEST = "_test"
 TIMEOUT_MS = 180_000

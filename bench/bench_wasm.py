@@ -62,18 +62,9 @@ from typing import Any
 from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = os.environ.get("NAPLLM_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-]
+sys.path.insert(0, str(ROOT / "runtime"))
+from napllm.devtools.headless import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+
 LONG_PROMPT = "Count from 1 to 100."
 PROMPTS = [
     "Hello!",
@@ -441,7 +432,7 @@ def main() -> None:
         server, base = serve(build, Path(tmp))
         try:
             with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS))
                 page = browser.new_page()
                 page.add_init_script(LONGTASK_PROBE)
                 page.add_init_script(WASM_PROBE)

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import statistics
 import sys
 import tempfile
@@ -50,19 +49,10 @@ from typing import Any
 from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = os.environ.get("NAPLLM_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-    "--enable-unsafe-webgpu",
-]
+sys.path.insert(0, str(ROOT / "runtime"))
+from napllm.devtools.headless import CHROMIUM, CHROMIUM_ARGS, WEBGPU_ARGS  # noqa: E402
+
+ARGS = [*CHROMIUM_ARGS, *WEBGPU_ARGS]
 PROMPTS = [
     "Hello!",
     "Who are you?",
@@ -134,7 +124,7 @@ async (prompts) => {
 WEBLLM_DIRECT = """
 async (prompts) => {
   const api = await import('./engines/webllm-engine.js');
-  const loaded = JSON.parse(await api.ensureEngine('%s', 'bench', 'TinyChat'));
+  const loaded = JSON.parse(await api.ensureEngine('@MODEL@', 'bench', 'TinyChat'));
   if (!loaded.ok) throw new Error('the WebLLM model did not load: ' + loaded.kind);
   const out = [];
   for (const prompt of prompts) {
@@ -142,7 +132,7 @@ async (prompts) => {
       stream_options: {include_usage: true}, temperature: 0};
     let first = null, tokens = 0, text = '';
     const t0 = performance.now();
-    const id = api.startChat('%s', JSON.stringify(body));
+    const id = api.startChat('@MODEL@', JSON.stringify(body));
     for (;;) {
       const batch = JSON.parse(await api.nextChunks(id));
       for (const chunk of batch.chunks) {
@@ -159,7 +149,7 @@ async (prompts) => {
   }
   return out;
 }
-""" % (WEBLLM_MODEL, WEBLLM_MODEL)  # noqa: UP031 (JavaScript braces stay unescaped)
+""".replace("@MODEL@", WEBLLM_MODEL)
 
 WLLAMA_DIRECT = """
 async (prompts) => {
@@ -257,7 +247,7 @@ def main() -> None:
         base = f"http://127.0.0.1:{server.server_address[1]}/"
         try:
             with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
                 page = browser.new_page()
                 page.set_default_timeout(300_000)
                 napplet = quote(f"{base}_bench/bench.html", safe="")

@@ -1,8 +1,9 @@
-"""User-configured connections: the registry, the form's specs, routes (DESIGN.md, "Connection").
+"""User-configured connections: the registry, the form's specs, routes
+(docs/design.md, "Connection").
 
-The records themselves (`Connection`, `Capabilities`, `ProviderKind`,
-`ToolChoiceMode`) live in `records.py`, so the rule and provider layers
-depend on data only, never on this module.
+The records themselves (`Connection`, `Capabilities`, `ToolChoiceMode`)
+live in `records.py` and the kinds in `kinds.py`, so the rule and provider
+layers depend on data only, never on this module.
 
 Rules
 - A connection is a user-configured route to one model: provider kind, model
@@ -33,7 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .kinds import host_of, route_for
+from .kinds import FormKind, ProviderKind, host_of, route_for
 from .records import (
     BASE_URL_MESSAGE,
     QUERY_MESSAGE,
@@ -41,7 +42,6 @@ from .records import (
     USERINFO_MESSAGE,
     Capabilities,
     Connection,
-    ProviderKind,
     ToolChoiceMode,
     UrlRefused,
     check_base_url,
@@ -170,7 +170,7 @@ class ConnectionSpec(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
     name: str = Field(min_length=1, max_length=200)
-    kind: Literal["lmsp", "openai", "wasm", "webllm", "onnx", "scripted"]
+    kind: FormKind
     model: str = Field(min_length=1, max_length=500)
     settings: dict[str, Any] = Field(default_factory=dict)
     credential: str | None = None

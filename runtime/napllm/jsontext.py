@@ -4,8 +4,8 @@ Every text from outside (a napplet's envelope, a provider's SSE payload, a
 tool call's arguments, a `format: "json"` answer, an engine's chunk batch, a
 stored connection) is read here before anything else touches it.
 
-Rules (RFC 8259; NAP-LLM, Schemas: "invalid encodings"; DESIGN.md: "Every
-text from outside ... is read by one strict reader with limits")
+Rules (RFC 8259; NAP-LLM, Schemas: "invalid encodings"; docs/design.md,
+"Style": every text from outside is read by one strict reader with limits)
 - RFC 8259 JSON only: no `NaN`, `Infinity` or `-Infinity`, no duplicate
   object keys, no trailing data.
 - Every number must fit a double exactly enough to round-trip through

@@ -1,4 +1,4 @@
-"""Connection kinds: the one table the runtime and the page share (DESIGN.md, "Connection").
+"""Connection kinds: the one table the runtime and the page share (docs/design.md, "Connection").
 
 Rules
 - Each provider kind is described once, here: its label, a one-line
@@ -15,6 +15,9 @@ Rules
   are `host[:port]` only: never a path, a query or user info, so never a
   credential. Words a service reports about itself (its model engine) are
   used only when they are short plain words (`engine_words`).
+- The kinds are named once, here: `FormKind` (what a user may add, one
+  `KINDS` row each) and `ProviderKind` (those and the test build's
+  `fixture`); records, the form's spec and the engines take them from here.
 - A kind the table does not know has no route: `route_for` raises
   `ValueError` rather than invent one. The test build adds its fixture kind
   to the table it publishes (`catalogue(extra)`); the product has none.
@@ -25,8 +28,14 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
+
+#: The connection kinds a user may add (the connections form's `kind`): one
+#: `KindInfo` row each in `KINDS`, in the same order.
+FormKind = Literal["lmsp", "openai", "wasm", "webllm", "onnx", "scripted"]
+#: Every `Connection.kind`: the form's kinds and the test build's `fixture`.
+ProviderKind = Literal[FormKind, "fixture"]
 
 #: The arrow between hops of a route.
 HOP = " → "
@@ -221,7 +230,7 @@ def route_for(kind: str, settings: dict[str, Any]) -> str:
     `settings`: the connection's settings (`baseUrl`; `forwardsTo`, the
     address a proxy at `baseUrl` forwards to; `serviceEngine`, the engine an
     LMSP service reported). Raises `ValueError` for a kind the table does not
-    know (DESIGN.md, Route; NAP-LLM, Privacy).
+    know (docs/design.md, "Route"; NAP-LLM, Privacy).
     """
     if kind == "lmsp":
         route = f"This browser{HOP}LMSP service at {host_of(str(settings.get('baseUrl', '')))}"

@@ -1,4 +1,4 @@
-"""A generation's lifecycle in the shell as one transition table.
+"""The shell's lifecycles as transition tables: a generation's and an endpoint's.
 
 Rules (NAP-LLM, Wire Protocol: "exactly one terminal result" per request;
 Shell Behavior: consent before submission)
@@ -18,13 +18,23 @@ Shell Behavior: consent before submission)
   flushing settles it with an error instead (`FLUSHING` -> `SETTLED`); the
   success then finds the generation settled and sends nothing more.
 
+- An endpoint (one loaded napplet document; docs/design.md, "Endpoint") is
+  `LIVE` from `Shell.open_endpoint` until `CLOSE` (its document went away),
+  then `CLOSED` for good: nothing it sends is read and nothing is sent to
+  it (`ENDPOINT_TRANSITIONS`). A reload is a new endpoint.
+
 Written here rather than with a state-machine library: the table is a few
 rows, and the shell needs it to run unchanged in Pyodide.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
+from typing import Any, ClassVar, Generic, TypeVar
+
+S = TypeVar("S", bound=Enum)
+E = TypeVar("E", bound=Enum)
 
 
 class GenState(Enum):
@@ -66,23 +76,34 @@ class LifecycleError(RuntimeError):
     """An event the table does not allow in the current state (a shell bug)."""
 
 
-class Lifecycle:
-    """One generation's state, changed only through `TRANSITIONS`."""
+class _Table(Generic[S, E]):
+    """A state changed only through the rows of `transitions`."""
 
-    def __init__(self) -> None:
-        self.state = GenState.CHECKING
+    transitions: ClassVar[Mapping[tuple[Any, Any], Any]]
 
-    def can(self, event: GenEvent) -> bool:
+    def __init__(self, state: S) -> None:
+        self.state = state
+
+    def can(self, event: E) -> bool:
         """Whether `event` is allowed now."""
-        return (self.state, event) in TRANSITIONS
+        return (self.state, event) in self.transitions
 
-    def fire(self, event: GenEvent) -> GenState:
+    def fire(self, event: E) -> S:
         """Apply `event`; returns the new state. Raises `LifecycleError` if refused."""
         try:
-            self.state = TRANSITIONS[(self.state, event)]
+            self.state = self.transitions[(self.state, event)]
         except KeyError:
             raise LifecycleError(f"{event.value} refused in state {self.state.value}") from None
         return self.state
+
+
+class Lifecycle(_Table[GenState, GenEvent]):
+    """One generation's state, changed only through `TRANSITIONS`."""
+
+    transitions = TRANSITIONS
+
+    def __init__(self) -> None:
+        super().__init__(GenState.CHECKING)
 
     @property
     def settled(self) -> bool:
@@ -93,3 +114,36 @@ class Lifecycle:
     def delivering(self) -> bool:
         """Whether deltas go out now."""
         return self.state in DELIVERING
+
+
+class EndpointState(Enum):
+    """Where an endpoint is (module rules)."""
+
+    LIVE = "live"
+    CLOSED = "closed"
+
+
+class EndpointEvent(Enum):
+    """What happens to an endpoint (module rules)."""
+
+    CLOSE = "close"
+
+
+ENDPOINT_TRANSITIONS: dict[tuple[EndpointState, EndpointEvent], EndpointState] = {
+    (EndpointState.LIVE, EndpointEvent.CLOSE): EndpointState.CLOSED,
+}
+"""Every allowed `(state, event) -> next state` of an endpoint; nothing else is."""
+
+
+class EndpointLife(_Table[EndpointState, EndpointEvent]):
+    """One endpoint's state, changed only through `ENDPOINT_TRANSITIONS`."""
+
+    transitions = ENDPOINT_TRANSITIONS
+
+    def __init__(self) -> None:
+        super().__init__(EndpointState.LIVE)
+
+    @property
+    def live(self) -> bool:
+        """Whether the endpoint's document is still there."""
+        return self.state is EndpointState.LIVE

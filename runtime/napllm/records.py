@@ -28,7 +28,7 @@ Rules (NAP-LLM, Schemas: "Unknown fields in these input records, explicit
 - Output records (Model, Generation, Usage, Delta, Error) are built by the
   runtime and validated on construction, so an internal mistake fails loudly
   in tests rather than reaching a napplet.
-- Connection records (`Connection`, `Capabilities`; DESIGN.md, "Connection")
+- Connection records (`Connection`, `Capabilities`; docs/design.md, "Connection")
   are the shell's own data, never from a napplet: a connection is a
   user-configured route to one model (provider kind, model id, settings,
   credential); its capabilities come from the provider. `Connection.public_model`
@@ -59,6 +59,7 @@ from pydantic import (
 )
 
 from .errors import ErrorCode, NapError
+from .kinds import ProviderKind
 from .schema import default_validator
 
 NonEmptyText = Annotated[str, StringConstraints(min_length=1)]
@@ -510,9 +511,8 @@ def parse_requirements(raw: Any) -> Requirements:
 
 
 # --------------------------------------------------------------------------
-# Connection records (the shell's own data; DESIGN.md, "Connection")
+# Connection records (the shell's own data; docs/design.md, "Connection")
 
-ProviderKind = Literal["webllm", "wasm", "onnx", "lmsp", "openai", "fixture", "scripted"]
 ToolChoiceMode = Literal["auto", "none", "required", "tool"]
 TOOL_CHOICE_ORDER: tuple[ToolChoiceMode, ...] = ("auto", "none", "required", "tool")
 

@@ -1,13 +1,18 @@
 """The shell: endpoints, accounts, handles, generations, consent, deadlines.
 
-Pure asyncio behind ports (no browser imports): `Transport` (envelopes to an
-endpoint), `Chooser` (the model chooser), `Consent` (the disclosure dialog),
+Pure asyncio behind ports (no browser imports; `shell_ports` defines them
+and the records they exchange): `Transport` (envelopes to an endpoint),
+`Chooser` (the model chooser), `Consent` (the disclosure dialog),
 `ProviderFactory` (connection -> provider), `Clock` (deadlines) and an
-optional `Observer` (inspector, user notices).
+optional `Observer` (inspector, user notices). Handles are
+`selections.Selections`, standing grants `grants.Grants`, and the
+lifecycles of a generation and of an endpoint are the tables of
+`lifecycle`.
 
 Rules (NAP-LLM, API Surface, Wire Protocol, Cancellation and deadlines,
 Shell Behavior, Security Considerations)
-- An *endpoint* is one loaded napplet document (DESIGN.md). Every request is
+- An *endpoint* is one loaded napplet document (docs/design.md,
+  "Endpoint"), live until it closes (`lifecycle.EndpointLife`). Every request is
   bound to the endpoint that sent it and to the current account; results,
   deltas and cancellation go only to that endpoint. A closed endpoint gets
   nothing more; its work is cancelled and its handles invalidated.
@@ -53,30 +58,43 @@ Shell Behavior, Security Considerations)
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 import secrets
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any
 
 from .connections import ConnectionRegistry
 from .errors import ErrorCode, NapError, ProviderFailure, unsupported
+from .grants import Grants
 from .intake import Cancel, Describe, Generate, Select, read_request
-from .kinds import model_display_name
-from .lifecycle import GenEvent, Lifecycle
-from .providers.base import Provider
+from .lifecycle import EndpointEvent, EndpointLife, GenEvent, Lifecycle
 from .records import (
     Connection,
     Generation,
     GenerationRequest,
-    ImagePart,
     ModelRecord,
     Requirements,
-    TextPart,
-    ThinkingPart,
-    ToolCallPart,
+)
+from .selections import Selections
+from .shell_ports import (
+    AsyncioClock,
+    ChoicePick,
+    ChoiceRequest,
+    Chooser,
+    Clock,
+    Consent,
+    ConsentDecision,
+    Disclosure,
+    Grant,
+    NappletIdentity,
+    Observer,
+    ProviderFactory,
+    ShellPolicy,
+    TimerHandle,
+    ToolResultDisclosure,
+    Transport,
+    disclose,
 )
 from .streaming import DeltaStream
 from .translate import GenerationAssembler, check_supported, nap_to_lmsp
@@ -91,311 +109,29 @@ from .wire import (
 
 log = logging.getLogger("napllm.shell")
 
-# --------------------------------------------------------------------------
-# Records the ports exchange
-
-
-@dataclass(frozen=True)
-class NappletIdentity:
-    """A napplet as loaded: `name` plus the sha256 (hex) of its exact bytes.
-
-    `domains`: the NAP domains exposed to it (the shell serves `llm` only if
-    present). `origin`: where a napplet opened from a URL was loaded from
-    (``"https://example.org"``), shown wherever it is named; ``""`` for a
-    napplet listed by the shell itself.
-    """
-
-    name: str
-    sha256: str
-    domains: frozenset[str] = frozenset({"llm"})
-    origin: str = ""
-
-    @property
-    def short_hash(self) -> str:
-        """The first 12 hex digits, for dialogs."""
-        return self.sha256[:12]
-
-    def to_json(self) -> dict[str, str]:
-        """`{"name", "sha256", "shortHash"}` (plus `"origin"` when set) for the UI."""
-        out = {"name": self.name, "sha256": self.sha256, "shortHash": self.short_hash}
-        if self.origin:
-            out["origin"] = self.origin
-        return out
-
-
-@dataclass(frozen=True)
-class ChoiceRequest:
-    """What the chooser shows: who asks, what is required, which connections fit.
-
-    `revision` numbers the candidate lists of one chooser (0 first, one more
-    each time the fitting connections change while it is open); a pick says
-    which list it was made on (`ChoicePick`).
-    """
-
-    endpoint_id: str
-    napplet: NappletIdentity
-    requirements: Requirements
-    candidates: list[Connection]
-    revision: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        """The chooser's input (no credentials, no settings)."""
-        return {
-            "revision": self.revision,
-            "napplet": self.napplet.to_json(),
-            "requirements": self.requirements.model_dump(exclude_none=True, by_alias=True),
-            "candidates": [
-                {
-                    "id": c.id,
-                    "name": c.name,
-                    "kind": c.kind,
-                    "model": c.model,
-                    "route": c.route,
-                    "charges": c.charges,
-                    "capabilities": {
-                        k: v for k, v in c.public_model("").items() if k not in _MODEL_IDENTITY
-                    },
-                }
-                for c in self.candidates
-            ],
-        }
-
-
-_MODEL_IDENTITY = ("handle", "name", "model", "route")
-
-
-@dataclass(frozen=True)
-class ChoicePick:
-    """The person's pick: a candidate's connection id and the list it was on.
-
-    `revision` is the `ChoiceRequest.revision` of the list the chooser
-    showed when the person picked (NAP-LLM, API Surface `select`: the shell
-    binds only the connection the person chose, never a replacement).
-    """
-
-    connection_id: str
-    revision: int
-
-
-@dataclass(frozen=True)
-class ToolResultDisclosure:
-    """One tool result to be disclosed: which call, how big, error flag."""
-
-    tool_name: str
-    tool_call_id: str
-    characters: int
-    images: int
-    is_error: bool
-
-
-@dataclass(frozen=True)
-class Disclosure:
-    """Everything the consent dialog must name (NAP-LLM, Shell Behavior).
-
-    The requesting napplet, the route and model (its id and, for people, its
-    name in words, `kinds.model_display_name`), what is disclosed (message
-    count, characters, images, tool definitions, tool results) and whether
-    charges may apply.
-    """
-
-    endpoint_id: str
-    napplet: NappletIdentity
-    connection: Connection
-    messages: int
-    characters: int
-    images: int
-    tool_definitions: list[dict[str, Any]]
-    tool_results: list[ToolResultDisclosure]
-    format: str
-    max_tokens: int | None
-
-    @property
-    def digest(self) -> str:
-        """SHA-256 (hex) of `to_json()`: what the dialog shows, exactly.
-
-        A dialog returns it with its Allow, so an answer is only taken for
-        the disclosure it was given (bridge.py `DomConsent`).
-        """
-        text = json.dumps(self.to_json(), sort_keys=True, ensure_ascii=False)
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-    def to_json(self) -> dict[str, Any]:
-        """The consent dialog's input (no credentials, no settings)."""
-        c = self.connection
-        return {
-            "napplet": self.napplet.to_json(),
-            "connection": {"id": c.id, "name": c.name, "kind": c.kind},
-            "route": c.route,
-            "model": c.model,
-            "modelName": model_display_name(c.model),
-            "charges": c.charges,
-            "disclosed": {
-                "messages": self.messages,
-                "characters": self.characters,
-                "images": self.images,
-                "toolDefinitions": self.tool_definitions,
-                "toolResults": [
-                    {
-                        "toolName": r.tool_name,
-                        "toolCallId": r.tool_call_id,
-                        "characters": r.characters,
-                        "images": r.images,
-                        "isError": r.is_error,
-                    }
-                    for r in self.tool_results
-                ],
-                "format": self.format,
-                "maxTokens": self.max_tokens,
-            },
-        }
-
-
-@dataclass(frozen=True)
-class ConsentDecision:
-    """The user's answer: `allow`, and `remember` (opt-in standing grant)."""
-
-    allow: bool
-    remember: bool = False
-
-
-@dataclass(frozen=True)
-class Grant:
-    """A standing consent: this napplet, this connection, this account."""
-
-    key: str
-    napplet: NappletIdentity
-    connection_id: str
-    account: str
-
-    def to_json(self, connection_name: str) -> dict[str, Any]:
-        """For the connections panel."""
-        return {
-            "key": self.key,
-            "napplet": {"name": self.napplet.name, "shortHash": self.napplet.short_hash},
-            "connectionId": self.connection_id,
-            "connectionName": connection_name,
-            "account": self.account,
-        }
-
-
-# --------------------------------------------------------------------------
-# Ports
-
-
-class Transport(Protocol):
-    """Delivers one envelope (a JSON-ready dict) to an endpoint."""
-
-    def send(self, endpoint_id: str, envelope: dict[str, Any]) -> None:
-        """Deliver now; must not raise for a gone endpoint."""
-        ...
-
-
-class Chooser(Protocol):
-    """The model chooser (a DOM dialog in the browser).
-
-    A chooser may also offer `refresh(request, updated)`: while `choose(request)`
-    is pending, the connections changed and `updated` (the same request with
-    the candidates that fit now, at the next `revision`) replaces its
-    candidate list. The shell calls it when present; a chooser without it
-    keeps showing the first list, and its pick (of an older revision) makes
-    the shell ask again with the current list.
-    """
-
-    async def choose(self, request: ChoiceRequest) -> ChoicePick | None:
-        """The pick (with the revision of the list shown), or None when the user cancels.
-
-        The shell cancels the awaiting task when the answer is no longer
-        needed; the implementation closes its dialog then.
-        """
-        ...
-
-
-class Consent(Protocol):
-    """The per-request disclosure dialog."""
-
-    async def ask(self, disclosure: Disclosure) -> ConsentDecision:
-        """The user's decision; cancelled like `Chooser.choose`."""
-        ...
-
-
-ProviderFactory = Callable[[Connection], Provider]
-
-
-class TimerHandle(Protocol):
-    """A scheduled callback that can be cancelled."""
-
-    def cancel(self) -> None:
-        """Do not run the callback."""
-        ...
-
-
-class Clock(Protocol):
-    """Time for deadlines (seconds)."""
-
-    def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
-        """Run `callback` after `delay` seconds."""
-        ...
-
-
-class AsyncioClock:
-    """The running event loop's timers (works under Pyodide's webloop too)."""
-
-    def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
-        """`loop.call_later`."""
-        return asyncio.get_running_loop().call_later(delay, callback)
-
-
-class Observer:
-    """Hooks for the inspector and the shell UI; the default does nothing."""
-
-    def envelope(self, endpoint_id: str, direction: Literal["in", "out"], envelope: Any) -> None:
-        """Every envelope received (as parsed JSON) or sent."""
-
-    def dropped(self, endpoint_id: str, reason: str) -> None:
-        """A message that got no reply (not an envelope, unknown type, no id)."""
-
-    def notice(self, level: str, text: str, connection_id: str | None = None) -> None:
-        """A message for the user, shown by the shell (never in a frame)."""
-
-    def submitted(self, endpoint_id: str, connection_id: str) -> None:
-        """A generation was submitted to a provider."""
-
-    def grants_changed(self) -> None:
-        """The standing grants changed."""
-
-
-@dataclass(frozen=True)
-class ShellPolicy:
-    """Runtime limits (NAP-LLM: "Runtime limits are policy").
-
-    `deadline_s`: bound per generation, consent wait included; `delta_interval_s`:
-    minimum time between delta flushes (coalescing); `max_active_per_endpoint`,
-    `max_active_total`, `max_pending_selects`: concurrency limits
-    (`quota-exceeded`); `max_characters`: text characters per request;
-    `max_chooser_reshows`: how often one `select` shows the current list
-    again after a pick made on an older one (then `selection-expired`).
-    """
-
-    deadline_s: float = 300.0
-    delta_interval_s: float = 0.004
-    max_active_per_endpoint: int = 16
-    max_active_total: int = 128
-    max_pending_selects: int = 4
-    max_characters: int = 4_000_000
-    max_chooser_reshows: int = 8
-
+#: The ports and their records live in `shell_ports`; they are importable from here too.
+__all__ = [
+    "AsyncioClock",
+    "ChoicePick",
+    "ChoiceRequest",
+    "Chooser",
+    "Clock",
+    "Consent",
+    "ConsentDecision",
+    "Disclosure",
+    "Grant",
+    "NappletIdentity",
+    "Observer",
+    "ProviderFactory",
+    "Shell",
+    "ShellPolicy",
+    "TimerHandle",
+    "ToolResultDisclosure",
+    "Transport",
+]
 
 # --------------------------------------------------------------------------
 # State
-
-
-@dataclass
-class _Selection:
-    endpoint_id: str
-    account: str
-    connection_id: str
-    # the exact record bound; an edit or a re-add under the id is another one
-    connection: Connection
 
 
 @dataclass
@@ -414,7 +150,7 @@ class _Generation:
 class _Endpoint:
     id: str
     napplet: NappletIdentity
-    open: bool = True
+    life: EndpointLife = field(default_factory=EndpointLife)  # lifecycle.ENDPOINT_TRANSITIONS
     generations: dict[str, _Generation] = field(default_factory=dict)
     # unique key -> (the napplet's select id, the chooser task); ids may repeat
     selects: dict[str, tuple[str, asyncio.Task[None]]] = field(default_factory=dict)
@@ -469,8 +205,8 @@ class Shell:
         self._observer = observer or Observer()
         self._account = account
         self._endpoints: dict[str, _Endpoint] = {}
-        self._handles: dict[str, _Selection] = {}
-        self._grants: dict[str, Grant] = {}
+        self._selections = Selections(connections)
+        self._grants = Grants(lambda: self._observe("grants_changed"))
         self._tasks: set[asyncio.Task[None]] = set()
         connections.subscribe(self._connection_changed)
 
@@ -492,15 +228,13 @@ class Shell:
         endpoint = self._endpoints.pop(endpoint_id, None)
         if endpoint is None:
             return
-        endpoint.open = False
+        endpoint.life.fire(EndpointEvent.CLOSE)
         for gen in list(endpoint.generations.values()):
             self._settle(gen, None)
         for _, task in endpoint.selects.values():
             task.cancel()
         endpoint.selects.clear()
-        for handle, sel in list(self._handles.items()):
-            if sel.endpoint_id == endpoint_id:
-                del self._handles[handle]
+        self._selections.forget_endpoint(endpoint_id)
 
     def receive(self, endpoint_id: str, message: object) -> None:
         """Handle one message from an endpoint. Never raises.
@@ -509,7 +243,7 @@ class Shell:
         unknown or closed endpoints are dropped silently.
         """
         endpoint = self._endpoints.get(endpoint_id)
-        if endpoint is None or not endpoint.open:
+        if endpoint is None or not endpoint.life.live:
             return
         self._observe("envelope", endpoint_id, "in", message)
         try:
@@ -529,19 +263,16 @@ class Shell:
                 error = NapError(ErrorCode.CANCELLED, "The account changed; select again.")
                 self._send(endpoint, error_result("llm.select", rid, error))
             endpoint.selects.clear()
-        self._handles.clear()
+        self._selections.clear()
         self._account = account
 
     def grants(self) -> list[Grant]:
         """The standing consent grants."""
-        return list(self._grants.values())
+        return self._grants.all()
 
     def revoke_grant(self, key: str) -> bool:
         """Remove a standing grant; True if it existed."""
-        removed = self._grants.pop(key, None) is not None
-        if removed:
-            self._observe("grants_changed")
-        return removed
+        return self._grants.revoke(key)
 
     async def idle(self) -> None:
         """Wait until every task the shell started has finished (tests, shutdown)."""
@@ -587,7 +318,7 @@ class Shell:
         The observer only watches: its failure is logged and never stops a
         delivery. A transport that raises is taken as "not delivered".
         """
-        if not endpoint.open:
+        if not endpoint.life.live:
             return False
         self._observe("envelope", endpoint.id, "out", envelope)
         try:
@@ -649,7 +380,7 @@ class Shell:
                 except Exception:
                     log.exception("chooser failed")
                     pick = None
-                if not endpoint.open or account != self._account:
+                if not endpoint.life.live or account != self._account:
                     return
                 if pick is None:
                     self._send(
@@ -676,8 +407,7 @@ class Shell:
 
     def _bind(self, endpoint: _Endpoint, msg: Select, account: str, connection: Connection) -> None:
         """Issue a handle for `connection` (the exact record picked) and answer `msg`."""
-        handle = "h-" + secrets.token_urlsafe(18)
-        self._handles[handle] = _Selection(endpoint.id, account, connection.id, connection)
+        handle = self._selections.bind(endpoint.id, account, connection)
         self._answer(
             endpoint,
             "llm.select",
@@ -689,18 +419,7 @@ class Shell:
         return ModelRecord.model_validate(connection.public_model(handle)).to_json()
 
     def _resolve(self, endpoint: _Endpoint, handle: str) -> Connection:
-        sel = self._handles.get(handle)
-        connection = self.connections.get(sel.connection_id) if sel else None
-        if (
-            sel is None
-            or connection is None
-            or sel.endpoint_id != endpoint.id
-            or sel.account != self._account
-            or connection is not sel.connection
-            or not connection.available
-        ):
-            raise NapError(ErrorCode.SELECTION_EXPIRED)
-        return connection
+        return self._selections.resolve(endpoint.id, self._account, handle)
 
     def _describe(self, endpoint: _Endpoint, msg: Describe) -> None:
         try:
@@ -776,11 +495,10 @@ class Shell:
         connection = self._resolve(endpoint, request.handle)
         gen.connection_id = connection.id
         check_supported(request, connection.capabilities)
-        disclosure = _disclose(endpoint, connection, request)
+        disclosure = disclose(endpoint.id, endpoint.napplet, connection, request)
         if disclosure.characters > self.policy.max_characters:
             raise NapError(ErrorCode.QUOTA_EXCEEDED, "The request exceeds the size limit.")
-        grant_key = _grant_key(endpoint.napplet, connection.id, gen.account)
-        if grant_key not in self._grants:
+        if not self._grants.covers(endpoint.napplet, connection.id, gen.account):
             gen.life.fire(GenEvent.ASK_CONSENT)
             try:
                 decision = await self._consent.ask(disclosure)
@@ -792,10 +510,7 @@ class Shell:
             if not decision.allow:
                 raise NapError(ErrorCode.USER_CANCELLED)
             if decision.remember:
-                self._grants[grant_key] = Grant(
-                    grant_key, endpoint.napplet, connection.id, gen.account
-                )
-                self._observe("grants_changed")
+                self._grants.remember(endpoint.napplet, connection.id, gen.account)
         # the selection must still be the exact connection the disclosure
         # named (NAP-LLM, Shell Behavior: no silent replacement)
         current = self._resolve(endpoint, request.handle)
@@ -930,14 +645,8 @@ class Shell:
         self._refresh_choosers()
         if change == "added":
             return
-        for handle, sel in list(self._handles.items()):
-            if sel.connection_id == connection_id:
-                del self._handles[handle]
-        removed_grants = [k for k, g in self._grants.items() if g.connection_id == connection_id]
-        for key in removed_grants:
-            del self._grants[key]
-        if removed_grants:
-            self._observe("grants_changed")
+        self._selections.forget_connection(connection_id)
+        self._grants.forget_connection(connection_id)
         for endpoint in self._endpoints.values():
             for gen in list(endpoint.generations.values()):
                 if gen.connection_id != connection_id:
@@ -976,56 +685,3 @@ class Shell:
                     refresh(choice.asked, choice.request)
                 except Exception:  # the shell must survive its chooser
                     log.exception("chooser refresh failed")
-
-
-def _grant_key(napplet: NappletIdentity, connection_id: str, account: str) -> str:
-    return f"{account}\x1f{napplet.name}\x1f{napplet.sha256}\x1f{connection_id}"
-
-
-def _disclose(
-    endpoint: _Endpoint, connection: Connection, request: GenerationRequest
-) -> Disclosure:
-    characters = 0
-    images = 0
-    results: list[ToolResultDisclosure] = []
-    for message in request.messages:
-        message_chars = 0
-        message_images = 0
-        for part in message.content:
-            if isinstance(part, TextPart | ThinkingPart):
-                message_chars += len(part.text)
-            elif isinstance(part, ImagePart):
-                message_images += 1
-            elif isinstance(part, ToolCallPart):
-                message_chars += len(part.name) + len(
-                    json.dumps(part.arguments, ensure_ascii=False)
-                )
-        characters += message_chars
-        images += message_images
-        if message.role == "toolResult":
-            assert message.toolName is not None and message.toolCallId is not None
-            results.append(
-                ToolResultDisclosure(
-                    message.toolName,
-                    message.toolCallId,
-                    message_chars,
-                    message_images,
-                    bool(message.isError),
-                )
-            )
-    tools = [
-        {"name": t.name, "description": t.description or "", "parameters": t.schema_or_default()}
-        for t in request.active_tools
-    ]
-    return Disclosure(
-        endpoint.id,
-        endpoint.napplet,
-        connection,
-        len(request.messages),
-        characters,
-        images,
-        tools,
-        results,
-        request.output_format,
-        request.maxTokens,
-    )

@@ -296,11 +296,11 @@ class GenerationAssembler:
 
     Streams the deltas on the way and builds the terminal result.
 
-    `feed(event)` returns `True` once a terminal event was handled;
-    `result()` then returns the Generation or raises `NapError`. `finish()`
-    handles a stream that ended: without a terminal event it raises
-    `provider-error` (missing completion marker). Raises `NapError` from
-    `feed` as soon as the output is known to be invalid.
+    `feed(event)` returns `True` once a terminal event was handled. When
+    the stream has ended, `finish()` returns the Generation or raises
+    `NapError`: without a terminal event it raises `provider-error` (missing
+    completion marker). `feed` raises `NapError` as soon as the output is
+    known to be invalid.
 
     Order: output items may complete out of order (a function call done
     before the message that precedes it). The result follows `output_index`,

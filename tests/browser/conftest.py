@@ -5,7 +5,9 @@ Rules
   driven by pytest-playwright through ``executable_path``; browsers are never
   downloaded. Launch flags keep Chromium off the network: background services
   are disabled and ``--host-resolver-rules`` makes every name but 127.0.0.1
-  unresolvable, so even requests Playwright cannot observe fail inside Chromium.
+  unresolvable, so even requests Playwright cannot observe fail inside
+  Chromium. Path and flags come from ``napllm.devtools.headless``, which the
+  benchmarks and napllm-check use too.
 - dist/ is built once per session when it is missing or older than its
   sources; ``NAPLLM_SKIP_BUILD=1`` uses dist/ as it is.
 - The tests drive the *test build* ``dist-test/`` (``build.py build
@@ -49,23 +51,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = os.environ.get("NAPLLM_CHROMIUM", "/usr/bin/chromium")
-TEST_PREFIX = "/_test/"
+from napllm.devtools.headless import CHROMIUM, CHROMIUM_ARGS, WEBGPU_ARGS
 
-#: Flags that keep headless Chromium off the network (see the module docstring).
-CHROMIUM_ARGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-)
-WEBGPU_ARGS = ("--enable-unsafe-webgpu",)
+ROOT = Path(__file__).resolve().parents[2]
+TEST_PREFIX = "/_test/"
 
 #: Marks the first visit as done (the key of web/js/gallery.js) in the top
 #: document, before the shell's scripts run; see the module docstring.

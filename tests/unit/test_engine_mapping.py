@@ -1,4 +1,5 @@
-"""The in-browser engines' protocol side (napllm.providers.engines), under CPython.
+"""The wasm and webllm engines' specs (napllm.providers.engine_wasm,
+engine_webllm) and the shared failure rule (providers.engine), under CPython.
 
 Covers the TinyChat connection, wllama load parameters and chat bodies, the
 WebLLM model rules (availability per device, capabilities per model, the
@@ -16,26 +17,26 @@ import pytest
 from napllm.errors import ErrorCode
 from napllm.lmsp import LmspRequest
 from napllm.providers.chat_stream import ChatStreamToLmsp
-from napllm.providers.engines import (
-    ENGINE_HINTS,
-    NO_WEBGPU,
+from napllm.providers.engine import ENGINE_HINTS, NO_WEBGPU, engine_failure
+from napllm.providers.engine_wasm import (
     TINYCHAT_ID,
     TINYCHAT_PATH,
-    WEBLLM_DEFAULT_BUFFER_BYTES,
-    GpuReport,
-    WebLLMRecord,
-    engine_failure,
     tinychat_connection,
     wasm_capabilities,
     wasm_chat_body,
     wasm_load_params,
+    wllama_threads,
+)
+from napllm.providers.engine_webllm import (
+    WEBLLM_DEFAULT_BUFFER_BYTES,
+    GpuReport,
+    WebLLMRecord,
     webllm_blocker,
     webllm_capabilities,
     webllm_chat_body,
     webllm_connection,
     webllm_recommended,
     webllm_unavailable_reason,
-    wllama_threads,
 )
 from napllm.records import Capabilities
 
@@ -440,7 +441,8 @@ def test_webllm_tool_stream_drops_raw_call_text() -> None:
 
 def test_webllm_tool_finish_without_a_call_keeps_the_text() -> None:
     # WebLLM labels a plain answer `tool_calls` whenever tools were offered
-    # (pitfalls.md): the withheld text is the answer, and the response completes.
+    # (docs/design.md, "Known behaviours"): the withheld text is the answer, and
+    # the response completes.
     events = run(
         [chunk({"content": "It is "}), chunk({"content": "sunny."}, "tool_calls")],
         tool_text_in_content=True,

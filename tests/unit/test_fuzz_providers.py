@@ -5,8 +5,8 @@ One recorded stream per provider kind (an OpenAI-compatible SSE body, an
 LMSP SSE body, WebLLM chunk batches, wllama chunk batches) is corrupted at
 the byte level (bytes flipped, removed, inserted, repeated, the stream cut)
 and cut into arbitrary pieces, then read by the real adapter
-(`OpenAICompatProvider`, `LmspProvider`, `browser.engines.stream_chunks`
-with the JS bridge replaced by a fake) behind the real `Shell`.
+(`OpenAICompatProvider`, `LmspProvider`, `providers.engine.read_stream`
+with the engine bridge replaced by a fake) behind the real `Shell`.
 
 Properties, for every corruption:
 - the request gets exactly one terminal result, deltas are contiguous and
@@ -23,13 +23,10 @@ thousands.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import itertools
 import json
 import logging
-import sys
-import types
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -42,6 +39,7 @@ import envelope_rules
 from fixtures import WEATHER_TOOL
 from napllm.lmsp import LmspEvent, LmspRequest
 from napllm.providers.chat_stream import ChatStreamToLmsp
+from napllm.providers.engine import read_stream
 from napllm.providers.http_httpx import HttpxPort
 from napllm.providers.lmsp_client import LmspProvider
 from napllm.providers.openai_compat import OpenAICompatProvider
@@ -226,46 +224,13 @@ def http_port(chunks: list[bytes]) -> HttpxPort:
     return HttpxPort(httpx.AsyncClient(transport=httpx.MockTransport(handler)))
 
 
-@pytest.fixture(scope="module")
-def engines_module() -> Iterator[types.ModuleType]:
-    """`napllm.browser.engines` importable under CPython: the JS modules it names are fakes."""
-    saved = {
-        name: sys.modules.get(name) for name in ("js", "pyodide", "pyodide.code", "pyodide.ffi")
-    }
-    fake_js = types.ModuleType("js")
-    fake_js.document = types.SimpleNamespace(baseURI="http://127.0.0.1/")  # type: ignore[attr-defined]
-    fake_js.location = types.SimpleNamespace(search="")  # type: ignore[attr-defined]
-    fake_pyodide = types.ModuleType("pyodide")
-    fake_code = types.ModuleType("pyodide.code")
-    fake_code.run_js = lambda code: None  # type: ignore[attr-defined]
-    fake_ffi = types.ModuleType("pyodide.ffi")
-
-    class JsException(Exception):
-        pass
-
-    fake_ffi.JsException = JsException  # type: ignore[attr-defined]
-    sys.modules.update(
-        {"js": fake_js, "pyodide": fake_pyodide, "pyodide.code": fake_code, "pyodide.ffi": fake_ffi}
-    )
-    sys.modules.pop("napllm.browser.engines", None)
-    try:
-        yield importlib.import_module("napllm.browser.engines")
-    finally:
-        sys.modules.pop("napllm.browser.engines", None)
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
-
-
-class FakeEngineApi:
-    """The JS engine module's `nextChunks` / `abort`, playing batch texts."""
+class FakeEngineBridge:
+    """The engine bridge's `next_chunks` / `abort`, playing batch texts."""
 
     def __init__(self, batches: list[str]) -> None:
         self.batches = list(batches)
 
-    async def nextChunks(self, stream_id: str) -> str:
+    async def next_chunks(self, stream_id: str) -> str:
         if self.batches:
             return self.batches.pop(0)
         return json.dumps({"chunks": [], "done": True})
@@ -275,18 +240,15 @@ class FakeEngineApi:
 
 
 class EngineProvider:
-    """The engine providers' streaming half, on a fake JS bridge."""
+    """The engine providers' streaming half, on a fake engine bridge."""
 
-    def __init__(self, module: types.ModuleType, batches: list[str], **mapping: Any) -> None:
-        self.module = module
+    def __init__(self, batches: list[str], **mapping: Any) -> None:
         self.batches = batches
         self.mapping = mapping
 
     async def respond(self, request: LmspRequest) -> AsyncIterator[LmspEvent]:
         state = ChatStreamToLmsp(**self.mapping)
-        async for event in self.module.stream_chunks(
-            FakeEngineApi(self.batches), "s1", state, "engine"
-        ):
+        async for event in read_stream(FakeEngineBridge(self.batches), "s1", state, "engine"):
             yield event
 
 
@@ -346,9 +308,9 @@ def batches_of(data: list[bytes]) -> list[str]:
 
 def engine_case(
     recorded: list[str], mapping: dict[str, Any]
-) -> Callable[[types.ModuleType, list[bytes]], EngineProvider]:
-    def build(module: types.ModuleType, data: list[bytes]) -> EngineProvider:
-        return EngineProvider(module, batches_of(data), **mapping)
+) -> Callable[[list[bytes]], EngineProvider]:
+    def build(data: list[bytes]) -> EngineProvider:
+        return EngineProvider(batches_of(data), **mapping)
 
     return build
 
@@ -357,7 +319,7 @@ WEBLLM = engine_case(WEBLLM_BATCHES, {"tool_text_in_content": True})
 WLLAMA = engine_case(WLLAMA_BATCHES, {"parse_tool_call_blocks": True})
 
 
-def test_the_recorded_streams_are_valid_and_complete(engines_module: types.ModuleType) -> None:
+def test_the_recorded_streams_are_valid_and_complete() -> None:
     call = {"type": "toolCall", "name": "get_weather"}
     openai = run(openai_provider(OPENAI_SSE, []))["result"]["content"]
     assert openai[:2] == [
@@ -370,11 +332,11 @@ def test_the_recorded_streams_are_valid_and_complete(engines_module: types.Modul
         {"type": "text", "text": "Hi \U0001f600"},
         {**call, "toolCallId": "call_1", "arguments": {"city": "Oslo"}},
     ]
-    webllm = run(WEBLLM(engines_module, [b.encode() for b in WEBLLM_BATCHES]))["result"]
+    webllm = run(WEBLLM([b.encode() for b in WEBLLM_BATCHES]))["result"]
     assert [(p["type"], p.get("arguments")) for p in webllm["content"]] == [
         ("toolCall", {"city": "Rome"})
     ]
-    wllama = run(WLLAMA(engines_module, [b.encode() for b in WLLAMA_BATCHES]))["result"]
+    wllama = run(WLLAMA([b.encode() for b in WLLAMA_BATCHES]))["result"]
     assert wllama["content"][0] == {"type": "text", "text": "Ok \U0001f600 "}
     assert wllama["content"][1]["arguments"] == {"city": "Lima"}
 
@@ -397,14 +359,14 @@ def engine_batches(recorded: list[str]) -> st.SearchStrategy[list[bytes]]:
 
 @FEW
 @given(data=engine_batches(WEBLLM_BATCHES))
-def test_corrupted_webllm_chunks(engines_module: types.ModuleType, data: list[bytes]) -> None:
-    run(WEBLLM(engines_module, data))
+def test_corrupted_webllm_chunks(data: list[bytes]) -> None:
+    run(WEBLLM(data))
 
 
 @FEW
 @given(data=engine_batches(WLLAMA_BATCHES))
-def test_corrupted_wllama_chunks(engines_module: types.ModuleType, data: list[bytes]) -> None:
-    run(WLLAMA(engines_module, data))
+def test_corrupted_wllama_chunks(data: list[bytes]) -> None:
+    run(WLLAMA(data))
 
 
 @pytest.mark.fuzz_long
@@ -422,8 +384,6 @@ def test_corrupted_sse_long(kind: str, openai: bytes, lmsp: bytes, cuts: list[in
 @pytest.mark.fuzz_long
 @MANY
 @given(webllm=engine_batches(WEBLLM_BATCHES), wllama=engine_batches(WLLAMA_BATCHES))
-def test_corrupted_engine_chunks_long(
-    engines_module: types.ModuleType, webllm: list[bytes], wllama: list[bytes]
-) -> None:
-    run(WEBLLM(engines_module, webllm))
-    run(WLLAMA(engines_module, wllama))
+def test_corrupted_engine_chunks_long(webllm: list[bytes], wllama: list[bytes]) -> None:
+    run(WEBLLM(webllm))
+    run(WLLAMA(wllama))

@@ -237,3 +237,15 @@ def test_listed_model_ids_with_invisible_or_reordering_characters_are_not_shown(
 def test_plain_model_ids_are_shown() -> None:
     for model in ("llama3.2:1b", "Qwen/Qwen2.5-0.5B-Instruct", "<b>as text</b>", "modèle ü"):
         assert model_id_shown(model)
+
+
+def test_the_kinds_are_named_once_and_the_table_has_a_row_for_each() -> None:
+    from typing import get_args
+
+    from napllm.kinds import FormKind, ProviderKind
+
+    assert tuple(k.kind for k in KINDS) == get_args(FormKind)
+    assert get_args(ProviderKind) == (*get_args(FormKind), "fixture")
+    # The records and the form's spec take their kinds from that one place.
+    assert Connection.model_fields["kind"].annotation == ProviderKind
+    assert ConnectionSpec.model_fields["kind"].annotation == FormKind

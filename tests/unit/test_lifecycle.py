@@ -61,3 +61,36 @@ def test_deltas_flow_only_while_submitted() -> None:
 def test_consent_comes_before_submission_never_after() -> None:
     assert not at(GenState.RUNNING).can(GenEvent.ASK_CONSENT)
     assert not at(GenState.CONSENT).can(GenEvent.ASK_CONSENT)
+
+
+def test_an_endpoint_is_live_until_it_closes_and_closes_once() -> None:
+    from napllm.lifecycle import ENDPOINT_TRANSITIONS, EndpointEvent, EndpointLife, EndpointState
+
+    life = EndpointLife()
+    assert life.state is EndpointState.LIVE and life.live
+    assert life.fire(EndpointEvent.CLOSE) is EndpointState.CLOSED
+    assert not life.live and not life.can(EndpointEvent.CLOSE)
+    with pytest.raises(LifecycleError):
+        life.fire(EndpointEvent.CLOSE)
+    # CLOSED has no row: a closed endpoint never comes back (a reload is a new one).
+    assert all(state is not EndpointState.CLOSED for state, _ in ENDPOINT_TRANSITIONS)
+
+
+def test_a_closed_endpoints_messages_are_not_read() -> None:
+    import asyncio
+
+    from harness import Harness, generate
+
+    async def go() -> list[object]:
+        h = Harness()
+        h.connect()
+        ep = h.endpoint()
+        handle = await h.select(ep)
+        endpoint = h.shell._endpoints[ep]
+        h.shell.close_endpoint(ep)
+        assert not endpoint.life.live
+        h.send(ep, generate("g1", handle))
+        await h.settle()
+        return h.out(ep)
+
+    assert all(e.get("id") != "g1" for e in asyncio.run(go()) if isinstance(e, dict))

@@ -1,4 +1,4 @@
-"""The onnx engine's protocol side (napllm.providers.onnx_engine), under CPython.
+"""The onnx engine's spec (napllm.providers.engine_onnx), under CPython.
 
 Covers the built-in TinyChat (WebGPU) connection, where a user-added model is
 read from (folder URL or hub id, everything else refused), the WebGPU probe,
@@ -16,14 +16,13 @@ from napllm.connections import ConnectionSpec, route_for
 from napllm.errors import ErrorCode
 from napllm.lmsp import LmspRequest
 from napllm.providers.chat_stream import ChatStreamToLmsp
-from napllm.providers.engines import NO_ADAPTER_REASONS, NO_WEBGPU
-from napllm.providers.onnx_engine import (
+from napllm.providers.engine import NO_ADAPTER_REASONS, NO_WEBGPU, engine_failure
+from napllm.providers.engine_onnx import (
     ONNX_HINTS,
     ONNX_TINYCHAT_ID,
     onnx_capabilities,
     onnx_chat_body,
     onnx_dtype,
-    onnx_failure,
     onnx_source,
     onnx_tinychat_connection,
     webgpu_unavailable_reason,
@@ -169,7 +168,7 @@ def test_chat_body_is_streamed_with_tools_and_usage() -> None:
 
 @pytest.mark.parametrize("kind", sorted(ONNX_HINTS))
 def test_failures_are_fixed_texts(kind: str) -> None:
-    failure = onnx_failure(kind)
+    failure = engine_failure(kind, "onnx", ONNX_HINTS)
     assert failure.user_hint == ONNX_HINTS[kind]
     expected = ErrorCode.QUOTA_EXCEEDED if kind == "context" else ErrorCode.PROVIDER_ERROR
     assert failure.code == expected
@@ -177,7 +176,7 @@ def test_failures_are_fixed_texts(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ["<script>", None, 3, "__proto__"])
 def test_unknown_failure_kinds_are_generic(kind: object) -> None:
-    failure = onnx_failure(kind)
+    failure = engine_failure(kind, "onnx", ONNX_HINTS)
     assert failure.user_hint == ONNX_HINTS["unknown"]
     assert failure.code == ErrorCode.PROVIDER_ERROR
     assert "script" not in (failure.detail or "")

@@ -1,7 +1,7 @@
 """Shell behaviour: the MUST sentences of NAP-LLM Wire Protocol, Cancellation
 and deadlines, Error Handling, Shell Behavior and Security Considerations,
 the Schemas sentences that are about the shell, and the shell's own rules
-(DESIGN.md): standing grants, handle invalidation, select, quotas, endpoint
+(docs/design.md): standing grants, handle invalidation, select, quotas, endpoint
 lifetime and domain presence.
 
 Every test drives `napllm.shell.Shell` through `harness.Harness` and asserts
@@ -255,7 +255,7 @@ async def test_a_pick_naming_a_revision_never_shown_is_shown_again_then_expires(
     await h.settle()
     assert len(chooser.requests) == 3
     assert error_code(h, ep, "s1", "llm.select.result") == "selection-expired"
-    assert h.shell._handles == {}
+    assert h.shell._selections.handles == {}
 
 
 async def test_a_pick_of_the_current_list_outside_its_candidates_is_refused() -> None:
@@ -1166,7 +1166,7 @@ async def test_transport_failure_does_not_break_the_shell() -> None:
 
 
 # ==========================================================================
-# Standing grants (DESIGN.md, Consent)
+# Standing grants (docs/design.md, "Consent")
 
 
 async def test_standing_grant_is_off_by_default() -> None:

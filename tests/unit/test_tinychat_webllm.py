@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from napllm.providers.engines import GpuReport, WebLLMRecord
+from napllm.providers.engine_webllm import GpuReport, WebLLMRecord
 from napllm.providers.webllm_tinychat import (
     WEBLLM_TINYCHAT_ID,
     WEBLLM_TINYCHAT_MODEL,

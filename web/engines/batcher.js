@@ -4,7 +4,7 @@
  * reaches the page's main thread in batches, without a timer in front of
  * the first text.
  *
- * Rules (README, DESIGN notes "Generation off the main thread")
+ * Rules (README, "Design note: generation off the main thread")
  * - `runChat(chunks, post, signal)` reads an async iterable of OpenAI chat
  *   chunks to its end and posts `{op: "chunks", chunks: [JSON text, ...]}`
  *   messages (each chunk serialized here, so the page only concatenates)

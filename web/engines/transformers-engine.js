@@ -1,7 +1,8 @@
 /**
  * The onnx engine: ONNX chat models run by @huggingface/transformers
  * (onnxruntime-web) on WebGPU, each in its own worker
- * (transformers-worker.js), driven by napllm.browser.onnx_engine (Python).
+ * (transformers-worker.js), driven by napllm.providers.engine (Python, spec
+ * providers/engine_onnx.py) through napllm.browser.engines.
  *
  * Rules
  * - `probe()` says whether WebGPU gives an adapter, without loading the
@@ -23,11 +24,9 @@
  *   over one at a time, N ms apart.
  */
 
+import { isFallback, requestAdapter, vendorOf } from "./gpu.js";
 import { loadingNotice, progress } from "./page.js";
 import * as streams from "./streams.js";
-
-/** How long GPU detection may take before WebGPU counts as unavailable. */
-const ADAPTER_TIMEOUT_MS = 3000;
 
 /** key -> {worker, promise, info, streams: Set<id>} */
 const models = new Map();
@@ -46,27 +45,9 @@ const failed = new Set();
 export async function probe() {
   if (!probed) {
     probed = (async () => {
-      if (!navigator.gpu) return { webgpu: false, reason: "no-webgpu" };
-      let timedOut = false;
-      let adapter = null;
-      try {
-        const timeout = new Promise((resolve) =>
-          setTimeout(() => {
-            timedOut = true;
-            resolve(null);
-          }, ADAPTER_TIMEOUT_MS),
-        );
-        adapter = await Promise.race([navigator.gpu.requestAdapter(), timeout]);
-      } catch {
-        adapter = null;
-      }
-      if (!adapter) return { webgpu: false, reason: timedOut ? "timeout" : "no-adapter" };
-      const info = adapter.info || {};
-      return {
-        webgpu: true,
-        fallback: info.isFallbackAdapter === true || adapter.isFallbackAdapter === true,
-        vendor: typeof info.vendor === "string" ? info.vendor : "",
-      };
+      const { adapter, reason } = await requestAdapter();
+      if (!adapter) return { webgpu: false, reason };
+      return { webgpu: true, fallback: isFallback(adapter), vendor: vendorOf(adapter) };
     })();
   }
   return JSON.stringify(await probed);

@@ -1,8 +1,9 @@
 /**
  * The webllm engine: @mlc-ai/web-llm (dist/vendor/web-llm/) on WebGPU, in a
- * Web Worker (webllm-worker.js), driven by napllm.browser.engines (Python).
+ * Web Worker (webllm-worker.js), driven by napllm.providers.engine (Python,
+ * spec providers/engine_webllm.py) through napllm.browser.engines.
  *
- * Rules (DESIGN.md "The data path", provider kind `webllm`; pitfalls.md)
+ * Rules (docs/design.md, "The data path" and "Known behaviours"; kind `webllm`)
  * - The web-llm bundle (6 MB) is loaded only on a device with a WebGPU
  *   adapter; without one, the model records come from
  *   `vendor/web-llm/catalog.json`, which build.py extracts from the bundle.
@@ -44,6 +45,7 @@
  */
 
 import { requestPersistentStorage } from "../js/storage.js";
+import { isFallback, requestAdapter, vendorOf } from "./gpu.js";
 import { loadingNotice, progress } from "./page.js";
 import * as streams from "./streams.js";
 
@@ -55,9 +57,6 @@ const RECOMMENDED_PREFIXES = [
   "Phi-3.5-vision-instruct",
 ];
 
-/** How long GPU detection may take before WebGPU counts as unavailable. */
-const ADAPTER_TIMEOUT_MS = 3000;
-
 let webllmModule = null;
 async function webllm() {
   if (!webllmModule) webllmModule = import("../vendor/web-llm/web-llm.js");
@@ -66,32 +65,15 @@ async function webllm() {
 
 async function probeGpu() {
   const memory = Number(navigator.deviceMemory) || null;
-  if (!navigator.gpu) return { adapter: false, reason: "no-webgpu", deviceMemory: memory };
-  let adapter = null;
-  let timedOut = false;
-  try {
-    // Some drivers never answer; the shell must start anyway.
-    const timeout = new Promise((resolve) =>
-      setTimeout(() => {
-        timedOut = true;
-        resolve(null);
-      }, ADAPTER_TIMEOUT_MS),
-    );
-    adapter = await Promise.race([navigator.gpu.requestAdapter({ powerPreference: "high-performance" }), timeout]);
-  } catch {
-    adapter = null;
-  }
-  if (!adapter) {
-    return { adapter: false, reason: timedOut ? "timeout" : "no-adapter", deviceMemory: memory };
-  }
-  const info = adapter.info || {};
+  const { adapter, reason } = await requestAdapter({ powerPreference: "high-performance" });
+  if (!adapter) return { adapter: false, reason, deviceMemory: memory };
   return {
     adapter: true,
     features: [...adapter.features],
     maxBufferSize: Number(adapter.limits.maxBufferSize) || 0,
     maxStorageBufferBindingSize: Number(adapter.limits.maxStorageBufferBindingSize) || 0,
-    fallback: info.isFallbackAdapter === true || adapter.isFallbackAdapter === true,
-    vendor: typeof info.vendor === "string" ? info.vendor : "",
+    fallback: isFallback(adapter),
+    vendor: vendorOf(adapter),
     deviceMemory: memory,
   };
 }
@@ -329,7 +311,7 @@ async function run(entry, body, stream) {
     if (stream.aborted) return;
     entry.active = stream;
     if (entry.port) {
-      // The worker reads the chat to its end, after a cancel too (pitfalls.md).
+      // The worker reads the chat to its end, after a cancel too (mlc-ai/web-llm #447).
       const ended = new Promise((resolve) => entry.chats.set(stream.id, { stream, resolve }));
       entry.port.postMessage({ op: "chat", id: stream.id, body });
       const error = await ended;
@@ -338,7 +320,7 @@ async function run(entry, body, stream) {
     }
     chunks = await entry.engine.chat.completions.create(body);
     for await (const chunk of chunks) {
-      // After a cancel the stream is still read to its end (pitfalls.md).
+      // After a cancel the stream is still read to its end (mlc-ai/web-llm #447).
       streams.push(stream, chunk);
     }
   } catch (error) {

@@ -4,7 +4,7 @@
  * answering the page's `CreateWebWorkerMLCEngine`). Loaded as a module
  * worker by webllm-engine.js; holds no napllm policy.
  *
- * Rules (README, DESIGN notes "Generation off the main thread")
+ * Rules (README, "Design note: generation off the main thread")
  * - WebLLM's own protocol (load, interrupt, unload, ...) is answered by the
  *   handler unchanged. WebLLM's page-side stream pulls one chunk per round
  *   trip, so the engine would wait for the page between tokens; chats
@@ -18,7 +18,7 @@
  *   The page classifies the error (it never reaches a napplet).
  * - A chat interrupted through WebLLM's `interruptGenerate` ends early and
  *   is still read to its end here, so the engine's lock is released
- *   (pitfalls.md, mlc-ai/web-llm #447).
+ *   (mlc-ai/web-llm #447; docs/design.md, "Known behaviours").
  * - Parameter shards are downloaded through download.js: a cut download
  *   continues from the checked bytes already stored (its rules).
  * - Every file WebLLM downloads is bounded by `MAX_WEBLLM_FILE_BYTES`

@@ -1,9 +1,10 @@
 /**
  * The wasm engine: llama.cpp compiled to WebAssembly through @wllama/wllama
- * (dist/vendor/wllama/), driven by napllm.browser.engines (Python).
+ * (dist/vendor/wllama/), driven by napllm.providers.engine (Python, spec
+ * providers/engine_wasm.py) through napllm.browser.engines.
  *
- * Rules (DESIGN.md "The data path", provider kind `wasm`; README, DESIGN
- * notes "Generation off the main thread")
+ * Rules (docs/design.md, "The data path", kind `wasm`; README, "Design
+ * note: generation off the main thread")
  * - wllama lives in one dedicated worker of ours (wllama-worker.js), which
  *   runs each whole chat completion and posts its chunks in batches (the
  *   first text at once, then one batch per 32 ms: batcher.js); the

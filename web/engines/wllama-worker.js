@@ -3,7 +3,7 @@
  * WebAssembly) off the page's main thread and runs whole chat completions
  * here, so the token loop never waits for the page or for Python.
  *
- * Rules (DESIGN notes in the README, "Generation off the main thread")
+ * Rules (README, "Design note: generation off the main thread")
  * - Loaded as a module worker by wllama-engine.js; holds no napllm policy.
  *   wllama starts its own llama.cpp worker from here (a nested worker), and
  *   its per-token round trips stay between the two workers.

@@ -1,5 +1,5 @@
 /**
- * The account (profile) switcher (DESIGN.md "Account").
+ * The account (profile) switcher (docs/design.md, "Account").
  *
  * Rules
  * - Profiles are names kept in localStorage; "Default" always exists and

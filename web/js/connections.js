@@ -1,6 +1,6 @@
 /**
  * The connections panel: the user's connections, the standing consent
- * grants and the shell's notices (DESIGN.md "Connection", "Consent").
+ * grants and the shell's notices (docs/design.md, "Connection", "Consent").
  *
  * Rules
  * - The list is whatever the runtime last sent (`connectionsChanged`); it

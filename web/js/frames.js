@@ -1,6 +1,6 @@
 /**
  * Napplet tabs, frames and endpoints (NIP-5D web projection; NAP-LLM, Shell
- * Behavior; DESIGN.md "Endpoint", "Napplet identity").
+ * Behavior; docs/design.md, "Endpoint", "Napplet identity").
  *
  * Rules
  * - A napplet is loaded by fetching its HTML bytes; its identity is its

@@ -12,9 +12,10 @@ object (`napllmHost.attachRuntime`). The parts, each in its own module:
 - `providers` / `engines`: the provider of each connection kind.
 - this module: `Runtime`, which assembles them and publishes the page API.
 
-Rules (DESIGN.md: the browser edge is thin)
+Rules (docs/design.md, "Style": a thin browser edge)
 - Everything crossing the bridge is JSON text, so JS `null` stays `None`
-  and no JS object is held by Python (pitfalls: jsnull, proxies).
+  and no JS object is held by Python (docs/design.md, "Known behaviours":
+  `jsnull`, proxies).
 - These modules (with `http_fetch.py` and the engine ports) are the only
   ones that import `js`/`pyodide`; every rule they rely on lives in the shell.
 - The product has no test mode: nothing here reads the page's query. A
@@ -189,7 +190,7 @@ class Runtime:
         return self.shell.open_endpoint(identity_from_json(identity_text))
 
     def switch_account(self, account: str) -> None:
-        """Switch the user account (cancels work, expires handles; DESIGN.md "Account")."""
+        """Switch the user account (cancels work, expires handles; docs/design.md "Account")."""
         self.shell.switch_account(str(account))
         self.publish_grants()
 

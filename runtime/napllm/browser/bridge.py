@@ -16,7 +16,8 @@ Python half of that contract for everything the shell itself needs:
 
 Rules
 - Everything crossing the bridge is JSON text, so JS `null` stays `None`
-  and no JS object is held by Python (pitfalls: jsnull, proxies). Text from
+  and no JS object is held by Python (docs/design.md, "Known behaviours":
+  `jsnull`, proxies). Text from
   the page is read by the one strict reader (`jsontext.read_json`).
 - A dialog that fails or answers anything but an explicit Allow denies.
 - An answer names what the person saw: the chooser's pick carries the

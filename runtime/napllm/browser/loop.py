@@ -1,7 +1,7 @@
 """Ready callbacks of the page's asyncio loop, run in batches.
 
 Why this exists (and is ours): Pyodide's `WebLoop` turns every
-`loop.call_soon` into a browser task of its own (a `MessageChannel`
+`call_soon` of the loop into a browser task of its own (a `MessageChannel`
 message), each with a fresh one-shot JS proxy and its own JS-to-Python
 call. asyncio calls `call_soon` for every task step and every finished
 future, so one `generate` request on the page made about 13 such tasks,
@@ -76,7 +76,7 @@ class ReadyQueue:
         *args: Any,
         context: contextvars.Context | None = None,
     ) -> asyncio.Handle:
-        """`loop.call_soon`: queue `callback(*args)`; returns its handle."""
+        """The loop's `call_soon`: queue `callback(*args)`; returns its handle."""
         handle = asyncio.Handle(callback, args, self._loop, context=context)
         self._ready.append(handle)
         if not self._scheduled:

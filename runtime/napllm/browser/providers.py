@@ -31,6 +31,7 @@ from ..connections import ConnectionSpec, capabilities_for_spec
 from ..errors import ErrorCode, ProviderFailure
 from ..kinds import engine_words, route_for
 from ..providers.base import Provider
+from ..providers.engine import Engine
 from ..providers.lmsp_client import LmspProvider, capabilities_from_entry, discover_models
 from ..providers.scripted import ScriptedProvider, parse_script
 from ..records import Capabilities, Connection
@@ -42,7 +43,8 @@ class BrowserProviders:
 
     def __init__(self) -> None:
         self.http = FetchHttp()
-        self.engines: dict[str, Any] = {}
+        #: kind -> the engine (`browser.engines.register_engines`).
+        self.engines: dict[str, Engine] = {}
         self._scripted: dict[str, tuple[int, ScriptedProvider]] = {}
         #: Called after each submission to a scripted connection (see the rules).
         self.on_script_request: Callable[[Connection, ScriptedProvider], None] | None = None
@@ -85,8 +87,7 @@ class BrowserProviders:
                 ErrorCode.PROVIDER_ERROR,
                 user_hint="This connection's engine is not available in this browser.",
             )
-        provider: Provider = engine.provider_for(connection)
-        return provider
+        return engine.provider_for(connection)
 
 
 def context_size(settings: dict[str, Any]) -> int | None:
@@ -150,8 +151,7 @@ async def connection_from_spec(
         if engine is None:
             raise ValueError("this engine is not available in this browser")
         caps = engine.capabilities_for(spec.model, settings)
-        check = getattr(engine, "unavailable_reason", None)
-        reason = check(spec.model) if check is not None else None
+        reason = engine.unavailable_reason(spec.model)
         if reason is not None:
             unavailable = {"available": False, "unavailable_reason": reason}
     return Connection.model_validate(

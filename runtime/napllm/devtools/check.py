@@ -75,18 +75,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..jsontext import JsonTextError, read_json
 from ..providers.scripted import ScriptError, parse_script
 from .analysis import CATEGORIES, Envelope, Finding, analyse_envelopes, analyse_frame_events
+from .headless import CHROMIUM, CHROMIUM_ARGS
 
-CHROMIUM_ARGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-)
 CONNECTION_NAME = "napllm-check script"
 NAPPLET_PREFIX = "/_napplet/"
 BOOT_TIMEOUT_MS = 180_000
@@ -970,9 +960,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=Path, help="the steps to perform (JSON list)")
     parser.add_argument("--dist", type=Path, default=Path(os.environ.get("NAPLLM_DIST", "dist")))
     parser.add_argument("--out", type=Path, default=Path("napllm-check-out"))
-    parser.add_argument(
-        "--chromium", default=os.environ.get("NAPLLM_CHROMIUM", "/usr/bin/chromium")
-    )
+    parser.add_argument("--chromium", default=CHROMIUM)
     parser.add_argument("--timeout-ms", type=int, default=15_000, help="per step")
     parser.add_argument("--settle-ms", type=int, default=500, help="wait after the last step")
     parser.add_argument(

@@ -1,12 +1,13 @@
 """The one internal provider contract: LMSP 1.0 requests in, LMSP events out.
 
-Rules (DESIGN.md, "The data path")
-- Every provider kind (webllm, wasm, lmsp, openai, fixture) implements
-  `Provider.respond(request)`: an async iterator of `LmspEvent`s for one
-  submission, ending with a terminal event (6.3). A provider whose service
-  answers synchronously turns the response object into the same events
-  (`events_from_response`), so the runtime normalises output in one place
-  (`translate.LmspToNap`).
+Rules (docs/design.md, "The data path")
+- Every provider kind (`kinds.ProviderKind`: the in-browser engines wasm,
+  webllm and onnx, the services lmsp and openai, scripted, and the test
+  build's fixture) implements `Provider.respond(request)`: an async
+  iterator of `LmspEvent`s for one submission, ending with a terminal event
+  (6.3). A provider whose service answers synchronously turns the response
+  object into the same events (`events_from_response`), so the runtime
+  normalises output in one place (`translate.GenerationAssembler`).
 - A provider never sees a napplet, an endpoint or a NAP-LLM record: the
   shell validates, asks consent, translates and only then calls `respond`.
 - Failures are raised as `ProviderFailure` (errors.py), never as raw

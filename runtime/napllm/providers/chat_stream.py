@@ -168,7 +168,7 @@ class ChatStreamToLmsp:
       released as the answer (`[` `]`, then `tool_calls: []` with
       `finish_reason: "tool_calls"`, is a `stop` with no text). Without the
       list (WebLLM relabels every stop `tool_calls` when tools are offered,
-      pitfalls.md) the held text is the answer;
+      docs/design.md, "Known behaviours") the held text is the answer;
     - terminal, from the last `finish_reason`: `stop`/`tool_calls` ->
       `response.completed`; `length` -> `response.incomplete`
       (`max_output_tokens`); `content_filter` -> `response.incomplete`

@@ -10,7 +10,7 @@ Rules
   ``appConfig`` of its prebuilt records plus these. So the model is loaded,
   cached and run by WebLLM exactly like a prebuilt one, with no model host.
 - Availability and capabilities are WebLLM's own rules
-  (``providers.engines``): WebGPU must give an adapter; the record needs no
+  (``providers.engine_webllm``): WebGPU must give an adapter; the record needs no
   ``shader-f16`` and small buffers, so Chromium's software adapter
   (SwiftShader) runs it.
 - Tools: the model is not in WebLLM's function-calling list, and WebLLM
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..records import Connection
-from .engines import GpuReport, WebLLMRecord, webllm_connection
+from .engine_webllm import GpuReport, WebLLMRecord, webllm_connection
 
 #: The record's `model_id` (build.py `WEBLLM_TINYCHAT_RECORD`).
 WEBLLM_TINYCHAT_MODEL = "TinyChat-q0f32-MLC"

@@ -1,11 +1,11 @@
-"""The `onnx` engine (transformers.js running ONNX chat models on WebGPU):
-the protocol side that needs no JavaScript.
+"""The `onnx` engine's spec: transformers.js running ONNX chat models on WebGPU.
 
-The engine speaks OpenAI chat completions (web/engines/transformers-worker.js
-renders the model's own chat template and streams OpenAI chunks), so
-requests and chunks go through `chat_request` and `chat_stream` like the other in-browser
-engines; this module holds what is specific to it, as data and pure
-functions tested under CPython. The JS bridge is `napllm.browser.onnx_engine`.
+The worker (web/engines/transformers-worker.js) renders the model's own
+chat template and streams OpenAI chunks, so requests and chunks go through
+`chat_request` and `chat_stream` like the other engines. Pure data and
+functions, tested under CPython; the one provider every engine shares is
+`providers.engine.EngineProvider`, and the page module is
+web/engines/transformers-engine.js.
 
 Rules
 - Connection kind "ONNX model in this browser (WebGPU)". The built-in
@@ -26,23 +26,28 @@ Rules
   (Hermes `<tool_call>` blocks in the text become tool calls, parsed by
   `chat_stream.ChatStreamToLmsp` as for the wasm engine), no images.
 - Temperature 0 (or none) is greedy decoding in the worker.
-- Engine failures are kinds reported by JS, turned into fixed hints here;
-  no engine text reaches a napplet.
+- Engine failures are kinds reported by JS, turned into fixed hints
+  (`ONNX_HINTS`: the shared table, with the download and load sentences
+  about ONNX model files); no engine text reaches a napplet.
+- The page probes WebGPU (`probe()`) when the shell starts, and before the
+  first chat if it could not then.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import ErrorCode, ProviderFailure
 from ..kinds import route_for
 from ..lmsp import LmspRequest
 from ..records import Capabilities, Connection
 from .chat_request import lmsp_to_chat
-from .engines import NO_ADAPTER_REASONS, NO_WEBGPU
+from .chat_stream import ChatStreamToLmsp
+from .engine import ENGINE_HINTS, no_adapter_reason
 
 ONNX_TINYCHAT_ID = "builtin-tinychat-webgpu"
 ONNX_TINYCHAT_NAME = "TinyChat (WebGPU, transformers.js)"
@@ -109,8 +114,7 @@ def webgpu_unavailable_reason(probe: object) -> str | None:
     """
     if isinstance(probe, dict) and probe.get("webgpu") is True:
         return None
-    code = probe.get("reason") if isinstance(probe, dict) else None
-    return NO_ADAPTER_REASONS.get(code, NO_WEBGPU) if isinstance(code, str) else NO_WEBGPU
+    return no_adapter_reason(probe.get("reason") if isinstance(probe, dict) else None)
 
 
 def onnx_tinychat_connection(unavailable_reason: str | None = None) -> Connection:
@@ -146,22 +150,71 @@ def onnx_chat_body(request: LmspRequest) -> dict[str, Any]:
     return body
 
 
-#: User hints for the shell UI, by error kind (never sent to a napplet).
-ONNX_HINTS: dict[str, str] = {
+#: User hints by error kind: the shared table, in the words of ONNX model files.
+ONNX_HINTS: dict[str, str] = ENGINE_HINTS | {
     "download": "The ONNX model files could not be downloaded.",
     "load": "The ONNX model could not be loaded; it may not be a transformers.js chat model.",
-    "webgpu": "WebGPU is not available in this browser, so this model cannot run here.",
-    "context": "The conversation is longer than the model's context window.",
-    "inference": "The model failed while generating.",
-    "unknown": "The in-browser engine failed.",
 }
 
 
-def onnx_failure(kind: object) -> ProviderFailure:
-    """A `ProviderFailure` for an engine error `kind` (see `ONNX_HINTS`).
+@dataclass(frozen=True)
+class OnnxDevice:
+    """What the page's WebGPU probe said: `unavailable`, why models cannot run (or None)."""
 
-    `context` is `quota-exceeded`; every other kind is `provider-error`.
-    """
-    key = kind if isinstance(kind, str) and kind in ONNX_HINTS else "unknown"
-    code = ErrorCode.QUOTA_EXCEEDED if key == "context" else ErrorCode.PROVIDER_ERROR
-    return ProviderFailure(code, user_hint=ONNX_HINTS[key], detail=f"onnx: {key}")
+    unavailable: str | None = None
+
+
+class OnnxSpec:
+    """The `onnx` engine (`providers.engine.EngineSpec`; module rules)."""
+
+    kind = "onnx"
+    module = "engines/transformers-engine.js"
+    report_function = "probe"
+    report_at_start = True
+    report_before_chat = True
+    load_function = "ensureModel"
+    load_error = "load"
+    hints = ONNX_HINTS
+
+    def read_device(self, report: object) -> OnnxDevice:
+        """`webgpu_unavailable_reason` of the probe."""
+        return OnnxDevice(webgpu_unavailable_reason(report))
+
+    def built_in(self, device: OnnxDevice | None) -> list[Connection]:
+        """TinyChat (WebGPU), unavailable with the reason where WebGPU is absent."""
+        return [onnx_tinychat_connection(device.unavailable if device else None)]
+
+    def capabilities(
+        self, model: str, settings: Mapping[str, Any], device: OnnxDevice | None
+    ) -> Capabilities:
+        """`onnx_capabilities`; `ValueError` without a usable source."""
+        return onnx_capabilities(model, settings)
+
+    def unavailable_reason(self, model: str, device: OnnxDevice | None) -> str | None:
+        """Why ONNX models cannot run on this device (None before the probe)."""
+        return device.unavailable if device else None
+
+    def blocker(self, model: str, device: OnnxDevice | None) -> str | None:
+        """`webgpu` when the probe found no adapter."""
+        return "webgpu" if device and device.unavailable is not None else None
+
+    def load_call(
+        self, connection: Connection, device: OnnxDevice | None
+    ) -> tuple[str, tuple[str, ...]]:
+        """Key `[source, "webgpu", dtype]` (JSON); arguments: source JSON,
+        device, dtype, connection id and name. `ValueError` without a source."""
+        source = onnx_source(connection.model, connection.settings)
+        dtype = onnx_dtype(connection.settings)
+        key = json.dumps([source, "webgpu", dtype], sort_keys=True)
+        return key, (json.dumps(source), "webgpu", dtype, connection.id, connection.name)
+
+    def chat_body(self, request: LmspRequest) -> dict[str, Any]:
+        """`onnx_chat_body`."""
+        return onnx_chat_body(request)
+
+    def chunk_mapping(self, request: LmspRequest, body: Mapping[str, Any]) -> ChatStreamToLmsp:
+        """Hermes `<tool_call>` blocks in the text become calls when tools were sent."""
+        return ChatStreamToLmsp(parse_tool_call_blocks=bool(request.tools))
+
+
+ONNX = OnnxSpec()

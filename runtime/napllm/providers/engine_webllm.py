@@ -1,25 +1,8 @@
-"""In-browser engines (wasm: llama.cpp through wllama; webllm: WebLLM on WebGPU):
-the protocol side that needs no JavaScript.
+"""The `webllm` engine's spec: WebLLM's prebuilt models on WebGPU.
 
-Both engines speak OpenAI chat completions, so requests and chunks go
-through `openai_chat` (`lmsp_to_chat`, `ChatStreamToLmsp`); this module only
-holds what is specific to each engine, as data and pure functions, so it is
-tested under CPython (DESIGN.md: "a provider module holds the protocol side").
-The JS bridge lives in `napllm.browser.engines`.
-
-Rules (wasm / wllama)
-- The built-in connection is TinyChat (`models/tinychat/`), served from the
-  shell's own folder: `builtin-tinychat`, model `tinychat-q8_0`, route
-  "This browser -> llama.cpp on WebAssembly (this device)". It needs no GPU
-  and no network, so it is always available.
-- Capabilities: JSON output (wllama turns `response_format` into a grammar),
-  tools with the modes llama.cpp's server honours (`auto`, `none`; wllama
-  parses Hermes `<tool_call>` blocks into `tool_calls`), no images.
-- Temperature 0 means greedy decoding: `top_k: 1` is sent along, so the
-  answer does not depend on how the sampler treats a zero temperature.
-- Threads: 1 without cross-origin isolation (no `SharedArrayBuffer`), half
-  the logical cores (at most 8) with it. No GPU layers (`n_gpu_layers: 0`):
-  wllama's WebGPU start-up aborts on adapters without `shader-f16`.
+Pure data and functions, tested under CPython; the one provider every
+engine shares is `providers.engine.EngineProvider`, and the page module is
+web/engines/webllm-engine.js (its worker: webllm-worker.js).
 
 Rules (webllm)
 - Model records are WebLLM's `prebuiltAppConfig.model_list` entries
@@ -40,8 +23,11 @@ Rules (webllm)
   variant each: f16 where the adapter has `shader-f16`, else f32); any other
   prebuilt id can be added through the connection form (kind `webllm`).
 - WebLLM streams a tool call's raw JSON as content and reports the calls in
-  the last chunk (pitfalls.md): such streams are mapped with
-  `tool_text_in_content`.
+  the last chunk only (docs/design.md, "Known behaviours"): such streams are
+  mapped with `tool_text_in_content`.
+- The page reports the GPU, WebLLM's catalogue, its function-calling ids
+  and which recommended models are cached (`catalog()`) when the shell
+  starts; until then every model is blocked as `webgpu`.
 """
 
 from __future__ import annotations
@@ -51,116 +37,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ErrorCode, ProviderFailure
 from ..kinds import route_for
 from ..lmsp import LmspRequest
 from ..records import Capabilities, Connection
 from .chat_request import lmsp_to_chat
-
-# --------------------------------------------------------------------------
-# wasm: llama.cpp through wllama
-
-TINYCHAT_ID = "builtin-tinychat"
-TINYCHAT_NAME = "TinyChat (on this device)"
-TINYCHAT_MODEL = "tinychat-q8_0"
-#: Relative to the shell page (dist/): build.py copies the model there.
-TINYCHAT_PATH = "models/tinychat/tiny-chat-q8_0.gguf"
-#: TinyChat was trained with a 512-token context.
-TINYCHAT_CONTEXT = 512
-#: Order of built-in connections (`settings.rank`, lower first): a WebLLM
-#: model whose weights are cached ranks 0, TinyChat 10, other WebLLM models 50.
-TINYCHAT_RANK = 10
-
-WASM_CAPABILITIES = Capabilities(
-    images=False, json_output=True, tools=True, tool_choice_modes=("auto", "none")
-)
-
-#: Default context size for user-chosen GGUF models (tokens).
-WASM_DEFAULT_CONTEXT = 4096
-
-
-def wllama_threads(cross_origin_isolated: bool, hardware_concurrency: int) -> int:
-    """llama.cpp threads for wllama: 1 without cross-origin isolation.
-
-    With isolation (COOP/COEP, so `SharedArrayBuffer` exists) half the
-    logical cores, at most 8: 2 or more from 4 cores up. Below 4 cores it
-    stays 1, because the page's own thread (Pyodide, the runtime) needs a
-    core too: on 2 cores, 2 llama.cpp threads made TinyChat slower, not
-    faster (bench/bench_wasm.py).
-    """
-    if not cross_origin_isolated:
-        return 1
-    return max(1, min(8, hardware_concurrency // 2))
-
-
-def wasm_load_params(
-    settings: Mapping[str, Any], *, cross_origin_isolated: bool, hardware_concurrency: int
-) -> dict[str, Any]:
-    """wllama `LoadModelParams` for a wasm connection's `settings`.
-
-    `settings.contextSize` (tokens, 64..131072) overrides the default
-    context; returns `{n_ctx, n_threads, n_gpu_layers: 0}`.
-    """
-    context = settings.get("contextSize")
-    if not (isinstance(context, int) and not isinstance(context, bool) and 64 <= context <= 131072):
-        context = WASM_DEFAULT_CONTEXT
-    return {
-        "n_ctx": context,
-        "n_threads": wllama_threads(cross_origin_isolated, hardware_concurrency),
-        "n_gpu_layers": 0,
-    }
-
-
-def wasm_chat_body(request: LmspRequest) -> dict[str, Any]:
-    """The streamed chat body wllama's `createChatCompletion` takes (LMSP 6.1).
-
-    `lmsp_to_chat` with `json_schema` response format (wllama's server
-    turns it into a grammar), `stream: true` with usage in the last chunk,
-    and `top_k: 1` when the temperature is 0 (greedy decoding).
-    """
-    body = lmsp_to_chat(request, response_format_style="json_schema")
-    body["stream"] = True
-    body["stream_options"] = {"include_usage": True}
-    if request.temperature == 0:
-        body["top_k"] = 1
-    return body
-
-
-def tinychat_connection() -> Connection:
-    """The built-in TinyChat connection (always available, offline)."""
-    return Connection(
-        id=TINYCHAT_ID,
-        name=TINYCHAT_NAME,
-        kind="wasm",
-        model=TINYCHAT_MODEL,
-        route=route_for("wasm", {}),
-        capabilities=WASM_CAPABILITIES,
-        settings={
-            "url": TINYCHAT_PATH,
-            "contextSize": TINYCHAT_CONTEXT,
-            "builtin": True,
-            "rank": TINYCHAT_RANK,
-        },
-    )
-
-
-def wasm_capabilities(model: str, settings: Mapping[str, Any]) -> Capabilities:
-    """Capabilities of a user-chosen GGUF (`settings.url`).
-
-    Raises `ValueError` when `settings.url` is not an http(s) or relative
-    URL. Every GGUF gets grammar-constrained JSON and template-driven tools
-    (the runtime judges the calls it returns); wllama here takes no images.
-    """
-    url = settings.get("url")
-    if not isinstance(url, str) or not url or url.startswith(("javascript:", "data:", "blob:")):
-        raise ValueError("a GGUF URL is required")
-    if "://" in url and not url.startswith(("http://", "https://")):
-        raise ValueError("the GGUF URL must be http(s)")
-    return WASM_CAPABILITIES
-
-
-# --------------------------------------------------------------------------
-# webllm: WebLLM on WebGPU
+from .chat_stream import ChatStreamToLmsp
+from .engine import ENGINE_HINTS, NO_WEBGPU, no_adapter_reason
 
 #: WebLLM's default `buffer_size_required_bytes` (src/config.ts), 256 MB.
 WEBLLM_DEFAULT_BUFFER_BYTES = 262_144_000
@@ -227,7 +109,7 @@ class GpuReport:
     """What the page learnt about WebGPU (see web/engines/webllm-engine.js `probe`).
 
     `adapter`: an adapter was granted; `reason`: why not (a sentence from
-    `NO_ADAPTER_REASONS`, chosen by the probe's reason code);
+    `engine.NO_ADAPTER_REASONS`, chosen by the probe's reason code);
     `features`: adapter features; `max_buffer_size` and
     `max_storage_buffer_binding_size`: adapter limits in bytes;
     `fallback`: a software adapter (SwiftShader); `device_memory_gb`:
@@ -247,8 +129,7 @@ class GpuReport:
         """Parse the probe's JSON; anything malformed reads as "no adapter"."""
         if not isinstance(raw, dict) or raw.get("adapter") is not True:
             code = raw.get("reason") if isinstance(raw, dict) else None
-            reason = NO_ADAPTER_REASONS.get(code, NO_WEBGPU) if isinstance(code, str) else NO_WEBGPU
-            return cls(adapter=False, reason=reason)
+            return cls(adapter=False, reason=no_adapter_reason(code))
 
         def count(key: str) -> int:
             value = raw.get(key)
@@ -270,15 +151,6 @@ class GpuReport:
             if isinstance(memory, int | float) and not isinstance(memory, bool) and memory > 0
             else None,
         )
-
-
-NO_WEBGPU = "WebGPU is not available in this browser (no GPU adapter)."
-#: The probe's reason codes (web/engines/webllm-engine.js) -> user-facing text.
-NO_ADAPTER_REASONS: dict[str, str] = {
-    "no-webgpu": "WebGPU is not available in this browser.",
-    "no-adapter": NO_WEBGPU,
-    "timeout": "WebGPU is not available: GPU detection did not answer in time.",
-}
 
 
 def webllm_unavailable_reason(record: WebLLMRecord, gpu: GpuReport) -> str | None:
@@ -405,34 +277,129 @@ def webllm_chat_body(request: LmspRequest) -> dict[str, Any]:
     return body
 
 
-# --------------------------------------------------------------------------
-# Engine errors (reported by the JS side as a `kind`)
+@dataclass(frozen=True)
+class WebLLMDevice:
+    """What the page reported (`catalog()` of webllm-engine.js), read strictly.
 
-#: User hints for the shell UI, by error kind (never sent to a napplet).
-ENGINE_HINTS: dict[str, str] = {
-    "download": "The model file could not be downloaded.",
-    "load": "The model file could not be loaded; it may be corrupt or not a GGUF model.",
-    "webgpu": "WebGPU is not available in this browser, so this model cannot run here.",
-    "feature": "This GPU lacks a WebGPU feature the model needs (shader-f16).",
-    "device": "This model needs more GPU memory or buffer space than this device offers.",
-    "network": (
-        "The model could not be fetched; a WebLLM model needs its model host "
-        "(or weights already in the browser cache)."
-    ),
-    "storage": "The browser ran out of storage space for the model.",
-    "context": "The conversation is longer than the model's context window.",
-    "inference": "The model failed while generating.",
-    "busy": "The engine is still busy with another request.",
-    "unknown": "The in-browser engine failed.",
-}
-
-
-def engine_failure(kind: object, engine: str) -> ProviderFailure:
-    """A `ProviderFailure` for an engine error `kind` (see `ENGINE_HINTS`).
-
-    `context` (context window exhausted) is `quota-exceeded`; every other
-    kind is `provider-error`. The JS error text is never used.
+    `gpu`: the WebGPU facts; `records`: WebLLM's prebuilt records by model
+    id (the models shipped in dist/ among them); `function_calling`: ids
+    WebLLM calls tools with; `cached`: the recommended models whose weights
+    are in the browser's cache; `bundled`: the chat records shipped in
+    dist/ (the catalogue's `bundled` list, `providers.webllm_tinychat`).
     """
-    key = kind if isinstance(kind, str) and kind in ENGINE_HINTS else "unknown"
-    code = ErrorCode.QUOTA_EXCEEDED if key == "context" else ErrorCode.PROVIDER_ERROR
-    return ProviderFailure(code, user_hint=ENGINE_HINTS[key], detail=f"{engine}: {key}")
+
+    gpu: GpuReport = field(default_factory=GpuReport)
+    records: Mapping[str, WebLLMRecord] = field(default_factory=dict)
+    function_calling: tuple[str, ...] = ()
+    cached: frozenset[str] = frozenset()
+    bundled: tuple[WebLLMRecord, ...] = ()
+
+    @classmethod
+    def from_json(cls, raw: object) -> WebLLMDevice:
+        """Parse the catalogue report; anything malformed reads as empty."""
+        if not isinstance(raw, dict):
+            return cls()
+        listed = raw.get("records")
+        parsed = (WebLLMRecord.from_json(x) for x in (listed if isinstance(listed, list) else []))
+        records = [r for r in parsed if r is not None]
+        shipped = raw.get("bundled")
+        bundled = tuple(
+            r
+            for r in (
+                WebLLMRecord.from_json(x) for x in (shipped if isinstance(shipped, list) else [])
+            )
+            if r is not None and r.is_chat
+        )
+        ids = raw.get("functionCallingIds")
+        cached = raw.get("cached")
+        return cls(
+            gpu=GpuReport.from_json(raw.get("gpu")),
+            records={r.model_id: r for r in (*records, *bundled)},
+            bundled=bundled,
+            function_calling=tuple(i for i in ids if isinstance(i, str))
+            if isinstance(ids, list)
+            else (),
+            cached=frozenset(c for c in cached if isinstance(c, str))
+            if isinstance(cached, list)
+            else frozenset(),
+        )
+
+
+class WebLLMSpec:
+    """The `webllm` engine (`providers.engine.EngineSpec`; module rules)."""
+
+    kind = "webllm"
+    module = "engines/webllm-engine.js"
+    report_function = "catalog"
+    report_at_start = True
+    report_before_chat = False
+    load_function = "ensureEngine"
+    load_error = "unknown"
+    hints = ENGINE_HINTS
+
+    def read_device(self, report: object) -> WebLLMDevice:
+        """`WebLLMDevice.from_json`."""
+        return WebLLMDevice.from_json(report)
+
+    def built_in(self, device: WebLLMDevice | None) -> list[Connection]:
+        """The recommended models for this device, then the models shipped in dist/.
+
+        Unavailable ones say why.
+        """
+        from .webllm_tinychat import WEBLLM_TINYCHAT_MODEL, webllm_tinychat_connection
+
+        device = device or WebLLMDevice()
+        shipped = {r.model_id for r in device.bundled}
+        return [
+            webllm_connection(
+                record,
+                device.gpu,
+                device.function_calling,
+                cached=record.model_id in device.cached,
+            )
+            for record in webllm_recommended(
+                (r for r in device.records.values() if r.model_id not in shipped), device.gpu
+            )
+        ] + [
+            webllm_tinychat_connection(record, device.gpu, device.function_calling)
+            for record in device.bundled
+            if record.model_id == WEBLLM_TINYCHAT_MODEL
+        ]
+
+    def capabilities(
+        self, model: str, settings: Mapping[str, Any], device: WebLLMDevice | None
+    ) -> Capabilities:
+        """Capabilities of a prebuilt model id; `ValueError` for an unknown id."""
+        device = device or WebLLMDevice()
+        record = device.records.get(model)
+        if record is None or not record.is_chat:
+            raise ValueError("not a WebLLM prebuilt chat model id")
+        return webllm_capabilities(record, device.function_calling)
+
+    def unavailable_reason(self, model: str, device: WebLLMDevice | None) -> str | None:
+        """Why a prebuilt model cannot run on this device (a sentence), or None."""
+        device = device or WebLLMDevice()
+        record = device.records.get(model)
+        return webllm_unavailable_reason(record, device.gpu) if record is not None else None
+
+    def blocker(self, model: str, device: WebLLMDevice | None) -> str | None:
+        """`webllm_blocker` for the model's record on this device."""
+        device = device or WebLLMDevice()
+        return webllm_blocker(device.records.get(model), device.gpu)
+
+    def load_call(
+        self, connection: Connection, device: WebLLMDevice | None
+    ) -> tuple[str, tuple[str, ...]]:
+        """One engine per model id: the key is the id; then the connection's id and name."""
+        return connection.model, (connection.id, connection.name)
+
+    def chat_body(self, request: LmspRequest) -> dict[str, Any]:
+        """`webllm_chat_body`."""
+        return webllm_chat_body(request)
+
+    def chunk_mapping(self, request: LmspRequest, body: Mapping[str, Any]) -> ChatStreamToLmsp:
+        """Tool calls' JSON arrives as content when tools were sent (module rules)."""
+        return ChatStreamToLmsp(tool_text_in_content="tools" in body)
+
+
+WEBLLM = WebLLMSpec()
