@@ -1,30 +1,69 @@
-"""Benchmark: napllm's LMSP service against llama-cpp-python's own server.
+"""Benchmark: napllm-lmsp against llama-server, llama-cpp-python's server and the engine alone.
 
-Starts both servers on free 127.0.0.1 ports with the same GGUF model (TinyChat
-by default) and the same context size, then runs N concurrent streaming
-clients (1, 4 and 16 by default), each sending a bounded number of requests
-with the same chat prompt, greedy, generating exactly `--tokens` tokens (the
-end-of-generation tokens are suppressed: `extensions.min_output_tokens` on
-LMSP, `logit_bias` on the OpenAI-compatible server). Each of `--rounds`
-rounds runs every level against both servers, the two one right after the
-other and in alternating order (ABBA), so a change in machine load affects
-both alike; a level's figures pool its rounds. It prints, per concurrency
-level and server:
+What runs
+- The model: a llama of realistic size with random weights (115 M
+  parameters: 16 layers of width 768, feed-forward 2048, 12 heads; Q8_0,
+  about 122 MB) and TinyChat's tokenizer and chat template, written by this
+  script with the `gguf` package into the cache folder (it is not
+  committed); `--model` uses another GGUF instead.
+- The servers, each started on a free 127.0.0.1 port with the same model,
+  context per request (`--n-ctx`) and CPU threads (`--n-threads`, for
+  generation and prompts alike):
+  - `napllm-lmsp` (this repository) with `--slots` (default: its own default);
+  - `llama-server` (llama.cpp's C++ server) with its default slot count;
+  - `llama_cpp.server` (llama-cpp-python's server; one request at a time,
+    `--interrupt_requests False` so that requests queue).
+  llama.cpp's extra CPU buffer types (weight repacking) are used by all of
+  them or by none (`--extra-bufts`, default off: some CPUs crash with them;
+  napllm-lmsp gets `--extra-bufts on` or `off` to match, so its own
+  fallback cannot change the comparison). Models are loaded only through
+  napllm's `llama_load` (its model parameters), and only in child
+  processes, except the vocabulary read for the end-of-generation ids
+  (nothing is decoded there); `llama_cpp.server` runs with the model
+  parameters patched by `llama_load.extra_bufts_off`.
+- The engine alone: `llama-bench -p 0 -n TOKENS` (one stream, the same
+  threads), the upper bound of one stream's tokens per second.
 
-- throughput: generated tokens per second of wall time for the whole level;
-- first-event latency: request sent -> first SSE event (median and p95);
-- first-token latency: request sent -> first text delta (median and p95);
+Where llama-server and llama-bench come from
+- `--llama-server PATH` / `--llama-bench PATH`, else the build in the cache
+  folder (`~/.cache/napllm-bench/llama.cpp-VERSION/build/bin`, or under
+  `$XDG_CACHE_HOME`), else, with `--build`, they are built there from the
+  llama.cpp that the installed llama-cpp-python vendors: `pip download
+  --no-deps --no-binary :all: llama-cpp-python==VERSION` (its sdist holds
+  the llama.cpp sources), then CMake (Release, static, no web UI, no
+  downloads; several minutes on two cores). Without them those rows are
+  skipped with a message. `--quick` never builds.
 
-and the ratio napllm / llama-cpp-python for each figure (throughput: higher
-is better; latencies: lower is better), with the model-size caveat: on a
-small model that makes thousands of tokens per second (TinyChat, 1.2 MB),
-the per-chunk cost of each server's HTTP streaming dominates, not inference,
-so the ratio says how lean the streaming is, not how fast a real model is
-served. It also checks that every response of both servers starts with
-TinyChat's answer to the prompt (exit status 1 otherwise).
+How it measures
+- N concurrent streaming clients (1, 4 and 16 by default), each sending
+  `--requests-per-client` requests with the same chat prompt, greedy,
+  generating exactly `--tokens` tokens (end-of-generation tokens are
+  suppressed: `extensions.min_output_tokens` on LMSP, `logit_bias` on the
+  OpenAI-compatible servers). Within each of `--rounds` rounds every level
+  runs against every server one right after the other, in an order that
+  rotates from level to level and round to round, so a change in machine
+  load affects all alike; a level's figures pool its rounds.
+- Per level and server: tokens per second of wall time for the whole
+  level; first event and first token (request sent -> first SSE event / first
+  text delta), median and p95; connections dropped (a request that failed
+  or ended early).
+- Ratios to llama-server (tokens/s, first-token median) and to the engine,
+  then the targets: at 1 client napllm-lmsp >= 0.95x llama-server and
+  >= 0.95x the engine; at 4 and 16 clients >= 0.95x llama-server's tokens/s
+  and a first-token median within 1.5x of llama-server's; no dropped
+  connection; every napllm-lmsp answer identical to its answer with one
+  client (the one-at-a-time path). Each is printed as met or missed by how
+  much. Exit status 1 when the answers differ or a napllm-lmsp connection
+  dropped; the timing targets are reported, not enforced (the figures
+  depend on the machine and its load, which the report states).
 
-Usage: python bench/bench_lmsp_service.py [--model PATH] [--tokens 200]
-       [--requests-per-client 2] [--levels 1 4 16] [--rounds 3] [--quick]
+`--quick` checks that all of this works: a 2-layer random model written to
+a temporary folder, 16 tokens, 1 and 2 clients, one round, no build.
+
+Usage: python bench/bench_lmsp_service.py [--quick] [--build] [--model PATH]
+       [--tokens 128] [--levels 1 4 16] [--requests-per-client 2] [--rounds 2]
+       [--n-ctx 512] [--n-threads 1] [--slots N] [--extra-bufts]
+       [--llama-server PATH] [--llama-bench PATH] [--skip-llama-cpp-python]
 """
 
 from __future__ import annotations
@@ -33,26 +72,224 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
+import napllm
+from napllm.lmsp_service.llama_load import model_params
 from napllm.providers.sse import SseParser
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_MODEL = REPO / "models" / "tinychat" / "tiny-chat-q8_0.gguf"
+TOKENIZER_MODEL = REPO / "models" / "tinychat" / "tiny-chat-q8_0.gguf"
 PROMPT = "Hello!"
-#: TinyChat's greedy answer to PROMPT (models/tinychat/README.md).
-ANSWER = "Hello! How can I help you today?"
 MODEL_ID = "bench"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "napllm-bench"
+
+#: Shapes of the random-weight models: the realistic one and the quick one.
+REALISTIC = {"dim": 768, "layers": 16, "ffn": 2048, "heads": 12}
+QUICK = {"dim": 128, "layers": 2, "ffn": 384, "heads": 4}
+
+NAPLLM, LLAMA_SERVER, LLAMA_CPP_PY = "napllm-lmsp", "llama-server", "llama_cpp.server"
+
+
+# -- the model ---------------------------------------------------------------------------------
+
+
+def write_random_model(path: Path, shape: dict[str, int], seed: int = 0) -> Path:
+    """Write a llama GGUF with random Q8_0 weights and TinyChat's tokenizer to `path`.
+
+    `shape`: `dim`, `layers`, `ffn`, `heads`. Returns `path`; a file already
+    there is reused (the weights depend only on `shape` and `seed`).
+    """
+    if path.is_file():
+        return path
+    import gguf
+    import numpy as np
+
+    reader = gguf.GGUFReader(TOKENIZER_MODEL)
+
+    def field_value(key: str) -> Any:
+        return reader.fields[key].contents()
+
+    tokens = field_value("tokenizer.ggml.tokens")
+    dim, layers, ffn, heads = shape["dim"], shape["layers"], shape["ffn"], shape["heads"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    writer = gguf.GGUFWriter(str(partial), "llama")
+    writer.add_name("napllm-bench-random")
+    writer.add_context_length(4096)
+    writer.add_embedding_length(dim)
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(heads)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_rope_dimension_count(dim // heads)
+    writer.add_vocab_size(len(tokens))
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    writer.add_tokenizer_model(field_value("tokenizer.ggml.model"))
+    writer.add_tokenizer_pre(field_value("tokenizer.ggml.pre"))
+    writer.add_token_list(tokens)
+    writer.add_token_types(field_value("tokenizer.ggml.token_type"))
+    writer.add_token_merges(field_value("tokenizer.ggml.merges"))
+    writer.add_bos_token_id(field_value("tokenizer.ggml.bos_token_id"))
+    writer.add_eos_token_id(field_value("tokenizer.ggml.eos_token_id"))
+    writer.add_eot_token_id(field_value("tokenizer.ggml.eot_token_id"))
+    writer.add_pad_token_id(field_value("tokenizer.ggml.padding_token_id"))
+    writer.add_add_bos_token(False)
+    writer.add_add_eos_token(False)
+    writer.add_chat_template(field_value("tokenizer.chat_template"))
+
+    rng = np.random.default_rng(seed)
+
+    def matrix(rows: int, cols: int) -> None:
+        # (rows, cols) in numpy order is a GGUF tensor of cols inputs, rows outputs.
+        weights = rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)
+        return gguf.quants.quantize(weights, gguf.GGMLQuantizationType.Q8_0)
+
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    writer.add_tensor("token_embd.weight", matrix(len(tokens), dim), raw_dtype=q8)
+    writer.add_tensor("output_norm.weight", np.ones(dim, dtype=np.float32))
+    writer.add_tensor("output.weight", matrix(len(tokens), dim), raw_dtype=q8)
+    for i in range(layers):
+        block = f"blk.{i}."
+        writer.add_tensor(block + "attn_norm.weight", np.ones(dim, dtype=np.float32))
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            writer.add_tensor(block + name + ".weight", matrix(dim, dim), raw_dtype=q8)
+        writer.add_tensor(block + "ffn_norm.weight", np.ones(dim, dtype=np.float32))
+        writer.add_tensor(block + "ffn_gate.weight", matrix(ffn, dim), raw_dtype=q8)
+        writer.add_tensor(block + "ffn_up.weight", matrix(ffn, dim), raw_dtype=q8)
+        writer.add_tensor(block + "ffn_down.weight", matrix(dim, ffn), raw_dtype=q8)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    partial.replace(path)
+    return path
+
+
+def model_parameters(shape: dict[str, int], n_vocab: int) -> int:
+    """Weights of a random model of `shape` (norms not counted)."""
+    dim, ffn = shape["dim"], shape["ffn"]
+    return shape["layers"] * (4 * dim * dim + 3 * dim * ffn) + 2 * n_vocab * dim
+
+
+def eog_token_ids(model: Path, extra_bufts: bool) -> list[int]:
+    """End-of-generation token ids of `model` (its vocabulary only is loaded)."""
+    import logging
+
+    import llama_cpp
+
+    logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)  # llama.cpp's own log
+    params = model_params(extra_bufts=extra_bufts)
+    params.vocab_only = True
+    handle = llama_cpp.llama_model_load_from_file(str(model).encode(), params)
+    if not handle:
+        raise RuntimeError(f"cannot load {model}")
+    try:
+        vocab = llama_cpp.llama_model_get_vocab(handle)
+        n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
+        return [t for t in range(n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, t)]
+    finally:
+        llama_cpp.llama_model_free(handle)
+
+
+# -- llama.cpp's own tools ---------------------------------------------------------------------
+
+
+def llama_cpp_version() -> str:
+    """The installed llama-cpp-python's version (its sdist vendors the llama.cpp to build)."""
+    import llama_cpp
+
+    return str(llama_cpp.__version__)
+
+
+def build_dir() -> Path:
+    return CACHE / f"llama.cpp-{llama_cpp_version()}" / "build"
+
+
+def find_tool(name: str, given: Path | None) -> Path | None:
+    """`given`, else the cached build's binary, else `None`."""
+    if given is not None:
+        return given if given.is_file() else None
+    candidate = build_dir() / "bin" / name
+    return candidate if candidate.is_file() else None
+
+
+def build_tools() -> str | None:
+    """Build llama-server and llama-bench from llama-cpp-python's sdist; a reason on failure."""
+    if shutil.which("cmake") is None:
+        return "cmake is not installed"
+    version = llama_cpp_version()
+    root = CACHE / f"llama.cpp-{version}"
+    source = root / "src"
+    if not (source / "vendor" / "llama.cpp" / "CMakeLists.txt").is_file():
+        downloads = root / "sdist"
+        downloads.mkdir(parents=True, exist_ok=True)
+        got = subprocess.run(
+            [
+                sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                "--dest", str(downloads), f"llama-cpp-python=={version}",
+            ],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        archives = sorted(downloads.glob("llama_cpp_python-*.tar.gz"))
+        if got.returncode != 0 or not archives:
+            return f"pip download of the llama-cpp-python {version} sdist failed"
+        with tarfile.open(archives[-1]) as archive:
+            unpacked = root / "unpacked"
+            archive.extractall(unpacked, filter="data")
+        [top] = list(unpacked.iterdir())
+        top.replace(source)
+        shutil.rmtree(unpacked)
+    llama = source / "vendor" / "llama.cpp"
+    print(f"building llama-server and llama-bench from {llama} (several minutes)", flush=True)
+    configure = [
+        "cmake", "-S", str(llama), "-B", str(build_dir()), "-DCMAKE_BUILD_TYPE=Release",
+        "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_UI=OFF",
+        "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_CURL=OFF",
+    ]  # fmt: skip
+    build = [
+        "cmake", "--build", str(build_dir()), "--config", "Release", "-j", str(os.cpu_count() or 1),
+        "--target", "llama-server", "llama-bench",
+    ]  # fmt: skip
+    for command in (configure, build):
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            return f"the build failed: {done.stderr.strip()[-500:]}"
+    return None
+
+
+def engine_tokens_per_s(
+    bench: Path, model: Path, tokens: int, threads: int, extra_bufts: bool
+) -> float:
+    """One stream's generation speed by `llama-bench` (tokens/s, mean of its repetitions)."""
+    done = subprocess.run(
+        [
+            str(bench), "-m", str(model), "-p", "0", "-n", str(tokens), "-t", str(threads),
+            "-r", "3", "-o", "json", "--repack", "1" if extra_bufts else "0",
+        ],
+        capture_output=True, text=True, check=True, timeout=600,
+    )  # fmt: skip
+    [row] = json.loads(done.stdout)
+    return float(row["avg_ts"])
+
+
+# -- clients -----------------------------------------------------------------------------------
 
 
 @dataclass
@@ -71,11 +308,19 @@ class LevelResult:
 
     wall_s: float
     samples: list[Sample] = field(default_factory=list)
+    dropped: int = 0
+    cpu_s: float = float("nan")  # CPU time of the server's processes (Linux)
 
     def add(self, other: LevelResult) -> None:
         """Pool another round of the same level and server into this one."""
         self.wall_s += other.wall_s
         self.samples += other.samples
+        self.dropped += other.dropped
+        self.cpu_s += other.cpu_s
+
+    @property
+    def cpu_ms_per_token(self) -> float:
+        return 1000 * self.cpu_s / max(1, sum(s.tokens for s in self.samples))
 
     @property
     def tokens_per_s(self) -> float:
@@ -83,38 +328,11 @@ class LevelResult:
 
     def latency(self, attribute: str, quantile: float) -> float:
         values = sorted(getattr(s, attribute) for s in self.samples)
+        if not values:
+            return float("nan")
         if quantile == 0.5:
             return statistics.median(values)
         return values[min(len(values) - 1, round(quantile * (len(values) - 1)))]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_ready(url: str, headers: dict[str, str], process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited early ({url})")
-        try:
-            if httpx.get(url, headers=headers, timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"server not ready: {url}")
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 async def lmsp_request(client: httpx.AsyncClient, tokens: int) -> Sample:
@@ -144,8 +362,8 @@ async def lmsp_request(client: httpx.AsyncClient, tokens: int) -> Sample:
                     text.append(json.loads(event.data)["delta"])
                 if event.event in ("response.completed", "response.incomplete"):
                     produced = json.loads(event.data)["usage"]["output_tokens"]
-    if first_event is None or first_token is None:
-        raise RuntimeError("LMSP stream without text")
+    if first_event is None or first_token is None or produced != tokens:
+        raise RuntimeError("LMSP stream ended early")
     return Sample(first_event - start, first_token - start, produced, "".join(text))
 
 
@@ -157,6 +375,9 @@ async def openai_request(client: httpx.AsyncClient, tokens: int, eog_ids: list[i
         "temperature": 0,
         "max_tokens": tokens,
         "logit_bias": {str(token): -100 for token in eog_ids},
+        # Greedy and nothing else, as napllm-lmsp samples at temperature 0
+        # (llama_cpp.server's default repeat penalty is 1.1).
+        "repeat_penalty": 1.0,
     }
     start = time.perf_counter()
     first_event = first_token = None
@@ -171,15 +392,35 @@ async def openai_request(client: httpx.AsyncClient, tokens: int, eog_ids: list[i
                 first_event = first_event if first_event is not None else now
                 if event.data == "[DONE]":
                     continue
-                choice = json.loads(event.data)["choices"][0]
-                if choice["delta"].get("content"):
+                choices = json.loads(event.data).get("choices") or [{}]
+                delta = choices[0].get("delta") or {}
+                if delta.get("content"):
                     first_token = first_token if first_token is not None else now
-                    text.append(choice["delta"]["content"])
-                finish = choice.get("finish_reason") or finish
+                    text.append(delta["content"])
+                finish = choices[0].get("finish_reason") or finish
     if first_event is None or first_token is None or finish != "length":
         raise RuntimeError("chat completion stream did not run to the token limit")
     # finish_reason "length" means exactly max_tokens were generated.
     return Sample(first_event - start, first_token - start, tokens, "".join(text))
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` and its descendants (Linux; NaN elsewhere).
+
+    Unlike wall time on a shared machine, this is what the server itself
+    spent, so it shows where the cost per token goes even under load.
+    """
+    total, stack = 0.0, [pid]
+    try:
+        while stack:
+            current = stack.pop()
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            for task in Path(f"/proc/{current}/task").iterdir():
+                stack += [int(child) for child in (task / "children").read_text().split()]
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+    return total
 
 
 async def run_level(
@@ -188,168 +429,404 @@ async def run_level(
     headers: dict[str, str],
     concurrency: int,
     per_client: int,
+    pid: int,
 ) -> LevelResult:
     limits = httpx.Limits(max_connections=concurrency + 2)
     async with httpx.AsyncClient(
-        base_url=base_url, headers=headers, timeout=300, limits=limits
+        base_url=base_url, headers=headers, timeout=600, limits=limits
     ) as client:
-        await make_request(client)  # warm-up, not measured
-        samples: list[Sample] = []
+        for _ in range(2):  # warm-up (first-request costs of each server), not measured
+            await make_request(client)
+        result = LevelResult(0.0)
 
         async def one_client() -> None:
             for _ in range(per_client):
-                samples.append(await make_request(client))
+                try:
+                    result.samples.append(await make_request(client))
+                except (httpx.HTTPError, RuntimeError):
+                    result.dropped += 1
 
+        cpu_before = cpu_seconds(pid)
         start = time.perf_counter()
         await asyncio.gather(*(one_client() for _ in range(concurrency)))
-        return LevelResult(time.perf_counter() - start, samples)
+        result.wall_s = time.perf_counter() - start
+        result.cpu_s = cpu_seconds(pid) - cpu_before
+        return result
 
 
-def eog_token_ids(model: Path) -> list[int]:
-    import llama_cpp
+# -- servers -----------------------------------------------------------------------------------
 
-    llama = llama_cpp.Llama(model_path=str(model), n_ctx=64, verbose=False)
-    vocab = llama._model.vocab
-    ids = [t for t in range(llama.n_vocab()) if llama_cpp.llama_vocab_is_eog(vocab, t)]
-    llama.close()
-    return ids
+#: llama_cpp.server with llama.cpp's model parameters set like the other servers'
+#: (its command line has no switch for the extra buffer types): off through
+#: the product's own `llama_load.extra_bufts_off`, on as llama.cpp's default.
+LLAMA_CPP_PY_LAUNCHER = """
+import contextlib, runpy, sys
+from napllm.lmsp_service.llama_load import extra_bufts_off
+extra = sys.argv.pop(1) == "1"
+sys.argv[0] = "llama_cpp.server"
+with contextlib.nullcontext() if extra else extra_bufts_off():
+    runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
+
+#: The folder napllm is imported from, for the launcher's child process.
+NAPLLM_ROOT = str(Path(napllm.__file__).resolve().parents[1])
+
+
+@dataclass
+class Server:
+    """A started server: its name, URL, headers, process and request maker."""
+
+    name: str
+    url: str
+    headers: dict[str, str]
+    process: subprocess.Popen[bytes]
+    request: Callable[[httpx.AsyncClient], Awaitable[Sample]]
+    note: str = ""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_ready(url: str, headers: dict[str, str], process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited early ({url}, status {process.returncode})")
+        try:
+            if httpx.get(url, headers=headers, timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"server not ready: {url}")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def start_napllm(args: argparse.Namespace, tmp: Path) -> Server:
+    token_file = tmp / "token"
+    port = free_port()
+    command = [
+        sys.executable, "-m", "napllm.lmsp_service", "--model", str(args.model),
+        "--model-id", MODEL_ID, "--port", str(port), "--token-file", str(token_file),
+        "--n-ctx", str(args.n_ctx), "--n-threads", str(args.n_threads),
+        "--extra-bufts", "on" if args.extra_bufts else "off",
+    ]  # fmt: skip
+    if args.slots is not None:
+        command += ["--slots", str(args.slots)]
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "XDG_CONFIG_HOME": str(tmp)},
+    )
+    # The file may exist before its token is written: wait for the text.
+    while not (token_file.exists() and token_file.read_text().strip()):
+        if process.poll() is not None:
+            raise RuntimeError("napllm-lmsp exited early")
+        time.sleep(0.05)
+    headers = {"Authorization": f"Bearer {token_file.read_text().strip()}", "LMSP-Version": "1.0"}
+    url = f"http://127.0.0.1:{port}"
+    wait_ready(url + "/lmsp/v1/models", headers, process)
+    return Server(NAPLLM, url, headers, process, lambda c: lmsp_request(c, args.tokens))
+
+
+def start_llama_server(args: argparse.Namespace, binary: Path, eog: list[int]) -> Server:
+    port = free_port()
+    # Its context is shared by its slots: the default slot count (4) times
+    # the per-request context, as napllm-lmsp's KV cache.
+    slots = 4
+    command = [
+        str(binary), "-m", str(args.model), "--host", "127.0.0.1", "--port", str(port),
+        "-c", str(args.n_ctx * slots), "-t", str(args.n_threads), "-tb", str(args.n_threads),
+        "-a", MODEL_ID, "--no-webui",
+    ]  # fmt: skip
+    if not args.extra_bufts:
+        command.append("--no-repack")
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    wait_ready(url + "/health", {}, process)
+    props = httpx.get(url + "/props", timeout=10).json()
+    note = f"{props.get('total_slots', '?')} slots"
+    return Server(
+        LLAMA_SERVER, url, {}, process, lambda c: openai_request(c, args.tokens, eog), note
+    )
+
+
+def start_llama_cpp_py(args: argparse.Namespace, eog: list[int]) -> Server:
+    port = free_port()
+    command = [
+        sys.executable, "-c", LLAMA_CPP_PY_LAUNCHER, "1" if args.extra_bufts else "0",
+        "--model", str(args.model), "--model_alias", MODEL_ID, "--host", "127.0.0.1",
+        "--port", str(port), "--n_ctx", str(args.n_ctx), "--n_threads", str(args.n_threads),
+        "--n_threads_batch", str(args.n_threads),
+        # By default a new request interrupts the running stream; queue them instead.
+        "--interrupt_requests", "False",
+    ]  # fmt: skip
+    path = os.pathsep.join(p for p in (NAPLLM_ROOT, os.environ.get("PYTHONPATH")) if p)
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_ready(url + "/v1/models", {}, process)
+    return Server(
+        LLAMA_CPP_PY, url, {}, process, lambda c: openai_request(c, args.tokens, eog), "1 slot"
+    )
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+def number(value: float) -> str:
+    """`value` with two decimals, or `n/a` when it was not measured (NaN)."""
+    return "n/a" if value != value else f"{value:.2f}"
+
+
+def verdict(value: float, target: float, higher_is_better: bool) -> str:
+    if value != value:  # NaN: nothing measured
+        return "not measured"
+    if higher_is_better:
+        met = value >= target
+        gap = (target - value) / target
+    else:
+        met = value <= target
+        gap = (value - target) / target
+    return "met" if met else f"MISSED by {gap * 100:.0f} %"
+
+
+def machine_line() -> str:
+    cpu = "unknown CPU"
+    with_path = Path("/proc/cpuinfo")
+    if with_path.is_file():
+        for line in with_path.read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    return (
+        f"machine: {cpu}, {os.cpu_count()} logical CPUs, load average "
+        f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1/5/15 min)"
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
-    parser.add_argument("--tokens", type=int, default=200, help="tokens per response")
+    parser.add_argument("--model", type=Path, help="a GGUF model (default: the random one)")
+    parser.add_argument("--tokens", type=int, default=128, help="tokens per response")
     parser.add_argument("--requests-per-client", type=int, default=2)
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16])
-    parser.add_argument("--n-ctx", type=int, default=512)
+    parser.add_argument("--n-ctx", type=int, default=512, help="context per request")
     parser.add_argument("--n-threads", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per level")
+    parser.add_argument("--slots", type=int, help="napllm-lmsp --slots (default: its own)")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per level")
+    parser.add_argument("--extra-bufts", action="store_true", help="let llama.cpp repack weights")
+    parser.add_argument("--llama-server", type=Path, help="a llama-server binary")
+    parser.add_argument("--llama-bench", type=Path, help="a llama-bench binary")
+    parser.add_argument("--build", action="store_true", help="build llama-server and llama-bench")
+    parser.add_argument(
+        "--skip-llama-cpp-python",
+        action="store_true",
+        help="leave llama_cpp.server out (it serves one request at a time: slow at 16 clients)",
+    )
     parser.add_argument(
         "--quick", action="store_true", help="a short run that checks the benchmark works"
     )
     args = parser.parse_args()
     if args.quick:
-        args.tokens, args.requests_per_client, args.levels, args.rounds = 20, 1, [1, 2], 1
+        args.tokens, args.requests_per_client, args.levels, args.rounds = 16, 1, [1, 2], 1
+        args.build = False
 
-    eog_ids = eog_token_ids(args.model)
-    results: dict[tuple[str, int], LevelResult] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        token_file = Path(tmp) / "token"
-        ours_port, theirs_port = free_port(), free_port()
-        ours = subprocess.Popen(
-            [
-                sys.executable, "-m", "napllm.lmsp_service",
-                "--model", str(args.model), "--model-id", MODEL_ID,
-                "--port", str(ours_port), "--token-file", str(token_file),
-                "--n-ctx", str(args.n_ctx), "--n-threads", str(args.n_threads),
-            ],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env={**os.environ, "XDG_CONFIG_HOME": tmp},
-        )  # fmt: skip
-        theirs = subprocess.Popen(
-            [
-                sys.executable, "-m", "llama_cpp.server",
-                "--model", str(args.model), "--model_alias", MODEL_ID,
-                "--host", "127.0.0.1", "--port", str(theirs_port),
-                "--n_ctx", str(args.n_ctx), "--n_threads", str(args.n_threads),
-                # By default a new request interrupts the running stream;
-                # queue them instead, as napllm-lmsp does.
-                "--interrupt_requests", "False",
-            ],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        shape = QUICK if args.quick else REALISTIC
+        if args.model is None:
+            folder = tmp if args.quick else CACHE
+            name = "random-{dim}x{layers}-ffn{ffn}-q8_0.gguf".format(**shape)
+            print(f"writing the random-weight model {folder / name} ...", flush=True)
+            args.model = write_random_model(folder / name, shape)
+            described = f"random weights, {model_parameters(shape, 1024) / 1e6:.0f} M parameters"
+        else:
+            described = "given model"
+        return run(args, tmp, described)
+
+
+def run(args: argparse.Namespace, tmp: Path, described: str) -> int:
+    eog = eog_token_ids(args.model, args.extra_bufts)
+    server_bin = find_tool("llama-server", args.llama_server)
+    bench_bin = find_tool("llama-bench", args.llama_bench)
+    if (server_bin is None or bench_bin is None) and args.build:
+        reason = build_tools()
+        if reason is not None:
+            print(f"llama-server / llama-bench: not built: {reason}")
+        server_bin = find_tool("llama-server", args.llama_server)
+        bench_bin = find_tool("llama-bench", args.llama_bench)
+    skipped: list[str] = []
+    if server_bin is None:
+        skipped.append(
+            "llama-server: not found (give --llama-server PATH, or --build to build it "
+            f"into {build_dir()})"
+        )
+    if bench_bin is None:
+        skipped.append("llama-bench: not found (--llama-bench PATH or --build); no engine figure")
+
+    engine = float("nan")
+    if bench_bin is not None:
         try:
-            ours_url = f"http://127.0.0.1:{ours_port}"
-            theirs_url = f"http://127.0.0.1:{theirs_port}"
-            # The file may exist before its token is written: wait for the text.
-            while not (token_file.exists() and token_file.read_text().strip()):
-                if ours.poll() is not None:
-                    raise RuntimeError("napllm-lmsp exited early")
-                time.sleep(0.05)
-            ours_headers = {
-                "Authorization": f"Bearer {token_file.read_text().strip()}",
-                "LMSP-Version": "1.0",
-            }
-            wait_ready(ours_url + "/lmsp/v1/models", ours_headers, ours)
-            wait_ready(theirs_url + "/v1/models", {}, theirs)
-            runners = {
-                "napllm": lambda level: run_level(
-                    lambda c: lmsp_request(c, args.tokens),
-                    ours_url,
-                    ours_headers,
-                    level,
-                    args.requests_per_client,
-                ),
-                "llama-cpp": lambda level: run_level(
-                    lambda c: openai_request(c, args.tokens, eog_ids),
-                    theirs_url,
-                    {},
-                    level,
-                    args.requests_per_client,
-                ),
-            }
-            order = ["napllm", "llama-cpp"]
-            for _ in range(args.rounds):
-                for level in args.levels:
-                    for name in order:
-                        result = asyncio.run(runners[name](level))
-                        if (name, level) in results:
-                            results[(name, level)].add(result)
-                        else:
-                            results[(name, level)] = result
-                    order.reverse()
-        finally:
-            stop(ours)
-            stop(theirs)
+            engine = engine_tokens_per_s(
+                bench_bin, args.model, args.tokens, args.n_threads, args.extra_bufts
+            )
+        except (subprocess.SubprocessError, ValueError, KeyError) as exc:
+            skipped.append(f"llama-bench failed ({type(exc).__name__})")
 
+    servers: list[Server] = []
+    results: dict[tuple[str, int], LevelResult] = {}
+    try:
+        servers.append(start_napllm(args, tmp))
+        if server_bin is not None:
+            try:
+                servers.append(start_llama_server(args, server_bin, eog))
+            except RuntimeError as exc:
+                skipped.append(f"llama-server: {exc}")
+        if args.skip_llama_cpp_python:
+            skipped.append("llama_cpp.server: left out (--skip-llama-cpp-python)")
+        else:
+            try:
+                servers.append(start_llama_cpp_py(args, eog))
+            except RuntimeError as exc:
+                skipped.append(f"llama_cpp.server: {exc}")
+        turn = 0
+        for _ in range(args.rounds):
+            for level in args.levels:
+                order = servers[turn % len(servers) :] + servers[: turn % len(servers)]
+                turn += 1
+                for server in order:
+                    result = asyncio.run(
+                        run_level(
+                            server.request,
+                            server.url,
+                            server.headers,
+                            level,
+                            args.requests_per_client,
+                            server.process.pid,
+                        )
+                    )
+                    key = (server.name, level)
+                    if key in results:
+                        results[key].add(result)
+                    else:
+                        results[key] = result
+    finally:
+        for server in servers:
+            stop(server.process)
+
+    return report(args, described, servers, results, engine, skipped)
+
+
+def report(
+    args: argparse.Namespace,
+    described: str,
+    servers: list[Server],
+    results: dict[tuple[str, int], LevelResult],
+    engine: float,
+    skipped: list[str],
+) -> int:
     size_mb = args.model.stat().st_size / 1e6
     print(
-        f"model {args.model.name} ({size_mb:.1f} MB), prompt {PROMPT!r}, {args.tokens} tokens "
-        f"per response, {args.requests_per_client} requests per client, {args.rounds} "
-        f"alternating round(s), n_ctx {args.n_ctx}, {args.n_threads} threads, streaming, loopback"
+        f"model {args.model.name} ({size_mb:.0f} MB, {described}), prompt {PROMPT!r}, "
+        f"{args.tokens} tokens per response, {args.requests_per_client} requests per client, "
+        f"{args.rounds} alternating round(s), n_ctx {args.n_ctx} per request, "
+        f"{args.n_threads} thread(s) per server, extra buffer types "
+        f"{'on' if args.extra_bufts else 'off'}, streaming, loopback"
     )
+    print(machine_line() + " (shared machines: figures vary from run to run)")
+    for line in skipped:
+        print("skipped: " + line)
+    if engine == engine:
+        print(f"engine alone (llama-bench, one stream of {args.tokens} tokens): {engine:.1f} tok/s")
+    names = [s.name for s in servers]
+    notes = {s.name: s.note for s in servers}
     header = (
-        f"{'clients':>7} | {'server':<9} | {'tok/s':>8} | {'1st event p50/p95 ms':>20} | "
-        f"{'1st token p50/p95 ms':>20}"
+        f"{'clients':>7} | {'server':<26} | {'tok/s':>7} | {'x llama-server':>14} | "
+        f"{'x engine':>8} | {'CPU ms/tok':>10} | {'1st event p50 ms':>16} | "
+        f"{'1st token p50 / p95 ms':>22} | dropped"
     )
     print(header)
     print("-" * len(header))
     for level in args.levels:
-        for name in ("napllm", "llama-cpp"):
+        reference = results.get((LLAMA_SERVER, level))
+        for name in names:
             r = results[(name, level)]
+            versus = r.tokens_per_s / reference.tokens_per_s if reference else float("nan")
+            label = f"{name} ({notes[name]})" if notes[name] else name
             print(
-                f"{level:>7} | {name:<9} | {r.tokens_per_s:>8.0f} | "
-                f"{r.latency('first_event_s', 0.5) * 1000:>9.1f} / "
-                f"{r.latency('first_event_s', 0.95) * 1000:>8.1f} | "
-                f"{r.latency('first_token_s', 0.5) * 1000:>9.1f} / "
-                f"{r.latency('first_token_s', 0.95) * 1000:>8.1f}"
+                f"{level:>7} | {label:<26} | {r.tokens_per_s:>7.1f} | {number(versus):>14} | "
+                f"{number(r.tokens_per_s / engine):>8} | {number(r.cpu_ms_per_token):>10} | "
+                f"{r.latency('first_event_s', 0.5) * 1000:>16.1f} | "
+                f"{r.latency('first_token_s', 0.5) * 1000:>10.1f} / "
+                f"{r.latency('first_token_s', 0.95) * 1000:>9.1f} | {r.dropped}"
             )
-        ours_r, theirs_r = results[("napllm", level)], results[("llama-cpp", level)]
-        print(
-            f"{level:>7} | {'ratio':<9} | {ours_r.tokens_per_s / theirs_r.tokens_per_s:>8.2f} | "
-            f"{ours_r.latency('first_event_s', 0.5) / theirs_r.latency('first_event_s', 0.5):>9.2f}"
-            f" / {'':>8} | "
-            f"{ours_r.latency('first_token_s', 0.5) / theirs_r.latency('first_token_s', 0.5):>9.2f}"
-            f" / {'':>8}"
+    print(
+        "x llama-server, x engine: tokens/s ratios (higher is better); CPU ms/tok: CPU time "
+        "of the server's processes per generated token (all threads; napllm-lmsp: HTTP "
+        "process + model worker)"
+    )
+
+    print("targets:")
+    ok = True
+    for level in args.levels:
+        ours = results[(NAPLLM, level)]
+        theirs = results.get((LLAMA_SERVER, level))
+        ratio = ours.tokens_per_s / theirs.tokens_per_s if theirs else float("nan")
+        print(f"  {level} client(s): tok/s {number(ratio)}x llama-server (>= 0.95): "
+              f"{verdict(ratio, 0.95, True)}")  # fmt: skip
+        if level == 1:
+            print(
+                f"  {level} client(s): tok/s {number(ours.tokens_per_s / engine)}x the engine "
+                f"(>= 0.95): {verdict(ours.tokens_per_s / engine, 0.95, True)}"
+            )
+        else:
+            first = (
+                ours.latency("first_token_s", 0.5) / theirs.latency("first_token_s", 0.5)
+                if theirs
+                else float("nan")
+            )
+            print(
+                f"  {level} client(s): first token p50 {number(first)}x llama-server's (<= 1.5): "
+                f"{verdict(first, 1.5, False)}"
+            )
+        print(f"  {level} client(s): napllm-lmsp connections dropped: {ours.dropped}")
+        ok = ok and ours.dropped == 0
+    reference_text = next((s.text for s in results[(NAPLLM, args.levels[0])].samples), None)
+    answers = [s.text for level in args.levels for s in results[(NAPLLM, level)].samples]
+    differ = sum(text != reference_text for text in answers)
+    print(
+        f"napllm-lmsp answers identical to its answer with {args.levels[0]} client: "
+        f"{'yes' if differ == 0 and reference_text else f'NO ({differ} of {len(answers)} differ)'}"
+    )
+    for name in names:
+        if name == NAPLLM:
+            continue
+        same = sum(
+            s.text == reference_text
+            for level in args.levels
+            for s in results[(name, level)].samples
         )
-    print("ratio = napllm / llama-cpp-python (tok/s: higher is better; latency: lower is better)")
-    fastest = max(r.tokens_per_s for r in results.values())
-    print(
-        f"caveat: a {size_mb:.1f} MB model at up to {fastest:,.0f} tokens/s: the servers' "
-        "per-chunk HTTP streaming cost dominates these ratios, not inference; with a model "
-        "that makes tens of tokens per second they tend to 1."
-    )
-    # Past the model's own answer the forced tokens run free with small
-    # argmax margins (a server's prompt-cache reuse can change them), so
-    # only the answer itself is compared.
-    texts = [(n, s.text) for (n, _), r in results.items() for s in r.samples]
-    wrong = [n for n, text in texts if not text.startswith(ANSWER)]
-    same = not wrong
-    print(
-        f"every response of both servers starts with the model's answer {ANSWER!r}: "
-        f"{'yes' if same else f'NO ({len(wrong)} of {len(texts)})'}"
-    )
-    return 0 if same else 1
+        total = sum(len(results[(name, level)].samples) for level in args.levels)
+        print(f"{name} answers equal to napllm-lmsp's: {same} of {total}")
+    return 0 if ok and differ == 0 and reference_text else 1
 
 
 if __name__ == "__main__":

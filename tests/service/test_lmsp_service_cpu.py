@@ -33,7 +33,7 @@ from napllm.lmsp_service.engine import (
     WorkerCrashed,
 )
 from napllm.lmsp_service.llama_load import crash_signal
-from napllm.lmsp_service.worker import worker_main
+from napllm.lmsp_service.worker import DEFAULT_SLOTS, worker_main
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "models" / "tinychat" / "tiny-chat-q8_0.gguf"
@@ -47,12 +47,17 @@ def segfault() -> None:
 
 
 def crash_while_loading(
-    conn: Connection, model_path: str, n_ctx: int, n_threads: int | None, extra_bufts: bool = True
+    conn: Connection,
+    model_path: str,
+    n_ctx: int,
+    n_threads: int | None,
+    extra_bufts: bool = True,
+    slots: int = DEFAULT_SLOTS,
 ) -> None:
     """`worker_main`, except that with the fast path on it faults before it is ready."""
     if extra_bufts:
         segfault()
-    worker_main(conn, model_path, n_ctx, n_threads, extra_bufts)
+    worker_main(conn, model_path, n_ctx, n_threads, extra_bufts, slots)
 
 
 class _FaultOnGenerate:
@@ -80,13 +85,61 @@ class _FaultOnGenerate:
 
 
 def crash_on_generate(
-    conn: Connection, model_path: str, n_ctx: int, n_threads: int | None, extra_bufts: bool = True
+    conn: Connection,
+    model_path: str,
+    n_ctx: int,
+    n_threads: int | None,
+    extra_bufts: bool = True,
+    slots: int = DEFAULT_SLOTS,
 ) -> None:
     """`worker_main`, except that with the fast path on it faults on the first generation."""
     if extra_bufts:
-        worker_main(_FaultOnGenerate(conn), model_path, n_ctx, n_threads, False)  # type: ignore[arg-type]
+        worker_main(_FaultOnGenerate(conn), model_path, n_ctx, n_threads, False, slots)  # type: ignore[arg-type]
     else:
-        worker_main(conn, model_path, n_ctx, n_threads, False)
+        worker_main(conn, model_path, n_ctx, n_threads, False, slots)
+
+
+class _FaultOnSecondGenerate(_FaultOnGenerate):
+    """Like `_FaultOnGenerate`, but the fault comes with the second generation.
+
+    The first generation is then running in the batch (and may have
+    streamed text) when the worker dies.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        super().__init__(conn)
+        self._generations = 0
+
+    def recv(self) -> Any:
+        message = self._conn.recv()
+        if message[0] == "generate":
+            self._generations += 1
+            if self._generations == 2:
+                segfault()
+        return message
+
+
+def crash_on_second_generate(
+    conn: Connection,
+    model_path: str,
+    n_ctx: int,
+    n_threads: int | None,
+    extra_bufts: bool = True,
+    slots: int = DEFAULT_SLOTS,
+) -> None:
+    """`worker_main`, except that with the fast path on it faults on the second generation.
+
+    Like `crash_on_generate_then_in_check`, every later worker started with
+    the fast path on faults while loading (the fast path is really broken).
+    """
+    marker = Path(os.environ[MARKER_ENV])
+    if extra_bufts and marker.exists():
+        segfault()
+    if extra_bufts:
+        marker.write_text("faulted", encoding="utf-8")
+        worker_main(_FaultOnSecondGenerate(conn), model_path, n_ctx, n_threads, False, slots)  # type: ignore[arg-type]
+    else:
+        worker_main(conn, model_path, n_ctx, n_threads, False, slots)
 
 
 def answer(engine: Engine, text: str) -> tuple[str, GenerationEnd]:
@@ -159,7 +212,12 @@ MARKER_ENV = "NAPLLM_TEST_CRASH_MARKER"
 
 
 def crash_on_generate_then_in_check(
-    conn: Connection, model_path: str, n_ctx: int, n_threads: int | None, extra_bufts: bool = True
+    conn: Connection,
+    model_path: str,
+    n_ctx: int,
+    n_threads: int | None,
+    extra_bufts: bool = True,
+    slots: int = DEFAULT_SLOTS,
 ) -> None:
     """A fast path that passes its first self-check, faults in a generation, then in every check.
 
@@ -172,7 +230,7 @@ def crash_on_generate_then_in_check(
         segfault()
     if extra_bufts:
         marker.write_text("faulted", encoding="utf-8")
-    crash_on_generate(conn, model_path, n_ctx, n_threads, extra_bufts)
+    crash_on_generate(conn, model_path, n_ctx, n_threads, extra_bufts, slots)
 
 
 def test_a_request_crash_blamed_on_the_fast_path_by_the_next_self_check_is_answered(
@@ -194,6 +252,47 @@ def test_a_request_crash_blamed_on_the_fast_path_by_the_next_self_check_is_answe
         # The next request goes straight to the new worker.
         assert answer(engine, "Hello!") == (reference, end)
         assert engine.restarts == 1
+    finally:
+        engine.close()
+
+
+def test_crash_in_a_batch_reruns_only_the_generations_without_text(
+    reference: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(MARKER_ENV, str(tmp_path / "faulted"))
+    engine = Engine(
+        MODEL,
+        "tinychat",
+        n_ctx=512,
+        n_threads=1,
+        slots=2,
+        worker_target=crash_on_second_generate,
+    )
+    try:
+        prompt = engine.render([{"role": "user", "content": "Hello!"}], None)
+        # The first generation cannot stop early, so it is still running
+        # (with text already streamed) when the second one crashes the batch.
+        long_job = GenerationJob(
+            engine.tokenize(prompt), max_tokens=400, temperature=0.0, min_output_tokens=400
+        )
+        first: list[Any] = []
+        first_text = threading.Event()
+
+        def first_sink(update: Any) -> None:
+            first.append(update)
+            if isinstance(update, TextPiece):
+                first_text.set()
+
+        future = engine.submit(long_job, first_sink)
+        assert first_text.wait(120), "the first generation streamed nothing"
+        # The second generation had no text when the worker died: it is run again.
+        text, end = answer(engine, "Hello!")
+        assert (text, end.finish_reason) == (reference, "stop")
+        future.exception(timeout=60)
+        assert isinstance(first[-1], GenerationEnd)
+        assert first[-1].finish_reason == "crashed"
+        assert engine.restarts == 1
+        assert engine.fast_path.enabled is False
     finally:
         engine.close()
 
@@ -285,11 +384,16 @@ HOSTILE_MARK = "hostile-crash"
 
 
 def crash_on_hostile_grammar(
-    conn: Connection, model_path: str, n_ctx: int, n_threads: int | None, extra_bufts: bool = True
+    conn: Connection,
+    model_path: str,
+    n_ctx: int,
+    n_threads: int | None,
+    extra_bufts: bool = True,
+    slots: int = DEFAULT_SLOTS,
 ) -> None:
     """`worker_main`, except that a generation with a marked grammar faults in either mode."""
     wrapped = _FaultOnHostileGrammar(conn, extra_bufts)
-    worker_main(wrapped, model_path, n_ctx, n_threads, False)  # type: ignore[arg-type]
+    worker_main(wrapped, model_path, n_ctx, n_threads, False, slots)  # type: ignore[arg-type]
 
 
 def test_a_request_that_crashes_llama_cpp_does_not_turn_the_fast_path_off_for_good(

@@ -146,8 +146,20 @@ def test_grammar_nesting_skips_literals_and_classes() -> None:
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the worker through /proc")
 def test_a_worker_crash_fails_only_its_generation_and_the_model_is_reloaded(
-    lmsp_service: LmspServiceHandle, client: httpx.Client
+    tmp_path: Path,
 ) -> None:
+    # One slot, so that the second generation waits (with more slots it would
+    # join the batch and share its fate: tests/service/test_lmsp_batching.py).
+    service = start_lmsp_service(tmp_path, "--slots", "1")
+    try:
+        with service.client(timeout_s=60) as client:
+            crash_one_of_two(service, client)
+    finally:
+        service.process.terminate()
+        service.process.wait(timeout=30)
+
+
+def crash_one_of_two(lmsp_service: LmspServiceHandle, client: httpx.Client) -> None:
     [worker] = worker_pids(lmsp_service.process.pid)
     limit = 3000
     long_job = body(

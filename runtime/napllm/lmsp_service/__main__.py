@@ -4,7 +4,7 @@ Usage::
 
     napllm-lmsp --model PATH.gguf [--host 127.0.0.1] [--port 11435]
                 [--model-id ID] [--allow-origin ORIGIN ...] [--token-file PATH]
-                [--retention-seconds N] [--n-ctx N] [--n-threads N]
+                [--retention-seconds N] [--n-ctx N] [--slots N] [--n-threads N]
                 [--max-body-bytes N] [--send-timeout-seconds N]
                 [--body-timeout-seconds N] [--cancel-grace-seconds N]
                 [--send-buffer-bytes N] [--store PATH]
@@ -17,6 +17,10 @@ Rules
   name without `.gguf`.
 - Readiness: the service answers `GET /lmsp/v1/models` once it accepts
   connections (supervisors poll it with the token).
+- Generation: up to `--slots` requests are decoded together in one batch
+  (continuous batching, engine.py), each with a context of `--n-ctx`
+  tokens; further requests wait in arrival order (their `response.created`
+  event is sent at once).
 - Stored responses and tasks persist in an SQLite file (store.py), by
   default `lmsp-store.sqlite3` beside the token file, within the
   `--store-*` retention and size limits.
@@ -48,6 +52,7 @@ from .auth import TokenFileError, default_token_path, load_or_create_token
 from .engine import Engine
 from .llama_load import EXTRA_BUFTS_CHOICES
 from .store import SqliteStore
+from .worker import DEFAULT_SLOTS
 
 
 def _positive_int(text: str) -> int:
@@ -177,8 +182,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=256 * 1024 * 1024,
         help="bytes of stored JSON kept at most (default 256 MiB)",
     )
-    parser.add_argument("--n-ctx", type=_positive_int, help="context window in tokens")
-    parser.add_argument("--n-threads", type=_positive_int, help="llama.cpp CPU threads")
+    parser.add_argument(
+        "--n-ctx",
+        type=_positive_int,
+        help="context window of one request in tokens (default: the model's trained context)",
+    )
+    parser.add_argument(
+        "--slots",
+        type=_positive_int,
+        default=DEFAULT_SLOTS,
+        help=f"requests decoded together; the KV cache holds slots * n-ctx tokens "
+        f"(default {DEFAULT_SLOTS})",
+    )
+    parser.add_argument(
+        "--n-threads",
+        type=_positive_int,
+        help="llama.cpp CPU threads, for single tokens and batches alike (default: half the "
+        "usable CPUs for one stream, all of them for a batch)",
+    )
     parser.add_argument(
         "--extra-bufts",
         choices=EXTRA_BUFTS_CHOICES,
@@ -218,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             n_threads=args.n_threads,
             cancel_grace_s=args.cancel_grace_seconds,
             extra_bufts=args.extra_bufts,
+            slots=args.slots,
         )
     except ValueError as exc:
         print(f"napllm-lmsp: cannot load the model: {exc}", file=sys.stderr)

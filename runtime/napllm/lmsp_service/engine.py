@@ -7,12 +7,18 @@ Rules
   to it over a pipe. The service process never calls into llama.cpp, so a
   crash inside it (a segmentation fault on a hostile grammar, an abort, an
   out-of-memory kill) ends the worker only.
-- Supervision: when the worker dies, the running generation ends with
+- Continuous batching: the worker decodes up to `slots` generations
+  together (worker.py), each in its own KV-cache sequence of `n_ctx`
+  tokens. Jobs queue in the service process (in arrival order) and are
+  handed to the worker as soon as it has a free slot, so a job that
+  arrives while others run joins their batch at the next decoding step;
+  beyond `slots` it waits here.
+- Supervision: when the worker dies, the generations it held end with
   `finish_reason` `crashed` (the service answers a typed 5xx problem),
   waiting tokenizations raise `EngineCrashed`, and a new worker is started
-  (the model is loaded again) before the queued generations go on. Jobs
-  queue in the service process and are handed to the worker one at a time,
-  so only the generation that was running when the worker died fails.
+  (the model is loaded again) before the queued generations go on. Only
+  the generations that were in the worker when it died fail (but see "Any
+  CPU" for the first crash of the fast path).
 - Prompts are rendered in the service process with the GGUF's own chat
   template (`tokenizer.chat_template`, reported by the worker) through
   llama-cpp-python's sandboxed Jinja formatter, in the OpenAI chat shape the
@@ -32,15 +38,19 @@ Rules
   logged once and reported by `fast_path`. A worker that dies in a
   generation is restarted with the same setting first: only when that
   worker's self-check crashes too is the fast path blamed (then turned
-  off, and the generation, if it had produced no text, runs again on the
-  next worker, so the client gets its answer). When the self-check passes,
-  the request was at fault: it ends `crashed`, is never run again, and the
-  fast path stays on. `"on"` and `"off"` force the setting (no fallback).
+  off, and the generations of the crashed batch that had produced no text
+  run again on the next worker, first in the queue and in their order, so
+  their clients get their answers). When the self-check passes, the
+  requests were at fault: they end `crashed`, are never run again, and the
+  fast path stays on. Generations that had already streamed text end
+  `crashed` either way. `"on"` and `"off"` force the setting (no fallback).
 - Cancellation (`CancelFlag.set`) removes a queued job or tells the worker
-  to stop between tokens; prompt evaluation itself cannot be interrupted. A
-  worker still running a cancelled generation `cancel_grace_s` later (stuck
-  inside llama.cpp) is killed and restarted, so a stuck generation cannot
-  hold the model for ever; the generation then ends `cancelled`.
+  to stop the generation before its next decoding step (which frees its
+  slot at once); a step itself cannot be interrupted. A worker still
+  running a cancelled generation `cancel_grace_s` later (stuck inside
+  llama.cpp) is killed and restarted, so a stuck generation cannot hold the
+  model for ever; the generation then ends `cancelled` (the others in the
+  worker end `crashed`).
 """
 
 from __future__ import annotations
@@ -65,7 +75,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from ..lmsp import FunctionCallIn, FunctionCallOutputIn, FunctionTool, InputImage, MessageItemIn
 from .llama_load import ExtraBufts, crash_signal
 from .tasks import CancelFlag
-from .worker import worker_main
+from .worker import DEFAULT_SLOTS, worker_main
 
 log = logging.getLogger("napllm.lmsp_service.engine")
 
@@ -218,13 +228,16 @@ class Engine:
     """The supervisor of the model worker process, in the service process.
 
     `model_path`: a GGUF file; `model_id`: the id clients use (LMSP `model`);
-    `n_ctx`: context window in tokens (default: the model's trained
-    context); `n_threads`: CPU threads for llama.cpp (default: its own);
-    `cancel_grace_s`: seconds a cancelled generation may keep running before
-    the worker is killed and restarted; `extra_bufts`: `auto`, `on` or
-    `off` for llama.cpp's CPU extra buffer types (module rules);
-    `worker_target`: the worker process's entry point (`worker_main`;
-    tests give a wrapper of it that really crashes).
+    `n_ctx`: context window of one generation in tokens (default: the
+    model's trained context); `slots`: generations decoded together (the KV
+    cache holds `slots` * `n_ctx` tokens); `n_threads`: CPU threads for
+    llama.cpp, for single tokens and for batches alike (default:
+    `llama_load.default_threads`); `cancel_grace_s`: seconds a cancelled
+    generation may keep running before the worker is killed and restarted;
+    `extra_bufts`: `auto`, `on` or `off` for llama.cpp's CPU extra buffer
+    types (module rules); `worker_target`: the worker process's entry point
+    (`worker_main`, called as `(conn, model_path, n_ctx, n_threads,
+    extra_bufts, slots)`; tests give a wrapper of it that really crashes).
     Starting blocks until the worker has loaded and checked the model;
     raises `ValueError` when it cannot (unloadable file, no chat template,
     the worker died, or `START_TIMEOUT_S` passed). `restarts` counts the
@@ -240,6 +253,7 @@ class Engine:
         cancel_grace_s: float = CANCEL_GRACE_S,
         extra_bufts: ExtraBufts = "auto",
         worker_target: Callable[..., None] = worker_main,
+        slots: int = DEFAULT_SLOTS,
     ) -> None:
         if extra_bufts not in ("auto", "on", "off"):
             raise ValueError("extra_bufts must be auto, on or off")
@@ -255,13 +269,14 @@ class Engine:
         self._model_path = str(model_path)
         self._n_ctx_arg = n_ctx if n_ctx is not None else 0  # 0: the trained context
         self._n_threads = n_threads
+        self._slots_arg = slots
         self.cancel_grace_s = cancel_grace_s
         self._mp = multiprocessing.get_context("spawn")
-        self._lock = threading.Lock()  # guards the job queue, running job and waiters
+        self._lock = threading.Lock()  # guards the job queue, running jobs and waiters
         self._send_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._queue: deque[_Job] = deque()
-        self._running: _Job | None = None
+        self._running: dict[int, _Job] = {}  # by request number, in the worker
         self._token_waiters: dict[int, Future[list[int]]] = {}
         self._ready = threading.Event()
         self._closed = False
@@ -274,6 +289,7 @@ class Engine:
                 raise
             info = self._spawn()
         self.n_ctx: int = int(info["n_ctx"])
+        self.slots: int = int(info["slots"])
         self.chat_template: str = str(info["chat_template"])
         self._formatter = Jinja2ChatFormatter(
             template=self.chat_template,
@@ -406,7 +422,14 @@ class Engine:
         parent, child = self._mp.Pipe(duplex=True)
         process = self._mp.Process(
             target=self._worker_target,
-            args=(child, self._model_path, self._n_ctx_arg, self._n_threads, self._extra_bufts),
+            args=(
+                child,
+                self._model_path,
+                self._n_ctx_arg,
+                self._n_threads,
+                self._extra_bufts,
+                self._slots_arg,
+            ),
             name="napllm-lmsp-model",
             daemon=True,
         )
@@ -473,24 +496,30 @@ class Engine:
                 else:
                     waiter.set_result(list(ids))
             return
-        with self._lock:
-            running = self._running
-        if running is None or running.rid != message[1]:
-            return  # a late message of a job that already ended
-        if kind == "text":
-            running.emitted = True
-            running.sink(TextPiece(str(message[2])))
-        elif kind == "end":
+        if kind != "updates":
+            return
+        ended = False
+        for update in message[1]:
             with self._lock:
-                self._running = None
-            self._end(running, GenerationEnd(message[2], int(message[3])))
+                entry = self._running.get(update[1])
+                if entry is not None and update[0] == "end":
+                    del self._running[update[1]]
+            if entry is None:
+                continue  # a late update of a job that already ended
+            if update[0] == "text":
+                entry.emitted = True
+                entry.sink(TextPiece(str(update[2])))
+            elif update[0] == "end":
+                self._end(entry, GenerationEnd(update[2], int(update[3])))
+                ended = True
+        if ended:
             self._dispatch()
 
     def _on_crash(self) -> None:
         """The worker died: fail what it held, start a new one, go on with the queue."""
         with self._lock:  # together, so _dispatch cannot hand a job to the dead worker
             self._ready.clear()
-            running, self._running = self._running, None
+            running, self._running = list(self._running.values()), {}
             waiters = list(self._token_waiters.values())
         process = self._process
         code = None
@@ -500,19 +529,22 @@ class Engine:
         log.error("the model worker died (exit status %s); restarting it", code)
         # A crash in a generation with the fast path on is evidence against
         # the fast path only if the restarted worker, fast path still on,
-        # fails its self-check too; otherwise the request was at fault (a
+        # fails its self-check too; otherwise a request was at fault (a
         # grammar or input that trips llama.cpp) and must neither cost every
-        # later request the fast path nor run again.
-        suspect = (
-            running
-            if crash_signal(code) is not None
+        # later request the fast path nor run again. The suspects are the
+        # generations of the crashed batch that had streamed no text (in
+        # their order); the others fail now.
+        fast_path_on = (
+            crash_signal(code) is not None
             and self._extra_bufts_setting == "auto"
             and self._extra_bufts
-            and running is not None
-            and not running.emitted
-            and not running.job.cancel.is_set()
-            else None
         )
+        suspects = [
+            entry
+            for entry in running
+            if fast_path_on and not entry.emitted and not entry.job.cancel.is_set()
+        ]
+        failed = [entry for entry in running if entry not in suspects]
         with self._send_lock:
             if self._conn is not None:
                 self._conn.close()
@@ -521,11 +553,11 @@ class Engine:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_exception(EngineCrashed("the model worker died"))
-        if running is not None and running is not suspect:
-            self._end(running, GenerationEnd("crashed", 0), EngineCrashed("the worker died"))
+        for entry in failed:
+            self._end(entry, GenerationEnd("crashed", 0), EngineCrashed("the worker died"))
         when = (
             "during a generation and again in the restarted worker's self-check"
-            if suspect is not None
+            if suspects
             else "while it restarted"
         )
         delay = 1.0
@@ -543,13 +575,14 @@ class Engine:
                 log.exception("could not restart the model worker; retrying")
                 time.sleep(delay)
                 delay = min(delay * 2, 30.0)
-        if suspect is not None:
+        if suspects:
             if self._extra_bufts or self._closed:
-                # The fast path passed its self-check again: the request is at fault.
-                self._end(suspect, GenerationEnd("crashed", 0), EngineCrashed("the worker died"))
+                # The fast path passed its self-check again: the requests are at fault.
+                for entry in suspects:
+                    self._end(entry, GenerationEnd("crashed", 0), EngineCrashed("the worker died"))
             else:
-                with self._lock:  # the fast path was at fault: answer it without
-                    self._queue.appendleft(suspect)
+                with self._lock:  # the fast path was at fault: answer them without it
+                    self._queue.extendleft(reversed(suspects))
         if self._closed:
             self._end_queued()
             process = self._process
@@ -562,17 +595,17 @@ class Engine:
         self._dispatch()
 
     def _dispatch(self) -> None:
-        """Hand the next queued job to the worker when it is idle."""
+        """Hand queued jobs to the worker while it has free slots."""
         while True:
             with self._lock:
-                if self._running is not None or not self._ready.is_set() or not self._queue:
+                if len(self._running) >= self.slots or not self._ready.is_set() or not self._queue:
                     return
                 entry = self._queue.popleft()
                 if entry.job.cancel.is_set():
                     cancelled = True
                 else:
                     cancelled = False
-                    self._running = entry
+                    self._running[entry.rid] = entry
             if cancelled:
                 self._end(entry, GenerationEnd("cancelled", 0))
                 continue
@@ -588,14 +621,13 @@ class Engine:
                 self._send(("generate", entry.rid, payload))
             except OSError:
                 return  # the reader notices the dead worker and ends this job
-            return
 
     def _cancel(self, entry: _Job) -> None:
         with self._lock:
             queued = entry in self._queue
             if queued:
                 self._queue.remove(entry)
-            running = self._running is entry
+            running = self._running.get(entry.rid) is entry
         if queued:
             self._end(entry, GenerationEnd("cancelled", 0))
         elif running:
@@ -612,7 +644,7 @@ class Engine:
         llama.cpp never gets there. It is treated like a crash (restart).
         """
         with self._lock:
-            stuck = self._running is entry
+            stuck = self._running.get(entry.rid) is entry
             process = self._process
         if stuck and process is not None:
             log.error("the model worker ignored a cancellation; stopping it")

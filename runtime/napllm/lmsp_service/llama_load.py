@@ -1,9 +1,11 @@
 """Loading a GGUF model with llama.cpp so that it runs on any CPU (docs/lmsp.md, "Any CPU").
 
 Rules
-- Every place that creates a `llama_cpp.Llama` (the model worker, tests,
-  benchmarks) does it through `load_llama`, so the model parameters that
-  depend on the machine are decided in one place.
+- Every place that loads a model does it through this module, so the
+  model parameters that depend on the machine are decided in one place:
+  `load_llama` for a `llama_cpp.Llama` (tests, benchmarks), `load_model`
+  for the low-level `LlamaModel` the batching worker decodes with; both
+  take their parameters from `model_params`.
 - llama.cpp's CPU backend has "extra buffer types": weight layouts chosen
   for the CPU it runs on (AMX tiles on Intel Xeons with `amx_int8`, and
   the repacked AArch64/x86 layouts). On some CPUs the compiled fast path
@@ -16,9 +18,10 @@ Rules
   to start from the defaults) for the duration of one construction. This
   is our own code because the library offers no other way; the wrapper is
   removed again before `load_llama` returns, also on errors.
-- `self_check` runs one short prompt through `llama_decode` (a batch of
-  about 50 tokens, then one token, the two shapes a generation uses), so a
-  crashing fast path shows before the first real request, in a process
+- `self_check` (for a `Llama`) and `self_check_context` (for a low-level
+  model and context) run one short prompt through `llama_decode` (a batch
+  of about 50 tokens, then one token, the two shapes a generation uses), so
+  a crashing fast path shows before the first real request, in a process
   that can die without harm.
 - Threads: llama-cpp-python's defaults count the host's cores
   (`os.cpu_count()`), which in a container or under `taskset` can be many
@@ -115,6 +118,34 @@ def crash_signal(exitcode: int | None) -> signal.Signals | None:
     return sig if sig in CRASH_SIGNALS else None
 
 
+def model_params(*, extra_bufts: bool) -> Any:
+    """llama.cpp's default model parameters for the CPU, with the extra buffer types on or off.
+
+    No layers are offloaded to a GPU. Returns a `llama_cpp.llama_model_params`.
+    """
+    import llama_cpp
+
+    params = llama_cpp.llama_model_default_params()
+    params.n_gpu_layers = 0
+    params.use_extra_bufts = extra_bufts
+    return params
+
+
+def load_model(model_path: str | Path, *, extra_bufts: bool) -> Any:
+    """Load `model_path` as llama-cpp-python's low-level `LlamaModel` with `model_params`.
+
+    Initializes llama.cpp's backend first. Raises `ValueError` (or another
+    exception of llama-cpp-python) for a file it cannot load.
+    """
+    import llama_cpp
+    from llama_cpp._internals import LlamaModel
+
+    llama_cpp.llama_backend_init()
+    return LlamaModel(
+        path_model=str(model_path), params=model_params(extra_bufts=extra_bufts), verbose=False
+    )
+
+
 @contextlib.contextmanager
 def extra_bufts_off() -> Iterator[None]:
     """Make `llama_model_default_params` return params with `use_extra_bufts` false."""
@@ -157,8 +188,12 @@ def load_llama(model_path: str | Path, *, extra_bufts: bool, **kwargs: Any) -> A
 
 
 def extra_bufts_in_use(llama: Any) -> bool:
-    """Whether a `Llama` made by `load_llama` was loaded with the extra buffer types."""
-    return bool(llama.model_params.use_extra_bufts)
+    """Whether a model was loaded with the extra buffer types.
+
+    `llama`: a `Llama` made by `load_llama` or a `LlamaModel` made by `load_model`.
+    """
+    params = llama.model_params if hasattr(llama, "model_params") else llama.params
+    return bool(params.use_extra_bufts)
 
 
 def self_check(llama: Any) -> None:
@@ -176,6 +211,38 @@ def self_check(llama: Any) -> None:
     llama.eval(tokens[-1:])
     llama.reset()
     llama._ctx.kv_cache_clear()
+
+
+def self_check_context(model: Any, context: Any, n_ctx: int) -> None:
+    """Decode `SELF_CHECK_TEXT` in sequence 0 of `context`, then one more token; clear it again.
+
+    `model`, `context`: llama-cpp-python's low-level `LlamaModel` and
+    `LlamaContext`; `n_ctx`: tokens the sequence (and one batch) may hold
+    (the prompt is cut to fit). A fast path that crashes does so here.
+    Raises `RuntimeError` when llama.cpp reports a decode failure.
+    """
+    import llama_cpp
+
+    tokens = model.tokenize(SELF_CHECK_TEXT.encode("utf-8"), add_bos=True, special=False)
+    if not tokens:
+        raise RuntimeError("the model's tokenizer gave no tokens for the self-check")
+    tokens = tokens[: max(n_ctx - 1, 1)]
+    memory = llama_cpp.llama_get_memory(context.ctx)
+    batch = llama_cpp.llama_batch_init(len(tokens), 0, 1)
+    try:
+        for start, chunk in ((0, tokens), (len(tokens), tokens[-1:])):
+            batch.n_tokens = len(chunk)
+            for i, token in enumerate(chunk):
+                batch.token[i] = token
+                batch.pos[i] = start + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = i == len(chunk) - 1
+            if llama_cpp.llama_decode(context.ctx, batch) != 0:
+                raise RuntimeError("llama.cpp could not decode the self-check prompt")
+    finally:
+        llama_cpp.llama_batch_free(batch)
+        llama_cpp.llama_memory_seq_rm(memory, 0, -1, -1)
 
 
 def cpu_features() -> str:
