@@ -29,6 +29,7 @@ counting answer is only started (to be cancelled).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +38,8 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 from shellpage import linked_napplet_frame
+
+from llama_isolated import greedy_tokens, run_llama
 
 pytestmark = [pytest.mark.browser, pytest.mark.webgpu]
 
@@ -116,21 +119,17 @@ def llama_cpp_answers() -> list[tuple[str, int]]:
     wllama and PyTorch all reproduce, models/tinychat/README.md).
     """
     references = [(s["text"], len(s["out_ids"])) for s in GREEDY_SAMPLES]
-    try:
-        import llama_cpp
-    except ImportError:
+    if importlib.util.find_spec("llama_cpp") is None:
         return references
-    model = llama_cpp.Llama(
-        str(TINYCHAT / "tiny-chat-q8_0.gguf"), n_ctx=512, n_threads=1, verbose=False
+    # In a worker process, like every llama.cpp run of the suite (tests/llama_isolated.py).
+    greedy = run_llama(
+        greedy_tokens,
+        str(TINYCHAT / "tiny-chat-q8_0.gguf"),
+        [sample["prompt_ids"] for sample in GREEDY_SAMPLES],
+        64,
+        EOS,
     )
-    answers = []
-    for sample in GREEDY_SAMPLES:
-        tokens: list[int] = []
-        for token in model.generate(sample["prompt_ids"], temp=0.0, top_k=1, reset=True):
-            if token == EOS or len(tokens) >= 64:
-                break
-            tokens.append(token)
-        answers.append((model.detokenize(tokens).decode(), len(tokens)))
+    answers = [(text, len(tokens)) for tokens, text in greedy]
     assert answers == references
     return answers
 
