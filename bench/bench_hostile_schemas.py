@@ -51,7 +51,7 @@ from napllm.lmsp_service.app import (  # noqa: E402
     ServiceConfig,
     build_app,
 )
-from napllm.lmsp_service.engine import GenerationEnd, GenerationJob, TextPiece  # noqa: E402
+from napllm.lmsp_service.engine import FastPath, GenerationEnd, GenerationJob, TextPiece  # noqa: E402
 
 MODEL_ID = "bench"
 PATTERN = "(?:.|.)*\\x00"
@@ -64,6 +64,7 @@ class GrammarObeyingEngine:
     model_id = MODEL_ID
     n_ctx = 4096
     supports_tools = True
+    fast_path = FastPath(setting="auto", enabled=True, reason=None, cpu="")
 
     def __init__(self, n: int) -> None:
         self.word = "a" * n
