@@ -29,8 +29,8 @@ Findings (kind: meaning; every one is a violation)
 - `network-request`: the napplet tried to reach the network (a CSP
   violation in its frame, or a request the browser saw leave the page).
 - `step-failed`: a step of the steps file could not be performed.
-- `napplet-unresponsive`: the napplet's frame never finished loading (a
-  script that does not yield).
+- `napplet-unresponsive`: the napplet's frame never finished loading, or
+  stopped answering a call of the checker (a script that does not yield).
 - `check-aborted`: the check ended early (the browser or its driver
   failed, or the whole check overran its limit); the report holds what was
   recorded until then.

@@ -63,7 +63,8 @@ import sys
 import threading
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -79,6 +80,8 @@ from .headless import CHROMIUM, CHROMIUM_ARGS, DistRequestHandler, DistServer
 CONNECTION_NAME = "napllm-check script"
 NAPPLET_PREFIX = "/_napplet/"
 BOOT_TIMEOUT_MS = 180_000
+#: Added to a timed call's own timeout before `HangGuard` gives up on it (seconds).
+STALL_MARGIN_S = 20.0
 
 #: The isolated world the shell observer runs in (a napplet's scripts cannot reach it).
 SHELL_WORLD = "napllm-check"
@@ -122,6 +125,33 @@ SHELL_SCRIPT = r"""
 
 class CheckSetupError(Exception):
     """The check could not run (bad input file, no shell, boot failure)."""
+
+
+class HangGuard:
+    """Bounds the calls a napplet can block, with a timer that really stops them.
+
+    Playwright's DevTools calls (`CDPSession.send`, `evaluate`, closing a
+    context) have no timeout of their own, and a napplet whose script never
+    yields blocks every one that needs its frame's thread (`Runtime.enable`
+    waits for it forever). A blocked call cannot be interrupted from
+    another thread, so when one outlives its bound the guard calls
+    `on_hang(what, seconds)`, which must write the report and end the
+    process (`main` does; the browser and its driver end with it).
+    """
+
+    def __init__(self, on_hang: Callable[[str, float], None]) -> None:
+        self.on_hang = on_hang
+
+    @contextmanager
+    def within(self, seconds: float, what: str) -> Iterator[None]:
+        """Run the `with` body; past `seconds` (wall clock) call `on_hang(what, seconds)`."""
+        timer = threading.Timer(seconds, self.on_hang, args=(what, seconds))
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
 
 
 # --------------------------------------------------------------------------- steps
@@ -373,10 +403,14 @@ class _Observer:
     that world's context in the top frame.
     """
 
-    def __init__(self, context: Any, page: Any, run: Run) -> None:
+    def __init__(
+        self, context: Any, page: Any, run: Run, guard: HangGuard, timeout_s: float
+    ) -> None:
         self.context = context
         self.page = page
         self.run = run
+        self.guard = guard
+        self.timeout_s = timeout_s
         self._contexts: dict[int, tuple[str, str]] = {}  # id -> (frame id, world name)
         self._frames: list[Any] = []  # napplet frames with a session of their own
         self._sessions: list[Any] = []
@@ -475,20 +509,24 @@ class _Observer:
         """
         if frame == self.page.main_frame or any(f is frame for f in self._frames):
             return
-        try:
-            session = self.context.new_cdp_session(frame)
-        except Exception:  # an in-process frame, or one already gone
-            return
-        self._frames.append(frame)
-        self._sessions.append(session)
-        session.on("Runtime.consoleAPICalled", self._frame_console)
-        session.on("Runtime.exceptionThrown", lambda p: self._record(exception_event(p), session))
-        session.on("Log.entryAdded", self._frame_log)
-        try:
-            session.send("Runtime.enable")
-            session.send("Log.enable")
-        except Exception:
-            return  # the frame went away meanwhile
+        # A frame whose script never yields never answers Runtime.enable.
+        with self.guard.within(self.timeout_s, "attaching DevTools to the napplet's frame"):
+            try:
+                session = self.context.new_cdp_session(frame)
+            except Exception:  # an in-process frame, or one already gone
+                return
+            self._frames.append(frame)
+            self._sessions.append(session)
+            session.on("Runtime.consoleAPICalled", self._frame_console)
+            session.on(
+                "Runtime.exceptionThrown", lambda p: self._record(exception_event(p), session)
+            )
+            session.on("Log.entryAdded", self._frame_log)
+            try:
+                session.send("Runtime.enable")
+                session.send("Log.enable")
+            except Exception:
+                return  # the frame went away meanwhile
 
     def _frame_console(self, params: dict[str, Any]) -> None:
         event = console_event(params)
@@ -510,9 +548,10 @@ class _Observer:
         for session, data in self._pending_codes:
             object_id = data.pop("objectId", None)
             try:
-                answer = session.send(
-                    "Runtime.getProperties", {"objectId": object_id, "ownProperties": True}
-                )
+                with self.guard.within(self.timeout_s, "reading an error's code in the napplet"):
+                    answer = session.send(
+                        "Runtime.getProperties", {"objectId": object_id, "ownProperties": True}
+                    )
             except Exception:
                 continue  # the frame is gone: the code stays unknown
             for prop in answer.get("result", []):
@@ -691,6 +730,7 @@ def run_check(
     dist: Path,
     out: Path,
     chromium: str,
+    guard: HangGuard,
     timeout_ms: int = 15_000,
     settle_ms: int = 500,
     run: Run | None = None,
@@ -698,10 +738,12 @@ def run_check(
     """Run the check (see the module docstring); returns what it recorded.
 
     `run`: where to record (the caller keeps it to report a run cut short).
-    Whatever the napplet does after it is opened (never finishing its
-    load, hanging its frame, crashing it) is recorded as a finding, not
-    raised. Raises `CheckSetupError` when the shell or the browser cannot
-    be used.
+    `guard` bounds every call the napplet can block: opening it, each
+    step, attaching to its frame and collecting at the end each get
+    `timeout_ms` plus a margin. Whatever the napplet does after it is
+    opened (never finishing its load, hanging its frame, crashing it) is
+    recorded as a finding, not raised. Raises `CheckSetupError` when the
+    shell or the browser cannot be used.
     """
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
@@ -719,7 +761,7 @@ def run_check(
             browser = pw.chromium.launch(executable_path=chromium, args=list(CHROMIUM_ARGS))
             context = browser.new_context(service_workers="block")
 
-            def guard(route: Any) -> None:
+            def keep_local(route: Any) -> None:
                 url = route.request.url
                 if url.startswith(base) or url.startswith(("data:", "blob:", "about:")):
                     route.continue_()
@@ -727,9 +769,14 @@ def run_check(
                     run.outside_requests.append(url)
                     route.abort()
 
-            context.route("**/*", guard)
+            context.route("**/*", keep_local)
             page = context.new_page()
-            observer = _Observer(context, page, run)
+            bound_s = timeout_ms / 1000
+            # Playwright's own timeouts end most waits; this margin only
+            # catches the calls that have none.
+            # A step makes up to four timed waits (a dialog: appear, arm, click, close).
+            step_bound_s = 4 * bound_s + STALL_MARGIN_S
+            observer = _Observer(context, page, run, guard, bound_s + STALL_MARGIN_S)
             driver = _Driver(page, run, base, timeout_ms)
             try:
                 driver.boot()
@@ -739,7 +786,8 @@ def run_check(
                     f"the shell could not be driven: {_first_line(exc)}"
                 ) from None
             try:
-                driver.open_napplet(f"{base}{NAPPLET_PREFIX.strip('/')}/{napplet.name}")
+                with guard.within(step_bound_s + 30, "opening the napplet"):
+                    driver.open_napplet(f"{base}{NAPPLET_PREFIX.strip('/')}/{napplet.name}")
             except PlaywrightError as exc:
                 run.findings.append(
                     Finding(
@@ -753,7 +801,11 @@ def run_check(
             for index, step in enumerate(steps):
                 record: dict[str, Any] = {"index": index, "step": describe_step(step)}
                 try:
-                    driver.perform(step)
+                    own_ms = step.wait if isinstance(step, WaitStep) else 0
+                    if isinstance(step, WaitForTextStep):
+                        own_ms = step.timeoutMs or 0
+                    with guard.within(own_ms / 1000 + step_bound_s, f"performing step {index}"):
+                        driver.perform(step)
                     record["ok"] = True
                 except PlaywrightError as exc:
                     record["ok"] = False
@@ -772,9 +824,10 @@ def run_check(
             try:
                 page.wait_for_timeout(settle_ms)
                 # Let the inspector render what arrived last (it renders per frame).
-                page.evaluate(
-                    "() => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 50)))"
-                )
+                with guard.within(bound_s + STALL_MARGIN_S, "waiting for the shell to draw"):
+                    page.evaluate(
+                        "() => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 50)))"
+                    )
                 for frame in page.frames:
                     observer.attach(frame)
                 observer.resolve_codes()
@@ -783,8 +836,9 @@ def run_check(
                 run.screenshot = str(shot)
             except PlaywrightError:
                 pass  # a napplet that hangs its frame can stop the screenshot; findings stand
-            context.close()
-            browser.close()
+            with guard.within(bound_s + STALL_MARGIN_S, "closing the browser"):
+                context.close()
+                browser.close()
     finally:
         server.shutdown()
         server.server_close()
@@ -964,6 +1018,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("\n".join(summary_lines(findings, args.napplet.name, out)), flush=True)
             return 1 if findings else 0
 
+    def hung(what: str, seconds: float) -> None:
+        run.findings.append(
+            Finding(
+                "napplet-unresponsive",
+                f"The napplet's frame stopped answering while napllm-check was {what} "
+                f"(nothing within {seconds:g} s; a script that never yields?); this report "
+                "holds what was recorded until then.",
+            )
+        )
+        finish(run.conclude(), None)
+        os._exit(1)  # the blocked call cannot be interrupted; its driver ends with this process
+
     def overran() -> None:
         run.findings.append(
             Finding(
@@ -1008,6 +1074,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             timeout_ms=args.timeout_ms,
             settle_ms=args.settle_ms,
             run=run,
+            guard=HangGuard(hung),
         )
     except (CheckSetupError, OSError, UnicodeDecodeError) as exc:
         watchdog.cancel()
