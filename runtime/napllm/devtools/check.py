@@ -925,9 +925,11 @@ def run_check(
                 run.steps.append(record)
             try:
                 page.wait_for_timeout(settle_ms)
-                # A round trip to the page: the binding's reports of envelopes
-                # announced so far are delivered before its answer.
-                page.evaluate("() => new Promise((r) => setTimeout(r, 50))")
+                # A round trip to the page after a frame: the binding's reports
+                # of envelopes announced so far are delivered before its answer.
+                page.evaluate(
+                    "() => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 50)))"
+                )
                 for frame in page.frames:
                     observer.attach(frame)
                 observer.resolve_codes()
