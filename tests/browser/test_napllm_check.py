@@ -192,6 +192,20 @@ def test_a_napplet_cannot_forge_or_silence_its_report(dist_dir: Path, tmp_path: 
     assert all(e["endpoint"] != "forged" for e in report["envelopes"])
 
 
+def test_a_violation_cannot_be_pushed_out_of_the_inspector(dist_dir: Path, tmp_path: Path) -> None:
+    """A reused id followed at once by more valid requests than the inspector keeps is reported.
+
+    The envelopes the check analyses must not depend on what the shell's
+    inspector still holds (or has drawn) when the napplet floods it.
+    """
+    steps = [*CHOOSE, {"waitForText": "posted"}, {"wait": 800}]
+    status, report, output = check(
+        dist_dir, tmp_path, FAULTY / "evicts-its-violation.html", TEXT, steps
+    )
+    assert status == 1, output
+    assert "duplicate-id" in kinds(report), output
+
+
 def test_control_text_is_escaped_everywhere(dist_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()

@@ -141,3 +141,73 @@ console.log(JSON.stringify({ grown: process.memoryUsage().heapUsed - before, ent
     out = run_module(script, node_options=("--expose-gc",), timeout=120)
     assert out["entries"] > 0
     assert out["grown"] < 10_000_000
+
+
+# The panel's document as an EventTarget (node has EventTarget and CustomEvent).
+ANNOUNCING_ROOT = """
+const doc = new EventTarget();
+const announced = [];
+const listen = (d) => {
+  d.addEventListener(inspector.LISTEN_EVENT, (event) => event.preventDefault());
+  d.addEventListener(inspector.ENTRY_EVENT, (event) => announced.push(event.detail));
+};
+const rootIn = (d) => ({ ...root, ownerDocument: d });
+"""
+
+
+def test_every_entry_is_announced_before_the_bounds_drop_or_forget_it() -> None:
+    """A listener gets every entry, numbered without a gap, whatever the panel keeps.
+
+    600 entries are more than the 500 kept, a closed endpoint's entries are
+    forgotten (and its late envelopes are not listed), yet each one is
+    announced once, uncut, in order (what napllm-check relies on).
+    """
+    out = run_node(
+        ANNOUNCING_ROOT
+        + """
+listen(doc);
+const ins = new inspector.Inspector(rootIn(doc), (id) => id);
+const dup = JSON.stringify({ json: JSON.stringify({ type: "llm.describe", id: "dup", handle: "h" }) });
+ins.record("ep-1", "in", dup);
+ins.record("ep-1", "in", dup);
+for (let i = 0; i < 600; i += 1) ins.record("ep-1", "in", JSON.stringify({ json: JSON.stringify({ type: "llm.describe", id: `f-${i}`, handle: "h" }) }));
+const long = "x".repeat(inspector.MAX_ENTRY_CHARS * 3);
+ins.record("ep-2", "out", long);
+ins.forgetEndpoint("ep-2");
+ins.record("ep-2", "in", "late");
+ins.recordFromRuntime("ep-1", "note", "a note");
+console.log(JSON.stringify({
+  kept: ins.entries.length,
+  serials: announced.map((d) => d.serial),
+  first: announced[0], second: announced[1],
+  longLength: announced[602].text.length,
+  late: announced[603], note: announced[604],
+}));
+"""
+    )
+    assert out["kept"] == 500
+    assert out["serials"] == list(range(1, 606))
+    assert out["first"]["text"] == out["second"]["text"]  # identical envelopes both announced
+    assert out["first"]["endpoint"] == "ep-1" and out["first"]["direction"] == "in"
+    assert out["longLength"] == 16 * 1024 * 3  # the text as recorded, not the cut one
+    assert out["late"] == {"serial": 604, "endpoint": "ep-2", "direction": "in", "text": "late"}
+    assert out["note"]["direction"] == "note"
+
+
+def test_nothing_is_announced_without_a_listener() -> None:
+    """No listener (the shell in normal use): no entry event is made or dispatched."""
+    out = run_node(
+        ANNOUNCING_ROOT
+        + """
+let made = 0;
+const Original = globalThis.CustomEvent;
+globalThis.CustomEvent = class extends Original { constructor(...a) { super(...a); made += 1; } };
+doc.addEventListener(inspector.ENTRY_EVENT, (event) => announced.push(event.detail));
+const ins = new inspector.Inspector(rootIn(doc), (id) => id);
+const madeAtStart = made;
+for (let i = 0; i < 100; i += 1) ins.record("ep-1", "out", `{"type":"llm.delta","n":${i}}`);
+console.log(JSON.stringify({ announcing: ins.announcing, madeAtStart, made, announced: announced.length }));
+"""
+    )
+    # The one event made is the inspector's question (nobody answered it).
+    assert out == {"announcing": False, "madeAtStart": 1, "made": 1, "announced": 0}

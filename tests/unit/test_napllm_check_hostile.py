@@ -221,3 +221,56 @@ def test_reports_are_replaced_atomically(tmp_path: Path, monkeypatch: pytest.Mon
         check.write_reports(tmp_path, Run(napplet="other"), [])
     assert (tmp_path / "report.json").read_bytes() == before  # never half written
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def wire(value: Any) -> str:
+    """The shell's wireJson of a napplet's message (what the inspector announces for "in")."""
+    return json.dumps({"json": json.dumps(value)})
+
+
+def test_identical_envelopes_are_each_recorded_and_checked() -> None:
+    """Two identical envelopes (same text, same millisecond) are two envelopes: a reused id."""
+    run = Run(napplet="n.html")
+    dup = wire({"type": "llm.describe", "id": "dup", "handle": "h"})
+    run.take(["entry", 1, "ep-1", "in", dup])
+    run.take(["entry", 2, "ep-1", "in", dup])
+    assert [e.value for e in run.envelopes] == [json.loads(json.loads(dup)["json"])] * 2
+    assert "duplicate-id" in {f.kind for f in run.conclude()}
+
+
+def test_a_missing_or_repeated_number_is_an_inspector_gap() -> None:
+    run = Run(napplet="n.html")
+    run.take(["entry", 1, "ep-1", "out", '{"type":"llm.describe.result","id":"a"}'])
+    run.take(["entry", 4, "ep-1", "out", '{"type":"llm.describe.result","id":"b"}'])
+    run.take(["entry", 4, "ep-1", "out", '{"type":"llm.describe.result","id":"b"}'])
+    run.take("not a list")
+    gaps = [f for f in run.conclude() if f.kind == "inspector-gap"]
+    assert [(f.detail["first"], f.detail["last"]) for f in gaps] == [(2, 3), (4, 4), (5, 5)]
+    assert all(check.CATEGORIES[f.kind] == "protocol" for f in gaps)
+
+
+def test_the_checks_own_bound_is_a_finding_not_a_silent_drop(monkeypatch: Any) -> None:
+    monkeypatch.setattr(check, "MAX_RECORDED_ENVELOPES", 3)
+    run = Run(napplet="n.html")
+    for serial in range(1, 6):
+        run.take(["entry", serial, "ep-1", "out", "{}"])
+    assert len(run.envelopes) == 3
+    limits = [f for f in run.conclude() if f.kind == "envelope-limit"]
+    assert [f.detail for f in limits] == [{"serial": 4}]
+    # The page's own script stops at the bound and says so once.
+    other = Run(napplet="n.html")
+    other.take(["entry", 1, "ep-1", "out", "{}"])
+    other.take(["limit", 2])
+    assert [f.detail for f in other.conclude() if f.kind == "envelope-limit"] == [{"serial": 2}]
+
+
+def test_envelope_text_that_is_not_json_or_too_deep_is_kept_without_a_value() -> None:
+    run = Run(napplet="n.html")
+    run.take(["entry", 1, "ep-1", "in", "[" * 100_000])
+    run.take(["entry", 2, "ep-1", "in", json.dumps({"json": "[" * 100_000})])
+    run.take(["entry", 3, "ep-1", "in", json.dumps({"unclonable": True, "type": "x", "id": "1"})])
+    assert [e.value for e in run.envelopes] == [
+        None,
+        None,
+        {"unclonable": True, "type": "x", "id": "1"},
+    ]

@@ -23,6 +23,19 @@
  *   pass through here; the runtime never puts them in envelopes.
  * - Rendering is batched to one animation frame and skipped while the
  *   panel is collapsed (then only the count is updated, every 250 ms).
+ * - Announcing entries (for `napllm-check`): what the panel holds and draws
+ *   is bounded and lossy (the oldest entries go first, a closed endpoint's
+ *   go at once, drawing waits for a frame), so a tool that must see every
+ *   envelope cannot read the list. When a listener answers `LISTEN_EVENT`
+ *   (dispatched once on the panel's document when the inspector is made;
+ *   the listener calls `preventDefault()`), every entry is also dispatched
+ *   as an `ENTRY_EVENT` on that document *before* any bound or forgetting
+ *   applies: `detail` is `{serial, endpoint, direction, text}`, `serial`
+ *   counting 1, 2, 3, … with no gap, `text` the envelope text as recorded
+ *   (uncut; for "in" the wireJson). Without a listener nothing is
+ *   dispatched (one boolean test per entry). Napplets are sandboxed
+ *   cross-origin frames: they can neither listen to nor answer these
+ *   events on the shell's document.
  */
 
 import { envelopeLabel, unwrapWire } from "./wire.js";
@@ -39,6 +52,10 @@ const MAX_PARSED_CHARS = 256 * 1024;
 const PRETTY_GROWTH = 4;
 /** How often the collapsed panel's count is brought up to date (ms). */
 const COLLAPSED_RENDER_MS = 250;
+/** Dispatched once on the document when the inspector is made; cancel it to get `ENTRY_EVENT`s. */
+export const LISTEN_EVENT = "napllm-inspector-listen";
+/** One per recorded entry, before any bound applies (see "Announcing entries" above). */
+export const ENTRY_EVENT = "napllm-inspector-entry";
 
 /**
  * A copy of `text` that refers to no other string. V8 makes a slice (and a
@@ -142,6 +159,11 @@ export class Inspector {
     this.directionFilter = root.querySelector("#inspector-direction");
     this.textFilter = root.querySelector("#inspector-text");
     this.details = root.closest("details");
+    // Whether a listener asked for every entry (`ENTRY_EVENT`); asked once.
+    this.events = root.ownerDocument ?? null;
+    this.announcing =
+      this.events !== null &&
+      !this.events.dispatchEvent(new CustomEvent(LISTEN_EVENT, { cancelable: true }));
     for (const control of [this.endpointFilter, this.directionFilter]) {
       control.addEventListener("change", () => this.scheduleRender());
     }
@@ -159,8 +181,8 @@ export class Inspector {
    *   shown unwrapped).
    */
   record(endpointId, direction, json) {
-    if (this.forgotten.has(endpointId)) return;
     const entry = this.push(endpointId, direction, json, "page");
+    if (this.forgotten.has(endpointId)) return;
     const pendingMap = direction === "in" ? this.pendingIn : this.pendingOut;
     let queue = pendingMap.get(endpointId);
     if (!queue) {
@@ -202,7 +224,25 @@ export class Inspector {
     this.push(endpointId, direction, json, "runtime");
   }
 
+  /**
+   * List one entry (and announce it first, see `ENTRY_EVENT`).
+   *
+   * @param {string} endpointId
+   * @param {"in"|"out"|"note"} direction
+   * @param {string} json the envelope text as recorded (uncut).
+   * @param {"page"|"runtime"} source
+   * @returns {Entry|{json: string}} the entry (a placeholder when the endpoint was forgotten).
+   */
   push(endpointId, direction, json, source) {
+    this.serial += 1;
+    // Announced before the forgotten-endpoint test and before `trim()`, so
+    // that neither the bounds nor a closing endpoint can hide an envelope
+    // from a listener; only the strings already at hand are passed.
+    if (this.announcing) {
+      this.events.dispatchEvent(
+        new CustomEvent(ENTRY_EVENT, { detail: { serial: this.serial, endpoint: endpointId, direction, text: json } }),
+      );
+    }
     if (this.forgotten.has(endpointId)) return { json: "" };
     const kept = cut(json);
     // The shown text and the label are worked out when the entry is first
@@ -211,7 +251,7 @@ export class Inspector {
     // text at its largest (the unwrapped text is never longer than the wire
     // text, and both are cut to MAX_ENTRY_CHARS).
     const entry = new Entry(json, {
-      serial: (this.serial += 1),
+      serial: this.serial,
       time: new Date(),
       endpointId,
       direction,

@@ -1,6 +1,6 @@
 """What `napllm-check` concludes from a recorded run (pure; no browser).
 
-Input: the envelopes the shell's envelope inspector listed, in order
+Input: the envelopes the shell's envelope inspector announced, in order
 (`Envelope`: endpoint id, direction `in`/`out`/`note`, the parsed value or
 None), plus what the napplet frame reported (unhandled rejections, errors,
 `console.error` calls, CSP violations) and requests that left the page.
@@ -31,6 +31,11 @@ Findings (kind: meaning; every one is a violation)
 - `step-failed`: a step of the steps file could not be performed.
 - `napplet-unresponsive`: the napplet's frame never finished loading, or
   stopped answering a call of the checker (a script that does not yield).
+- `inspector-gap`: envelopes the shell's inspector announced never
+  reached the check (numbers missing); they were not checked.
+- `envelope-limit`: the napplet exchanged more envelopes or text than the
+  check records (`check.MAX_RECORDED_ENVELOPES`, `MAX_RECORDED_CHARS`);
+  the rest were not checked.
 - `check-aborted`: the check ended early (the browser or its driver
   failed, or the whole check overran its limit); the report holds what was
   recorded until then.
@@ -59,6 +64,8 @@ CATEGORIES: dict[str, str] = {
     "step-failed": "steps",
     "napplet-unresponsive": "errors",
     "check-aborted": "steps",
+    "inspector-gap": "protocol",
+    "envelope-limit": "protocol",
 }
 
 

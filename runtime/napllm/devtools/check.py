@@ -27,8 +27,14 @@ What it does
    unhandled rejections and CSP violations, including those from before
    the first script ran (a session replays them when it attaches); the
    envelopes come from the shell's inspector through a binding that exists
-   only in an isolated world of the shell page. Nothing a napplet can
-   replace, call or outrun takes part in the report.
+   only in an isolated world of the shell page. The inspector announces
+   every entry, numbered, before its own bounds drop or forget any
+   (web/js/inspector.js, "Announcing entries"), so what it still lists or
+   has drawn does not matter; a number that never arrives is the
+   `inspector-gap` finding, and the check's own bound
+   (`MAX_RECORDED_ENVELOPES`, `MAX_RECORDED_CHARS`) reached is the
+   `envelope-limit` finding. Nothing a napplet can replace, call, outrun
+   or flood takes part in the report.
 5. Writes `report.json` (ASCII JSON), `junit.xml` and `screenshot.png`
    into `--out`, each through a temporary file and a rename, after
    removing an earlier run's; every text printed or written is escaped
@@ -90,37 +96,56 @@ ENVELOPE_BINDING = "__napllmCheckEnvelope"
 #: Longest text kept from one console message or error (characters).
 MAX_EVENT_TEXT = 2000
 
-#: Runs in the shell page's isolated world `SHELL_WORLD`: reports each
-#: inspector entry once, as it is rendered (the DOM is shared between worlds).
+#: Most envelopes one check records (the check's own bound; reaching it is the
+#: `envelope-limit` finding, never a silent drop).
+MAX_RECORDED_ENVELOPES = 20_000
+#: Most envelope text one check records, in UTF-16 code units over all
+#: envelopes (the shell accepts envelopes of up to 8 Mi each).
+MAX_RECORDED_CHARS = 64 * 1024 * 1024
+
+#: Runs in the shell page's isolated world `SHELL_WORLD`, before the shell's
+#: own scripts: answers the inspector's "napllm-inspector-listen" event so
+#: that it announces every entry ("napllm-inspector-entry", web/js/inspector.js)
+#: before its own bounds apply, and reports each one through the binding as
+#: `["entry", serial, endpoint, direction, text]`. It stops at the check's
+#: bound and reports `["limit", serial]` once instead; `["listening"]` says
+#: the inspector asked. Events are shared between worlds; the napplets'
+#: cross-origin frames cannot reach the shell's document.
 SHELL_SCRIPT = r"""
 (() => {
   if (window !== window.top) return;
   const report = globalThis.__napllmCheckEnvelope;
   if (typeof report !== "function") return;
-  const seen = new WeakSet();
-  const keys = new Set();
-  const take = (item) => {
-    if (!(item instanceof Element) || !item.matches("li.inspector-entry") || seen.has(item)) return;
-    seen.add(item);
-    const time = item.querySelector("time")?.dateTime ?? "";
-    const body = item.querySelector("pre")?.textContent ?? "";
-    const key = [time, item.dataset.direction, item.dataset.endpoint, body].join("\u0000");
-    if (keys.has(key)) return;
-    keys.add(key);
-    report(JSON.stringify([item.dataset.endpoint ?? "", item.dataset.direction ?? "", body]));
-  };
-  const start = () => {
-    const list = document.querySelector("#inspector-list");
-    if (!list) return;
-    new MutationObserver((records) => {
-      for (const record of records) for (const node of record.addedNodes) take(node);
-    }).observe(list, { childList: true });
-    for (const node of list.children) take(node);
-  };
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
-  else start();
+  const MAX_ENVELOPES = @MAX_ENVELOPES@;
+  const MAX_CHARS = @MAX_CHARS@;
+  let count = 0;
+  let chars = 0;
+  let full = false;
+  document.addEventListener("napllm-inspector-listen", (event) => {
+    event.preventDefault();
+    report(JSON.stringify(["listening"]));
+  });
+  document.addEventListener("napllm-inspector-entry", (event) => {
+    const d = event.detail;
+    if (full) return;
+    if (d === null || typeof d !== "object") {
+      report(JSON.stringify(["unreadable"])); // recorded as a gap
+      return;
+    }
+    const text = typeof d.text === "string" ? d.text : "";
+    count += 1;
+    chars += text.length;
+    if (count > MAX_ENVELOPES || chars > MAX_CHARS) {
+      full = true;
+      report(JSON.stringify(["limit", d.serial]));
+      return;
+    }
+    report(JSON.stringify(["entry", d.serial, String(d.endpoint), String(d.direction), text]));
+  });
 })();
-"""
+""".replace("@MAX_ENVELOPES@", str(MAX_RECORDED_ENVELOPES)).replace(
+    "@MAX_CHARS@", str(MAX_RECORDED_CHARS)
+)
 
 
 class CheckSetupError(Exception):
@@ -487,15 +512,10 @@ class _Observer:
         if frame_id != self.main_frame_id or world != SHELL_WORLD:
             return  # not the shell observer: ignored
         try:
-            endpoint, direction, body = json.loads(str(params.get("payload", "")))
-        except (ValueError, TypeError):
-            return
-        text = str(body)
-        try:
-            value = json.loads(text)
-        except ValueError:
-            value = None
-        self.run.envelopes.append(Envelope(str(endpoint), str(direction), value, text))
+            message = json.loads(str(params.get("payload", "")))
+        except (ValueError, TypeError, RecursionError):
+            message = None
+        self.run.take(message)
 
     # -- napplet frames in processes of their own ----------------------------------
 
@@ -567,9 +587,32 @@ class _Observer:
 # --------------------------------------------------------------------------- the run
 
 
+def _unwrap_wire(text: str) -> Any:
+    """An inspector entry's text as the envelope value (None when it is not JSON).
+
+    An "in" entry is the shell's wireJson: `{"json": "<the napplet's data as
+    JSON text>"}` is unwrapped; a marker (`unclonable`, `tooLarge`) or an "out"
+    envelope is the value itself (web/js/wire.js, `unwrapWire`).
+    """
+    try:
+        value = json.loads(text)
+        if isinstance(value, dict) and len(value) == 1 and isinstance(value.get("json"), str):
+            return json.loads(value["json"])
+        return value
+    except (ValueError, RecursionError):
+        return None
+
+
 @dataclass
 class Run:
-    """Everything one check recorded."""
+    """Everything one check recorded.
+
+    Envelopes arrive from `SHELL_SCRIPT` numbered by the inspector (`take`);
+    `gaps` counts serial numbers that never arrived, `limit_at` is the serial
+    at which the check's own bound (`MAX_RECORDED_ENVELOPES`,
+    `MAX_RECORDED_CHARS`) stopped recording, `listening` whether the
+    inspector announced its entries at all.
+    """
 
     napplet: str
     envelopes: list[Envelope] = field(default_factory=list)
@@ -579,10 +622,83 @@ class Run:
     steps: list[dict[str, Any]] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     screenshot: str | None = None
+    listening: bool = False
+    last_serial: int = 0
+    gaps: list[tuple[int, int]] = field(default_factory=list)
+    limit_at: int | None = None
+    recorded_chars: int = 0
+
+    def take(self, message: Any) -> None:
+        """Record one report of `SHELL_SCRIPT` (a JSON list; anything else is a gap).
+
+        `["entry", serial, endpoint, direction, text]` is recorded when
+        `serial` is the next one; a serial that skips some records the
+        skipped range in `gaps`; one at or below the last is a gap of its own
+        and is not recorded. Nothing is ever skipped for its content (two
+        identical envelopes are two envelopes).
+        """
+        if not isinstance(message, list) or not message or self.limit_at is not None:
+            if self.limit_at is None:
+                self.gaps.append((self.last_serial + 1, self.last_serial + 1))
+            return
+        if message[0] == "listening":
+            self.listening = True
+            return
+        serial = message[1] if len(message) > 1 else None
+        if not isinstance(serial, int) or isinstance(serial, bool):
+            self.gaps.append((self.last_serial + 1, self.last_serial + 1))
+            return
+        if serial <= self.last_serial:
+            self.gaps.append((serial, serial))  # numbered twice or out of order
+            return
+        if serial != self.last_serial + 1:
+            self.gaps.append((self.last_serial + 1, serial - 1))
+        self.last_serial = serial
+        if message[0] == "limit":
+            self.limit_at = serial
+            return
+        if message[0] != "entry" or len(message) != 5 or not isinstance(message[4], str):
+            self.gaps.append((serial, serial))
+            return
+        _, _, endpoint, direction, text = message
+        self.recorded_chars += len(text)
+        if (
+            len(self.envelopes) >= MAX_RECORDED_ENVELOPES
+            or self.recorded_chars > MAX_RECORDED_CHARS
+        ):
+            self.limit_at = serial
+            return
+        self.envelopes.append(Envelope(str(endpoint), str(direction), _unwrap_wire(text), text))
+
+    def recording_findings(self) -> list[Finding]:
+        """Findings about the recording itself: envelopes that never arrived
+        (`inspector-gap`) or the check's bound reached (`envelope-limit`)."""
+        found: list[Finding] = []
+        for first, last in self.gaps[:20]:
+            found.append(
+                Finding(
+                    "inspector-gap",
+                    f"Envelopes {first} to {last} announced by the inspector were not recorded; "
+                    "the check cannot vouch for them.",
+                    {"first": first, "last": last},
+                )
+            )
+        if self.limit_at is not None:
+            found.append(
+                Finding(
+                    "envelope-limit",
+                    f"The napplet exchanged more than the check records "
+                    f"({MAX_RECORDED_ENVELOPES} envelopes or {MAX_RECORDED_CHARS} characters); "
+                    f"envelopes from number {self.limit_at} on were not checked.",
+                    {"serial": self.limit_at},
+                )
+            )
+        return found
 
     def conclude(self) -> list[Finding]:
-        """Every finding: failed steps, protocol, frame events, requests that left."""
+        """Every finding: failed steps, recording, protocol, frame events, requests that left."""
         found = list(self.findings)
+        found += self.recording_findings()
         found += analyse_envelopes(self.envelopes)
         found += analyse_frame_events(self.frame_events)
         for url in self.outside_requests:
@@ -785,6 +901,11 @@ def run_check(
                 raise CheckSetupError(
                     f"the shell could not be driven: {_first_line(exc)}"
                 ) from None
+            if not run.listening:
+                raise CheckSetupError(
+                    "the shell's envelope inspector does not announce its envelopes "
+                    "(a dist/ built from an older napllm?)"
+                )
             try:
                 with guard.within(step_bound_s + 30, "opening the napplet"):
                     driver.open_napplet(f"{base}{NAPPLET_PREFIX.strip('/')}/{napplet.name}")
@@ -823,7 +944,8 @@ def run_check(
                 run.steps.append(record)
             try:
                 page.wait_for_timeout(settle_ms)
-                # Let the inspector render what arrived last (it renders per frame).
+                # A round trip to the page after a frame: the binding's reports
+                # of envelopes announced so far are delivered before its answer.
                 with guard.within(bound_s + STALL_MARGIN_S, "waiting for the shell to draw"):
                     page.evaluate(
                         "() => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 50)))"
