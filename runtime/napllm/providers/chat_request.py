@@ -83,13 +83,15 @@ def lmsp_to_chat(
     request: LmspRequest,
     *,
     response_format_style: ResponseFormatStyle = "json_schema",
+    stream: bool | None = None,
 ) -> dict[str, Any]:
     """The chat-completions body for an LMSP request (LMSP 1.0, 6.1 and 6.5).
 
     Returns a JSON-ready dict with `model`, `messages`, `stream` and, when
     set, `tools`, `tool_choice`, `response_format`, `max_tokens`,
     `temperature` and `stream_options: {"include_usage": true}` (streamed
-    requests). `store`, `previous_response_id` and `extensions` have no
+    requests). `stream` overrides the request's own (the in-browser engines
+    always stream). `store`, `previous_response_id` and `extensions` have no
     chat-completions equivalent and are not sent (the translation never sets
     `previous_response_id` for these connections). Never raises for a valid
     `LmspRequest`.
@@ -116,8 +118,9 @@ def lmsp_to_chat(
             messages.append(_tool_message(item))
             assistant = None
 
-    body: dict[str, Any] = {"model": request.model, "messages": messages, "stream": request.stream}
-    if request.stream:
+    streamed = request.stream if stream is None else stream
+    body: dict[str, Any] = {"model": request.model, "messages": messages, "stream": streamed}
+    if streamed:
         body["stream_options"] = {"include_usage": True}
     if request.max_output_tokens is not None:
         body["max_tokens"] = request.max_output_tokens

@@ -144,9 +144,7 @@ def onnx_chat_body(request: LmspRequest) -> dict[str, Any]:
     worker ignores `response_format` (no grammar: the runtime validates JSON
     output) and renders `tools` into the prompt through the chat template.
     """
-    body = lmsp_to_chat(request, response_format_style="json_object")
-    body["stream"] = True
-    body["stream_options"] = {"include_usage": True}
+    body = lmsp_to_chat(request, response_format_style="json_object", stream=True)
     return body
 
 

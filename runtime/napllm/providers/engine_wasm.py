@@ -93,9 +93,7 @@ def wasm_chat_body(request: LmspRequest) -> dict[str, Any]:
     turns it into a grammar), `stream: true` with usage in the last chunk,
     and `top_k: 1` when the temperature is 0 (greedy decoding).
     """
-    body = lmsp_to_chat(request, response_format_style="json_schema")
-    body["stream"] = True
-    body["stream_options"] = {"include_usage": True}
+    body = lmsp_to_chat(request, response_format_style="json_schema", stream=True)
     if request.temperature == 0:
         body["top_k"] = 1
     return body

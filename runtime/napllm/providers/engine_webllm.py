@@ -265,9 +265,7 @@ def webllm_chat_body(request: LmspRequest) -> dict[str, Any]:
     text>}`, rejects `tool_choice` values other than its own and ignores
     `none`: with `none` the tools are not sent (module rules).
     """
-    body = lmsp_to_chat(request, response_format_style="json_object_schema")
-    body["stream"] = True
-    body["stream_options"] = {"include_usage": True}
+    body = lmsp_to_chat(request, response_format_style="json_object_schema", stream=True)
     fmt = body.get("response_format")
     if isinstance(fmt, dict) and "schema" in fmt:
         body["response_format"] = {"type": "json_object", "schema": json.dumps(fmt["schema"])}
