@@ -117,6 +117,22 @@ async def _json(response: HttpResponse) -> Any:
         return None
 
 
+async def _get_models(
+    http: HttpPort, base_url: str, api_key: str | None, timeout_s: float | None
+) -> tuple[int, Any]:
+    """`GET /v1/models`: (status, the JSON body or `None`); raises what the port raises."""
+    response = await http.request(
+        "GET",
+        api_root(base_url) + "/models",
+        headers=_headers(api_key, "application/json"),
+        timeout_s=timeout_s,
+    )
+    try:
+        return response.status, await _json(response)
+    finally:
+        await response.aclose()
+
+
 async def discover_models(
     http: HttpPort, base_url: str, api_key: str | None, *, timeout_s: float | None = 30.0
 ) -> list[str]:
@@ -128,21 +144,12 @@ async def discover_models(
     error answer, or a body that is not `{"data": [{"id": ...}, ...]}`.
     """
     try:
-        response = await http.request(
-            "GET",
-            api_root(base_url) + "/models",
-            headers=_headers(api_key, "application/json"),
-            timeout_s=timeout_s,
-        )
+        status, body = await _get_models(http, base_url, api_key, timeout_s)
     except ConnectionError as exc:
         hint = unreachable_hint(exc, UNREACHABLE_HINT)
         raise ProviderFailure(detail="models: unreachable", user_hint=hint) from exc
-    try:
-        body = await _json(response)
-    finally:
-        await response.aclose()
-    if response.status != 200:
-        raise failure_from_error(response.status, body)
+    if status != 200:
+        raise failure_from_error(status, body)
     if not isinstance(body, dict) or not isinstance(body.get("data"), list):
         raise ProviderFailure(detail="models: not a model list")
     ids = [e.get("id") for e in body["data"] if isinstance(e, dict)]
@@ -185,20 +192,11 @@ async def model_context_window(
     without such a field all give `None` (the window is then unknown).
     """
     try:
-        response = await http.request(
-            "GET",
-            api_root(base_url) + "/models",
-            headers=_headers(api_key, "application/json"),
-            timeout_s=timeout_s,
-        )
-        try:
-            body = await _json(response)
-        finally:
-            await response.aclose()
+        status, body = await _get_models(http, base_url, api_key, timeout_s)
     except Exception:  # unreachable, blocked, cut off: the window stays unknown
         return None
     if (
-        response.status != 200
+        status != 200
         or not isinstance(body, dict)
         or not isinstance(body.get("data"), list)
     ):
