@@ -8,7 +8,7 @@ from pathlib import Path
 
 from test_napplet_types import INLINE_SCRIPT, pytestmark, typecheck
 
-from napllm.devtools.check import parse_steps
+from napllm.devtools.check_steps import parse_steps
 from napllm.providers.scripted import parse_script
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,15 +9,9 @@ from typing import Any
 import pytest
 
 from napllm.devtools.analysis import Envelope, analyse_envelopes, analyse_frame_events
-from napllm.devtools.check import (
-    ChooserStep,
-    ConsentStep,
-    Run,
-    StepsError,
-    junit_xml,
-    parse_steps,
-    report_json,
-)
+from napllm.devtools.check_observe import Run
+from napllm.devtools.check_report import junit_xml, report_json
+from napllm.devtools.check_steps import ChooserStep, ConsentStep, StepsError, parse_steps
 
 MODEL = {"handle": "h1", "name": "S", "model": "scripted", "route": "r"}
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from napllm.devtools import check
+from napllm.devtools import analysis, check, check_observe, check_report
 from napllm.devtools.analysis import Envelope, Finding, analyse_frame_events
-from napllm.devtools.check import Run
+from napllm.devtools.check_observe import Run
 
 HOSTILE_TEXT = (
     "ok\x1b]0;owned\x07\r\nnapllm-check: x.html: no findings\n::error file=a::forged\ud800\u202e"
@@ -26,11 +26,11 @@ HOSTILE_TEXT = (
 
 
 def test_printable_leaves_no_control_character_surrogate_or_newline() -> None:
-    text = check.printable(HOSTILE_TEXT)
+    text = check_report.printable(HOSTILE_TEXT)
     assert "\n" not in text and "\r" not in text and "\x1b" not in text and "\x07" not in text
     assert "\ud800" not in text and "\u202e" not in text
     assert text.encode("ascii", "strict")  # ASCII here; other letters are kept as they are
-    assert check.printable("Grüße, 東京") == "Grüße, 東京"
+    assert check_report.printable("Grüße, 東京") == "Grüße, 東京"
 
 
 def hostile_run() -> tuple[Run, list[Finding]]:
@@ -45,7 +45,7 @@ def hostile_run() -> tuple[Run, list[Finding]]:
 
 def test_reports_of_hostile_text_are_written_whole_and_parse(tmp_path: Path) -> None:
     run, findings = hostile_run()
-    check.write_reports(tmp_path, run, findings)
+    check_report.write_reports(tmp_path, run, findings)
     raw = (tmp_path / "report.json").read_bytes()
     raw.decode("ascii")  # escaped JSON: no lone surrogate can break the encoding
     report = json.loads(raw)
@@ -59,10 +59,10 @@ def test_reports_of_hostile_text_are_written_whole_and_parse(tmp_path: Path) -> 
 
 
 def test_stale_reports_are_removed_before_a_run(tmp_path: Path) -> None:
-    for name in check.REPORT_FILES:
+    for name in check_report.REPORT_FILES:
         (tmp_path / name).write_text("old")
-    check.clear_reports(tmp_path)
-    assert not any((tmp_path / name).exists() for name in check.REPORT_FILES)
+    check_report.clear_reports(tmp_path)
+    assert not any((tmp_path / name).exists() for name in check_report.REPORT_FILES)
 
 
 def test_a_run_that_could_not_start_still_writes_a_report(tmp_path: Path) -> None:
@@ -81,7 +81,7 @@ def test_a_run_that_could_not_start_still_writes_a_report(tmp_path: Path) -> Non
 
 def test_printed_findings_are_escaped_one_line_each(tmp_path: Path) -> None:
     _, findings = hostile_run()
-    lines = check.summary_lines(findings, "napplet\x1b[2J.html", tmp_path)
+    lines = check_report.summary_lines(findings, "napplet\x1b[2J.html", tmp_path)
     assert len(lines) == len(findings) + 1
     for line in lines:
         assert "\n" not in line and "\r" not in line and "\x1b" not in line and "\x07" not in line
@@ -95,16 +95,18 @@ def test_printed_findings_are_escaped_one_line_each(tmp_path: Path) -> None:
 
 
 def test_console_errors_from_devtools() -> None:
-    event = check.console_event(
+    event = check_observe.console_event(
         {
             "type": "error",
             "args": [{"type": "string", "value": "a"}, {"type": "number", "value": 2}],
         }
     )
     assert event == {"kind": "console-error", "data": {"message": "a 2"}}
-    assert check.console_event({"type": "log", "args": []}) is None
-    long = check.console_event({"type": "error", "args": [{"type": "string", "value": "x" * 9999}]})
-    assert long is not None and len(long["data"]["message"]) <= check.MAX_EVENT_TEXT + 1
+    assert check_observe.console_event({"type": "log", "args": []}) is None
+    long = check_observe.console_event(
+        {"type": "error", "args": [{"type": "string", "value": "x" * 9999}]}
+    )
+    assert long is not None and len(long["data"]["message"]) <= check_observe.MAX_EVENT_TEXT + 1
 
 
 def test_exceptions_from_devtools() -> None:
@@ -114,7 +116,7 @@ def test_exceptions_from_devtools() -> None:
             "exception": {"className": "Error", "description": "Error: boom\n    at x"},
         }
     }
-    assert check.exception_event(rejection) == {
+    assert check_observe.exception_event(rejection) == {
         "kind": "page-error",
         "data": {"message": "unhandled rejection: Error: boom"},
     }
@@ -128,7 +130,7 @@ def test_exceptions_from_devtools() -> None:
             },
         }
     }
-    event = check.exception_event(llm)
+    event = check_observe.exception_event(llm)
     assert event["kind"] == "unhandled-llm-error"
     assert (
         event["data"]["message"] == "The user cancelled." and event["data"]["objectId"] == "1.2.3"
@@ -136,7 +138,7 @@ def test_exceptions_from_devtools() -> None:
     thrown_string = {
         "exceptionDetails": {"text": "Uncaught", "exception": {"type": "string", "value": "s"}}
     }
-    assert check.exception_event(thrown_string)["data"]["message"] == "s"
+    assert check_observe.exception_event(thrown_string)["data"]["message"] == "s"
 
 
 def test_csp_violations_from_the_devtools_log() -> None:
@@ -148,13 +150,13 @@ def test_csp_violations_from_the_devtools_log() -> None:
             "Policy directive: \"default-src 'none'\". The action has been blocked.",
         }
     }
-    event = check.log_event(entry)
+    event = check_observe.log_event(entry)
     assert event is not None
     assert event["data"]["blockedURI"] == "http://203.0.113.7/x"
     assert event["data"]["directive"] == "default-src 'none'"
     findings = analyse_frame_events([event])
     assert findings[0].kind == "network-request"
-    assert check.log_event({"entry": {"source": "javascript", "text": "x"}}) is None
+    assert check_observe.log_event({"entry": {"source": "javascript", "text": "x"}}) is None
 
 
 # -- the file server -------------------------------------------------------------
@@ -210,7 +212,7 @@ def test_the_server_answers_only_its_own_host(served: int, host: str) -> None:
 
 def test_reports_are_replaced_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run, findings = hostile_run()
-    check.write_reports(tmp_path, run, findings)
+    check_report.write_reports(tmp_path, run, findings)
     before = (tmp_path / "report.json").read_bytes()
 
     def broken_replace(src: Any, dst: Any) -> None:
@@ -218,7 +220,7 @@ def test_reports_are_replaced_atomically(tmp_path: Path, monkeypatch: pytest.Mon
 
     monkeypatch.setattr(os, "replace", broken_replace)
     with pytest.raises(OSError):
-        check.write_reports(tmp_path, Run(napplet="other"), [])
+        check_report.write_reports(tmp_path, Run(napplet="other"), [])
     assert (tmp_path / "report.json").read_bytes() == before  # never half written
     assert not list(tmp_path.glob(".*.tmp"))
 
@@ -246,11 +248,11 @@ def test_a_missing_or_repeated_number_is_an_inspector_gap() -> None:
     run.take("not a list")
     gaps = [f for f in run.conclude() if f.kind == "inspector-gap"]
     assert [(f.detail["first"], f.detail["last"]) for f in gaps] == [(2, 3), (4, 4), (5, 5)]
-    assert all(check.CATEGORIES[f.kind] == "protocol" for f in gaps)
+    assert all(analysis.CATEGORIES[f.kind] == "protocol" for f in gaps)
 
 
 def test_the_checks_own_bound_is_a_finding_not_a_silent_drop(monkeypatch: Any) -> None:
-    monkeypatch.setattr(check, "MAX_RECORDED_ENVELOPES", 3)
+    monkeypatch.setattr(check_observe, "MAX_RECORDED_ENVELOPES", 3)
     run = Run(napplet="n.html")
     for serial in range(1, 6):
         run.take(["entry", serial, "ep-1", "out", "{}"])

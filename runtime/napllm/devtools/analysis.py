@@ -34,7 +34,7 @@ Findings (kind: meaning; every one is a violation)
 - `inspector-gap`: envelopes the shell's inspector announced never
   reached the check (numbers missing); they were not checked.
 - `envelope-limit`: the napplet exchanged more envelopes or text than the
-  check records (`check.MAX_RECORDED_ENVELOPES`, `MAX_RECORDED_CHARS`);
+  check records (`check_observe.MAX_RECORDED_ENVELOPES`, `MAX_RECORDED_CHARS`);
   the rest were not checked.
 - `check-aborted`: the check ended early (the browser or its driver
   failed, or the whole check overran its limit); the report holds what was
@@ -242,7 +242,7 @@ def analyse_envelopes(envelopes: list[Envelope]) -> list[Finding]:
 
 
 def analyse_frame_events(events: list[dict[str, Any]]) -> list[Finding]:
-    """Findings from what the DevTools sessions saw in the napplet frames (`check._Observer`)."""
+    """Findings from what DevTools saw in the napplet frames (`check_observe._Observer`)."""
     findings: list[Finding] = []
     for event in events:
         kind = event.get("kind")
