@@ -415,7 +415,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.quick:
-        args.runs, args.rounds, args.long, args.generations = 5, 1, 1, 20
+        args.runs, args.rounds, args.long, args.generations = 2, 1, 1, 10
 
     from playwright.sync_api import sync_playwright
 
