@@ -117,21 +117,30 @@ def capture(context: Any, base_url: str) -> dict[str, bytes]:
         page.close()
 
 
+def _readme_page(context: Any, base_url: str, also_ready: str) -> Any:
+    """A returning visitor's shell at 1280x900, light, booted and `also_ready` (a JS condition)."""
+    context.add_init_script(RETURNING_VISITOR_SCRIPT)
+    page = context.new_page()
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.emulate_media(color_scheme="light", reduced_motion="reduce")
+    page.goto(f"{base_url}index.html")
+    page.wait_for_function(
+        f"() => document.body.dataset.boot === 'ready' && ({also_ready})",
+        timeout=BOOT_TIMEOUT_MS,
+    )
+    return page
+
+
 def capture_readme(context: Any, base_url: str) -> dict[str, bytes]:
     """The README's walk-through at 1280x900 (PNG bytes by name): ``consent`` (the
     Chat napplet asks to send "Hello!" to TinyChat) and ``chat-answer`` (after
     *Allow*). Not baselines: the answer is the model's."""
-    context.add_init_script(RETURNING_VISITOR_SCRIPT)
-    page = context.new_page()
+    page = _readme_page(
+        context,
+        base_url,
+        "document.querySelector('#napplet-gallery [data-napplet=chat] .card-open')",
+    )
     try:
-        page.set_viewport_size({"width": 1280, "height": 900})
-        page.emulate_media(color_scheme="light", reduced_motion="reduce")
-        page.goto(f"{base_url}index.html")
-        page.wait_for_function(
-            "() => document.body.dataset.boot === 'ready'"
-            " && document.querySelector('#napplet-gallery [data-napplet=chat] .card-open')",
-            timeout=BOOT_TIMEOUT_MS,
-        )
         page.click("#napplet-gallery [data-napplet=chat] .card-open")
         handle = page.wait_for_selector("iframe.napplet-frame")
         frame = handle.content_frame() if handle else None
@@ -166,17 +175,8 @@ def capture_manager(context: Any, base_url: str) -> dict[str, bytes]:
     loaded), then the side panel: the connection and the Storage section
     with the file, its size, the connection that uses it and when it was
     last used. Not a baseline: the date varies."""
-    context.add_init_script(RETURNING_VISITOR_SCRIPT)
-    page = context.new_page()
+    page = _readme_page(context, base_url, "document.body.dataset.offline === 'ready'")
     try:
-        page.set_viewport_size({"width": 1280, "height": 900})
-        page.emulate_media(color_scheme="light", reduced_motion="reduce")
-        page.goto(f"{base_url}index.html")
-        page.wait_for_function(
-            "() => document.body.dataset.boot === 'ready'"
-            " && document.body.dataset.offline === 'ready'",
-            timeout=BOOT_TIMEOUT_MS,
-        )
         page.click("#connection-add")
         page.fill("#connection-name", "TinyChat, stored for later")
         page.select_option("#connection-kind", "wasm")
