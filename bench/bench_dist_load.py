@@ -10,7 +10,7 @@ nothing is cached between runs):
   wasm start + llama.cpp load), ms for the greedy ``Hello!`` chat answer, and
   tokens/s for a 128-token raw completion with EOS ignored (1 thread).
 
-Uses build.py's server (COOP/COEP) and Debian's Chromium; builds dist/ first
+Uses the shell's server (COOP/COEP) and Debian's Chromium; builds dist/ first
 when it is missing; the benchmark pages are served from a temporary folder
 under ``/_bench/``, never written into dist/. Usage:
 ``python bench/bench_dist_load.py [--runs 5] [--quick]`` (``--quick``: one run).
@@ -19,23 +19,23 @@ under ``/_bench/``, never written into dist/. Usage:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import shutil
 import statistics
 import sys
 import tempfile
 import threading
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "runtime"))
-from napllm.devtools.headless import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "tools")]  # napllm; the build's steps
+from buildsys.dist import build, dist_is_stale  # noqa: E402
+from buildsys.paths import DIST  # noqa: E402
 
-ARGS = list(CHROMIUM_ARGS)
+from napllm.devtools.headless import launch_options, make_server  # noqa: E402
+
 BENCH_DIR = "_bench"
 
 PYODIDE_PAGE = """<!doctype html><meta charset="utf-8"><title>bench</title>
@@ -74,16 +74,6 @@ window.bench = async () => {
 </script>"""
 
 
-def load_build() -> ModuleType:
-    """Import the repository's build.py."""
-    spec = importlib.util.spec_from_file_location("napllm_build", ROOT / "build.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def median(values: list[float]) -> str:
     """Median with the range, e.g. ``2900 (2600-3500)``."""
     return f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
@@ -116,18 +106,17 @@ def main() -> None:
     a = ap.parse_args()
     if a.quick:
         a.runs = 1
-    build = load_build()
-    if build.dist_is_stale():
-        build.build()
+    if dist_is_stale():
+        build()
     pages = Path(tempfile.mkdtemp(prefix="napllm-bench-"))
     (pages / "pyodide.html").write_text(PYODIDE_PAGE)
     (pages / "wllama.html").write_text(WLLAMA_PAGE)
-    server = build.make_server(build.DIST, quiet=True, overlays={f"/{BENCH_DIR}/": pages})
+    server = make_server(DIST, quiet=True, overlays={f"/{BENCH_DIR}/": pages})
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}/{BENCH_DIR}/"
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            browser = p.chromium.launch(**launch_options())
             py_runs = [run_page(browser, base + "pyodide.html") for _ in range(a.runs)]
             ll_runs = [run_page(browser, base + "wllama.html") for _ in range(a.runs)]
             browser.close()

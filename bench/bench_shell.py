@@ -4,7 +4,7 @@ Usage: ``python bench/bench_shell.py [--runs 5] [--only a,b,c,d,e] [--quick]``
 (``--quick``: one run of each part at a small size, without the service
 worker's precache, to check that it works;
 the exit status is 1 when text was lost or a generation failed). Builds dist/
-when it is missing, serves it on 127.0.0.1 with build.py's handler (COOP/COEP)
+when it is missing, serves it on 127.0.0.1 with the shell's server (COOP/COEP)
 and drives Debian's Chromium; nothing leaves the machine. Prints one table
 per benchmark:
 
@@ -40,7 +40,6 @@ import argparse
 import asyncio
 import functools
 import gzip
-import importlib.util
 import shutil
 import statistics
 import sys
@@ -48,7 +47,6 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from playwright.sync_api import sync_playwright
@@ -59,10 +57,13 @@ sys.path[:0] = [
     str(ROOT / "tests"),
     str(ROOT / "tests" / "unit"),
     str(ROOT / "tests" / "browser"),
+    str(ROOT / "tools"),  # the build's steps
 ]
-from napllm.devtools.headless import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+from buildsys.dist import build, build_test_dist, dist_is_stale  # noqa: E402
+from buildsys.paths import DIST  # noqa: E402
 
-ARGS = list(CHROMIUM_ARGS)
+from napllm.devtools.headless import DistRequestHandler, DistServer, launch_options  # noqa: E402
+
 BENCH = "_bench"
 TEST = "_test"
 TIMEOUT_MS = 180_000
@@ -94,16 +95,6 @@ new MutationObserver((_, obs) => {
 """
 
 
-def load_build() -> ModuleType:
-    """Import the repository's build.py under the name the tests use."""
-    spec = importlib.util.spec_from_file_location("napllm_build", ROOT / "build.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def stats(values: list[float]) -> str:
     """Median with the range, e.g. ``2900 (2600-3500)``."""
     return f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
@@ -112,9 +103,7 @@ def stats(values: list[float]) -> str:
 class Server:
     """A build folder (dist/ by default) on 127.0.0.1 with overlays; records every file it sends."""
 
-    def __init__(
-        self, build: ModuleType, overlays: dict[str, Path], directory: Path | None = None
-    ) -> None:
+    def __init__(self, overlays: dict[str, Path], directory: Path | None = None) -> None:
         self.sent: list[Path] = []
         sent = self.sent
 
@@ -128,11 +117,11 @@ class Server:
         extra = {prefix: str(folder) for prefix, folder in overlays.items()}
         handler = type(
             "Handler",
-            (build.DistRequestHandler,),
+            (DistRequestHandler,),
             {"quiet": True, "overlays": extra, "log_request": log_request},
         )
-        self.httpd = build.DistServer(
-            ("127.0.0.1", 0), functools.partial(handler, directory=str(directory or build.DIST))
+        self.httpd = DistServer(
+            ("127.0.0.1", 0), functools.partial(handler, directory=str(directory or DIST))
         )
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
@@ -162,9 +151,8 @@ def boot_times(
         profile = tempfile.mkdtemp(prefix="napllm-bench-profile-")
         context = browser_type.launch_persistent_context(
             profile,
-            executable_path=CHROMIUM,
-            args=ARGS,
             service_workers="allow" if service_worker else "block",
+            **launch_options(),
         )
         try:
             context.add_init_script(READY_PROBE)
@@ -225,9 +213,8 @@ def first_visit(browser_type: Any, server: Server, offline: bool) -> list[Path]:
     profile = tempfile.mkdtemp(prefix="napllm-bench-profile-")
     context = browser_type.launch_persistent_context(
         profile,
-        executable_path=CHROMIUM,
-        args=ARGS,
         service_workers="allow" if offline else "block",
+        **launch_options(),
     )
     try:
         context.add_init_script(READY_PROBE)
@@ -476,15 +463,14 @@ def main() -> None:
         a.runs, a.deltas, generations, napplets, concurrent, round_trips = 1, 2_000, 200, 3, 9, 20
     ok = True
     only = set(a.only.split(","))
-    build = load_build()
-    if build.dist_is_stale():
-        build.build()
+    if dist_is_stale():
+        build()
     if "c" in only:
         bench_overhead(generations)
     pages = Path(tempfile.mkdtemp(prefix="napllm-bench-"))
     (pages / "bare.html").write_text(BARE_PAGE)
     tests = Path(tempfile.mkdtemp(prefix="napllm-bench-test-"))
-    server = Server(build, {f"/{BENCH}/": pages, f"/{TEST}/": tests})
+    server = Server({f"/{BENCH}/": pages, f"/{TEST}/": tests})
     try:
         with sync_playwright() as p:
             if "a" in only:
@@ -494,8 +480,8 @@ def main() -> None:
             if only & {"d", "e", "f"}:
                 # the relay and concurrency runs drive fixture connections,
                 # which only the test build (dist-test/) has
-                test_server = Server(build, {f"/{TEST}/": tests}, build.build_test_dist())
-                browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+                test_server = Server({f"/{TEST}/": tests}, build_test_dist())
+                browser = p.chromium.launch(**launch_options())
                 try:
                     if only & {"d", "f"}:
                         # one booted shell for both (a boot is the slow part of a quick run)

@@ -49,21 +49,21 @@ Usage: python bench/bench_wasm.py [--runs 20] [--rounds 3] [--long 5]
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
 import statistics
 import sys
 import tempfile
 import threading
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "runtime"))
-from napllm.devtools.headless import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "tools")]  # napllm; the build's steps
+from buildsys.dist import build, dist_is_stale  # noqa: E402
+from buildsys.paths import DIST  # noqa: E402
+
+from napllm.devtools.headless import launch_options, make_server  # noqa: E402
 
 LONG_PROMPT = "Count from 1 to 100."
 PROMPTS = [
@@ -314,29 +314,9 @@ async ([prompts, threads]) => {
 PATHS = {"direct": DIRECT, "worker": WORKER, "shell": ""}
 
 
-def load_build() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("napllm_build", ROOT / "build.py")
-    if spec is None or spec.loader is None:
-        raise RuntimeError("cannot import build.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def serve(build: ModuleType, pages: Path) -> tuple[Any, str]:
+def serve(pages: Path) -> tuple[Any, str]:
     """dist/ on a free port; /_bench/ maps to `pages`."""
-
-    class Handler(build.DistRequestHandler):  # type: ignore[name-defined,misc]
-        quiet = True
-
-        def translate_path(self, path: str) -> str:
-            if not path.startswith("/_bench/"):
-                return str(super().translate_path(path))
-            inside = super().translate_path("/" + path[len("/_bench/") :])
-            return os.path.join(pages, os.path.relpath(inside, self.directory))
-
-    server = build.DistServer(("127.0.0.1", 0), lambda *a: Handler(*a, directory=str(build.DIST)))
+    server = make_server(DIST, quiet=True, overlays={"/_bench/": pages})
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}/"
 
@@ -419,9 +399,8 @@ def main() -> None:
 
     from playwright.sync_api import sync_playwright
 
-    build = load_build()
-    if build.dist_is_stale():
-        build.build()
+    if dist_is_stale():
+        build()
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(args.runs)]
     #: path -> short rows, long rows
     rows: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
@@ -429,10 +408,10 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "bench.html").write_text(NAPPLET, encoding="utf-8")
-        server, base = serve(build, Path(tmp))
+        server, base = serve(Path(tmp))
         try:
             with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS))
+                browser = pw.chromium.launch(**launch_options())
                 page = browser.new_page()
                 page.add_init_script(LONGTASK_PROBE)
                 page.add_init_script(WASM_PROBE)

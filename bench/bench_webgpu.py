@@ -38,21 +38,21 @@ Usage: python bench/bench_webgpu.py [--quick] [--rounds 3]
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 import tempfile
 import threading
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "runtime"))
-from napllm.devtools.headless import CHROMIUM, CHROMIUM_ARGS, WEBGPU_ARGS  # noqa: E402
+sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "tools")]  # napllm; the build's steps
+from buildsys.dist import build, dist_is_stale  # noqa: E402
+from buildsys.paths import DIST  # noqa: E402
 
-ARGS = [*CHROMIUM_ARGS, *WEBGPU_ARGS]
+from napllm.devtools.headless import launch_options, make_server  # noqa: E402
+
 PROMPTS = [
     "Hello!",
     "Who are you?",
@@ -194,16 +194,6 @@ async () => {
 """
 
 
-def load_build() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("napllm_build", ROOT / "build.py")
-    if spec is None or spec.loader is None:
-        raise RuntimeError("cannot import build.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def summary(rows: list[dict[str, Any]]) -> dict[str, float]:
     """Median/p90 first text (ms), tokens, tokens/s, tokens/s after the first text."""
     firsts = sorted(r["first"] for r in rows)
@@ -234,9 +224,8 @@ def main() -> None:
 
     from playwright.sync_api import sync_playwright
 
-    build = load_build()
-    if build.dist_is_stale():
-        build.build()
+    if dist_is_stale():
+        build()
     rows: dict[str, list[dict[str, Any]]] = {
         "onnx-direct": [],
         "onnx-shell": [],
@@ -246,12 +235,12 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "bench.html").write_text(NAPPLET, encoding="utf-8")
-        server = build.make_server(build.DIST, quiet=True, overlays={"/_bench/": Path(tmp)})
+        server = make_server(DIST, quiet=True, overlays={"/_bench/": Path(tmp)})
         threading.Thread(target=server.serve_forever, daemon=True).start()
         base = f"http://127.0.0.1:{server.server_address[1]}/"
         try:
             with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+                browser = pw.chromium.launch(**launch_options(webgpu=True))
                 page = browser.new_page()
                 page.set_default_timeout(300_000)
                 napplet = quote(f"{base}_bench/bench.html", safe="")

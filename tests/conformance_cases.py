@@ -26,7 +26,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from fixtures import WEATHER_TOOL
+from fixtures import WEATHER_TOOL, user
 from napllm.errors import ErrorCode
 from napllm.lmsp import LmspEvent
 from napllm.providers.fixture import (
@@ -61,11 +61,6 @@ CALL: dict[str, Any] = {
 CALL_2: dict[str, Any] = {**CALL, "toolCallId": "call_2", "arguments": {"city": "P"}}
 FORCED: dict[str, Any] = {"type": "tool", "name": "get_weather"}
 OTHER_TOOL: dict[str, Any] = {"name": "get_time", "parameters": {"type": "object"}}
-
-
-def user(text: str) -> dict[str, Any]:
-    """A user message with one text part."""
-    return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 
 def assistant(*parts: dict[str, Any]) -> dict[str, Any]:

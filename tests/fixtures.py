@@ -1,6 +1,7 @@
-"""Test data shared by the unit and service suites (one definition each).
+"""Test data shared by the unit, service and browser suites (one definition each).
 
-`WEATHER_TOOL` is a NAP-LLM Tool record (what a napplet sends);
+`user` is a NAP-LLM user message with one text part, `lmsp_user` the same
+as an LMSP 1.0 message input item. `WEATHER_TOOL` is a NAP-LLM Tool record (what a napplet sends);
 `WEATHER_FUNCTION` is the same tool as an LMSP 1.0 function tool (6.5), as
 the translation sends it to a provider. `lmsp_request` builds an LMSP
 request with one user message; `Body` is a scripted HTTP response body for
@@ -30,14 +31,19 @@ WEATHER_TOOL: dict[str, Any] = {
 WEATHER_FUNCTION: dict[str, Any] = {"type": "function", **WEATHER_TOOL}
 
 
+def user(text: str) -> dict[str, Any]:
+    """A NAP-LLM user message with one text part."""
+    return {"role": "user", "content": [{"type": "text", "text": text}]}
+
+
+def lmsp_user(text: str) -> dict[str, Any]:
+    """An LMSP 1.0 user message input item with one `input_text` part."""
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
 def lmsp_request(model: str = "m", **fields: Any) -> LmspRequest:
     """An LMSP request for `model` with one user message "Hi"; `fields` override."""
-    body: dict[str, Any] = {
-        "model": model,
-        "input": [
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]}
-        ],
-    }
+    body: dict[str, Any] = {"model": model, "input": [lmsp_user("Hi")]}
     body.update(fields)
     return LmspRequest.model_validate(body, strict=False)
 

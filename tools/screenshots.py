@@ -39,7 +39,6 @@ import io
 import shutil
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -247,14 +246,11 @@ def _serve_dist(build: ModuleType) -> Iterator[str]:
 
 @contextlib.contextmanager
 def _serve_folder(build: ModuleType, overlays: dict[str, Path]) -> Iterator[str]:
-    server = build.make_server(build.DIST, quiet=True, overlays=overlays)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    # build.py has put runtime/ on sys.path; the server is the shell's own.
+    from napllm.devtools.headless import serving
+
+    with serving(build.DIST, overlays=overlays) as url:
+        yield url
 
 
 def take(readme: bool = False) -> dict[str, bytes]:
@@ -263,15 +259,13 @@ def take(readme: bool = False) -> dict[str, bytes]:
     from playwright.sync_api import sync_playwright
 
     build = _load("napllm_build", ROOT / "build.py")
-    # The browser tests' launch flags (Debian's Chromium, offline).
-    sys.path.insert(0, str(ROOT / "tests" / "browser"))
-    harness = _load("napllm_browser_conftest", ROOT / "tests" / "browser" / "conftest.py")
+    # The project's launch flags (Debian's Chromium, offline); build.py put runtime/ on sys.path.
+    from napllm.devtools.headless import launch_options
+
     if build.dist_is_stale():
         build.build()
     with _serve_dist(build) as base_url, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=harness.CHROMIUM, args=list(harness.CHROMIUM_ARGS)
-        )
+        browser = playwright.chromium.launch(**launch_options())
         try:
             shots: dict[str, bytes] = {}
             for step in (capture, capture_readme, capture_manager) if readme else (capture,):

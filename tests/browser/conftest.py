@@ -13,8 +13,8 @@ Rules
 - The tests drive the *test build* ``dist-test/`` (``build.py build
   --with-test-hooks``: dist/ plus tests/hooks/, remade from dist/ at the
   start of every session), served as ``dist_url`` / ``base_url`` on a free
-  127.0.0.1 port by build.py's own handler (same headers as ``python
-  build.py serve``). The product dist/ never has a test hook; tests about
+  127.0.0.1 port by the shell's own server (``napllm.devtools.headless``,
+  the one ``python build.py serve`` runs). The product dist/ never has a test hook; tests about
   the product itself use ``dist_dir`` or ``product_url`` (dist/ served
   the same way). Pages that exist only for tests are
   written by tests into a temporary folder served under ``/_test/``, so they
@@ -24,6 +24,10 @@ Rules
   context and fails the test when one leaves 127.0.0.1 (``data:``, ``blob:``
   and ``about:`` URLs are not requests to anywhere). Console messages and
   page errors are recorded too and printed in the report of a failed test.
+- A module boots its shell page once: ``booted`` (module scope, in its own
+  context ``shell_context``) and ``shell`` (the same page, reset after each
+  test). A module overrides ``booted`` where it needs another start, and
+  ``shell`` where a test needs more cleaning after it.
 - WebGPU needs ``--enable-unsafe-webgpu``: use the ``webgpu_session`` fixture,
   which runs a second browser with that flag and the same request checks.
 - Every test under tests/browser/ is marked ``browser``.
@@ -37,11 +41,9 @@ Rules
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import sys
-import threading
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,8 +52,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from shellpage import ShellPage, boot_shell
 
-from napllm.devtools.headless import CHROMIUM, CHROMIUM_ARGS, WEBGPU_ARGS
+from napllm.devtools.headless import CHROMIUM, CHROMIUM_ARGS, WEBGPU_ARGS, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_PREFIX = "/_test/"
@@ -199,18 +202,6 @@ def test_dist_dir(dist_dir: Path) -> Path:
     return path
 
 
-@contextlib.contextmanager
-def _serve(folder: Path, overlays: dict[str, Path]) -> Iterator[str]:
-    server = build_module.make_server(folder, quiet=True, overlays=overlays)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 @pytest.fixture(scope="session")
 def test_pages_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A temporary folder served under ``/_test/``, for pages that exist only in tests."""
@@ -220,14 +211,14 @@ def test_pages_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def dist_url(test_dist_dir: Path, test_pages_dir: Path) -> Iterator[str]:
     """Base URL (ending in ``/``) of the test build served on 127.0.0.1 with COOP/COEP."""
-    with _serve(test_dist_dir, {TEST_PREFIX: test_pages_dir}) as url:
+    with serving(test_dist_dir, overlays={TEST_PREFIX: test_pages_dir}) as url:
         yield url
 
 
 @pytest.fixture(scope="session")
 def product_url(dist_dir: Path, test_pages_dir: Path) -> Iterator[str]:
     """Base URL (ending in ``/``) of the product dist/ served the same way."""
-    with _serve(dist_dir, {TEST_PREFIX: test_pages_dir}) as url:
+    with serving(dist_dir, overlays={TEST_PREFIX: test_pages_dir}) as url:
         yield url
 
 
@@ -298,13 +289,46 @@ def first_visit_context(browser: Any, base_url: str) -> Iterator[Any]:
 
 
 @pytest.fixture
-def request_log(context: Any, request: pytest.FixtureRequest) -> Iterator[BrowserLog]:
-    """Records the test's browser context; the test fails if a request left 127.0.0.1."""
+def request_log(request: pytest.FixtureRequest) -> Iterator[BrowserLog]:
+    """Records the test's browser context; the test fails if a request left 127.0.0.1.
+
+    The context is the module's shared one (`shell_context`) when the test
+    drives the module's shell page (`booted`, through `shell`), else
+    pytest-playwright's ``context`` (or the module's own override of it).
+    """
+    name = "shell_context" if "booted" in request.fixturenames else "context"
     log = BrowserLog("default")
-    log.attach(context)
+    log.attach(request.getfixturevalue(name))
     _register(request, log)
     yield log
     log.assert_local()
+
+
+# --------------------------------------------------------------------------- the shared shell page
+
+
+@pytest.fixture(scope="module")
+def shell_context(browser: Any) -> Iterator[Any]:
+    """One browser context per module, holding the module's shell page (`booted`)."""
+    context = browser.new_context()
+    yield context
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def booted(shell_context: Any, dist_url: str, test_pages_dir: Path) -> ShellPage:
+    """The module's shell page, booted once: the test build with its hooks
+    (``?test=1``: the fixture connections). A module that needs another start
+    (the product with scripted connections, a connection added through the
+    panel) overrides this fixture, usually with `shellpage.boot_shell`."""
+    return boot_shell(shell_context.new_page(), dist_url, test_pages_dir)
+
+
+@pytest.fixture
+def shell(booted: ShellPage, request_log: BrowserLog) -> Iterator[ShellPage]:
+    """The module's shared shell page, reset after the test; requests stay on 127.0.0.1."""
+    yield booted
+    booted.reset()
 
 
 @dataclass

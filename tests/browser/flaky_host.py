@@ -1,7 +1,7 @@
 """A local model host for download tests: cuts answers, serves ranges or not, changes files.
 
 ``FlakyHost(folder)`` serves ``folder`` (a copy of the test build, say) with
-build.py's handler on 127.0.0.1 and answers the paths in ``host.files``
+the shell server's handler on 127.0.0.1 and answers the paths in ``host.files``
 itself, each by its ``HostedFile`` plan:
 
 - ``cuts``: how many of the next answers break off after ``cut_at`` bytes
@@ -24,12 +24,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import socket
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from napllm.devtools.headless import DistRequestHandler, DistServer
 
 #: The host never outlives a test by more than this.
 LIFETIME_S = 600
@@ -54,10 +55,10 @@ class HostedFile:
 
 
 class FlakyHost:
-    """build.py's handler over ``folder`` plus the planned paths of ``files``."""
+    """The shell server's handler (`napllm.devtools.headless`) over ``folder``,
+    plus the planned paths of ``files``."""
 
     def __init__(self, folder: Path) -> None:
-        build_module = sys.modules["napllm_build"]  # loaded by tests/browser/conftest.py
         self.files: dict[str, HostedFile] = {}
         self.log: list[dict[str, Any]] = []
         host = self
@@ -67,23 +68,21 @@ class FlakyHost:
             if path in host.files:
                 host.answer(handler, host.files[path], head=False)
             else:
-                build_module.DistRequestHandler.do_GET(handler)
+                DistRequestHandler.do_GET(handler)
 
         def do_head(handler: Any) -> None:
             path = handler.path.split("?")[0]
             if path in host.files:
                 host.answer(handler, host.files[path], head=True)
             else:
-                build_module.DistRequestHandler.do_HEAD(handler)
+                DistRequestHandler.do_HEAD(handler)
 
         handler = type(
             "Handler",
-            (build_module.DistRequestHandler,),
+            (DistRequestHandler,),
             {"quiet": True, "overlays": {}, "do_GET": do_get, "do_HEAD": do_head},
         )
-        self.httpd = build_module.DistServer(
-            ("127.0.0.1", 0), functools.partial(handler, directory=str(folder))
-        )
+        self.httpd = DistServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
         self.timer = threading.Timer(LIFETIME_S, self.stop)
         self.timer.daemon = True

@@ -44,6 +44,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote
 
 import envelope_rules
+from fixtures import user
 from napllm.lmsp import LmspEvent
 from napllm.providers.fixture import Crash, Fail, Stall, Step
 
@@ -110,11 +111,6 @@ check_generation = envelope_rules.check_generation
 
 
 # --------------------------------------------------------------------------- napplets
-
-
-def user(text: str) -> dict[str, Any]:
-    """A user message with one text part."""
-    return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 
 def generate(rid: str, handle: str, *messages: dict[str, Any], **fields: Any) -> dict[str, Any]:
@@ -647,3 +643,24 @@ def linked_napplet_frame(page: Any, index: int = 0) -> Any:
     frame = page.query_selector_all(frames)[index].content_frame()
     frame.wait_for_load_state("load")
     return frame
+
+
+# --------------------------------------------------------------------------- booting
+
+
+def boot_shell(
+    page: Page,
+    dist_url: str,
+    test_pages_dir: Path,
+    query: str = "?test=1",
+    scripts: dict[str, Script] | None = None,
+) -> ShellPage:
+    """A booted `ShellPage` on `page`: the shell at `dist_url` (the test build,
+    or the product with ``query=""``), the test napplets installed under the
+    test pages, and one scripted connection per entry of `scripts` (name ->
+    script) added through the connections form, in order."""
+    shell = ShellPage(page, dist_url, install_napplets(test_pages_dir, dist_url))
+    shell.boot(query)
+    for name, script in (scripts or {}).items():
+        shell.scripted(name, script)
+    return shell

@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import expect
-from shellpage import POLL_MS, Napplet, ShellPage, generate, install_napplets
+from shellpage import POLL_MS, Napplet, ShellPage, generate
 
 from napllm.providers.fixture import text_script
 
@@ -45,23 +45,11 @@ FULL = "Fixture (all capabilities)"
 
 
 @pytest.fixture(scope="module")
-def context(browser: Any) -> Iterator[Any]:
+def shell_context(browser: Any) -> Iterator[Any]:
+    """The shared shell page's context, with a desktop viewport."""
     ctx = browser.new_context(viewport={"width": 1280, "height": 900})
     yield ctx
     ctx.close()
-
-
-@pytest.fixture(scope="module")
-def booted(context: Any, dist_url: str, test_pages_dir: Path) -> ShellPage:
-    shell = ShellPage(context.new_page(), dist_url, install_napplets(test_pages_dir, dist_url))
-    shell.boot()
-    return shell
-
-
-@pytest.fixture
-def shell(booted: ShellPage, request_log: Any) -> Iterator[ShellPage]:
-    yield booted
-    booted.reset()
 
 
 def axe_violations(page: Any, include: str | None = None) -> list[dict[str, Any]]:

@@ -27,8 +27,7 @@ as one batch through one tab the first time one of its cases is collected
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -40,7 +39,6 @@ from shellpage import (
     code,
     deltas_of,
     generate,
-    install_napplets,
     terminal,
     user,
     wait_deltas,
@@ -259,28 +257,6 @@ def played(
         "deltas": {case: deltas_of(envelopes, rid) for case, rid in rids.items()},
         "envelopes": envelopes,
     }
-
-
-@pytest.fixture(scope="module")
-def context(browser: Any) -> Iterator[Any]:
-    """One browser context for the module (the shell page is booted once)."""
-    ctx = browser.new_context()
-    yield ctx
-    ctx.close()
-
-
-@pytest.fixture(scope="module")
-def booted(context: Any, dist_url: str, test_pages_dir: Path) -> ShellPage:
-    shell = ShellPage(context.new_page(), dist_url, install_napplets(test_pages_dir, dist_url))
-    shell.boot()
-    return shell
-
-
-@pytest.fixture
-def shell(booted: ShellPage, request_log: Any) -> Iterator[ShellPage]:
-    """The shared shell page, reset after the test; requests stay on 127.0.0.1."""
-    yield booted
-    booted.reset()
 
 
 # --------------------------------------------------------------------------

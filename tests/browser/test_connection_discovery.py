@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from shellpage import ShellPage, code, generate, install_napplets, user
+from shellpage import ShellPage, boot_shell, code, generate, user
 from test_lmsp_browser import origin, start_service, stop
 
 from napllm.kinds import model_display_name
@@ -96,15 +96,8 @@ def servers(dist_url: str) -> Iterator[dict[str, FakeServer]]:
 
 
 @pytest.fixture(scope="module")
-def context(browser: Any) -> Iterator[Any]:
-    ctx = browser.new_context()
-    yield ctx
-    ctx.close()
-
-
-@pytest.fixture(scope="module")
 def booted(
-    context: Any,
+    shell_context: Any,
     dist_url: str,
     test_pages_dir: Path,
     service: Any,
@@ -112,15 +105,7 @@ def booted(
 ) -> ShellPage:
     lmsp_port = urlsplit(service.base_url).port
     probe = ",".join([f"lmsp@{lmsp_port}"] + [f"{name}@{s.port}" for name, s in servers.items()])
-    shell = ShellPage(context.new_page(), dist_url, install_napplets(test_pages_dir, dist_url))
-    shell.boot(f"?test=1&probe={probe}")
-    return shell
-
-
-@pytest.fixture
-def shell(booted: ShellPage, request_log: Any) -> Iterator[ShellPage]:
-    yield booted
-    booted.reset()
+    return boot_shell(shell_context.new_page(), dist_url, test_pages_dir, f"?test=1&probe={probe}")
 
 
 def look(shell: ShellPage) -> Any:

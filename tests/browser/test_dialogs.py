@@ -21,12 +21,11 @@ Every click here is a real mouse event (Playwright's mouse), as a person's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from shellpage import POLL_MS, Napplet, ShellPage, generate, install_napplets
+from shellpage import POLL_MS, Napplet, ShellPage, boot_shell, generate
 
 from envelope_rules import code
 
@@ -61,25 +60,8 @@ LOOP = """
 
 
 @pytest.fixture(scope="module")
-def context(browser: Any) -> Iterator[Any]:
-    ctx = browser.new_context()
-    yield ctx
-    ctx.close()
-
-
-@pytest.fixture(scope="module")
-def booted(context: Any, product_url: str, test_pages_dir: Path) -> ShellPage:
-    napplets = install_napplets(test_pages_dir, product_url)
-    shell = ShellPage(context.new_page(), product_url, napplets)
-    shell.boot(query="")
-    shell.scripted(FULL, SCRIPT)
-    return shell
-
-
-@pytest.fixture
-def shell(booted: ShellPage, request_log: Any) -> Iterator[ShellPage]:
-    yield booted
-    booted.reset()
+def booted(shell_context: Any, product_url: str, test_pages_dir: Path) -> ShellPage:
+    return boot_shell(shell_context.new_page(), product_url, test_pages_dir, "", {FULL: SCRIPT})
 
 
 def start_loop(napplet: Napplet, handle: str, n: int = 16) -> None:

@@ -24,6 +24,8 @@ from urllib.parse import quote
 
 import pytest
 
+from fixtures import user
+
 pytestmark = pytest.mark.browser
 
 TestPage = Callable[[str, str], str]
@@ -76,10 +78,6 @@ WEATHER_TOOL = {
         "required": ["city"],
     },
 }
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 
 class Shell:

@@ -17,7 +17,6 @@ scripted connection only plays well-formed turns, by design.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,6 @@ from shellpage import (
     ShellPage,
     check_generation,
     generate,
-    install_napplets,
 )
 
 from napllm.errors import SAFE_MESSAGES, ErrorCode
@@ -134,26 +132,6 @@ CASES: list[tuple[str, list[Any], dict[str, Any], Any]] = [
         ],
     ),
 ]
-
-
-@pytest.fixture(scope="module")
-def context(browser: Any) -> Iterator[Any]:
-    ctx = browser.new_context()
-    yield ctx
-    ctx.close()
-
-
-@pytest.fixture(scope="module")
-def booted(context: Any, dist_url: str, test_pages_dir: Path) -> ShellPage:
-    shell = ShellPage(context.new_page(), dist_url, install_napplets(test_pages_dir, dist_url))
-    shell.boot()
-    return shell
-
-
-@pytest.fixture
-def shell(booted: ShellPage, request_log: Any) -> Iterator[ShellPage]:
-    yield booted
-    booted.reset()
 
 
 def ready(shell: ShellPage) -> tuple[Napplet, str]:

@@ -23,7 +23,6 @@ model; its entry's counts show what reached it):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,6 +31,7 @@ import pytest
 from shellpage import (
     POLL_MS,
     ShellPage,
+    boot_shell,
     check_generation,
     code,
     connection_entry,
@@ -49,27 +49,9 @@ FULL = "Scripted"
 
 
 @pytest.fixture(scope="module")
-def context(browser: Any) -> Iterator[Any]:
-    """One browser context for the module (the shell page is booted once)."""
-    ctx = browser.new_context()
-    yield ctx
-    ctx.close()
-
-
-@pytest.fixture(scope="module")
-def booted(context: Any, product_url: str, test_pages_dir: Path) -> ShellPage:
-    napplets = install_napplets(test_pages_dir, product_url)
-    shell = ShellPage(context.new_page(), product_url, napplets)
-    shell.boot(query="")
-    shell.scripted(FULL, {"turns": [{"text": "ok"}], "repeat": True})
-    return shell
-
-
-@pytest.fixture
-def shell(booted: ShellPage, request_log: Any) -> Iterator[ShellPage]:
-    """The shared shell page, reset after the test; requests stay on 127.0.0.1."""
-    yield booted
-    booted.reset()
+def booted(shell_context: Any, product_url: str, test_pages_dir: Path) -> ShellPage:
+    script = {"turns": [{"text": "ok"}], "repeat": True}
+    return boot_shell(shell_context.new_page(), product_url, test_pages_dir, "", {FULL: script})
 
 
 def inspector_entries(shell: ShellPage) -> int:

@@ -35,11 +35,11 @@ import httpx
 import pytest
 from shellpage import (
     ShellPage,
+    boot_shell,
     check_generation,
     code,
     deltas_of,
     generate,
-    install_napplets,
     user,
 )
 
@@ -157,14 +157,6 @@ def service(tmp_path_factory: pytest.TempPathFactory, dist_url: str) -> Iterator
     stop(handle)
 
 
-@pytest.fixture(scope="module")
-def context(browser: Any) -> Iterator[Any]:
-    """One browser context for the module (the shell page is booted once)."""
-    ctx = browser.new_context()
-    yield ctx
-    ctx.close()
-
-
 def add_connection(shell: ShellPage, name: str, base_url: str, model: str, token: str) -> Any:
     """Fill the connections panel's form like a person and press Save; returns the form."""
     page = shell.page
@@ -181,20 +173,14 @@ def add_connection(shell: ShellPage, name: str, base_url: str, model: str, token
 
 
 @pytest.fixture(scope="module")
-def booted(context: Any, dist_url: str, test_pages_dir: Path, service: Any) -> Iterator[ShellPage]:
+def booted(
+    shell_context: Any, dist_url: str, test_pages_dir: Path, service: Any
+) -> Iterator[ShellPage]:
     """The shell with the LMSP connection added through the panel."""
-    shell = ShellPage(context.new_page(), dist_url, install_napplets(test_pages_dir, dist_url))
-    shell.boot()
+    shell = boot_shell(shell_context.new_page(), dist_url, test_pages_dir)
     form = add_connection(shell, CONNECTION, service.base_url, service.model_id, service.token)
     form.wait_for(state="hidden", timeout=30_000)
     yield shell
-
-
-@pytest.fixture
-def shell(booted: ShellPage, request_log: Any) -> Iterator[ShellPage]:
-    """The shared shell page, reset after the test; requests stay on 127.0.0.1."""
-    yield booted
-    booted.reset()
 
 
 def text_of(result: dict[str, Any]) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from shellpage import ShellPage, code, generate, install_napplets
+from shellpage import ShellPage, boot_shell, code, generate
 
 from conftest import returning_visitors
 from napllm.providers.base import LOCAL_NETWORK_HINT
@@ -126,8 +126,7 @@ def test_local_network_refusal_tells_the_user_what_to_allow(
     model_server: FakeServer,
     request_log: Any,
 ) -> None:
-    shell = ShellPage(context.new_page(), dist_url, install_napplets(test_pages_dir, dist_url))
-    shell.boot()
+    shell = boot_shell(context.new_page(), dist_url, test_pages_dir)
     known = shell.page.evaluate(
         """async () => {
           for (const name of ['loopback-network', 'local-network', 'local-network-access']) {

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shellpage import POLL_MS, Napplet, ShellPage, install_napplets
+from shellpage import POLL_MS, Napplet, ShellPage, boot_shell
 
 pytestmark = pytest.mark.browser
 
@@ -47,20 +47,8 @@ SCRIPT = {
 
 
 @pytest.fixture(scope="module")
-def context(browser: Any) -> Iterator[Any]:
-    ctx = browser.new_context()
-    yield ctx
-    ctx.close()
-
-
-@pytest.fixture(scope="module")
-def booted(context: Any, product_url: str, test_pages_dir: Path) -> ShellPage:
-    shell = ShellPage(
-        context.new_page(), product_url, install_napplets(test_pages_dir, product_url)
-    )
-    shell.boot(query="")
-    shell.scripted(FULL, SCRIPT)
-    return shell
+def booted(shell_context: Any, product_url: str, test_pages_dir: Path) -> ShellPage:
+    return boot_shell(shell_context.new_page(), product_url, test_pages_dir, "", {FULL: SCRIPT})
 
 
 @pytest.fixture

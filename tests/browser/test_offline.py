@@ -15,7 +15,6 @@ import json
 import re
 import shutil
 import struct
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 
 from conftest import RETURNING_VISITOR_SCRIPT
+from napllm.devtools.headless import make_server
 
 pytestmark = pytest.mark.browser
 
@@ -38,11 +38,10 @@ FETCH_SIZE = "(u) => fetch(u).then((r) => r.arrayBuffer()).then((b) => b.byteLen
 
 
 class Server:
-    """build.py's dist/ server on a free 127.0.0.1 port, stoppable by the test."""
+    """The shell's dist/ server on a free 127.0.0.1 port, stoppable by the test."""
 
     def __init__(self, directory: Path) -> None:
-        build_module = sys.modules["napllm_build"]  # loaded by tests/browser/conftest.py
-        self.httpd = build_module.make_server(directory, quiet=True)
+        self.httpd = make_server(directory, quiet=True)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
         self.running = True

@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shellpage import POLL_MS, Napplet, ShellPage, install_napplets, linked_napplet_frame
+from shellpage import (
+    POLL_MS,
+    Napplet,
+    ShellPage,
+    boot_shell,
+    linked_napplet_frame,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -103,12 +109,9 @@ class Examples:
 
 def open_examples(page: Any, product_url: str, test_pages_dir: Path, script: Any) -> Examples:
     """Boot the product shell with scripted connection `script` and open the example napplet."""
-    napplets = install_napplets(test_pages_dir, product_url)
-    shell = ShellPage(page, product_url, napplets)
-    shell.boot(query="")
-    if script is not None:
-        shell.scripted(SCRIPTED, script)
-    napplet = shell.open_napplet(napplets + "prompt-api.html")
+    scripts = {SCRIPTED: script} if script is not None else {}
+    shell = boot_shell(page, product_url, test_pages_dir, "", scripts)
+    napplet = shell.open_napplet(shell.napplets_url + "prompt-api.html")
     napplet.set_llm(True)
     return Examples(shell, napplet)
 
@@ -370,9 +373,8 @@ def test_explainer_examples_run_on_tinychat(
 def test_a_napplet_without_the_meta_sees_no_change(
     page: Any, product_url: str, test_pages_dir: Path, request_log: Any
 ) -> None:
-    napplets = install_napplets(test_pages_dir, product_url)
-    shell = ShellPage(page, product_url, napplets)
-    shell.boot(query="")
+    shell = boot_shell(page, product_url, test_pages_dir, "")
+    napplets = shell.napplets_url
     probe = shell.open_napplet()
     probe.set_llm(True)
     seen = probe.frame.evaluate(
@@ -398,16 +400,12 @@ def test_a_napplet_without_the_meta_sees_no_change(
 def test_the_gallery_napplet_uses_only_the_prompt_api(
     page: Any, product_url: str, test_pages_dir: Path, request_log: Any
 ) -> None:
-    shell = ShellPage(page, product_url, install_napplets(test_pages_dir, product_url))
-    shell.boot(query="")
-    shell.scripted(
-        SCRIPTED,
-        [
-            {"text": ["Hello", " there!"], "delayMs": 50},
-            {"json": {"rating": 5}},
-            {"text": "Once upon", "stall": True},
-        ],
-    )
+    script = [
+        {"text": ["Hello", " there!"], "delayMs": 50},
+        {"json": {"rating": 5}},
+        {"text": "Once upon", "stall": True},
+    ]
+    shell = boot_shell(page, product_url, test_pages_dir, "", {SCRIPTED: script})
     before = page.locator("iframe.napplet-frame").count()
     page.fill("#napplet-url", f"{product_url}napplets/prompt/index.html")
     page.click("#napplet-url-open")

@@ -9,7 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from shellpage import ShellPage, connection_entry, generate, install_napplets, wait_deltas
+from shellpage import (
+    boot_shell,
+    connection_entry,
+    generate,
+    wait_deltas,
+)
 
 LABEL = "Scripted responses — for napplet development"
 
@@ -56,9 +61,8 @@ def test_form_adds_a_scripted_connection(page: Any, dist_url: str, request_log: 
 def test_entry_counts_requests_only_after_consent(
     page: Any, product_url: str, test_pages_dir: Path, request_log: Any
 ) -> None:
-    shell = ShellPage(page, product_url, install_napplets(test_pages_dir, product_url))
-    shell.boot(query="")
-    shell.scripted("Counted", [{"text": "one"}, {"text": "two", "stall": True}])
+    script = [{"text": "one"}, {"text": "two", "stall": True}]
+    shell = boot_shell(page, product_url, test_pages_dir, "", {"Counted": script})
     progress = connection_entry(page, "Counted").locator(".script-progress")
     assert progress.text_content() == "Requests received: 0 (next turn 1)"
     napplet = shell.open_napplet()

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shellpage import ShellPage, generate, install_napplets
+from shellpage import ShellPage, boot_shell, generate
 
 pytestmark = pytest.mark.browser
 
@@ -83,9 +83,7 @@ def provider() -> Iterator[tuple[str, list[str]]]:
 
 @pytest.fixture
 def shell(page: Any, dist_url: str, test_pages_dir: Path) -> ShellPage:
-    shell = ShellPage(page, dist_url, install_napplets(test_pages_dir, dist_url))
-    shell.boot()
-    return shell
+    return boot_shell(page, dist_url, test_pages_dir)
 
 
 def fill_openai_form(page: Any, name: str, base_url: str, key: str) -> None:

@@ -13,12 +13,13 @@ request routing (nothing leaves the browser; no such host is reached).
 from __future__ import annotations
 
 import mimetypes
-import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+
+from napllm.devtools.headless import MIME_TYPES, SHELL_HEADERS
 
 pytestmark = pytest.mark.browser
 
@@ -90,7 +91,6 @@ def test_warning_shows_once_when_the_check_says_shared_and_a_token_is_saved(
 
 
 def _serve_dist_as_github_pages(context: Any, dist_dir: Path) -> None:
-    mimes: dict[str, str] = sys.modules["napllm_build"].MIME_TYPES
     root = dist_dir.resolve()
 
     def handle(route: Any) -> None:
@@ -103,16 +103,11 @@ def _serve_dist_as_github_pages(context: Any, dist_dir: Path) -> None:
         if root not in target.parents or not target.is_file():
             route.fulfill(status=404, body="")
             return
-        mime = mimes.get(target.suffix) or mimetypes.guess_type(target.name)[0]
+        mime = MIME_TYPES.get(target.suffix) or mimetypes.guess_type(target.name)[0]
         route.fulfill(
             status=200,
             body=target.read_bytes(),
-            headers={
-                "Content-Type": mime or "application/octet-stream",
-                "Cross-Origin-Opener-Policy": "same-origin",
-                "Cross-Origin-Embedder-Policy": "require-corp",
-                "Cross-Origin-Resource-Policy": "same-origin",
-            },
+            headers={"Content-Type": mime or "application/octet-stream", **dict(SHELL_HEADERS)},
         )
 
     context.route("https://alice.github.io/**", handle)

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shellpage import Napplet, ShellPage, check_generation, code, install_napplets
+from shellpage import Napplet, ShellPage, boot_shell, check_generation, code
 
 from napllm.providers.fixture import Crash, Fail, Stall, completed, text_events
 
@@ -242,8 +242,7 @@ def soak_shell(browser: Any, dist_url: str, test_pages_dir: Path) -> Iterator[So
     context = browser.new_context()
     try:
         page = context.new_page()
-        shell = ShellPage(page, dist_url, install_napplets(test_pages_dir, dist_url))
-        shell.boot()
+        shell = boot_shell(page, dist_url, test_pages_dir)
         cdp = context.new_cdp_session(page)
         yield Soak(shell, cdp)
     finally:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import functools
 import shutil
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from napllm.devtools.headless import DistRequestHandler, DistServer
 
 BOOT_TIMEOUT_MS = 120_000
 STEP_TIMEOUT_MS = 90_000
@@ -53,7 +54,6 @@ class SwitchableServer:
     """dist/'s handler over `site`; `html_paths` are answered as text/html."""
 
     def __init__(self, site: Path) -> None:
-        build_module = sys.modules["napllm_build"]  # loaded by tests/browser/conftest.py
         self.html_paths: set[str] = set()
         self.cut_paths: set[str] = set()
         paths = self.html_paths
@@ -66,21 +66,19 @@ class SwitchableServer:
                 outputfile.write(data[: len(data) // 2])
                 handler.close_connection = True
                 return
-            build_module.DistRequestHandler.copyfile(handler, source, outputfile)
+            DistRequestHandler.copyfile(handler, source, outputfile)
 
         def guess_type(handler: Any, path: str) -> str:
             if any(str(path).endswith(p) for p in paths):
                 return "text/html"
-            return str(build_module.DistRequestHandler.guess_type(handler, path))
+            return str(DistRequestHandler.guess_type(handler, path))
 
         handler = type(
             "Handler",
-            (build_module.DistRequestHandler,),
+            (DistRequestHandler,),
             {"quiet": True, "overlays": {}, "guess_type": guess_type, "copyfile": copyfile},
         )
-        self.httpd = build_module.DistServer(
-            ("127.0.0.1", 0), functools.partial(handler, directory=str(site))
-        )
+        self.httpd = DistServer(("127.0.0.1", 0), functools.partial(handler, directory=str(site)))
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     @property

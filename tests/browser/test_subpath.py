@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import http.server
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,8 @@ from urllib.parse import urlsplit
 
 import pytest
 from test_offline import EXAMPLES, HELLO_ANSWER, chat_hello, napplet_names, wait_boot
+
+from napllm.devtools.headless import MIME_TYPES, make_server
 
 pytestmark = pytest.mark.browser
 
@@ -35,7 +36,7 @@ class PlainHandler(http.server.SimpleHTTPRequestHandler):
 
     extensions_map = {  # noqa: RUF012 (typeshed declares it an instance attribute)
         **http.server.SimpleHTTPRequestHandler.extensions_map,
-        **sys.modules["napllm_build"].MIME_TYPES,
+        **MIME_TYPES,
     }
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -48,7 +49,7 @@ def serve_under_prefix(dist_dir: Path, root: Path, isolated: bool) -> Any:
     target.parent.mkdir(parents=True)
     target.symlink_to(dist_dir.resolve(), target_is_directory=True)
     if isolated:
-        return sys.modules["napllm_build"].make_server(root, quiet=True)
+        return make_server(root, quiet=True)
     handler = functools.partial(PlainHandler, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 from shellpage import ShellPage, generate, install_napplets
 
-from conftest import TEST_PREFIX, build_module
+from conftest import TEST_PREFIX
+from napllm.devtools.headless import make_server
 
 pytestmark = pytest.mark.browser
 
@@ -41,9 +42,9 @@ def recommended_csp() -> str:
 
 
 def serve(dist_dir: Path, test_pages_dir: Path, csp: str) -> tuple[Any, str]:
-    """dist/ with build.py's headers plus `Content-Security-Policy: csp`."""
+    """dist/ with the shell server's headers plus `Content-Security-Policy: csp`."""
 
-    server = build_module.make_server(dist_dir, quiet=True, overlays={TEST_PREFIX: test_pages_dir})
+    server = make_server(dist_dir, quiet=True, overlays={TEST_PREFIX: test_pages_dir})
     base = server.RequestHandlerClass.func  # functools.partial(handler, directory=...)
 
     def end_headers(self: Any) -> None:

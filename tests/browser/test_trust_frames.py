@@ -40,7 +40,7 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 import pytest
-from shellpage import POLL_MS, Napplet, ShellPage, code, generate, install_napplets
+from shellpage import POLL_MS, Napplet, ShellPage, boot_shell, code, generate
 
 pytestmark = pytest.mark.browser
 
@@ -139,23 +139,13 @@ def udp() -> Iterator[Udp]:
 
 
 @pytest.fixture(scope="module")
-def context(browser: Any) -> Iterator[Any]:
-    ctx = browser.new_context()
-    yield ctx
-    ctx.close()
-
-
-@pytest.fixture(scope="module")
-def booted(context: Any, product_url: str, test_pages_dir: Path) -> ShellPage:
-    return boot_product(context.new_page(), product_url, test_pages_dir)
+def booted(shell_context: Any, product_url: str, test_pages_dir: Path) -> ShellPage:
+    return boot_product(shell_context.new_page(), product_url, test_pages_dir)
 
 
 def boot_product(page: Any, product_url: str, test_pages_dir: Path, query: str = "") -> ShellPage:
     """The product shell on `page` with the scripted connection `FULL` added."""
-    shell = ShellPage(page, product_url, install_napplets(test_pages_dir, product_url))
-    shell.boot(query=query)
-    shell.scripted(FULL, DEFAULT_SCRIPT)
-    return shell
+    return boot_shell(page, product_url, test_pages_dir, query, {FULL: DEFAULT_SCRIPT})
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shellpage import POLL_MS, ShellPage, install_napplets
+from shellpage import POLL_MS, ShellPage, boot_shell
 
 pytestmark = pytest.mark.browser
 
@@ -37,22 +37,13 @@ def capabilities(images: bool, json_output: bool, tools: bool) -> dict[str, Any]
 
 
 @pytest.fixture(scope="module")
-def context(browser: Any) -> Iterator[Any]:
-    """One browser context for the module (the shell is booted once)."""
-    ctx = browser.new_context()
-    yield ctx
-    ctx.close()
-
-
-@pytest.fixture(scope="module")
-def booted(context: Any, product_url: str, test_pages_dir: Path) -> ShellPage:
-    napplets = install_napplets(test_pages_dir, product_url)
-    shell = ShellPage(context.new_page(), product_url, napplets)
-    shell.boot(query="")
-    shell.scripted(FULL, capabilities(True, True, True))
-    shell.scripted(JSON_ONLY, capabilities(False, True, False))
-    shell.scripted(TEXT_ONLY, capabilities(False, False, False))
-    return shell
+def booted(shell_context: Any, product_url: str, test_pages_dir: Path) -> ShellPage:
+    scripts = {
+        FULL: capabilities(True, True, True),
+        JSON_ONLY: capabilities(False, True, False),
+        TEXT_ONLY: capabilities(False, False, False),
+    }
+    return boot_shell(shell_context.new_page(), product_url, test_pages_dir, "", scripts)
 
 
 @pytest.fixture

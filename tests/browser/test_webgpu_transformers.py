@@ -35,6 +35,7 @@ from urllib.parse import quote, urlsplit
 import pytest
 from shellpage import linked_napplet_frame
 
+from fixtures import user
 from llama_isolated import greedy_tokens, run_llama
 
 pytestmark = [pytest.mark.browser, pytest.mark.webgpu]
@@ -135,10 +136,6 @@ WEATHER_TOOL = {
         "required": ["city"],
     },
 }
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 
 def text_of(result: dict[str, Any]) -> str:

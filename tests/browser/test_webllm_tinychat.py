@@ -39,6 +39,7 @@ from urllib.parse import quote, urlsplit
 import pytest
 from shellpage import linked_napplet_frame
 
+from fixtures import user
 from llama_isolated import greedy_tokens, run_llama
 
 pytestmark = [pytest.mark.browser, pytest.mark.webgpu]
@@ -95,10 +96,6 @@ WEATHER_TOOL = {
     "description": "Get the current weather in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
 }
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 
 def text_of(result: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from fixtures import WEATHER_FUNCTION, done_items, text_of
+from fixtures import WEATHER_FUNCTION, done_items, lmsp_user, text_of
 from napllm.errors import SAFE_MESSAGES, ErrorCode, ProviderFailure
 from napllm.lmsp import CONTEXT_TOO_LONG, TOKEN_REJECTED_HINT, LmspEvent, LmspRequest
 from napllm.providers.http_httpx import HttpxPort, HttpxResponse
@@ -36,12 +36,8 @@ PERSON_SCHEMA = {
 LIMIT_S = 60
 
 
-def user(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-
-
 def make_request(service: LmspServiceHandle, text: str = "Hello!", **fields: Any) -> LmspRequest:
-    body = {"model": service.model_id, "input": [user(text)], "temperature": 0, **fields}
+    body = {"model": service.model_id, "input": [lmsp_user(text)], "temperature": 0, **fields}
     return LmspRequest.model_validate(body, strict=False)
 
 
@@ -159,7 +155,7 @@ async def test_stream(lmsp_service: LmspServiceHandle, connect: Factory) -> None
 
 async def test_tool_round_trip(lmsp_service: LmspServiceHandle, connect: Factory) -> None:
     provider, _ = await connect()
-    question = user("What is the weather in Paris?")
+    question = lmsp_user("What is the weather in Paris?")
     first = await run(
         provider,
         LmspRequest.model_validate(

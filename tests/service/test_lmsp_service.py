@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from fixtures import WEATHER_FUNCTION
+from fixtures import WEATHER_FUNCTION, lmsp_user
 from napllm.providers.sse import SseParser
 
 if TYPE_CHECKING:
@@ -36,12 +36,8 @@ PERSON_SCHEMA = {
 }
 
 
-def user(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-
-
 def body(service: LmspServiceHandle, text: str, **fields: Any) -> dict[str, Any]:
-    return {"model": service.model_id, "input": [user(text)], "temperature": 0, **fields}
+    return {"model": service.model_id, "input": [lmsp_user(text)], "temperature": 0, **fields}
 
 
 def parse_sse(chunks: list[bytes]) -> list[tuple[int, str, dict[str, Any]]]:
@@ -172,7 +168,7 @@ def test_stream_events_follow_6_3(lmsp_service: LmspServiceHandle, client: httpx
 
 
 def test_tool_call_round_trip(lmsp_service: LmspServiceHandle, client: httpx.Client) -> None:
-    first_input = [user("What is the weather in Berlin?")]
+    first_input = [lmsp_user("What is the weather in Berlin?")]
     first = client.post(
         "/responses",
         json={

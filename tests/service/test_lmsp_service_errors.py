@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from fixtures import lmsp_user
 from napllm.providers.sse import SseParser
 
 if TYPE_CHECKING:
@@ -20,12 +21,8 @@ pytestmark = pytest.mark.service
 PROBLEM_MEMBERS = {"type", "title", "status", "detail", "instance", "code"}
 
 
-def user(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-
-
 def body(service: LmspServiceHandle, text: str = "Hello!", **fields: Any) -> dict[str, Any]:
-    return {"model": service.model_id, "input": [user(text)], "temperature": 0, **fields}
+    return {"model": service.model_id, "input": [lmsp_user(text)], "temperature": 0, **fields}
 
 
 def assert_problem(answer: httpx.Response, status: int, code: str) -> dict[str, Any]:

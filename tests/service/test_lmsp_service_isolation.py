@@ -13,6 +13,7 @@ import httpx
 import pytest
 from tests.service.conftest import LmspServiceHandle, start_lmsp_service
 
+from fixtures import lmsp_user
 from napllm.lmsp_service.grammar import (
     MAX_GRAMMAR_NESTING,
     MAX_REPETITION,
@@ -25,12 +26,8 @@ from napllm.providers.sse import SseParser
 pytestmark = pytest.mark.service
 
 
-def user(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-
-
 def body(service: LmspServiceHandle, text: str, **fields: Any) -> dict[str, Any]:
-    return {"model": service.model_id, "input": [user(text)], "temperature": 0, **fields}
+    return {"model": service.model_id, "input": [lmsp_user(text)], "temperature": 0, **fields}
 
 
 def tool(parameters: dict[str, Any]) -> dict[str, Any]:

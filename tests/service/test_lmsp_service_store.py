@@ -12,12 +12,9 @@ import httpx
 import pytest
 from tests.service.conftest import LmspServiceHandle, start_lmsp_service
 
+from fixtures import lmsp_user
 from napllm.lmsp_service.store import SqliteStore
 from napllm.lmsp_service.tasks import ResponseRun, Task
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
 
 
 def start(workdir: Path) -> LmspServiceHandle:
@@ -60,7 +57,7 @@ def test_tasks_and_stored_responses_survive_a_restart(tmp_path: Path) -> None:
                 "/tasks",
                 json={
                     "model": service.model_id,
-                    "input": [user("Hello!")],
+                    "input": [lmsp_user("Hello!")],
                     "max_output_tokens": 12,
                 },
             )
@@ -69,7 +66,7 @@ def test_tasks_and_stored_responses_survive_a_restart(tmp_path: Path) -> None:
             before = wait_final(client, task_id)
             stored = client.post(
                 "/responses",
-                json={"model": service.model_id, "input": [user("Hi")], "store": True},
+                json={"model": service.model_id, "input": [lmsp_user("Hi")], "store": True},
             ).json()
     finally:
         stop(service)
@@ -93,7 +90,7 @@ def test_tasks_and_stored_responses_survive_a_restart(tmp_path: Path) -> None:
                 "/responses",
                 json={
                     "model": service.model_id,
-                    "input": [user("And?")],
+                    "input": [lmsp_user("And?")],
                     "previous_response_id": stored["id"],
                     "max_output_tokens": 4,
                 },
@@ -116,7 +113,7 @@ def test_a_task_cut_by_a_stopped_service_reads_as_interrupted(
                 "/tasks",
                 json={
                     "model": service.model_id,
-                    "input": [user("Hello!")],
+                    "input": [lmsp_user("Hello!")],
                     "max_output_tokens": limit,
                     "extensions": {"min_output_tokens": limit},
                 },

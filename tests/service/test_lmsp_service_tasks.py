@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from fixtures import lmsp_user
 from napllm.providers.sse import SseParser
 
 if TYPE_CHECKING:
@@ -18,12 +19,8 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.service
 
 
-def user(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-
-
 def task_body(service: LmspServiceHandle, text: str = "Hello!", **fields: Any) -> dict[str, Any]:
-    return {"model": service.model_id, "input": [user(text)], "temperature": 0, **fields}
+    return {"model": service.model_id, "input": [lmsp_user(text)], "temperature": 0, **fields}
 
 
 def read_events(

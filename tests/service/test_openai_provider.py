@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from fixtures import WEATHER_FUNCTION, done_items, text_of
+from fixtures import WEATHER_FUNCTION, done_items, lmsp_user, text_of
 from napllm.errors import ErrorCode, ProviderFailure
 from napllm.lmsp import LmspEvent, LmspRequest
 from napllm.providers.http_httpx import HttpxPort
@@ -120,16 +120,12 @@ async def respond(base_url: str, body: dict[str, Any], **options: Any) -> list[L
         return await asyncio.wait_for(collect(), 60)
 
 
-def user(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-
-
 async def test_discovery(llama_server: str) -> None:
     assert (await model_id(llama_server)).endswith("tiny-chat-q8_0.gguf")
 
 
 async def test_stream_hello(llama_server: str) -> None:
-    events = await respond(llama_server, {"input": [user("Hello!")], "stream": True})
+    events = await respond(llama_server, {"input": [lmsp_user("Hello!")], "stream": True})
     deltas = [e.data["delta"] for e in events if e.event == "response.output_text.delta"]
     assert len(deltas) > 1  # really streamed
     assert "".join(deltas) == text_of(events) == "Hello! How can I help you today?"
@@ -140,7 +136,7 @@ async def test_stream_hello(llama_server: str) -> None:
 async def test_tool_call_block_becomes_a_function_call(llama_server: str) -> None:
     events = await respond(
         llama_server,
-        {"input": [user("What is the weather in Berlin?")], "tools": [WEATHER_FUNCTION]},
+        {"input": [lmsp_user("What is the weather in Berlin?")], "tools": [WEATHER_FUNCTION]},
     )
     assert not any(e.event == "response.output_text.delta" for e in events)
     (call,) = done_items(events)
@@ -157,7 +153,7 @@ async def test_tool_result_round_trip(llama_server: str) -> None:
         llama_server,
         {
             "input": [
-                user("What is the weather in Paris?"),
+                lmsp_user("What is the weather in Paris?"),
                 {
                     "type": "function_call",
                     "call_id": "call_1",
@@ -176,7 +172,7 @@ async def test_json_via_response_format(llama_server: str) -> None:
     events = await respond(
         llama_server,
         {
-            "input": [user("Return a JSON object with name Alice and age 30.")],
+            "input": [lmsp_user("Return a JSON object with name Alice and age 30.")],
             "response_format": {
                 "type": "json_schema",
                 "json_schema": {"name": "person", "schema": PERSON_SCHEMA},
@@ -188,7 +184,7 @@ async def test_json_via_response_format(llama_server: str) -> None:
 
 
 async def test_max_tokens_gives_incomplete(llama_server: str) -> None:
-    events = await respond(llama_server, {"input": [user("Hello!")], "max_output_tokens": 3})
+    events = await respond(llama_server, {"input": [lmsp_user("Hello!")], "max_output_tokens": 3})
     assert events[-1].event == "response.incomplete"
     assert events[-1].data["incomplete_details"] == {"reason": "max_output_tokens"}
 
@@ -199,7 +195,7 @@ async def test_server_rejection_is_a_safe_failure(llama_server: str) -> None:
         await respond(
             llama_server,
             {
-                "input": [user("Hello!")],
+                "input": [lmsp_user("Hello!")],
                 "response_format": {
                     "type": "json_schema",
                     "json_schema": {"name": "person", "schema": PERSON_SCHEMA},

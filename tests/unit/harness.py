@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fixtures import user
 from napllm.connections import ConnectionRegistry
 from napllm.providers.fixture import FixtureProvider
 from napllm.records import Capabilities, Connection
@@ -240,10 +241,6 @@ class Harness:
         assert "model" in result, result
         handle: str = result["model"]["handle"]
         return handle
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 
 def generate(

@@ -36,6 +36,13 @@ def _load_build() -> ModuleType:
 
 
 build = sys.modules.get("napllm_build") or _load_build()
+# The steps, importable once build.py put tools/ on sys.path.
+from buildsys import base, content, models, paths, pyodide, wheel  # noqa: E402
+from buildsys.bundles import bundle_prompt_api  # noqa: E402
+from buildsys.dist import build_test_dist  # noqa: E402
+from buildsys.wheel import add_bytecode  # noqa: E402
+
+from napllm.devtools.headless import make_server  # noqa: E402
 
 
 def _wheel(path: Path, name: str, version: str, requires: list[str], files: list[str]) -> Path:
@@ -66,7 +73,7 @@ def test_lock_entry_takes_dependencies_from_metadata_without_extras(tmp_path: Pa
         ],
         ["demo_pkg/__init__.py", "demo_single.py", "Demo_Pkg-1.2.3.data/scripts/x"],
     )
-    entry = build.wheel_lock_entry(wheel)
+    entry = pyodide.wheel_lock_entry(wheel)
     assert entry["name"] == "demo-pkg"
     assert entry["version"] == "1.2.3"
     assert entry["file_name"] == wheel.name
@@ -85,11 +92,11 @@ def test_lock_entry_takes_dependencies_from_metadata_without_extras(tmp_path: Pa
 def test_napplet_titles_are_read_from_the_page(tmp_path: Path) -> None:
     page = tmp_path / "index.html"
     page.write_text("<html><head><title>\n  Weather   agent </title></head><title>x</title>")
-    assert build.html_title(page) == "Weather agent"
+    assert content.html_title(page) == "Weather agent"
     page.write_text("<p>no title</p>")
-    assert build.html_title(page) == ""
+    assert content.html_title(page) == ""
     page.write_text("<title>Caf&eacute; &amp; more")
-    assert build.html_title(page) == "Café & more"
+    assert content.html_title(page) == "Café & more"
 
 
 def test_napplet_cards_take_title_description_and_icon_from_the_page(tmp_path: Path) -> None:
@@ -102,7 +109,7 @@ def test_napplet_cards_take_title_description_and_icon_from_the_page(tmp_path: P
         '<meta name="description" content="second">'
         '<link rel="shortcut icon" href="icon.png"><link rel="icon" href="other.png">'
     )
-    assert build.napplet_card(folder) == {
+    assert content.napplet_card(folder) == {
         "name": "demo",
         "title": "Demo app",
         "description": "Does & shows things",
@@ -110,7 +117,7 @@ def test_napplet_cards_take_title_description_and_icon_from_the_page(tmp_path: P
         "path": "napplets/demo/index.html",
     }
     (folder / "index.html").write_text("<p>nothing</p>")
-    card = build.napplet_card(folder)
+    card = content.napplet_card(folder)
     assert (card["title"], card["description"], card["icon"]) == ("demo", "", "")
 
 
@@ -118,26 +125,26 @@ def test_napplet_cards_keep_hostile_pages_to_bounded_text_and_safe_icons(tmp_pat
     folder = tmp_path / "evil"
     folder.mkdir()
     (tmp_path / "secret.png").write_bytes(b"x")
-    (folder / "big.png").write_bytes(b"x" * (build.CARD_ICON_FILE_MAX + 1))
+    (folder / "big.png").write_bytes(b"x" * (content.CARD_ICON_FILE_MAX + 1))
     (folder / "script.js").write_text("alert(1)")
     (folder / "link.png").symlink_to(tmp_path / "secret.png")
     page = folder / "index.html"
 
     def card(head: str) -> dict[str, str]:
         page.write_text(head)
-        result: dict[str, str] = build.napplet_card(folder)
+        result: dict[str, str] = content.napplet_card(folder)
         return result
 
     hostile = "<title>&lt;img src=x onerror=alert(1)&gt;\u202e\x07" + "A" * 200 + "</title>"
     title = card(hostile)["title"]
     assert title.startswith("<img src=x onerror=alert(1)> A")  # text, shown with textContent
-    assert len(title) == build.CARD_TITLE_MAX and title.endswith("…")
+    assert len(title) == content.CARD_TITLE_MAX and title.endswith("…")
     assert "\u202e" not in title and "\x07" not in title
     hidden = "\u061c\u2060\u2064\ufeff\ufff9\U000e0041"
     sneaky = card(f"<title>Chat{hidden}Bot</title>")["title"]
     assert sneaky == "Chat Bot"
     desc = card('<meta name="description" content="' + "word " * 100 + '">')["description"]
-    assert len(desc) <= build.CARD_DESCRIPTION_MAX
+    assert len(desc) <= content.CARD_DESCRIPTION_MAX
     for href in (
         "https://example.com/i.png",
         "//example.com/i.png",
@@ -151,7 +158,7 @@ def test_napplet_cards_keep_hostile_pages_to_bounded_text_and_safe_icons(tmp_pat
         "javascript:alert(1)",
         "data:text/html,<script>alert(1)</script>",
         "data:image/svg+xml,<svg onload=alert(1)>",
-        "data:image/png;base64," + "A" * build.CARD_ICON_DATA_MAX,
+        "data:image/png;base64," + "A" * content.CARD_ICON_DATA_MAX,
     ):
         assert card(f'<link rel="icon" href="{href}">')["icon"] == "", href
     ok = "data:image/png;base64,iVBORw0KGgo="
@@ -162,7 +169,7 @@ def test_sha256sums_parser_accepts_both_sha256sum_modes(tmp_path: Path) -> None:
     sums = tmp_path / "SHA256SUMS"
     a, b = "a" * 64, "B" * 64
     sums.write_text(f"{a}  model.gguf\n{b} *binary.bin\nnot a line\n\n")
-    assert build.read_sha256sums(sums) == {"model.gguf": a, "binary.bin": "b" * 64}
+    assert models.read_sha256sums(sums) == {"model.gguf": a, "binary.bin": "b" * 64}
 
 
 def test_dist_writer_copies_only_changes_and_prunes_the_rest(tmp_path: Path) -> None:
@@ -170,7 +177,7 @@ def test_dist_writer_copies_only_changes_and_prunes_the_rest(tmp_path: Path) -> 
     src.write_text("one")
     (dist / "old" / "deep").mkdir(parents=True)
     (dist / "old" / "deep" / "stale.js").write_text("stale")
-    writer = build.DistWriter(dist)
+    writer = base.DistWriter(dist)
     copied = writer.copy(src, "a/b.txt")
     writer.write_json("info.json", {"x": 1})
     assert writer.prune() == 1
@@ -184,12 +191,12 @@ def test_dist_writer_copies_only_changes_and_prunes_the_rest(tmp_path: Path) -> 
     time.sleep(0.01)
     src.touch()
     assert src.stat().st_mtime_ns != before
-    build.DistWriter(dist).copy(src, "a/b.txt")
+    base.DistWriter(dist).copy(src, "a/b.txt")
     assert copied.read_text() == "two"
 
     # Unchanged content is not rewritten.
     mtime = (dist / "info.json").stat().st_mtime_ns
-    build.DistWriter(dist).write_json("info.json", {"x": 1})
+    base.DistWriter(dist).write_json("info.json", {"x": 1})
     assert (dist / "info.json").stat().st_mtime_ns == mtime
 
 
@@ -198,7 +205,7 @@ def served(tmp_path: Path) -> Iterator[str]:
     (tmp_path / "a.wasm").write_bytes(b"\0asm")
     (tmp_path / "m.mjs").write_text("export {}")
     (tmp_path / "app.webmanifest").write_text("{}")
-    server = build.make_server(tmp_path, quiet=True)
+    server = make_server(tmp_path, quiet=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/"
@@ -237,7 +244,7 @@ def test_overlay_folders_are_served_and_contained(tmp_path: Path) -> None:
     pages.mkdir()
     (dist / "secret.txt").write_text("dist file")
     (pages / "page.html").write_text("<title>t</title>")
-    server = build.make_server(dist, quiet=True, overlays={"/_t/": pages})
+    server = make_server(dist, quiet=True, overlays={"/_t/": pages})
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
 
@@ -286,12 +293,12 @@ def test_test_build_links_dist_and_adds_only_the_hooks(
         (hooks / name).write_text(f"hook {name}")
     (out / "stale").mkdir(parents=True)
     (out / "stale" / "old.js").write_text("old")
-    monkeypatch.setattr(build, "DIST", dist)
-    monkeypatch.setattr(build, "DIST_TEST", out)
-    monkeypatch.setattr(build, "TEST_HOOKS", hooks)
-    monkeypatch.setattr(build, "BUILD", tmp_path / "cache")
+    monkeypatch.setattr(paths, "DIST", dist)
+    monkeypatch.setattr(paths, "DIST_TEST", out)
+    monkeypatch.setattr(paths, "TEST_HOOKS", hooks)
+    monkeypatch.setattr(paths, "BUILD", tmp_path / "cache")
 
-    assert build.build_test_dist() == out
+    assert build_test_dist() == out
     assert (out / "index.html").samefile(dist / "index.html")
     assert (out / "js/boot-runtime.js").read_text() == "hook boot-runtime.js"
     assert (out / "engines/webllm-engine.product.js").read_text() == "product engine"
@@ -315,18 +322,18 @@ def test_test_build_links_dist_and_adds_only_the_hooks(
     # A changed dist/ file (replaced, as DistWriter does) is linked again.
     (dist / "index.html").unlink()
     (dist / "index.html").write_text("new")
-    build.build_test_dist()
+    build_test_dist()
     assert (out / "index.html").read_text() == "new"
 
 
 def test_test_build_needs_a_built_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(build, "DIST", tmp_path / "none")
+    monkeypatch.setattr(paths, "DIST", tmp_path / "none")
     with pytest.raises(build.BuildError, match="not built"):
-        build.build_test_dist()
+        build_test_dist()
 
 
 def test_the_browser_wheel_carries_only_what_runs_in_the_browser() -> None:
-    sources = [path.relative_to(ROOT).as_posix() for path in build.napllm_sources()]
+    sources = [path.relative_to(ROOT).as_posix() for path in wheel.napllm_sources()]
     assert not [name for name in sources if name.startswith("runtime/napllm/lmsp_service/")]
     assert not [name for name in sources if name.startswith("runtime/napllm/devtools/")]
     assert "runtime/napllm/toolcall_text.py" in sources  # shared with the service, runs in both
@@ -339,7 +346,7 @@ def test_the_browser_wheel_carries_only_what_runs_in_the_browser() -> None:
 
 
 @pytest.mark.skipif(
-    not (build.NODE_MODULES / "pyodide" / "pyodide.js").is_file(), reason="no Pyodide in node"
+    not (paths.NODE_MODULES / "pyodide" / "pyodide.js").is_file(), reason="no Pyodide in node"
 )
 def test_the_napllm_wheel_gets_bytecode_compiled_by_pyodide(tmp_path: Path) -> None:
     wheel = _wheel(
@@ -359,7 +366,7 @@ def test_the_napllm_wheel_gets_bytecode_compiled_by_pyodide(tmp_path: Path) -> N
             '        """ONLY-DOC"""\n'
             "VALUE = 'KEPT-STRING'\n",
         )
-    build.add_bytecode(wheel)
+    add_bytecode(wheel)
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         pycs = sorted(n for n in names if n.endswith(".pyc"))
@@ -397,9 +404,9 @@ def test_napplet_copy_never_follows_links_out_of_the_napplet(
     (good / "ssh").symlink_to(outside / ".ssh")
     (outside / "index.html").write_text("<title>Linked</title>")
     (napplets / "linked").symlink_to(outside)
-    monkeypatch.setattr(build, "NAPPLETS", napplets)
+    monkeypatch.setattr(paths, "NAPPLETS", napplets)
     dist = tmp_path / "dist"
-    index = build.copy_napplets(build.DistWriter(dist))
+    index = content.copy_napplets(base.DistWriter(dist))
     assert [card["name"] for card in index] == ["good"]
     copied = sorted(p.relative_to(dist).as_posix() for p in dist.rglob("*") if p.is_file())
     assert copied == ["napplets/good/app.js", "napplets/good/index.html", "napplets/index.json"]
@@ -409,13 +416,13 @@ def test_napplet_copy_never_follows_links_out_of_the_napplet(
 def test_the_prompt_api_layer_ships_bundled_as_inline_text(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if not (build.NODE_MODULES / ".bin" / "esbuild").is_file():
+    if not (paths.NODE_MODULES / ".bin" / "esbuild").is_file():
         pytest.skip("needs the npm packages (npm ci)")
-    monkeypatch.setattr(build, "BUILD", tmp_path / "cache")
+    monkeypatch.setattr(paths, "BUILD", tmp_path / "cache")
     dist = tmp_path / "dist"
-    out = build.DistWriter(dist)
-    build.copy_web(out)
-    build.bundle_prompt_api(out)
+    out = base.DistWriter(dist)
+    content.copy_web(out)
+    bundle_prompt_api(out)
     assert not (dist / "prompt-api.js").exists()  # only the bundle is shipped
     assert (dist / "prompt-api.d.ts").is_file()
     module = (dist / "js" / "prompt-api-source.js").read_text(encoding="utf-8")

@@ -86,7 +86,8 @@ def _text_io_without_encoding(path: Path) -> list[str]:
 
 def test_product_code_names_the_encoding_of_every_text_file() -> None:
     """A machine whose locale is not UTF-8 reads and writes the same bytes as any other."""
-    files = [ROOT / "build.py", *sorted((ROOT / "runtime" / "napllm").rglob("*.py"))]
+    files = [ROOT / "build.py", *sorted((ROOT / "tools" / "buildsys").glob("*.py"))]
+    files += sorted((ROOT / "runtime" / "napllm").rglob("*.py"))
     offenders = [hit for path in files for hit in _text_io_without_encoding(path)]
     assert offenders == []
 
@@ -102,8 +103,9 @@ def test_build_reads_napplet_cards_under_an_ascii_locale() -> None:
     }
     code = (
         "import locale, json, sys; sys.path.insert(0, '.'); import build;"
+        "from buildsys.content import napplet_card;"
         "print(locale.getpreferredencoding(False));"
-        "print(json.dumps([build.napplet_card(p.parent) for p in "
+        "print(json.dumps([napplet_card(p.parent) for p in "
         "sorted(build.ROOT.glob('napplets/*/index.html'))], ensure_ascii=True))"
     )
     done = subprocess.run(
@@ -138,5 +140,5 @@ def test_every_python_dependency_is_pinned_in_the_lock() -> None:
     for requirement in wanted:
         name = re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9_.-]+", requirement).group()).lower()
         assert name in pinned, f"{name} is not pinned in requirements/lock.txt"
-    build = (ROOT / "build.py").read_text(encoding="utf-8")
+    build = (ROOT / "tools" / "buildsys" / "installs.py").read_text(encoding="utf-8")
     assert '"-c", str(PYTHON_LOCK)' in build

@@ -43,12 +43,13 @@ SHORT = [s for s in SAMPLES if len(s["out_ids"]) <= 64]
 
 
 def load_build() -> Any:
+    """The build's model step (build.py puts its package, tools/buildsys, on sys.path)."""
     spec = importlib.util.spec_from_file_location("napllm_build_for_webllm", ROOT / "build.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("buildsys.models")
 
 
 @pytest.fixture(scope="module")
