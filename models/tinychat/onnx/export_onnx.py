@@ -333,7 +333,9 @@ def main(argv: list[str] | None = None) -> int:
         onnx.checker.check_model(str(staged))
         session = ort.InferenceSession(str(staged), providers=["CPUExecutionProvider"])
         for sample in samples:
-            got = ort_greedy(session, cfg, sample["prompt_ids"], len(sample["out_ids"]) + 8, tok["eos"])
+            got = ort_greedy(
+                session, cfg, sample["prompt_ids"], len(sample["out_ids"]) + 8, tok["eos"]
+            )
             if got != sample["out_ids"]:
                 print("onnxruntime mismatch:", sample["text"][:40], got)
                 failures += 1

@@ -173,7 +173,7 @@ def load_safetensor_shard(path: Path) -> Iterator[tuple[str, np.ndarray]]:
     from safetensors import safe_open
 
     with safe_open(str(path), framework="numpy") as shard:
-        for name in shard.keys():
+        for name in shard.keys():  # noqa: SIM118 (safe_open is not iterable)
             yield name, shard.get_tensor(name)
 
 
