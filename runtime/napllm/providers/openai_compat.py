@@ -195,11 +195,7 @@ async def model_context_window(
         status, body = await _get_models(http, base_url, api_key, timeout_s)
     except Exception:  # unreachable, blocked, cut off: the window stays unknown
         return None
-    if (
-        status != 200
-        or not isinstance(body, dict)
-        or not isinstance(body.get("data"), list)
-    ):
+    if status != 200 or not isinstance(body, dict) or not isinstance(body.get("data"), list):
         return None
     for entry in body["data"]:
         if isinstance(entry, dict) and entry.get("id") == model:
