@@ -168,6 +168,53 @@ def test_a_changed_file_restarts_from_zero(blank: Any, host: FlakyHost) -> None:
     assert result["restarted"] == ["changed"] and "file changed" in result["text"]
 
 
+def test_a_206_without_the_stored_validator_is_another_file(blank: Any, host: FlakyHost) -> None:
+    # A broken host answers the rest with 206 whatever If-Range said: the
+    # 206 must repeat the stored ETag, else its bytes are of another file.
+    for seed, partial_etag in ((11, ""), (13, '"v2"')):
+        host.files[MODEL_PATH] = HostedFile(
+            body=model_bytes(seed), cuts=1, cut_at=1_000_000, refuse=100
+        )
+        assert not download(blank, host)["ok"]
+        assert blank.evaluate(UNFINISHED)[0]["received"] > 0
+        new = model_bytes(seed + 1)
+        plan = host.files[MODEL_PATH]
+        plan.body, plan.etag, plan.refuse, plan.partial_etag = new, '"v2"', 0, partial_etag
+        result = download(blank, host)
+        assert result["ok"] and result["sha"] == sha(new), (partial_etag, result)
+        answers = host.requests(MODEL_PATH)[-2:]
+        assert [a["status"] for a in answers] == [206, 200]
+        assert answers[1]["range"] is None and answers[1]["sent"] == SIZE
+        assert result["restarted"] == ["changed"]
+        host.log.clear()
+
+
+def test_a_weak_etag_is_no_validator_for_if_range(blank: Any, host: FlakyHost) -> None:
+    # RFC 9110 13.1.5: no weak ETag in If-Range, and no date when the file
+    # has an ETag: such a file is not resumed (nothing is kept).
+    when = "Tue, 01 Dec 2026 10:00:00 GMT"
+    host.files[MODEL_PATH] = HostedFile(
+        body=model_bytes(15), etag='W/"v1"', last_modified=when, cuts=1, cut_at=600_000
+    )
+    result = download(blank, host)
+    assert not result["ok"]
+    assert blank.evaluate(PARTS) == 0 and len(host.requests(MODEL_PATH)) == 1
+
+
+def test_a_file_that_changes_at_every_try_gives_up_and_says_why(
+    blank: Any, host: FlakyHost
+) -> None:
+    # Each try gets further than the last, but of another version of the
+    # file: a restart from zero is no progress, so the tries run out.
+    host.files[MODEL_PATH] = HostedFile(
+        body=model_bytes(16), changes=True, cuts=100, cut_at=400_000, cut_step=400_000
+    )
+    result = download(blank, host)
+    assert not result["ok"] and result["name"] == "DownloadRestarted", result
+    assert "changed on the server at every try" in result["message"]
+    assert len(host.requests(MODEL_PATH)) == 5  # the first try and 4 retries
+
+
 def test_last_modified_is_the_validator_without_an_etag(blank: Any, host: FlakyHost) -> None:
     body = model_bytes(6)
     when = "Tue, 01 Dec 2026 10:00:00 GMT"

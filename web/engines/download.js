@@ -11,11 +11,13 @@
  *   so a record never names bytes that are not stored. When the download
  *   is cut (the body errors, the tab closes), what arrived stays there.
  * - The next attempt (right away: up to `RETRIES` times while each attempt
- *   adds bytes; or after a reload, in another tab, by another engine)
- *   asks for the rest only: `Range: bytes=<received>-` with `If-Range:` the
- *   stored validator (a strong ETag, else Last-Modified). It continues only
- *   when the answer is `206` with `Content-Range: bytes <received>-<total-1>/<total>`
- *   for the same total and (when the host sends one) the same ETag. A `200`
+ *   adds bytes; a restart from zero adds none; or after a reload, in
+ *   another tab, by another engine) asks for the rest only:
+ *   `Range: bytes=<received>-` with `If-Range:` the stored validator (a
+ *   strong ETag, else a strong Last-Modified: `validatorOf`). It continues
+ *   only when the answer is `206` with `Content-Range: bytes <received>-<total-1>/<total>`
+ *   for the same total, repeating the stored validator exactly (a `206`
+ *   without it or with another is another file: restart `changed`). A `200`
  *   means the file changed (another validator: restart `changed`) or the
  *   host ignores ranges (restart `no-ranges`); the stored parts are then
  *   dropped and the `200` body is the new download from byte 0. A file with
@@ -44,7 +46,8 @@
  *   another tab's download. At most every `PROGRESS_MS`.
  * - Errors: `NotAModel` (status, type, magic, length; `type:
  *   "download_error"`; the parts are dropped), `DownloadTooLarge`
- *   (bounded.js; dropped too) or, when the retries are spent, the network's
+ *   (bounded.js; dropped too), `DownloadRestarted` (the retries were spent
+ *   on restarts from zero; says why) or, when the retries are spent, the network's
  *   error (a cut body, no answer at all, or a host error 5xx/408/429: the
  *   parts stay for the next try). `discardDownload(url)` forgets an
  *   unfinished download (the Storage panel's Delete).
@@ -76,6 +79,24 @@ export class NotAModel extends Error {
     super(reason);
     this.name = "NotAModel";
     this.type = "download_error";
+  }
+}
+
+/**
+ * The tries ran out while each began again from zero: `reason` is
+ * `"changed"` (the file changed on the server at every try) or
+ * `"no-ranges"` (the server cannot resume and the body broke off at every
+ * try). The parts of the last try stay. The message is this module's own
+ * text, fit for the user.
+ */
+export class DownloadRestarted extends Error {
+  constructor(reason, tries) {
+    super(reason === "changed"
+      ? `the file changed on the server at every try (${tries} tries)`
+      : `the server cannot resume downloads and the download broke off at every try (${tries} tries)`);
+    this.name = "DownloadRestarted";
+    this.type = "download_error";
+    this.reason = reason;
   }
 }
 
@@ -242,19 +263,42 @@ export async function forgetModelUse(url) {
 
 // ------------------------------------------------------------ validators
 
-/** The validator `If-Range` may carry: a strong ETag, else Last-Modified, else null. */
+/**
+ * The validator `If-Range` may carry (RFC 9110 13.1.5, which compares
+ * strongly): a strong ETag; else, only when the file has no ETag at all,
+ * Last-Modified when it is strong (8.8.2.2: the answer's Date is at least
+ * one second later); else null (the file is not resumed). A weak ETag
+ * (`W/`) is never sent, and hides the date too.
+ */
 function validatorOf(headers) {
   const etag = headers.get("etag");
-  if (etag && !etag.startsWith("W/")) return { etag, lastModified: null };
+  if (etag) return etag.startsWith("W/") ? null : { etag, lastModified: null };
   const lastModified = headers.get("last-modified");
-  return lastModified ? { etag: null, lastModified } : null;
+  if (!lastModified) return null;
+  const modified = Date.parse(lastModified);
+  const date = Date.parse(headers.get("date") || "");
+  return Number.isFinite(modified) && Number.isFinite(date) && date - modified >= 1000
+    ? { etag: null, lastModified }
+    : null;
 }
 
-/** Whether `headers` name another version than the stored validator `stored`. */
+/** Whether a 200's `headers` name another version than the stored validator `stored` (for the progress text). */
 function changed(stored, headers) {
   if (!stored) return false;
   if (stored.etag) return headers.has("etag") && headers.get("etag") !== stored.etag;
   return headers.has("last-modified") && headers.get("last-modified") !== stored.lastModified;
+}
+
+/**
+ * Whether a 206's `headers` repeat the stored validator exactly: the same
+ * strong ETag (the stored one is strong, so equal text is the strong
+ * comparison), else the same Last-Modified. A 206 that lacks it or carries
+ * another is of another file, whatever If-Range asked for.
+ */
+function sameFile(stored, headers) {
+  if (!stored) return false;
+  if (stored.etag) return headers.get("etag") === stored.etag;
+  return Boolean(stored.lastModified) && headers.get("last-modified") === stored.lastModified;
 }
 
 /** `[start, end, total]` of a `Content-Range: bytes start-end/total`, else null. */
@@ -438,6 +482,12 @@ async function startWhole(response, state, options, meter) {
   await readBody(response, state, options, meter);
 }
 
+/** Note that this attempt begins again from byte 0, and why (`"changed"` or `"no-ranges"`). */
+function restarting(state, meter, reason) {
+  meter.restarted = reason;
+  state.restarted = reason;
+}
+
 /** One request: the rest after the stored parts, or the whole file. */
 async function attempt(state, options, meter) {
   const { fresh } = options;
@@ -461,13 +511,14 @@ async function attempt(state, options, meter) {
   });
   if (response.status === 206) {
     const range = contentRange(response.headers);
+    const encoding = (response.headers.get("content-encoding") || "identity").toLowerCase();
     if (!range || range[0] !== meta.received || range[2] !== meta.total || range[1] !== meta.total - 1
-      || changed(meta.validator, response.headers)) {
+      || encoding !== "identity" || !sameFile(meta.validator, response.headers)) {
       // Not the rest of the same file: start again from zero.
       response.body?.cancel().catch(() => {});
       await dropParts(state.cache, state.url);
       state.meta = null;
-      meter.restarted = "changed";
+      restarting(state, meter, "changed");
       await startWhole(await fetchFn(state.url, init), state, options, meter);
       return;
     }
@@ -482,7 +533,7 @@ async function attempt(state, options, meter) {
     return;
   }
   if (response.status === 200) {
-    meter.restarted = changed(meta.validator, response.headers) ? "changed" : "no-ranges";
+    restarting(state, meter, changed(meta.validator, response.headers) ? "changed" : "no-ranges");
     await startWhole(response, state, options, meter);
     return;
   }
@@ -494,7 +545,7 @@ async function attempt(state, options, meter) {
   if (response.status === 416) {
     await dropParts(state.cache, state.url);
     state.meta = null;
-    meter.restarted = "changed";
+    restarting(state, meter, "changed");
     await startWhole(await fetchFn(state.url, init), state, options, meter);
     return;
   }
@@ -527,7 +578,9 @@ function sleep(ms, signal) {
 
 /** The download itself (the caller holds the lock). */
 async function run(url, options, meter) {
-  const state = { url, cache: null, meta: null, memory: [], total: null, received: 0, type: "", validator: null };
+  const state = {
+    url, cache: null, meta: null, memory: [], total: null, received: 0, type: "", validator: null, restarted: null,
+  };
   if ("caches" in self) {
     try {
       state.cache = await partsCache();
@@ -545,8 +598,11 @@ async function run(url, options, meter) {
     }
   }
   let tries = 0;
+  // Why the tries since the last real progress began again from zero.
+  let restartedFor = null;
   for (;;) {
     const before = state.meta ? state.meta.received : 0;
+    state.restarted = null;
     try {
       await attempt(state, options, meter);
       break;
@@ -557,8 +613,13 @@ async function run(url, options, meter) {
         if (state.cache && !(error instanceof Cut) && !aborted) await dropParts(state.cache, url).catch(() => {});
         throw error instanceof Cut ? error.cause : error;
       }
-      const progressed = state.meta && state.meta.received > before;
+      // A restart from zero is no progress, however far it got: a host
+      // whose file changes at every try would otherwise be tried forever.
+      const progressed = !state.restarted && state.meta && state.meta.received > before;
+      if (state.restarted) restartedFor = state.restarted;
+      else if (progressed) restartedFor = null;
       tries = progressed ? 1 : tries + 1;
+      if (tries > RETRIES && restartedFor) throw new DownloadRestarted(restartedFor, tries);
       if (!state.meta || tries > RETRIES) throw error.cause;
       await sleep(RETRY_MS * 2 ** (tries - 1), options.signal);
     }

@@ -120,10 +120,14 @@ export async function downloadForOffline(connection, onProgress = () => {}) {
     }
   } catch (error) {
     console.error("napllm: the download for offline use failed", error?.name ?? "");
-    onProgress(`${name} could not be downloaded`, -1);
+    // Why it gave up, when download.js says so in its own words (never a host's text).
+    const why = error?.name === "DownloadRestarted" ? `: ${error.message}` : "";
+    onProgress(`${name} could not be downloaded${why}`, -1);
     const page = globalThis.napllmHost;
     if (page && typeof page.notice === "function") {
-      const text = `${name} could not be downloaded for offline use. What arrived is kept: try again to continue.`;
+      const text = why
+        ? `${name} could not be downloaded for offline use${why}. Try again later.`
+        : `${name} could not be downloaded for offline use. What arrived is kept: try again to continue.`;
       page.notice(JSON.stringify({ level: "error", text, connectionId: String(connection.id) }));
     }
     return "failed";
