@@ -111,7 +111,9 @@ class FlakyHost:
         with plan.lock:
             if plan.changes and not head:
                 plan.version += 1
-                plan.body = plan.body[:4] + bytes((b + 1) % 256 for b in plan.body[4:64]) + plan.body[64:]
+                plan.body = (
+                    plan.body[:4] + bytes((b + 1) % 256 for b in plan.body[4:64]) + plan.body[64:]
+                )
                 plan.etag = f'"v{plan.version}"'
             body = plan.body
             etag, modified = plan.etag, plan.last_modified
