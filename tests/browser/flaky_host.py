@@ -20,6 +20,9 @@ itself, each by its ``HostedFile`` plan:
   the next ETag), as a host whose file changes between attempts.
 - ``cut_step``: bytes added to ``cut_at`` after each cut.
 
+``FlakyHost(folder, cors=True)`` answers every origin (a model host of
+its own: CORS headers on every answer, preflights allowed).
+
 Every answer is recorded in ``host.log`` (path, Range, If-Range, status,
 body bytes sent). The server stops by itself after ``LIFETIME_S`` seconds
 at the latest, and at ``stop()``.
@@ -66,7 +69,7 @@ class HostedFile:
 class FlakyHost:
     """build.py's handler over ``folder`` plus the planned paths of ``files``."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, cors: bool = False) -> None:
         build_module = sys.modules["napllm_build"]  # loaded by tests/browser/conftest.py
         self.files: dict[str, HostedFile] = {}
         self.log: list[dict[str, Any]] = []
@@ -86,10 +89,29 @@ class FlakyHost:
             else:
                 build_module.DistRequestHandler.do_HEAD(handler)
 
+        def end_headers(handler: Any) -> None:
+            if cors:
+                handler.send_header("Access-Control-Allow-Origin", "*")
+                handler.send_header("Access-Control-Allow-Headers", "*")
+                handler.send_header("Access-Control-Expose-Headers", "*")
+            build_module.DistRequestHandler.end_headers(handler)
+
+        def do_options(handler: Any) -> None:
+            handler.send_response(204 if cors else 405)
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+
         handler = type(
             "Handler",
             (build_module.DistRequestHandler,),
-            {"quiet": True, "overlays": {}, "do_GET": do_get, "do_HEAD": do_head},
+            {
+                "quiet": True,
+                "overlays": {},
+                "do_GET": do_get,
+                "do_HEAD": do_head,
+                "do_OPTIONS": do_options,
+                "end_headers": end_headers,
+            },
         )
         self.httpd = build_module.DistServer(
             ("127.0.0.1", 0), functools.partial(handler, directory=str(folder))
