@@ -13,6 +13,15 @@ itself, each by its ``HostedFile`` plan:
   validator; otherwise (or with ``ranges`` off) the answer is the whole
   ``200``.
 - ``delay``: seconds between 32 KiB pieces of body.
+- ``partial_etag``: a broken host that answers every ``Range`` with
+  ``206`` whatever ``If-Range`` says, carrying this ETag (``""`` for
+  none) instead of the current one.
+- ``changes``: every answer is of a new version of the file (other bytes,
+  the next ETag), as a host whose file changes between attempts.
+- ``cut_step``: bytes added to ``cut_at`` after each cut.
+
+``FlakyHost(folder, cors=True)`` answers every origin (a model host of
+its own: CORS headers on every answer, preflights allowed).
 
 Every answer is recorded in ``host.log`` (path, Range, If-Range, status,
 body bytes sent). The server stops by itself after ``LIFETIME_S`` seconds
@@ -51,6 +60,10 @@ class HostedFile:
     refuse: int = 0
     delay: float = 0.0
     content_type: str = "application/octet-stream"
+    partial_etag: str | None = None
+    changes: bool = False
+    cut_step: int = 0
+    version: int = 1
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -58,7 +71,7 @@ class FlakyHost:
     """The shell server's handler (`napllm.devtools.headless`) over ``folder``,
     plus the planned paths of ``files``."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, cors: bool = False) -> None:
         self.files: dict[str, HostedFile] = {}
         self.log: list[dict[str, Any]] = []
         host = self
@@ -77,10 +90,29 @@ class FlakyHost:
             else:
                 DistRequestHandler.do_HEAD(handler)
 
+        def end_headers(handler: Any) -> None:
+            if cors:
+                handler.send_header("Access-Control-Allow-Origin", "*")
+                handler.send_header("Access-Control-Allow-Headers", "*")
+                handler.send_header("Access-Control-Expose-Headers", "*")
+            DistRequestHandler.end_headers(handler)
+
+        def do_options(handler: Any) -> None:
+            handler.send_response(204 if cors else 405)
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+
         handler = type(
             "Handler",
             (DistRequestHandler,),
-            {"quiet": True, "overlays": {}, "do_GET": do_get, "do_HEAD": do_head},
+            {
+                "quiet": True,
+                "overlays": {},
+                "do_GET": do_get,
+                "do_HEAD": do_head,
+                "do_OPTIONS": do_options,
+                "end_headers": end_headers,
+            },
         )
         self.httpd = DistServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
@@ -98,11 +130,19 @@ class FlakyHost:
 
     def answer(self, handler: Any, plan: HostedFile, *, head: bool) -> None:
         with plan.lock:
+            if plan.changes and not head:
+                plan.version += 1
+                plan.body = (
+                    plan.body[:4] + bytes((b + 1) % 256 for b in plan.body[4:64]) + plan.body[64:]
+                )
+                plan.etag = f'"v{plan.version}"'
             body = plan.body
             etag, modified = plan.etag, plan.last_modified
             cut = plan.cuts > 0 and not head
+            cut_at = plan.cut_at
             if cut:
                 plan.cuts -= 1
+                plan.cut_at += plan.cut_step
             refuse = plan.refuse > 0 and not cut
             if refuse and not head:
                 plan.refuse -= 1
@@ -128,9 +168,12 @@ class FlakyHost:
         current = {v for v in (etag, modified) if v}
         if plan.ranges and wanted and wanted.startswith("bytes=") and wanted.endswith("-"):
             offset = wanted[len("bytes=") : -1]
-            if offset.isdigit() and (if_range is None or if_range in current):
+            broken = plan.partial_etag is not None
+            if offset.isdigit() and (broken or if_range is None or if_range in current):
                 start = int(offset)
                 status = 206 if start < len(body) else 416
+        if status == 206 and plan.partial_etag is not None:
+            etag = plan.partial_etag or None
         entry["status"] = status
         handler.send_response(status)
         handler.send_header("Content-Type", plan.content_type)
@@ -152,7 +195,7 @@ class FlakyHost:
         handler.end_headers()
         if head:
             return
-        limit = plan.cut_at if cut else len(part)
+        limit = cut_at if cut else len(part)
         sent = 0
         try:
             while sent < min(limit, len(part)):

@@ -168,6 +168,53 @@ def test_a_changed_file_restarts_from_zero(blank: Any, host: FlakyHost) -> None:
     assert result["restarted"] == ["changed"] and "file changed" in result["text"]
 
 
+def test_a_206_without_the_stored_validator_is_another_file(blank: Any, host: FlakyHost) -> None:
+    # A broken host answers the rest with 206 whatever If-Range said: the
+    # 206 must repeat the stored ETag, else its bytes are of another file.
+    for seed, partial_etag in ((11, ""), (13, '"v2"')):
+        host.files[MODEL_PATH] = HostedFile(
+            body=model_bytes(seed), cuts=1, cut_at=1_000_000, refuse=100
+        )
+        assert not download(blank, host)["ok"]
+        assert blank.evaluate(UNFINISHED)[0]["received"] > 0
+        new = model_bytes(seed + 1)
+        plan = host.files[MODEL_PATH]
+        plan.body, plan.etag, plan.refuse, plan.partial_etag = new, '"v2"', 0, partial_etag
+        result = download(blank, host)
+        assert result["ok"] and result["sha"] == sha(new), (partial_etag, result)
+        answers = host.requests(MODEL_PATH)[-2:]
+        assert [a["status"] for a in answers] == [206, 200]
+        assert answers[1]["range"] is None and answers[1]["sent"] == SIZE
+        assert result["restarted"] == ["changed"]
+        host.log.clear()
+
+
+def test_a_weak_etag_is_no_validator_for_if_range(blank: Any, host: FlakyHost) -> None:
+    # RFC 9110 13.1.5: no weak ETag in If-Range, and no date when the file
+    # has an ETag: such a file is not resumed (nothing is kept).
+    when = "Tue, 01 Dec 2026 10:00:00 GMT"
+    host.files[MODEL_PATH] = HostedFile(
+        body=model_bytes(15), etag='W/"v1"', last_modified=when, cuts=1, cut_at=600_000
+    )
+    result = download(blank, host)
+    assert not result["ok"]
+    assert blank.evaluate(PARTS) == 0 and len(host.requests(MODEL_PATH)) == 1
+
+
+def test_a_file_that_changes_at_every_try_gives_up_and_says_why(
+    blank: Any, host: FlakyHost
+) -> None:
+    # Each try gets further than the last, but of another version of the
+    # file: a restart from zero is no progress, so the tries run out.
+    host.files[MODEL_PATH] = HostedFile(
+        body=model_bytes(16), changes=True, cuts=100, cut_at=400_000, cut_step=400_000
+    )
+    result = download(blank, host)
+    assert not result["ok"] and result["name"] == "DownloadRestarted", result
+    assert "changed on the server at every try" in result["message"]
+    assert len(host.requests(MODEL_PATH)) == 5  # the first try and 4 retries
+
+
 def test_last_modified_is_the_validator_without_an_etag(blank: Any, host: FlakyHost) -> None:
     body = model_bytes(6)
     when = "Tue, 01 Dec 2026 10:00:00 GMT"
@@ -452,3 +499,103 @@ def test_a_wasm_load_that_failed_on_a_cut_resumes_at_the_next_try(
         assert page.evaluate(PARTS) == 0
     finally:
         context.close()
+
+
+def add_connection(page: Any, name: str, kind: str, model: str) -> None:
+    page.click("#connection-add")
+    page.select_option("#connection-kind", kind)
+    page.fill("#connection-name", name)
+    page.fill("#connection-model", model)
+    page.click("#connection-save")
+    page.wait_for_selector("#connection-form", state="hidden")
+
+
+def download_entry_for_offline_use(page: Any, name: str) -> None:
+    """Click the entry's "Download for offline use" (inside the folded group
+    of connections this device cannot run) and wait until it says stored."""
+    page.eval_on_selector_all(
+        "li.unavailable-group > details", "ds => ds.forEach((d) => { d.open = true; })"
+    )
+    entry = page.locator("li.connection", has_text=name)
+    entry.locator("button.offline").click()
+    entry.locator(".offline-control[data-stored='true']").wait_for(state="attached")
+
+
+#: Loads an ONNX model folder (`base` + tinychat-onnx) on the wasm device
+#: through the shell's engine module, then answers "Hello!" greedily (fp32:
+#: the dtype WebGPU would pick for it; wasm's default is q8).
+ONNX_HELLO = """async (base) => {
+  const api = await import("./engines/transformers-engine.js");
+  const source = JSON.stringify({kind: "path", base, model: "tinychat-onnx"});
+  const loaded = JSON.parse(await api.ensureModel("later", source, "wasm", "fp32", "c", "Later"));
+  if (!loaded.ok) return {loaded};
+  const body = {messages: [{role: "user", content: "Hello!"}], temperature: 0, max_tokens: 16};
+  const id = api.startChat("later", JSON.stringify(body));
+  let text = "";
+  for (;;) {
+    const batch = JSON.parse(await api.nextChunks(id));
+    for (const chunk of batch.chunks) {
+      for (const choice of chunk.choices) text += choice.delta.content || "";
+    }
+    if (batch.done) return {loaded, text, error: batch.error};
+  }
+}"""
+#: Whether WebLLM itself finds TinyChat's weights in its cache, and the
+#: keys of its config and model library caches.
+WEBLLM_CACHED = """async (id) => {
+  const lib = await import("./vendor/web-llm/web-llm.js");
+  const catalog = await (await fetch("./vendor/web-llm/catalog.json")).json();
+  const found = catalog.bundled.find((r) => r.model_id === id);
+  const record = {...found, model: new URL(found.model, location.href).href,
+    model_lib: new URL(found.model_lib, location.href).href};
+  const keys = async (name) => (await (await caches.open(name)).keys()).map((r) => r.url);
+  return {cached: await lib.hasModelInCache(id, {model_list: [record]}),
+    config: await keys("webllm/config"), wasm: await keys("webllm/wasm"), lib: record.model_lib,
+    folder: record.model};
+}"""
+
+
+def test_download_for_offline_use_of_onnx_and_webllm_connections(
+    browser: Any, host: FlakyHost, test_dist_dir: Path
+) -> None:
+    # The ONNX model folder on a host of its own, as a user adds it; WebLLM's
+    # TinyChat by its id. This browser has no WebGPU: nothing is loaded.
+    models = FlakyHost(test_dist_dir, cors=True)
+    onnx_base = models.url + "models/"
+    context = browser.new_context()
+    context.set_default_timeout(STEP_TIMEOUT_MS)
+    try:
+        page = boot_shell(context, host)
+        add_connection(page, "Later ONNX", "onnx", onnx_base + "tinychat-onnx")
+        add_connection(page, "Later WebLLM", "webllm", "TinyChat-q0f32-MLC")
+        download_entry_for_offline_use(page, "Later ONNX")
+        # What transformers.js listed for it, kept where the library looks.
+        kept = page.evaluate(
+            "() => caches.open('transformers-cache').then((c) => c.keys())"
+            ".then((k) => k.map((r) => r.url).sort())"
+        )
+        assert kept == [
+            onnx_base + "tinychat-onnx/" + name
+            for name in (
+                "config.json",
+                "generation_config.json",
+                "onnx/model.onnx",
+                "tokenizer.json",
+                "tokenizer_config.json",
+            )
+        ]
+        download_entry_for_offline_use(page, "Later WebLLM")
+        webllm = page.evaluate(WEBLLM_CACHED, "TinyChat-q0f32-MLC")
+        assert webllm["cached"] is True, webllm
+        assert webllm["config"] == [webllm["folder"] + "mlc-chat-config.json"]
+        assert webllm["wasm"] == [webllm["lib"]]
+
+        # The network off: the ONNX engine loads from the caches and answers.
+        context.set_offline(True)
+        models.stop()
+        answer = page.evaluate(ONNX_HELLO, onnx_base)
+        assert answer["loaded"]["ok"] is True, answer
+        assert answer["error"] is None and answer["text"] == HELLO_ANSWER
+    finally:
+        context.close()
+        models.stop()

@@ -123,3 +123,29 @@ console.log(JSON.stringify({
         {"url": "https://h.example/a.gguf", "gguf": True, "store": "napllm-models"}
     ]
     assert result["other"] == []
+
+
+@needs_node
+def test_the_onnx_source_of_a_connection_follows_the_runtimes_rule() -> None:
+    # Download for offline use lists the files where the engine will read them.
+    result = run_module(
+        f"{PRELUDE}\nconst o = await import({json.dumps(OFFLINE)});\n"
+        """
+console.log(JSON.stringify([
+  o.onnxSource({ model: "x", settings: { source: { kind: "path", base: "./models/", model: "tinychat-onnx" } } }),
+  o.onnxSource({ model: "https://h.example/m/tiny/", settings: {} }),
+  o.onnxSource({ model: "owner/name", settings: {} }),
+  o.onnxSource({ model: "https://h.example/m/tiny?x=1", settings: {} }),
+  o.onnxSource({ model: "../../etc", settings: {} }),
+  o.onnxSource({ model: "x", settings: { source: { kind: "hub" } } }),
+]));
+"""
+    )
+    assert result == [
+        {"kind": "path", "base": "./models/", "model": "tinychat-onnx"},
+        {"kind": "path", "base": "https://h.example/m/", "model": "tiny"},
+        {"kind": "hub", "model": "owner/name"},
+        None,
+        None,
+        None,
+    ]

@@ -11,11 +11,13 @@
  *   so a record never names bytes that are not stored. When the download
  *   is cut (the body errors, the tab closes), what arrived stays there.
  * - The next attempt (right away: up to `RETRIES` times while each attempt
- *   adds bytes; or after a reload, in another tab, by another engine)
- *   asks for the rest only: `Range: bytes=<received>-` with `If-Range:` the
- *   stored validator (a strong ETag, else Last-Modified). It continues only
- *   when the answer is `206` with `Content-Range: bytes <received>-<total-1>/<total>`
- *   for the same total and (when the host sends one) the same ETag. A `200`
+ *   adds bytes; a restart from zero adds none; or after a reload, in
+ *   another tab, by another engine) asks for the rest only:
+ *   `Range: bytes=<received>-` with `If-Range:` the stored validator (a
+ *   strong ETag, else a strong Last-Modified: `validatorOf`). It continues
+ *   only when the answer is `206` with `Content-Range: bytes <received>-<total-1>/<total>`
+ *   for the same total, repeating the stored validator exactly (a `206`
+ *   without it or with another is another file: restart `changed`). A `200`
  *   means the file changed (another validator: restart `changed`) or the
  *   host ignores ranges (restart `no-ranges`); the stored parts are then
  *   dropped and the `200` body is the new download from byte 0. A file with
@@ -44,10 +46,14 @@
  *   another tab's download. At most every `PROGRESS_MS`.
  * - Errors: `NotAModel` (status, type, magic, length; `type:
  *   "download_error"`; the parts are dropped), `DownloadTooLarge`
- *   (bounded.js; dropped too) or, when the retries are spent, the network's
+ *   (bounded.js; dropped too), `DownloadRestarted` (the retries were spent
+ *   on restarts from zero; says why) or, when the retries are spent, the network's
  *   error (a cut body, no answer at all, or a host error 5xx/408/429: the
  *   parts stay for the next try). `discardDownload(url)` forgets an
  *   unfinished download (the Storage panel's Delete).
+ * - Layout: this module is the fetch and resume loop; the parts store,
+ *   the records of use and the lookups of whole copies are
+ *   download-store.js.
  * - Own code, not a library: Workbox's range support only answers ranges
  *   from a whole cached copy, and the download libraries for browsers keep
  *   their bytes in memory or hand them to a file picker; none checks bytes
@@ -55,9 +61,16 @@
  */
 
 import { DownloadTooLarge } from "./bounded.js";
+import {
+  dropParts, inAppCache, partsCache, readMeta, readPart, storedCopy, storePart, touchModel,
+} from "./download-store.js";
 
-/** Cache Storage name of the parts of unfinished downloads. */
-export const PARTS_CACHE = "napllm-download-parts";
+// The parts store and the records of use live in download-store.js; the
+// page and the engines import them from here as before.
+export {
+  discardDownload, forgetModelUse, modelUse, PARTS_CACHE, touchModel, unfinishedDownloads, USE_CACHE,
+} from "./download-store.js";
+
 /** BroadcastChannel name on which downloads report progress to other tabs. */
 export const CHANNEL = "napllm-downloads";
 /** Bytes gathered in memory before they are stored as one part. */
@@ -79,6 +92,24 @@ export class NotAModel extends Error {
   }
 }
 
+/**
+ * The tries ran out while each began again from zero: `reason` is
+ * `"changed"` (the file changed on the server at every try) or
+ * `"no-ranges"` (the server cannot resume and the body broke off at every
+ * try). The parts of the last try stay. The message is this module's own
+ * text, fit for the user.
+ */
+export class DownloadRestarted extends Error {
+  constructor(reason, tries) {
+    super(reason === "changed"
+      ? `the file changed on the server at every try (${tries} tries)`
+      : `the server cannot resume downloads and the download broke off at every try (${tries} tries)`);
+    this.name = "DownloadRestarted";
+    this.type = "download_error";
+    this.reason = reason;
+  }
+}
+
 /** The body broke off before the whole file arrived (the parts are kept). */
 class Cut extends Error {
   constructor(cause) {
@@ -88,173 +119,44 @@ class Cut extends Error {
   }
 }
 
-// ------------------------------------------------------------ the parts store
-
-function origin() {
-  return self.location.origin;
-}
-
-/** The Cache Storage key of `url`'s record (`which` "meta") or of its part at `offset`. */
-function partKey(url, which) {
-  return `${origin()}/napllm-download-parts/${encodeURIComponent(url)}/${which}`;
-}
-
-async function partsCache() {
-  return caches.open(PARTS_CACHE);
-}
-
-/**
- * The stored record of an unfinished download of `url`, with only the
- * parts that are really stored (a record naming a missing part is cut back
- * to the parts before it). null when there is none or it is unreadable.
- */
-async function readMeta(cache, url) {
-  try {
-    const response = await cache.match(partKey(url, "meta"));
-    if (!response) return null;
-    const meta = await response.json();
-    if (!meta || meta.url !== url || !Number.isSafeInteger(meta.total) || !Array.isArray(meta.parts)) return null;
-    const parts = [];
-    let next = 0;
-    for (const [offset, length] of meta.parts) {
-      if (offset !== next || !Number.isSafeInteger(length) || length <= 0) break;
-      const part = await cache.match(partKey(url, `part-${offset}`));
-      if (!part || Number(part.headers.get("content-length")) !== length) break;
-      parts.push([offset, length]);
-      next += length;
-    }
-    return { ...meta, parts, received: next };
-  } catch {
-    return null;
-  }
-}
-
-async function writeMeta(cache, meta) {
-  const { received, ...stored } = meta;
-  await cache.put(
-    partKey(meta.url, "meta"),
-    new Response(JSON.stringify({ ...stored, updated: Date.now() }), { headers: { "content-type": "application/json" } }),
-  );
-}
-
-/** Store `bytes` (an array of Uint8Array) as the part at `meta.received`, then the record naming it. */
-async function storePart(cache, meta, bytes) {
-  const blob = new Blob(bytes);
-  if (blob.size === 0) return;
-  const offset = meta.received;
-  await cache.put(
-    partKey(meta.url, `part-${offset}`),
-    new Response(blob, { headers: { "content-type": "application/octet-stream", "content-length": String(blob.size) } }),
-  );
-  meta.parts.push([offset, blob.size]);
-  meta.received += blob.size;
-  await writeMeta(cache, meta);
-}
-
-/** Delete the record and every part of `url`'s unfinished download. */
-async function dropParts(cache, url) {
-  const prefix = partKey(url, "");
-  for (const request of await cache.keys()) {
-    if (request.url.startsWith(prefix)) await cache.delete(request);
-  }
-}
-
-/**
- * Forget the unfinished download of `url` (its parts), so the next
- * download starts from byte 0. Called by an engine whose load failed on
- * bytes that were complete. Never rejects.
- */
-export async function discardDownload(url) {
-  if (!("caches" in self)) return;
-  try {
-    await dropParts(await partsCache(), String(url));
-  } catch {
-    /* nothing stored */
-  }
-}
-
-/**
- * The unfinished downloads: `[{url, received, total, updated}]` (bytes;
- * `updated` in ms since the epoch). Never rejects.
- */
-export async function unfinishedDownloads() {
-  if (!("caches" in self)) return [];
-  try {
-    const cache = await partsCache();
-    const found = [];
-    for (const request of await cache.keys()) {
-      if (!request.url.endsWith("/meta")) continue;
-      const meta = await (await cache.match(request)).json();
-      const checked = await readMeta(cache, meta.url);
-      if (checked) found.push({ url: checked.url, received: checked.received, total: checked.total, updated: checked.updated });
-    }
-    return found;
-  } catch {
-    return [];
-  }
-}
-
-// ------------------------------------------------------------ when each file was last used
-
-/** Cache Storage name of the record of when each stored model file was last used. */
-export const USE_CACHE = "napllm-model-use";
-
-function useKey(url) {
-  return `${origin()}/napllm-model-use/${encodeURIComponent(url)}`;
-}
-
-/** Record that the stored file `url` was used (downloaded or read by an engine) now. Never rejects. */
-export async function touchModel(url) {
-  if (!("caches" in self)) return;
-  try {
-    const body = JSON.stringify({ url: String(url), lastUsed: Date.now() });
-    await (await caches.open(USE_CACHE)).put(useKey(String(url)), new Response(body, { headers: { "content-type": "application/json" } }));
-  } catch {
-    /* no record: the panel says "not recorded" */
-  }
-}
-
-/** When each file was last used: a Map URL -> ms since the epoch. Never rejects. */
-export async function modelUse() {
-  const found = new Map();
-  if (!("caches" in self)) return found;
-  try {
-    const cache = await caches.open(USE_CACHE);
-    for (const request of await cache.keys()) {
-      const value = await (await cache.match(request)).json();
-      if (value && typeof value.url === "string" && Number.isFinite(value.lastUsed)) found.set(value.url, value.lastUsed);
-    }
-  } catch {
-    /* unreadable: nothing known */
-  }
-  return found;
-}
-
-/** Forget when `url` was last used (its file was deleted). Never rejects. */
-export async function forgetModelUse(url) {
-  if (!("caches" in self)) return;
-  try {
-    await (await caches.open(USE_CACHE)).delete(useKey(String(url)));
-  } catch {
-    /* nothing stored */
-  }
-}
-
 // ------------------------------------------------------------ validators
 
-/** The validator `If-Range` may carry: a strong ETag, else Last-Modified, else null. */
+/**
+ * The validator `If-Range` may carry (RFC 9110 13.1.5, which compares
+ * strongly): a strong ETag; else, only when the file has no ETag at all,
+ * Last-Modified when it is strong (8.8.2.2: the answer's Date is at least
+ * one second later); else null (the file is not resumed). A weak ETag
+ * (`W/`) is never sent, and hides the date too.
+ */
 function validatorOf(headers) {
   const etag = headers.get("etag");
-  if (etag && !etag.startsWith("W/")) return { etag, lastModified: null };
+  if (etag) return etag.startsWith("W/") ? null : { etag, lastModified: null };
   const lastModified = headers.get("last-modified");
-  return lastModified ? { etag: null, lastModified } : null;
+  if (!lastModified) return null;
+  const modified = Date.parse(lastModified);
+  const date = Date.parse(headers.get("date") || "");
+  return Number.isFinite(modified) && Number.isFinite(date) && date - modified >= 1000
+    ? { etag: null, lastModified }
+    : null;
 }
 
-/** Whether `headers` name another version than the stored validator `stored`. */
+/** Whether a 200's `headers` name another version than the stored validator `stored` (for the progress text). */
 function changed(stored, headers) {
   if (!stored) return false;
   if (stored.etag) return headers.has("etag") && headers.get("etag") !== stored.etag;
   return headers.has("last-modified") && headers.get("last-modified") !== stored.lastModified;
+}
+
+/**
+ * Whether a 206's `headers` repeat the stored validator exactly: the same
+ * strong ETag (the stored one is strong, so equal text is the strong
+ * comparison), else the same Last-Modified. A 206 that lacks it or carries
+ * another is of another file, whatever If-Range asked for.
+ */
+function sameFile(stored, headers) {
+  if (!stored) return false;
+  if (stored.etag) return headers.get("etag") === stored.etag;
+  return Boolean(stored.lastModified) && headers.get("last-modified") === stored.lastModified;
 }
 
 /** `[start, end, total]` of a `Content-Range: bytes start-end/total`, else null. */
@@ -438,6 +340,12 @@ async function startWhole(response, state, options, meter) {
   await readBody(response, state, options, meter);
 }
 
+/** Note that this attempt begins again from byte 0, and why (`"changed"` or `"no-ranges"`). */
+function restarting(state, meter, reason) {
+  meter.restarted = reason;
+  state.restarted = reason;
+}
+
 /** One request: the rest after the stored parts, or the whole file. */
 async function attempt(state, options, meter) {
   const { fresh } = options;
@@ -461,13 +369,14 @@ async function attempt(state, options, meter) {
   });
   if (response.status === 206) {
     const range = contentRange(response.headers);
+    const encoding = (response.headers.get("content-encoding") || "identity").toLowerCase();
     if (!range || range[0] !== meta.received || range[2] !== meta.total || range[1] !== meta.total - 1
-      || changed(meta.validator, response.headers)) {
+      || encoding !== "identity" || !sameFile(meta.validator, response.headers)) {
       // Not the rest of the same file: start again from zero.
       response.body?.cancel().catch(() => {});
       await dropParts(state.cache, state.url);
       state.meta = null;
-      meter.restarted = "changed";
+      restarting(state, meter, "changed");
       await startWhole(await fetchFn(state.url, init), state, options, meter);
       return;
     }
@@ -482,7 +391,7 @@ async function attempt(state, options, meter) {
     return;
   }
   if (response.status === 200) {
-    meter.restarted = changed(meta.validator, response.headers) ? "changed" : "no-ranges";
+    restarting(state, meter, changed(meta.validator, response.headers) ? "changed" : "no-ranges");
     await startWhole(response, state, options, meter);
     return;
   }
@@ -494,7 +403,7 @@ async function attempt(state, options, meter) {
   if (response.status === 416) {
     await dropParts(state.cache, state.url);
     state.meta = null;
-    meter.restarted = "changed";
+    restarting(state, meter, "changed");
     await startWhole(await fetchFn(state.url, init), state, options, meter);
     return;
   }
@@ -506,7 +415,7 @@ async function joined(state) {
   if (!state.meta) return new Blob(state.memory, { type: state.type });
   const blobs = [];
   for (const [offset] of state.meta.parts) {
-    const part = await state.cache.match(partKey(state.url, `part-${offset}`));
+    const part = await readPart(state.cache, state.url, offset);
     if (!part) throw new Cut(new Error("a stored part is gone"));
     blobs.push(await part.blob());
   }
@@ -527,7 +436,9 @@ function sleep(ms, signal) {
 
 /** The download itself (the caller holds the lock). */
 async function run(url, options, meter) {
-  const state = { url, cache: null, meta: null, memory: [], total: null, received: 0, type: "", validator: null };
+  const state = {
+    url, cache: null, meta: null, memory: [], total: null, received: 0, type: "", validator: null, restarted: null,
+  };
   if ("caches" in self) {
     try {
       state.cache = await partsCache();
@@ -545,8 +456,11 @@ async function run(url, options, meter) {
     }
   }
   let tries = 0;
+  // Why the tries since the last real progress began again from zero.
+  let restartedFor = null;
   for (;;) {
     const before = state.meta ? state.meta.received : 0;
+    state.restarted = null;
     try {
       await attempt(state, options, meter);
       break;
@@ -557,8 +471,13 @@ async function run(url, options, meter) {
         if (state.cache && !(error instanceof Cut) && !aborted) await dropParts(state.cache, url).catch(() => {});
         throw error instanceof Cut ? error.cause : error;
       }
-      const progressed = state.meta && state.meta.received > before;
+      // A restart from zero is no progress, however far it got: a host
+      // whose file changes at every try would otherwise be tried forever.
+      const progressed = !state.restarted && state.meta && state.meta.received > before;
+      if (state.restarted) restartedFor = state.restarted;
+      else if (progressed) restartedFor = null;
       tries = progressed ? 1 : tries + 1;
+      if (tries > RETRIES && restartedFor) throw new DownloadRestarted(restartedFor, tries);
       if (!state.meta || tries > RETRIES) throw error.cause;
       await sleep(RETRY_MS * 2 ** (tries - 1), options.signal);
     }
@@ -573,33 +492,6 @@ async function run(url, options, meter) {
   }
   if (state.cache) await dropParts(state.cache, url);
   return blob;
-}
-
-/**
- * Whether a build's precache holds `url` (a file that ships with the app,
- * such as TinyChat): it is not copied into `store` as well. Precache keys
- * carry a revision query, hence `ignoreSearch`.
- */
-async function inAppCache(url) {
-  try {
-    for (const name of await caches.keys()) {
-      if (name.includes("-precache-") && (await (await caches.open(name)).match(url, { ignoreSearch: true }))) return true;
-    }
-  } catch {
-    /* unreadable: treated as not held */
-  }
-  return false;
-}
-
-/** The whole stored copy of `url` in cache `store`, or null. */
-async function storedCopy(store, url) {
-  if (!store || !("caches" in self)) return null;
-  try {
-    const response = await (await caches.open(store)).match(url);
-    return response ? await response.blob() : null;
-  } catch {
-    return null;
-  }
 }
 
 /**

@@ -125,6 +125,41 @@ export async function ensureModel(key, sourceJson, device, dtype, connectionId, 
   return JSON.stringify(await entry.promise);
 }
 
+/**
+ * The files the model of `source` (`{kind: "path", base, model}` or
+ * `{kind: "hub", model}`; a relative `base` is read against the page)
+ * needs on `device` with `dtype` ("" for the model's default), listed by
+ * a worker of its own that loads no model (no WebGPU needed), then ends.
+ * Resolves with `{urls, cache, engine}` (the worker's `files` message) or
+ * null when they cannot be listed (within `timeoutMs`); never rejects.
+ */
+export function modelFileList(source, device = "webgpu", dtype = "", timeoutMs = 60_000) {
+  return new Promise((resolve) => {
+    let worker;
+    try {
+      worker = new Worker(new URL("./transformers-worker.js", import.meta.url), { type: "module" });
+    } catch {
+      resolve(null);
+      return;
+    }
+    const finish = (value) => {
+      clearTimeout(timer);
+      worker.terminate();
+      resolve(value);
+    };
+    const timer = setTimeout(() => finish(null), timeoutMs);
+    worker.onmessage = ({ data }) => {
+      if (!data || data.type !== "files") return;
+      const ok = data.ok === true && Array.isArray(data.urls) && Array.isArray(data.engine);
+      finish(ok ? { urls: data.urls.map(String), cache: data.cache ? String(data.cache) : null, engine: data.engine.map(String) } : null);
+    };
+    worker.onerror = () => finish(null);
+    const copy = { ...source };
+    if (copy.kind === "path") copy.base = new URL(String(copy.base), document.baseURI).href;
+    worker.postMessage({ type: "files", source: copy, device: String(device), dtype: String(dtype || "") });
+  });
+}
+
 /** Whether the model of `key` is loaded and ready (synchronous). */
 export function isLoaded(key) {
   const entry = models.get(String(key));

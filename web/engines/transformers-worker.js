@@ -46,6 +46,7 @@ import {
   AutoModelForCausalLM,
   AutoTokenizer,
   InterruptableStoppingCriteria,
+  ModelRegistry,
   TextStreamer,
   env,
   wasmPaths,
@@ -167,6 +168,70 @@ function loadKind(error) {
   return "load";
 }
 
+/**
+ * Point the library at `source`'s files: a same-origin folder is read as a
+ * "local" path (transformers.js fetches `<localModelPath><model>/<file>`,
+ * kept by the service worker when it is a folder it keeps), a folder
+ * elsewhere as a remote host with the model's own folder name, a hub id
+ * from the Hugging Face hub; files from elsewhere are kept in the
+ * library's cache, checked first (`verifiedCache`). Sets `modelName`.
+ * Returns `{prefix, cache}`: the folder URL the files are read from, and
+ * the Cache Storage name they are kept in (null: not by the library).
+ */
+function configure(source) {
+  const base = source.kind === "hub" ? null : new URL(String(source.base));
+  if (base && base.origin === self.location.origin) {
+    env.allowRemoteModels = false;
+    env.allowLocalModels = true;
+    env.localModelPath = base.pathname;
+  } else if (base) {
+    env.allowRemoteModels = true;
+    env.allowLocalModels = false;
+    env.remoteHost = base.href;
+    env.remotePathTemplate = "{model}/";
+  } else {
+    env.allowRemoteModels = true;
+    env.allowLocalModels = false;
+  }
+  modelName = String(source.model);
+  env.useBrowserCache = false;
+  env.useCustomCache = Boolean(base === null || base.origin !== self.location.origin) && "caches" in self;
+  env.customCache = env.useCustomCache ? verifiedCache : null;
+  const folder = base
+    ? `${base.href}${modelName}/`
+    : new URL(`${env.remotePathTemplate.replaceAll("{model}", modelName).replaceAll("{revision}", "main")}`, env.remoteHost).href;
+  return { prefix: folder.endsWith("/") ? folder : `${folder}/`, cache: env.useCustomCache ? MODEL_CACHE : null };
+}
+
+/**
+ * The files the model of `source` needs, without loading it
+ * (transformers.js's `ModelRegistry.get_files` for `device` and `dtype`:
+ * config, weights for that dtype, generation config, tokenizer; it reads
+ * config.json, which is kept like any model file). Posts `{type: "files",
+ * ok, urls, cache, engine}`: absolute URLs of the model's files, the cache
+ * they belong in (`configure`), and the URLs of the engine's own files
+ * (this bundle and onnxruntime's wasm), which the service worker keeps
+ * once fetched. `{type: "files", ok: false}` when they cannot be listed.
+ */
+async function listFiles({ source, device, dtype }) {
+  try {
+    env.fetch = limitedFetch(fetch.bind(self), onnxLimit, () => {});
+    const { prefix, cache } = configure(source);
+    const names = await ModelRegistry.get_files(modelName, {
+      device,
+      dtype: dtype || null,
+      include_tokenizer: true,
+      include_processor: false,
+    });
+    const urls = names.map((name) => new URL(String(name), prefix).href).filter((url) => url.startsWith(prefix));
+    const engine = [new URL("../vendor/transformers/transformers.js", import.meta.url).href, wasmPaths.mjs, wasmPaths.wasm];
+    post({ type: "files", ok: urls.length > 0, urls, cache, engine });
+  } catch (error) {
+    console.error("napllm onnx engine: the model's files could not be listed", error);
+    post({ type: "files", ok: false });
+  }
+}
+
 async function load({ source, device, dtype, fresh }) {
   // After a failed load of this model, every file is fetched from the host
   // again, past the HTTP cache (which may still hold the bad answer).
@@ -192,31 +257,7 @@ async function load({ source, device, dtype, fresh }) {
   env.fetch = limitedFetch(guarded, onnxLimit, () => {
     tooLarge = true;
   });
-  // A same-origin folder is read as a "local" path (transformers.js fetches
-  // `<localModelPath><model>/<file>`); a folder elsewhere as a remote host
-  // with the model's own folder name; a hub id from the Hugging Face hub.
-  const base = source.kind === "hub" ? null : new URL(String(source.base));
-  if (base && base.origin === self.location.origin) {
-    env.allowRemoteModels = false;
-    env.allowLocalModels = true;
-    env.localModelPath = base.pathname;
-    env.useBrowserCache = false;
-  } else if (base) {
-    env.allowRemoteModels = true;
-    env.allowLocalModels = false;
-    env.remoteHost = base.href;
-    env.remotePathTemplate = "{model}/";
-  } else {
-    env.allowRemoteModels = true;
-    env.allowLocalModels = false;
-  }
-  modelName = String(source.model);
-  // Files from elsewhere are kept in the library's cache, checked first.
-  env.useBrowserCache = false;
-  env.useCustomCache = Boolean(base === null || base.origin !== self.location.origin) && "caches" in self;
-  env.customCache = env.useCustomCache ? verifiedCache : null;
-  // The folder the library reads this model's files from.
-  const prefix = base ? `${base.href}${modelName}/` : `${env.remoteHost}${modelName}/`;
+  const { prefix } = configure(source);
   const files = new Map();
   const progress_callback = (report) => {
     if (!report || report.status !== "progress" || !(report.total > 0)) return;
@@ -422,6 +463,8 @@ self.onmessage = (event) => {
   const message = event.data || {};
   if (message.type === "load") {
     chain = chain.then(() => load(message));
+  } else if (message.type === "files") {
+    chain = chain.then(() => listFiles(message));
   } else if (message.type === "chat") {
     const id = String(message.id);
     const state = { stopper: new InterruptableStoppingCriteria(), cancelled: false };

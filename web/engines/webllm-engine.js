@@ -114,6 +114,29 @@ async function appConfig(lib) {
 }
 
 /**
+ * Where WebLLM reads the files of `modelId`, without loading its bundle
+ * (the build-time catalogue's records and the bundled ones): `{config,
+ * folder, library}` (absolute URLs: `mlc-chat-config.json`, the folder of
+ * the tokenizer, `tensor-cache.json` and the parameter shards, the model
+ * library), or null for an unknown id, a record with a model manifest
+ * (whose file names the manifest sets) or a model library WebLLM does not
+ * cache (on `localhost`, or relative). Never rejects.
+ */
+export async function modelRecordFiles(modelId) {
+  try {
+    const data = await catalogFile();
+    const records = [...(Array.isArray(data.records) ? data.records : []), ...(await bundledRecords())];
+    const record = records.find((r) => r && r.model_id === String(modelId));
+    if (!record || record.model_manifest !== undefined || typeof record.model_lib !== "string") return null;
+    if (!record.model_lib.startsWith("http") || record.model_lib.includes("localhost")) return null;
+    const folder = modelFolder(record.model);
+    return { config: new URL("mlc-chat-config.json", folder).href, folder, library: new URL(record.model_lib).href };
+  } catch {
+    return null;
+  }
+}
+
+/**
  * WebGPU facts and WebLLM's model catalogue, as JSON text (module rules).
  * The records come from the build-time catalogue (the fields build.py
  * extracts from the bundle); the bundle itself is loaded only on a device

@@ -8,11 +8,29 @@
  *   kind `wasm`: its GGUF URL (every shard of a split model,
  *   `-00001-of-0000N.gguf`), checked as GGUF, kept in the service worker's
  *   model cache `napllm-models` under each URL (the cache the engine looks
- *   in first). Other kinds have no files listed here yet (empty list: no
- *   button).
+ *   in first).
+ * - `offlineFiles(connection)` lists, for kinds `onnx` and `webllm` too,
+ *   what each engine will read, where it looks first, without loading the
+ *   model (no WebGPU needed): `onnx`: transformers.js's own list
+ *   (`ModelRegistry.get_files`, in a worker of the engine, for WebGPU and
+ *   the connection's dtype) put into the library's cache
+ *   `transformers-cache` for a folder of another origin or the hub, and,
+ *   for the engine, its bundle and onnxruntime's wasm, which the service
+ *   worker keeps once fetched (so are the files of a model folder of this
+ *   origin the service worker keeps); `webllm`: the record's
+ *   `mlc-chat-config.json` (cache `webllm/config`), the tokenizer it names,
+ *   `tensor-cache.json` and every parameter shard it lists (`webllm/model`),
+ *   and the model library (`webllm/wasm`): WebLLM's cache scopes, keyed by
+ *   URL, where it looks before any download. JSON files are kept only when
+ *   they parse as a JSON object. Other kinds: nothing (no button).
+ * - Once every file is kept, the list is recorded in the cache
+ *   `napllm-offline-files` (per connection id), which says "Stored for
+ *   offline use" later, offline too, and what removing the connection
+ *   may delete.
  * - The download goes through web/engines/download.js (resumable, checked,
- *   one per URL across tabs); the space check (storage.js `roomForModel`)
- *   comes before the first byte and tells the user when it does not fit.
+ *   one per URL across tabs); the space check (storage.js `roomForModel`,
+ *   over every file not yet kept) comes before the first byte of the
+ *   weights and tells the user when they do not fit.
  * - Progress goes to `onProgress(label, fraction)` (fraction 0..1, 1 done,
  *   -1 failed), the same contract as an engine's load progress.
  * - Removing a connection offers to delete its stored files
@@ -20,8 +38,9 @@
  * - Nothing here is shown as markup; no text of a host reaches the page.
  */
 
-import { describeProgress, downloadModelFile, forgetModelUse } from "../engines/download.js";
-import { MAX_GGUF_MODEL_BYTES } from "../engines/limits.js";
+import { onnxLimit } from "../engines/bounded.js";
+import { describeProgress, downloadModelFile, forgetModelUse, NotAModel } from "../engines/download.js";
+import { MAX_GGUF_MODEL_BYTES, MAX_WEBLLM_FILE_BYTES } from "../engines/limits.js";
 import { el, whileBusy } from "./dom.js";
 import { formatBytes, MODEL_CACHE, roomForModel } from "./storage.js";
 
@@ -66,14 +85,87 @@ export function modelFiles(connection) {
   return [];
 }
 
+/** Cache Storage name of the lists of files kept for offline use, per connection id. */
+export const OFFLINE_CACHE = "napllm-offline-files";
+/** Connection kinds "Download for offline use" is offered for. */
+const KINDS = new Set(["wasm", "onnx", "webllm"]);
+const JSON_FILE = /\.json$/i;
+
+function settingsOf(connection) {
+  return connection && typeof connection.settings === "object" && connection.settings ? connection.settings : {};
+}
+
+/**
+ * Where the onnx engine reads `connection`'s model (the rule of the
+ * runtime's `onnx_source`): `settings.source`, else a model folder URL
+ * (the folder above it and its name), else a Hugging Face hub id; null.
+ */
+export function onnxSource(connection) {
+  const settings = settingsOf(connection);
+  const source = settings.source;
+  if (source && typeof source === "object") {
+    return source.kind === "path" && typeof source.base === "string" && typeof source.model === "string"
+      ? { kind: "path", base: source.base, model: source.model }
+      : null;
+  }
+  const model = typeof connection?.model === "string" ? connection.model.trim() : "";
+  if (/^https?:\/\//i.test(model)) {
+    let url;
+    try {
+      url = new URL(model);
+    } catch {
+      return null;
+    }
+    const path = url.pathname.replace(/\/+$/, "");
+    const cut = path.lastIndexOf("/");
+    const name = path.slice(cut + 1);
+    if (!name || url.search || url.hash) return null;
+    return { kind: "path", base: `${url.origin}${path.slice(0, cut)}/`, model: name };
+  }
+  return /^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(\/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$/.test(model) && !model.includes("..")
+    ? { kind: "hub", model }
+    : null;
+}
+
+/** The record key of `connection`'s list of kept files. */
+function listKey(connection) {
+  return new URL(`napllm-offline-files/${encodeURIComponent(String(connection.id))}`, self.location.origin).href;
+}
+
+/** The recorded list `[{url, store}]` of `connection`'s kept files, or null. Never rejects. */
+async function recordedFiles(connection) {
+  if (!("caches" in globalThis) || !connection || connection.id === undefined) return null;
+  try {
+    const response = await (await caches.open(OFFLINE_CACHE)).match(listKey(connection));
+    const value = response ? await response.json() : null;
+    const files = value && Array.isArray(value.files) ? value.files : null;
+    if (!files || value.model !== String(connection.model ?? "")) return null;
+    return files.filter((f) => f && typeof f.url === "string").map((f) => ({ url: f.url, store: typeof f.store === "string" ? f.store : null }));
+  } catch {
+    return null;
+  }
+}
+
+async function recordFiles(connection, files) {
+  const body = JSON.stringify({ model: String(connection.model ?? ""), files: files.map(({ url, store }) => ({ url, store })) });
+  await (await caches.open(OFFLINE_CACHE)).put(listKey(connection), new Response(body, { headers: { "content-type": "application/json" } }));
+}
+
+/** Whether `url` is kept: in `store`, or (store null: the service worker's) in any cache, a build's precache included. */
+async function isKept(url, store) {
+  if (store) return Boolean(await (await caches.open(store)).match(url));
+  return Boolean(await caches.match(url, { ignoreSearch: true }));
+}
+
 /** Whether every file of `connection` is stored whole. Never rejects. */
 export async function storedForOffline(connection) {
-  const files = modelFiles(connection);
-  if (files.length === 0 || !("caches" in globalThis)) return false;
+  if (!("caches" in globalThis) || !KINDS.has(connection?.kind)) return false;
   try {
+    const files = connection.kind === "wasm" ? modelFiles(connection) : await recordedFiles(connection);
+    if (!files || files.length === 0) return false;
     const precaches = (await caches.keys()).filter((name) => name.includes("-precache-"));
     for (const file of files) {
-      if (await (await caches.open(file.store)).match(file.url)) continue;
+      if (await isKept(file.url, file.store)) continue;
       // A file that ships with the app (TinyChat) is in a build's precache.
       let shipped = false;
       for (const name of precaches) {
@@ -88,43 +180,149 @@ export async function storedForOffline(connection) {
 }
 
 /**
+ * Download one file and keep it where its engine looks (`file.store`), or
+ * fetch it through the service worker (store null), which keeps it.
+ * Resolves with its size in bytes; throws NotAModel, DownloadTooLarge,
+ * DownloadRestarted or the network's error.
+ */
+async function keepFile(file, limit, onEvent) {
+  if (!file.store) {
+    const response = await fetch(file.url);
+    if (!response.ok) throw new NotAModel(`status ${response.status}`);
+    return (await response.blob()).size;
+  }
+  const json = JSON_FILE.test(new URL(file.url).pathname);
+  const options = { gguf: Boolean(file.gguf), binary: !json, limit, onProgress: onEvent };
+  if (!json) return (await downloadModelFile(file.url, { ...options, store: file.store })).size;
+  const cache = await caches.open(file.store);
+  const kept = await cache.match(file.url);
+  if (kept) return (await kept.blob()).size;
+  const blob = await downloadModelFile(file.url, options);
+  // A host's fallback page is no config: kept only when it is a JSON object.
+  let value = null;
+  try {
+    value = JSON.parse(await blob.text());
+  } catch {
+    value = null;
+  }
+  if (value === null || typeof value !== "object") throw new NotAModel("not a JSON file");
+  await cache.put(file.url, new Response(blob, { headers: { "content-type": "application/json", "content-length": String(blob.size) } }));
+  return blob.size;
+}
+
+/** A JSON file kept by `keepFile`, read back (`{}` when unreadable). */
+async function keptJson(file) {
+  try {
+    const response = await (await caches.open(file.store)).match(file.url);
+    return response ? await response.json() : {};
+  } catch {
+    return {};
+  }
+}
+
+/**
+ * What "Download for offline use" keeps for `connection` (module rules):
+ * `{files: [{url, store, gguf?}], limit(url), first: [...]}` where `first`
+ * are small files read to list the rest (WebLLM's config and tensor cache
+ * list), or null when its files cannot be listed. Never rejects.
+ */
+async function offlinePlan(connection) {
+  if (connection?.kind === "wasm") {
+    const files = modelFiles(connection);
+    return files.length ? { files, limit: () => MAX_GGUF_MODEL_BYTES, budget: true } : null;
+  }
+  if (connection?.kind === "onnx") {
+    const source = onnxSource(connection);
+    if (!source) return null;
+    const engine = await import("../engines/transformers-engine.js");
+    const dtype = typeof settingsOf(connection).dtype === "string" ? settingsOf(connection).dtype : "";
+    const listed = await engine.modelFileList(source, "webgpu", dtype);
+    if (!listed) return null;
+    const files = [
+      ...listed.engine.map((url) => ({ url, store: null })),
+      ...listed.urls.map((url) => ({ url, store: listed.cache })),
+    ];
+    return { files, limit: onnxLimit };
+  }
+  if (connection?.kind === "webllm") {
+    const engine = await import("../engines/webllm-engine.js");
+    const record = await engine.modelRecordFiles(String(connection.model ?? ""));
+    if (!record) return null;
+    const config = { url: record.config, store: "webllm/config" };
+    const tensors = { url: new URL("tensor-cache.json", record.folder).href, store: "webllm/model" };
+    return {
+      first: [config, tensors],
+      async rest() {
+        const chat = await keptJson(config);
+        const tokenizers = Array.isArray(chat.tokenizer_files) ? chat.tokenizer_files : [];
+        const tokenizer = tokenizers.includes("tokenizer.json") ? "tokenizer.json" : tokenizers.includes("tokenizer.model") ? "tokenizer.model" : null;
+        const list = await keptJson(tensors);
+        const records = Array.isArray(list.records) ? list.records : [];
+        const shards = records.map((r) => (r && typeof r.dataPath === "string" ? new URL(r.dataPath, record.folder).href : null));
+        // A hostile list must not name files elsewhere, or thousands of them.
+        if (shards.length > MAX_SHARDS || shards.some((url) => !url || !url.startsWith(record.folder))) {
+          throw new NotAModel("not a tensor cache list of this model");
+        }
+        return [
+          ...(tokenizer ? [{ url: new URL(tokenizer, record.folder).href, store: "webllm/model" }] : []),
+          ...shards.map((url) => ({ url, store: "webllm/model" })),
+          { url: record.library, store: "webllm/wasm" },
+        ];
+      },
+      limit: () => MAX_WEBLLM_FILE_BYTES,
+    };
+  }
+  return null;
+}
+
+/**
  * Download every file of `connection` for offline use. Resolves with
  * `"stored"`, `"no-room"` (the space check refused; the user was told) or
  * `"failed"`; never rejects. `onProgress(label, fraction)`: see the rules.
  */
 export async function downloadForOffline(connection, onProgress = () => {}) {
-  const files = modelFiles(connection);
   const name = typeof connection?.name === "string" ? connection.name : "the model";
-  if (files.length === 0) return "failed";
-  if (!(await roomForModel(files[0].url, { copies: 1, connectionId: connection.id }))) {
-    onProgress(`${name} does not fit in this browser's storage`, -1);
-    return "no-room";
-  }
-  let budget = MAX_GGUF_MODEL_BYTES;
   try {
+    onProgress(`Downloading ${name} for offline use`, 0);
+    const plan = await offlinePlan(connection);
+    if (!plan) throw new NotAModel("the model's files could not be listed");
+    const kept = [];
+    for (const file of plan.first || []) {
+      await keepFile(file, plan.limit(file.url), () => {});
+      kept.push(file);
+    }
+    const files = plan.rest ? await plan.rest() : plan.files;
+    const missing = [];
+    for (const file of files) if (!(await isKept(file.url, file.store))) missing.push(file.url);
+    if (missing.length && !(await roomForModel(missing, { copies: 1, connectionId: connection.id }))) {
+      onProgress(`${name} does not fit in this browser's storage`, -1);
+      return "no-room";
+    }
+    let budget = MAX_GGUF_MODEL_BYTES;
     for (let index = 0; index < files.length; index += 1) {
       const file = files[index];
       onProgress(`Downloading ${name} for offline use`, index / files.length);
-      const blob = await downloadModelFile(file.url, {
-        gguf: file.gguf,
-        limit: budget,
-        store: file.store,
-        onProgress: (event) => {
-          const part = event.total ? Math.min(1, event.received / event.total) : 0;
-          // Never 1 before the last file is stored (1 means done).
-          const fraction = Math.min(0.999, (index + part) / files.length);
-          onProgress(`Downloading ${name} for offline use — ${describeProgress(event)}`, fraction);
-        },
+      const size = await keepFile(file, plan.budget ? budget : plan.limit(file.url), (event) => {
+        const part = event.total ? Math.min(1, event.received / event.total) : 0;
+        // Never 1 before the last file is stored (1 means done).
+        const fraction = Math.min(0.999, (index + part) / files.length);
+        onProgress(`Downloading ${name} for offline use — ${describeProgress(event)}`, fraction);
       });
-      budget -= blob.size;
+      if (plan.budget) budget -= size;
+      kept.push(file);
     }
+    if (connection.kind !== "wasm") await recordFiles(connection, kept);
   } catch (error) {
     console.error("napllm: the download for offline use failed", error?.name ?? "");
-    onProgress(`${name} could not be downloaded`, -1);
+    // Why it gave up, when download.js says so in its own words (never a host's text).
+    const why = error?.name === "DownloadRestarted" ? `: ${error.message}` : "";
+    onProgress(`${name} could not be downloaded${why}`, -1);
     const page = globalThis.napllmHost;
     if (page && typeof page.notice === "function") {
-      const text = `${name} could not be downloaded for offline use. What arrived is kept: try again to continue.`;
-      page.notice(JSON.stringify({ level: "error", text, connectionId: String(connection.id) }));
+      const text = why
+        ? `${name} could not be downloaded for offline use${why}. Try again later.`
+        : `${name} could not be downloaded for offline use. What arrived is kept: try again to continue.`;
+      page.notice(JSON.stringify({ level: "error", text, connectionId: String(connection?.id ?? "") }));
     }
     return "failed";
   }
@@ -145,7 +343,7 @@ export const STORAGE_CHANGED = "napllm-storage-changed";
  * label, fraction)` shows the download in the entry (connections.js).
  */
 export function offlineControl(connection, setProgress) {
-  if (modelFiles(connection).length === 0) return null;
+  if (!KINDS.has(connection?.kind) || (connection.kind === "wasm" && modelFiles(connection).length === 0)) return null;
   const id = String(connection.id);
   const button = el("button", { type: "button", class: "offline secondary" }, "Download for offline use");
   const done = el("span", { class: "muted offline-stored", hidden: true }, "Stored for offline use");
@@ -174,12 +372,17 @@ export function offlineControl(connection, setProgress) {
  * files when it is still checked and tells the Storage panel. Never rejects.
  */
 export async function fileRemovalOffer(connection, connections) {
-  const files = modelFiles(connection);
-  if (files.length === 0 || !(await storedForOffline(connection))) return null;
+  if (!KINDS.has(connection?.kind) || !(await storedForOffline(connection))) return null;
+  // Only model files in a model cache: never the engine's or the app's own files.
+  const filesOf = async (item) => (item.kind === "wasm" ? modelFiles(item) : (await recordedFiles(item)) || [])
+    .filter((file) => file.store);
+  const files = await filesOf(connection);
+  if (files.length === 0) return null;
   const urls = new Set(files.map((file) => file.url));
-  const shared = (connections || []).some((other) => other && other.id !== connection.id
-    && modelFiles(other).some((file) => urls.has(file.url)));
-  if (shared) return null;
+  for (const other of connections || []) {
+    if (!other || other.id === connection.id || !KINDS.has(other.kind)) continue;
+    if ((await filesOf(other)).some((file) => urls.has(file.url))) return null;
+  }
   let bytes = 0;
   for (const file of files) {
     const response = await (await caches.open(file.store)).match(file.url);
@@ -195,6 +398,7 @@ export async function fileRemovalOffer(connection, connections) {
         await (await caches.open(file.store)).delete(file.url);
         await forgetModelUse(file.url);
       }
+      if (connection.kind !== "wasm") await (await caches.open(OFFLINE_CACHE)).delete(listKey(connection));
       document.dispatchEvent(new Event(STORAGE_CHANGED));
     },
   };

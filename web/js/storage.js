@@ -266,7 +266,8 @@ export function requestPersistentStorage() {
 }
 
 /**
- * Before a model download: does it fit? Reads the model's size (HEAD) and
+ * Before a model download: does it fit? `url`: the model file's URL, or a
+ * list of them (their sizes add up). Reads each size (HEAD) and
  * `navigator.storage.estimate()`; asks for persistent storage on the way.
  * `copies`: how many copies the engine stores (the wasm engine keeps one,
  * the service worker's). A model already in the model cache needs no room. When it does not fit, tells the user (model size, space left)
@@ -276,12 +277,16 @@ export function requestPersistentStorage() {
 export async function roomForModel(url, { copies = 1, connectionId = null } = {}) {
   requestPersistentStorage();
   try {
-    if ("caches" in globalThis && (await (await caches.open(MODEL_CACHE)).match(String(url)))) return true;
     const storage = globalThis.navigator?.storage;
     if (!storage || typeof storage.estimate !== "function") return true;
-    const head = await fetch(String(url), { method: "HEAD" });
-    const size = Number(head.headers.get("content-length"));
-    if (!head.ok || !Number.isSafeInteger(size) || size <= 0) return true;
+    let size = 0;
+    for (const each of Array.isArray(url) ? url : [url]) {
+      if ("caches" in globalThis && (await (await caches.open(MODEL_CACHE)).match(String(each)))) continue;
+      const head = await fetch(String(each), { method: "HEAD" });
+      const bytes = Number(head.headers.get("content-length"));
+      if (head.ok && Number.isSafeInteger(bytes) && bytes > 0) size += bytes;
+    }
+    if (size <= 0) return true;
     const { usage, quota } = await storage.estimate();
     const free = Math.max(0, Number(quota) - Number(usage));
     if (!Number.isFinite(free) || size * copies <= free) return true;
