@@ -44,6 +44,17 @@ class FaultyEngine:
         return future
 
 
+class SlowEngine(FaultyEngine):
+    """An engine double whose generation runs into the worker's time limit."""
+
+    def submit(self, job: GenerationJob, sink: Callable[[Any], None]) -> Future[None]:
+        sink(TextPiece("partial "))
+        sink(GenerationEnd("time", 1))
+        future: Future[None] = Future()
+        future.set_result(None)
+        return future
+
+
 def request(text: str, **fields: Any) -> dict[str, Any]:
     message = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
     return {"model": "faulty", "input": [message], **fields}
@@ -106,3 +117,20 @@ async def test_a_500_for_another_origin_has_no_cors_grant(client: httpx.AsyncCli
     )
     assert answer.status_code == 500
     assert "access-control-allow-origin" not in answer.headers
+
+
+async def test_the_time_limit_makes_an_incomplete_response_with_its_output() -> None:
+    service = LmspService(cast(Any, SlowEngine()), ServiceConfig())
+    transport = httpx.ASGITransport(app=build_app(service, "tok"))
+    async with httpx.AsyncClient(
+        transport=transport,
+        base_url="http://127.0.0.1/lmsp/v1",
+        headers={"Authorization": "Bearer tok"},
+    ) as http:
+        answer = await http.post("/responses", json=request("hi"))
+    assert answer.status_code == 200
+    body = answer.json()
+    assert body["status"] == "incomplete"
+    assert body["incomplete_details"] == {"reason": "max_generation_time"}
+    assert body["output"][0]["content"][0]["text"] == "partial "
+    assert body["usage"]["output_tokens"] == 1

@@ -126,6 +126,11 @@ MAX_SCHEMA_CHARS = 256 * 1024
 #: Seconds an output check waits for a free schema worker: the answer was
 #: already generated, so it waits longer than a new request would.
 OUTPUT_CHECK_QUEUE_WAIT_S = 120.0
+#: `incomplete_details.reason` of a generation stopped by a limit: its output
+#: tokens, or the service's time limit (`--generation-time-limit-seconds`).
+INCOMPLETE_REASONS = {"length": "max_output_tokens", "time": "max_generation_time"}
+#: Finish reasons whose output so far is kept (and assembled) in the response.
+_KEEPS_OUTPUT = frozenset({"stop", "length", "time", "cancelled"})
 #: Modules each schema worker imports when it starts.
 _SCHEMA_WORKER_MODULES = ("napllm.lmsp_service.grammar", "napllm.lmsp_service.validation")
 
@@ -363,7 +368,7 @@ class LmspService:
                 "total_tokens": len(tokens) + end.output_tokens,
             }
             run.usage = usage
-            if output_error is None and end.finish_reason in ("stop", "length", "cancelled"):
+            if output_error is None and end.finish_reason in _KEEPS_OUTPUT:
                 try:
                     assembler.finish(complete=end.finish_reason == "stop")
                 except ModelOutputError:
@@ -385,8 +390,8 @@ class LmspService:
                     "response.cancelled",
                     {"response_id": run.id, "status": "cancelled"},
                 )
-            elif end.finish_reason == "length":
-                run.incomplete_details = {"reason": "max_output_tokens"}
+            elif end.finish_reason in ("length", "time"):
+                run.incomplete_details = {"reason": INCOMPLETE_REASONS[end.finish_reason]}
                 run.finish(
                     "incomplete",
                     "response.incomplete",
