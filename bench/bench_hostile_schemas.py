@@ -63,6 +63,7 @@ class GrammarObeyingEngine:
 
     model_id = MODEL_ID
     n_ctx = 4096
+    max_prompt_bytes = n_ctx * 16
     supports_tools = True
     fast_path = FastPath(setting="auto", enabled=True, reason=None, cpu="")
 

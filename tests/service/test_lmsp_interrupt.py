@@ -12,9 +12,11 @@ fast.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
@@ -27,7 +29,7 @@ pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 from tests.service.conftest import MODEL
 from tests.service.test_lmsp_batching import Run, job, run_alone
 
-from napllm.lmsp_service.engine import Engine
+from napllm.lmsp_service.engine import Engine, EngineCrashed
 
 pytestmark = pytest.mark.service
 
@@ -155,6 +157,30 @@ def test_the_time_limit_ends_a_long_generation_between_tokens(engine: Engine) ->
     assert 0 < end.output_tokens < 1500
     assert run.text  # the output up to the limit is kept
     assert future.result(timeout=5) is None
+
+
+def test_a_long_tokenization_does_not_delay_a_cancellation(engine: Engine) -> None:
+    restarts = engine.restarts
+    run = Run()
+    long_job = job(engine, "Hello!", 1500)
+    engine.submit(long_job, run)
+    assert run.started.wait(60)
+    # 1 MiB of prompt: seconds of llama.cpp's tokenizer in the worker.
+    big = "Tell me a joke. " * 65536
+
+    def tokenize() -> None:
+        with contextlib.suppress(EngineCrashed):
+            engine.tokenize(big, timeout_s=300)
+
+    threading.Thread(target=tokenize, daemon=True).start()
+    wait_until_decoding(engine)
+    cancelled_at = time.monotonic()
+    long_job.cancel.set()
+    end = run.wait(60)
+    latency = run.end_time - cancelled_at
+    assert end.finish_reason == "cancelled"
+    assert latency < GRACE_S / 2, f"the cancellation took {latency:.2f} s"
+    assert engine.restarts == restarts
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="stops the worker by its pid")

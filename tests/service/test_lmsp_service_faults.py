@@ -25,6 +25,7 @@ class FaultyEngine:
 
     model_id = "faulty"
     n_ctx = 256
+    max_prompt_bytes = n_ctx * 4  # one token per character of up to 4 bytes
     supports_tools = False
     fast_path = FastPath(setting="auto", enabled=True, reason=None, cpu="")
 
@@ -33,7 +34,11 @@ class FaultyEngine:
             raise RuntimeError(SECRET)
         return str(messages[-1]["content"])
 
+    def __init__(self) -> None:
+        self.tokenized = 0
+
     def tokenize(self, prompt: str) -> list[int]:
+        self.tokenized += 1
         return list(range(len(prompt)))
 
     def submit(self, job: GenerationJob, sink: Callable[[Any], None]) -> Future[None]:
@@ -134,3 +139,26 @@ async def test_the_time_limit_makes_an_incomplete_response_with_its_output() -> 
     assert body["incomplete_details"] == {"reason": "max_generation_time"}
     assert body["output"][0]["content"][0]["text"] == "partial "
     assert body["usage"]["output_tokens"] == 1
+
+
+async def test_a_prompt_that_cannot_fit_is_refused_without_tokenizing() -> None:
+    engine = FaultyEngine()
+    transport = httpx.ASGITransport(
+        app=build_app(LmspService(cast(Any, engine), ServiceConfig()), "tok")
+    )
+    async with httpx.AsyncClient(
+        transport=transport,
+        base_url="http://127.0.0.1/lmsp/v1",
+        headers={"Authorization": "Bearer tok"},
+    ) as http:
+        # More UTF-8 bytes than n_ctx tokens can cover: llama.cpp would spend
+        # about a minute tokenizing 8 MiB of it before the context check.
+        answer = await http.post(
+            "/responses", json=request("é" * (engine.max_prompt_bytes // 2 + 1))
+        )
+        assert answer.status_code == 400
+        assert answer.json()["code"] == "context_length_exceeded"
+        assert engine.tokenized == 0
+        fits = await http.post("/responses", json=request("é" * (engine.max_prompt_bytes // 2)))
+        assert fits.json()["code"] == "context_length_exceeded"  # tokenized, then too long
+        assert engine.tokenized == 1

@@ -43,6 +43,7 @@ class FixedEngine:
 
     model_id = "fixed"
     n_ctx = 4096
+    max_prompt_bytes = n_ctx * 16
     supports_tools = True
     fast_path = FastPath(setting="auto", enabled=True, reason=None, cpu="")
 

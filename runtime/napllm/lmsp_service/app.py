@@ -262,6 +262,10 @@ class LmspService:
         checked.grammar = await self._grammar(checked)
         try:
             prompt = await asyncio.to_thread(self.engine.render, messages, tools)
+            # Tokenizing takes llama.cpp about a minute for 8 MiB on a slow
+            # machine; a prompt that cannot fit is refused without it.
+            if _utf8_size(prompt) > self.engine.max_prompt_bytes:
+                raise ProblemError("context_length_exceeded")
             tokens = await asyncio.to_thread(self.engine.tokenize, prompt)
         except TemplateError as exc:
             raise ProblemError(
@@ -515,6 +519,11 @@ class LmspService:
         await asyncio.gather(*self._drivers, return_exceptions=True)
         self.schema_pool.close()
         self.store.close()
+
+
+def _utf8_size(text: str) -> int:
+    """Bytes of `text` in UTF-8 (what the model worker tokenizes)."""
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _log_engine_failure(future: Any) -> None:

@@ -311,6 +311,9 @@ class Engine:
         self.n_ctx: int = int(info["n_ctx"])
         self.slots: int = int(info["slots"])
         self.chat_template: str = str(info["chat_template"])
+        #: UTF-8 bytes of a rendered prompt beyond which it cannot fit in `n_ctx`
+        #: tokens (every token covers at most the vocabulary's longest token text).
+        self.max_prompt_bytes: int = self.n_ctx * int(info["max_token_bytes"])
         self._formatter = Jinja2ChatFormatter(
             template=self.chat_template,
             eos_token=str(info["eos_text"]),

@@ -20,8 +20,10 @@ Worker -> service:
 - `("ready", info)` once, after loading and the self-check (`info`:
   `n_ctx` (the context of one sequence), `slots`, `chat_template`,
   `bos_text`, `eos_text`, `extra_bufts` (whether llama.cpp's CPU extra
-  buffer types are in use), `cpu_features`), or `("failed", reason)` and
-  exit.
+  buffer types are in use), `cpu_features`, `max_token_bytes` (the
+  longest text of one token, special tokens included: a prompt of more
+  UTF-8 bytes than `n_ctx` times this cannot fit, whatever its tokens)),
+  or `("failed", reason)` and exit.
 - `("tokens", rid, ids)` (`ids` is `None` when tokenization failed).
 - `("updates", [update, ...])`: what one decoding step produced for the
   running generations, in order; an update is `("text", rid, text)`
@@ -67,8 +69,10 @@ Continuous batching (the generation loop, `BatchRunner`)
   token) is not interruptible; it is bounded by the grammar limits, and
   the service kills a worker that still runs a generation well after its
   cancellation or time limit.
-- Messages are read on a second thread (so cancellation and tokenization
-  do not wait for a step); generation runs on the main thread.
+- Messages are read on a second thread (so cancellation does not wait for
+  a step), prompts are tokenized on a third one (llama.cpp takes about a
+  minute for 8 MiB of text on a slow machine: a cancellation must never
+  wait behind that), and generation runs on the main thread.
 - The worker exits when the service's end of the pipe closes: it never
   outlives the service.
 - Anything llama.cpp does wrong here (a segmentation fault, an abort, an
@@ -182,6 +186,24 @@ def self_check(loaded: LoadedModel) -> None:
     _self_check_context(loaded.model, loaded.context, min(loaded.n_ctx, N_BATCH))
 
 
+def max_token_bytes(loaded: LoadedModel) -> int:
+    """UTF-8 bytes of the longest token text of the vocabulary (special tokens as text).
+
+    Every token of a tokenized prompt covers at most this many bytes of it,
+    so a prompt of more than `n_ctx` times this many bytes cannot fit in a
+    context of `n_ctx` tokens (the service refuses it without tokenizing).
+    """
+    import llama_cpp
+
+    vocab = loaded.model.vocab
+    buffer = ctypes.create_string_buffer(256)
+    longest = 1
+    for token in range(int(llama_cpp.llama_vocab_n_tokens(vocab))):
+        size = llama_cpp.llama_token_to_piece(vocab, token, buffer, len(buffer), 0, True)
+        longest = max(longest, -size if size < 0 else size)  # negative: the size it needs
+    return longest
+
+
 def worker_main(
     conn: Connection,
     model_path: str,
@@ -225,6 +247,7 @@ def worker_main(
                 "eos_text": model.token_get_text(model.token_eos()),
                 "extra_bufts": extra_bufts_in_use(model),
                 "cpu_features": cpu_features(),
+                "max_token_bytes": max_token_bytes(loaded),
             },
         )
     )
@@ -239,6 +262,20 @@ def worker_main(
         queue.SimpleQueue()
     )
     cancels: dict[int, threading.Event] = {}
+    prompts: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
+
+    def tokenize() -> None:
+        while True:
+            rid, prompt = prompts.get()
+            try:
+                ids: list[int] | None = list(
+                    model.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
+                )
+            except Exception:
+                ids = None
+            send(("tokens", rid, ids))
+
+    threading.Thread(target=tokenize, name="tokenizer", daemon=True).start()
 
     def receive() -> None:
         while True:
@@ -248,14 +285,7 @@ def worker_main(
                 os._exit(0)  # the service is gone
             kind = message[0]
             if kind == "tokenize":
-                _, rid, prompt = message
-                try:
-                    ids: list[int] | None = list(
-                        model.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
-                    )
-                except Exception:
-                    ids = None
-                send(("tokens", rid, ids))
+                prompts.put((message[1], message[2]))
             elif kind == "generate":
                 _, rid, job = message
                 flag = threading.Event()
