@@ -15,29 +15,28 @@ import httpx
 
 from napllm.lmsp_service.app import LmspService, ServiceConfig, build_app
 from napllm.lmsp_service.engine import FastPath, GenerationEnd, GenerationJob, TextPiece
+from napllm.lmsp_service.prompt import ChatTemplate
 
 SECRET = "internal detail /srv/model.gguf"
 ORIGIN = "http://allowed.example"
 
 
 class FaultyEngine:
-    """An engine double: `render` raises on the prompt "bug", generation fails midway."""
+    """An engine double: `tokenize` raises on the prompt "bug", generation fails midway."""
 
     model_id = "faulty"
     n_ctx = 256
     max_prompt_bytes = n_ctx * 4  # one token per character of up to 4 bytes
+    template = ChatTemplate("{{ messages[-1]['content'] }}", "", "")
     supports_tools = False
     fast_path = FastPath(setting="auto", enabled=True, reason=None, cpu="")
-
-    def render(self, messages: list[dict[str, Any]], tools: object) -> str:
-        if messages[-1]["content"] == "bug":
-            raise RuntimeError(SECRET)
-        return str(messages[-1]["content"])
 
     def __init__(self) -> None:
         self.tokenized = 0
 
     def tokenize(self, prompt: str) -> list[int]:
+        if prompt == "bug":
+            raise RuntimeError(SECRET)
         self.tokenized += 1
         return list(range(len(prompt)))
 
@@ -162,3 +161,34 @@ async def test_a_prompt_that_cannot_fit_is_refused_without_tokenizing() -> None:
         fits = await http.post("/responses", json=request("é" * (engine.max_prompt_bytes // 2)))
         assert fits.json()["code"] == "context_length_exceeded"  # tokenized, then too long
         assert engine.tokenized == 1
+
+
+class LoopingTemplateEngine(FaultyEngine):
+    """An engine double whose chat template loops for hours (10^10 iterations)."""
+
+    template = ChatTemplate(
+        "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+        "",
+        "",
+    )
+
+
+async def test_a_template_that_runs_long_is_stopped_at_its_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("napllm.lmsp_service.app.RENDER_TIME_LIMIT_S", 1.0)
+    service = LmspService(cast(Any, LoopingTemplateEngine()), ServiceConfig())
+    transport = httpx.ASGITransport(app=build_app(service, "tok"))
+    try:
+        async with httpx.AsyncClient(
+            transport=transport,
+            base_url="http://127.0.0.1/lmsp/v1",
+            headers={"Authorization": "Bearer tok"},
+            timeout=30,
+        ) as http:
+            answer = await http.post("/responses", json=request("hi"))
+        assert answer.status_code == 400
+        assert answer.json()["code"] == "invalid_request"
+        assert service.schema_pool.killed == 1  # the render ran in a child, killed at its limit
+    finally:
+        await service.close()

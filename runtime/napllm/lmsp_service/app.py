@@ -71,7 +71,6 @@ from .engine import (
     EngineCrashed,
     GenerationEnd,
     GenerationJob,
-    TemplateError,
     Update,
     chat_messages,
     chat_tools,
@@ -79,6 +78,7 @@ from .engine import (
 from .grammar import GRAMMAR_TIME_LIMIT_S, GrammarUnavailable, json_grammar, tool_call_grammar
 from .output import ModelOutputError, OutputItemAssembler, new_id
 from .problems import ProblemError, problem_body, problem_response
+from .prompt import RENDER_TIME_LIMIT_S, PromptTooLong, TemplateError, render_prompt
 from .store import SqliteStore, StoreCorrupt
 from .tasks import (
     BoundedStore,
@@ -132,7 +132,11 @@ INCOMPLETE_REASONS = {"length": "max_output_tokens", "time": "max_generation_tim
 #: Finish reasons whose output so far is kept (and assembled) in the response.
 _KEEPS_OUTPUT = frozenset({"stop", "length", "time", "cancelled"})
 #: Modules each schema worker imports when it starts.
-_SCHEMA_WORKER_MODULES = ("napllm.lmsp_service.grammar", "napllm.lmsp_service.validation")
+_SCHEMA_WORKER_MODULES = (
+    "napllm.lmsp_service.grammar",
+    "napllm.lmsp_service.validation",
+    "napllm.lmsp_service.prompt",
+)
 
 
 @dataclass
@@ -261,7 +265,7 @@ class LmspService:
         )
         checked.grammar = await self._grammar(checked)
         try:
-            prompt = await asyncio.to_thread(self.engine.render, messages, tools)
+            prompt = await self._render(messages, tools)
             # Tokenizing takes llama.cpp about a minute for 8 MiB on a slow
             # machine; a prompt that cannot fit is refused without it.
             if _utf8_size(prompt) > self.engine.max_prompt_bytes:
@@ -276,6 +280,36 @@ class LmspService:
         if len(tokens) + 1 > self.facts.n_ctx:
             raise ProblemError("context_length_exceeded")
         return checked, tokens, raw
+
+    async def _render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> str:
+        """The prompt text, rendered in a schema worker within `RENDER_TIME_LIMIT_S` (prompt.py).
+
+        Raises `ProblemError`: `context_length_exceeded` for a text longer
+        than any prompt that fits, `invalid_request` when the template
+        rejects the conversation or cannot render it within its time or
+        memory limit, `server_busy` when no schema worker is free.
+        """
+        try:
+            return await self.schema_pool.call(
+                RENDER_TIME_LIMIT_S,
+                render_prompt,
+                self.engine.template,
+                messages,
+                tools,
+                self.engine.max_prompt_bytes,
+            )
+        except PoolBusy as exc:
+            raise ProblemError("server_busy") from exc
+        except PromptTooLong as exc:
+            raise ProblemError("context_length_exceeded") from exc
+        except (BoundExceeded, BoundedCallFailed, MemoryError, RecursionError) as exc:
+            raise ProblemError(
+                "invalid_request",
+                "The model's chat template could not render this conversation within the "
+                "service's limits.",
+            ) from exc
 
     async def _grammar(self, checked: Checked) -> str | None:
         """The GBNF text constraining `checked`, built in a schema worker (grammar.py).

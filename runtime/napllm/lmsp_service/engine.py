@@ -19,9 +19,10 @@ Rules
   (the model is loaded again) before the queued generations go on. Only
   the generations that were in the worker when it died fail (but see "Any
   CPU" for the first crash of the fast path).
-- Prompts are rendered in the service process with the GGUF's own chat
-  template (`tokenizer.chat_template`, reported by the worker) through
-  llama-cpp-python's sandboxed Jinja formatter, in the OpenAI chat shape the
+- Prompts are rendered outside the model worker with the GGUF's own chat
+  template (`tokenizer.chat_template`, reported by the worker, `template`)
+  through llama-cpp-python's sandboxed Jinja formatter (prompt.py; the
+  service does it in a schema worker under a time limit), in the OpenAI chat shape the
   template expects: input `message` items become `{"role", "content"}`,
   `function_call` items become an assistant message with `tool_calls`,
   `function_call_output` items become `{"role": "tool", "tool_call_id",
@@ -78,10 +79,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Literal
 
-from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
 from ..lmsp import FunctionCallIn, FunctionCallOutputIn, FunctionTool, InputImage, MessageItemIn
 from .llama_load import ExtraBufts, crash_signal
+from .prompt import ChatTemplate, TemplateError, render_prompt  # noqa: F401 (re-exported)
 from .tasks import CancelFlag
 from .worker import DEFAULT_SLOTS, worker_main
 
@@ -96,10 +96,6 @@ GENERATION_TIME_LIMIT_S = 600.0
 START_TIMEOUT_S = 120.0
 
 FinishReason = Literal["stop", "length", "cancelled", "time", "error", "crashed"]
-
-
-class TemplateError(Exception):
-    """The chat template rejected the conversation (or has none)."""
 
 
 class EngineCrashed(Exception):
@@ -314,10 +310,8 @@ class Engine:
         #: UTF-8 bytes of a rendered prompt beyond which it cannot fit in `n_ctx`
         #: tokens (every token covers at most the vocabulary's longest token text).
         self.max_prompt_bytes: int = self.n_ctx * int(info["max_token_bytes"])
-        self._formatter = Jinja2ChatFormatter(
-            template=self.chat_template,
-            eos_token=str(info["eos_text"]),
-            bos_token=str(info["bos_text"]),
+        self.template = ChatTemplate(
+            self.chat_template, str(info["bos_text"]), str(info["eos_text"])
         )
         self._ready.set()
         self._reader = threading.Thread(target=self._read_loop, name="lmsp-worker", daemon=True)
@@ -345,15 +339,13 @@ class Engine:
     # -- prompt ---------------------------------------------------------------
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
-        """Render chat `messages` (and `tools`) with the model's template.
+        """Render chat `messages` (and `tools`) with the model's template, in this process.
 
-        Raises `TemplateError` when the template rejects the conversation.
+        Without a time limit: for tests and trusted callers (the service
+        renders with `prompt.render_prompt` in a schema worker). Raises
+        `TemplateError` when the template rejects the conversation.
         """
-        try:
-            result = self._formatter(messages=messages, tools=tools)  # type: ignore[arg-type]
-        except Exception as exc:  # Jinja raises many types; the template's own ValueError too
-            raise TemplateError("the chat template rejected the conversation") from exc
-        return str(result.prompt)
+        return render_prompt(self.template, messages, tools)
 
     def tokenize(self, prompt: str, timeout_s: float = 60.0) -> list[int]:
         """Token ids of a rendered prompt (special tokens parsed, BOS per the model).
