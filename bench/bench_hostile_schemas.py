@@ -52,6 +52,7 @@ from napllm.lmsp_service.app import (  # noqa: E402
     build_app,
 )
 from napllm.lmsp_service.engine import FastPath, GenerationEnd, GenerationJob, TextPiece  # noqa: E402
+from napllm.lmsp_service.prompt import ChatTemplate  # noqa: E402
 
 MODEL_ID = "bench"
 PATTERN = "(?:.|.)*\\x00"
@@ -63,6 +64,8 @@ class GrammarObeyingEngine:
 
     model_id = MODEL_ID
     n_ctx = 4096
+    max_prompt_bytes = n_ctx * 16
+    template = ChatTemplate("{{ messages[-1]['content'] }}", "", "")
     supports_tools = True
     fast_path = FastPath(setting="auto", enabled=True, reason=None, cpu="")
 

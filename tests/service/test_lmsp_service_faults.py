@@ -15,25 +15,29 @@ import httpx
 
 from napllm.lmsp_service.app import LmspService, ServiceConfig, build_app
 from napllm.lmsp_service.engine import FastPath, GenerationEnd, GenerationJob, TextPiece
+from napllm.lmsp_service.prompt import ChatTemplate
 
 SECRET = "internal detail /srv/model.gguf"
 ORIGIN = "http://allowed.example"
 
 
 class FaultyEngine:
-    """An engine double: `render` raises on the prompt "bug", generation fails midway."""
+    """An engine double: `tokenize` raises on the prompt "bug", generation fails midway."""
 
     model_id = "faulty"
     n_ctx = 256
+    max_prompt_bytes = n_ctx * 4  # one token per character of up to 4 bytes
+    template = ChatTemplate("{{ messages[-1]['content'] }}", "", "")
     supports_tools = False
     fast_path = FastPath(setting="auto", enabled=True, reason=None, cpu="")
 
-    def render(self, messages: list[dict[str, Any]], tools: object) -> str:
-        if messages[-1]["content"] == "bug":
-            raise RuntimeError(SECRET)
-        return str(messages[-1]["content"])
+    def __init__(self) -> None:
+        self.tokenized = 0
 
     def tokenize(self, prompt: str) -> list[int]:
+        if prompt == "bug":
+            raise RuntimeError(SECRET)
+        self.tokenized += 1
         return list(range(len(prompt)))
 
     def submit(self, job: GenerationJob, sink: Callable[[Any], None]) -> Future[None]:
@@ -41,6 +45,17 @@ class FaultyEngine:
         sink(GenerationEnd("error", 1))
         future: Future[None] = Future()
         future.set_exception(RuntimeError(SECRET))
+        return future
+
+
+class SlowEngine(FaultyEngine):
+    """An engine double whose generation runs into the worker's time limit."""
+
+    def submit(self, job: GenerationJob, sink: Callable[[Any], None]) -> Future[None]:
+        sink(TextPiece("partial "))
+        sink(GenerationEnd("time", 1))
+        future: Future[None] = Future()
+        future.set_result(None)
         return future
 
 
@@ -106,3 +121,74 @@ async def test_a_500_for_another_origin_has_no_cors_grant(client: httpx.AsyncCli
     )
     assert answer.status_code == 500
     assert "access-control-allow-origin" not in answer.headers
+
+
+async def test_the_time_limit_makes_an_incomplete_response_with_its_output() -> None:
+    service = LmspService(cast(Any, SlowEngine()), ServiceConfig())
+    transport = httpx.ASGITransport(app=build_app(service, "tok"))
+    async with httpx.AsyncClient(
+        transport=transport,
+        base_url="http://127.0.0.1/lmsp/v1",
+        headers={"Authorization": "Bearer tok"},
+    ) as http:
+        answer = await http.post("/responses", json=request("hi"))
+    assert answer.status_code == 200
+    body = answer.json()
+    assert body["status"] == "incomplete"
+    assert body["incomplete_details"] == {"reason": "max_generation_time"}
+    assert body["output"][0]["content"][0]["text"] == "partial "
+    assert body["usage"]["output_tokens"] == 1
+
+
+async def test_a_prompt_that_cannot_fit_is_refused_without_tokenizing() -> None:
+    engine = FaultyEngine()
+    transport = httpx.ASGITransport(
+        app=build_app(LmspService(cast(Any, engine), ServiceConfig()), "tok")
+    )
+    async with httpx.AsyncClient(
+        transport=transport,
+        base_url="http://127.0.0.1/lmsp/v1",
+        headers={"Authorization": "Bearer tok"},
+    ) as http:
+        # More UTF-8 bytes than n_ctx tokens can cover: llama.cpp would spend
+        # about a minute tokenizing 8 MiB of it before the context check.
+        answer = await http.post(
+            "/responses", json=request("é" * (engine.max_prompt_bytes // 2 + 1))
+        )
+        assert answer.status_code == 400
+        assert answer.json()["code"] == "context_length_exceeded"
+        assert engine.tokenized == 0
+        fits = await http.post("/responses", json=request("é" * (engine.max_prompt_bytes // 2)))
+        assert fits.json()["code"] == "context_length_exceeded"  # tokenized, then too long
+        assert engine.tokenized == 1
+
+
+class LoopingTemplateEngine(FaultyEngine):
+    """An engine double whose chat template loops for hours (10^10 iterations)."""
+
+    template = ChatTemplate(
+        "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+        "",
+        "",
+    )
+
+
+async def test_a_template_that_runs_long_is_stopped_at_its_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("napllm.lmsp_service.app.RENDER_TIME_LIMIT_S", 1.0)
+    service = LmspService(cast(Any, LoopingTemplateEngine()), ServiceConfig())
+    transport = httpx.ASGITransport(app=build_app(service, "tok"))
+    try:
+        async with httpx.AsyncClient(
+            transport=transport,
+            base_url="http://127.0.0.1/lmsp/v1",
+            headers={"Authorization": "Bearer tok"},
+            timeout=30,
+        ) as http:
+            answer = await http.post("/responses", json=request("hi"))
+        assert answer.status_code == 400
+        assert answer.json()["code"] == "invalid_request"
+        assert service.schema_pool.killed == 1  # the render ran in a child, killed at its limit
+    finally:
+        await service.close()

@@ -27,6 +27,7 @@ import httpx
 from napllm.lmsp_service import app as app_module
 from napllm.lmsp_service.app import LmspService, ServiceConfig, build_app
 from napllm.lmsp_service.engine import FastPath, GenerationEnd, GenerationJob, TextPiece
+from napllm.lmsp_service.prompt import ChatTemplate
 
 N = 60
 HOSTILE_STRING = {
@@ -43,6 +44,8 @@ class FixedEngine:
 
     model_id = "fixed"
     n_ctx = 4096
+    max_prompt_bytes = n_ctx * 16
+    template = ChatTemplate("{{ messages[-1]['content'] }}", "", "")
     supports_tools = True
     fast_path = FastPath(setting="auto", enabled=True, reason=None, cpu="")
 

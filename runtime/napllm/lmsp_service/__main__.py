@@ -7,6 +7,7 @@ Usage::
                 [--retention-seconds N] [--n-ctx N] [--slots N] [--n-threads N]
                 [--max-body-bytes N] [--send-timeout-seconds N]
                 [--body-timeout-seconds N] [--cancel-grace-seconds N]
+                [--generation-time-limit-seconds N]
                 [--send-buffer-bytes N] [--store PATH]
                 [--store-retention-seconds N] [--store-max-records N]
                 [--store-max-bytes N] [--extra-bufts auto|on|off]
@@ -28,6 +29,12 @@ Rules
   (the reader stopped reading); each connection's socket send buffer and
   write buffer are bounded by `--send-buffer-bytes`, so such a reader is
   noticed after a bounded amount of output, not after megabytes.
+- Bounds on a generation: a cancelled one stops within a graph node of
+  llama.cpp (its abort callback), and one that has run
+  `--generation-time-limit-seconds` in the model worker ends there,
+  keeping its output (`incomplete`, reason `max_generation_time`); a worker
+  still running either `--cancel-grace-seconds` later is killed and
+  restarted (engine.py).
 - Any CPU: with `--extra-bufts auto` (the default) a model worker that
   crashes with llama.cpp's CPU fast path on is restarted without it, and
   `GET /models` says so in the entry's `cpu_fast_path` (engine.py).
@@ -49,7 +56,7 @@ import uvicorn
 
 from .app import LmspService, ServiceConfig, build_app
 from .auth import TokenFileError, default_token_path, load_or_create_token
-from .engine import Engine
+from .engine import GENERATION_TIME_LIMIT_S, Engine
 from .llama_load import EXTRA_BUFTS_CHOICES
 from .store import SqliteStore
 from .worker import DEFAULT_SLOTS
@@ -215,6 +222,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="restart the model worker when a cancelled generation runs this long (default 10)",
     )
     parser.add_argument(
+        "--generation-time-limit-seconds",
+        type=_positive_float,
+        default=GENERATION_TIME_LIMIT_S,
+        help="end a generation that has run this long in the model worker, keeping its "
+        "output (an incomplete response, reason max_generation_time; default "
+        f"{GENERATION_TIME_LIMIT_S:g})",
+    )
+    parser.add_argument(
         "--max-body-bytes",
         type=_positive_int,
         default=8 * 1024 * 1024,
@@ -238,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             n_ctx=args.n_ctx,
             n_threads=args.n_threads,
             cancel_grace_s=args.cancel_grace_seconds,
+            generation_time_limit_s=args.generation_time_limit_seconds,
             extra_bufts=args.extra_bufts,
             slots=args.slots,
         )

@@ -71,7 +71,6 @@ from .engine import (
     EngineCrashed,
     GenerationEnd,
     GenerationJob,
-    TemplateError,
     Update,
     chat_messages,
     chat_tools,
@@ -79,6 +78,7 @@ from .engine import (
 from .grammar import GRAMMAR_TIME_LIMIT_S, GrammarUnavailable, json_grammar, tool_call_grammar
 from .output import ModelOutputError, OutputItemAssembler, new_id
 from .problems import ProblemError, problem_body, problem_response
+from .prompt import RENDER_TIME_LIMIT_S, PromptTooLong, TemplateError, render_prompt
 from .store import SqliteStore, StoreCorrupt
 from .tasks import (
     BoundedStore,
@@ -126,8 +126,17 @@ MAX_SCHEMA_CHARS = 256 * 1024
 #: Seconds an output check waits for a free schema worker: the answer was
 #: already generated, so it waits longer than a new request would.
 OUTPUT_CHECK_QUEUE_WAIT_S = 120.0
+#: `incomplete_details.reason` of a generation stopped by a limit: its output
+#: tokens, or the service's time limit (`--generation-time-limit-seconds`).
+INCOMPLETE_REASONS = {"length": "max_output_tokens", "time": "max_generation_time"}
+#: Finish reasons whose output so far is kept (and assembled) in the response.
+_KEEPS_OUTPUT = frozenset({"stop", "length", "time", "cancelled"})
 #: Modules each schema worker imports when it starts.
-_SCHEMA_WORKER_MODULES = ("napllm.lmsp_service.grammar", "napllm.lmsp_service.validation")
+_SCHEMA_WORKER_MODULES = (
+    "napllm.lmsp_service.grammar",
+    "napllm.lmsp_service.validation",
+    "napllm.lmsp_service.prompt",
+)
 
 
 @dataclass
@@ -256,7 +265,11 @@ class LmspService:
         )
         checked.grammar = await self._grammar(checked)
         try:
-            prompt = await asyncio.to_thread(self.engine.render, messages, tools)
+            prompt = await self._render(messages, tools)
+            # Tokenizing takes llama.cpp about a minute for 8 MiB on a slow
+            # machine; a prompt that cannot fit is refused without it.
+            if _utf8_size(prompt) > self.engine.max_prompt_bytes:
+                raise ProblemError("context_length_exceeded")
             tokens = await asyncio.to_thread(self.engine.tokenize, prompt)
         except TemplateError as exc:
             raise ProblemError(
@@ -267,6 +280,36 @@ class LmspService:
         if len(tokens) + 1 > self.facts.n_ctx:
             raise ProblemError("context_length_exceeded")
         return checked, tokens, raw
+
+    async def _render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> str:
+        """The prompt text, rendered in a schema worker within `RENDER_TIME_LIMIT_S` (prompt.py).
+
+        Raises `ProblemError`: `context_length_exceeded` for a text longer
+        than any prompt that fits, `invalid_request` when the template
+        rejects the conversation or cannot render it within its time or
+        memory limit, `server_busy` when no schema worker is free.
+        """
+        try:
+            return await self.schema_pool.call(
+                RENDER_TIME_LIMIT_S,
+                render_prompt,
+                self.engine.template,
+                messages,
+                tools,
+                self.engine.max_prompt_bytes,
+            )
+        except PoolBusy as exc:
+            raise ProblemError("server_busy") from exc
+        except PromptTooLong as exc:
+            raise ProblemError("context_length_exceeded") from exc
+        except (BoundExceeded, BoundedCallFailed, MemoryError, RecursionError) as exc:
+            raise ProblemError(
+                "invalid_request",
+                "The model's chat template could not render this conversation within the "
+                "service's limits.",
+            ) from exc
 
     async def _grammar(self, checked: Checked) -> str | None:
         """The GBNF text constraining `checked`, built in a schema worker (grammar.py).
@@ -363,7 +406,7 @@ class LmspService:
                 "total_tokens": len(tokens) + end.output_tokens,
             }
             run.usage = usage
-            if output_error is None and end.finish_reason in ("stop", "length", "cancelled"):
+            if output_error is None and end.finish_reason in _KEEPS_OUTPUT:
                 try:
                     assembler.finish(complete=end.finish_reason == "stop")
                 except ModelOutputError:
@@ -385,8 +428,8 @@ class LmspService:
                     "response.cancelled",
                     {"response_id": run.id, "status": "cancelled"},
                 )
-            elif end.finish_reason == "length":
-                run.incomplete_details = {"reason": "max_output_tokens"}
+            elif end.finish_reason in ("length", "time"):
+                run.incomplete_details = {"reason": INCOMPLETE_REASONS[end.finish_reason]}
                 run.finish(
                     "incomplete",
                     "response.incomplete",
@@ -510,6 +553,11 @@ class LmspService:
         await asyncio.gather(*self._drivers, return_exceptions=True)
         self.schema_pool.close()
         self.store.close()
+
+
+def _utf8_size(text: str) -> int:
+    """Bytes of `text` in UTF-8 (what the model worker tokenizes)."""
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _log_engine_failure(future: Any) -> None:

@@ -19,9 +19,10 @@ Rules
   (the model is loaded again) before the queued generations go on. Only
   the generations that were in the worker when it died fail (but see "Any
   CPU" for the first crash of the fast path).
-- Prompts are rendered in the service process with the GGUF's own chat
-  template (`tokenizer.chat_template`, reported by the worker) through
-  llama-cpp-python's sandboxed Jinja formatter, in the OpenAI chat shape the
+- Prompts are rendered outside the model worker with the GGUF's own chat
+  template (`tokenizer.chat_template`, reported by the worker, `template`)
+  through llama-cpp-python's sandboxed Jinja formatter (prompt.py; the
+  service does it in a schema worker under a time limit), in the OpenAI chat shape the
   template expects: input `message` items become `{"role", "content"}`,
   `function_call` items become an assistant message with `tool_calls`,
   `function_call_output` items become `{"role": "tool", "tool_call_id",
@@ -45,12 +46,20 @@ Rules
   fast path stays on. Generations that had already streamed text end
   `crashed` either way. `"on"` and `"off"` force the setting (no fallback).
 - Cancellation (`CancelFlag.set`) removes a queued job or tells the worker
-  to stop the generation before its next decoding step (which frees its
-  slot at once); a step itself cannot be interrupted. A worker still
-  running a cancelled generation `cancel_grace_s` later (stuck inside
-  llama.cpp) is killed and restarted, so a stuck generation cannot hold the
+  to stop the generation, inside the running decoding step if need be
+  (llama.cpp's abort callback, worker.py), which frees its slot at once
+  and keeps the worker. A worker still running a cancelled generation
+  `cancel_grace_s` later (stuck inside llama.cpp, e.g. in a grammar's
+  sampling) is killed and restarted, so a stuck generation cannot hold the
   model for ever; the generation then ends `cancelled` (the others in the
   worker end `crashed`).
+- Time limit: every generation may hold its slot in the worker for
+  `time_limit_s` seconds (`GenerationJob.time_limit_s`, by default the
+  engine's `generation_time_limit_s`); the worker ends it `time` at the
+  limit, inside a decoding step if need be, keeping the text produced so
+  far. A worker still running it `cancel_grace_s` after the limit is
+  killed and restarted as for a cancellation; the generation then ends
+  `time` as well.
 """
 
 from __future__ import annotations
@@ -70,10 +79,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Literal
 
-from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
 from ..lmsp import FunctionCallIn, FunctionCallOutputIn, FunctionTool, InputImage, MessageItemIn
 from .llama_load import ExtraBufts, crash_signal
+from .prompt import ChatTemplate, TemplateError, render_prompt  # noqa: F401 (re-exported)
 from .tasks import CancelFlag
 from .worker import DEFAULT_SLOTS, worker_main
 
@@ -82,14 +90,12 @@ log = logging.getLogger("napllm.lmsp_service.engine")
 DEFAULT_TEMPERATURE = 0.8
 #: Seconds a cancelled generation may go on before its worker is killed.
 CANCEL_GRACE_S = 10.0
+#: Seconds a generation may hold a slot of the worker (`--generation-time-limit-seconds`).
+GENERATION_TIME_LIMIT_S = 600.0
 #: Seconds to wait for a (re)started worker to load the model.
 START_TIMEOUT_S = 120.0
 
-FinishReason = Literal["stop", "length", "cancelled", "error", "crashed"]
-
-
-class TemplateError(Exception):
-    """The chat template rejected the conversation (or has none)."""
+FinishReason = Literal["stop", "length", "cancelled", "time", "error", "crashed"]
 
 
 class EngineCrashed(Exception):
@@ -136,7 +142,10 @@ class GenerationJob:
     `max_tokens`: output limit in tokens (`None`: the room left in the
     context); `temperature`: 0 is greedy; `grammar`: optional GBNF text;
     `min_output_tokens`: end-of-generation tokens are forbidden until this
-    many tokens were produced; `cancel`: set to stop between tokens.
+    many tokens were produced; `cancel`: set to stop it (also inside a
+    decoding step); `time_limit_s`: seconds it may run once it has a slot
+    in the worker (`None`: the engine's `generation_time_limit_s`); past
+    it, it ends with `finish_reason` `time`.
     """
 
     prompt_tokens: list[int]
@@ -145,6 +154,7 @@ class GenerationJob:
     grammar: str | None = None
     min_output_tokens: int = 0
     cancel: CancelFlag = field(default_factory=CancelFlag)
+    time_limit_s: float | None = None
 
 
 @dataclass
@@ -222,6 +232,8 @@ class _Job:
     future: Future[None]
     ended: bool = False
     emitted: bool = False
+    timed_out: bool = False  # killed because it ran past its time limit
+    watchdog: threading.Timer | None = None  # kills a worker still running it past its limit
 
 
 class Engine:
@@ -233,8 +245,10 @@ class Engine:
     cache holds `slots` * `n_ctx` tokens); `n_threads`: CPU threads for
     llama.cpp, for single tokens and for batches alike (default:
     `llama_load.default_threads`); `cancel_grace_s`: seconds a cancelled
-    generation may keep running before the worker is killed and restarted;
-    `extra_bufts`: `auto`, `on` or `off` for llama.cpp's CPU extra buffer
+    generation (or one past its time limit) may keep running before the
+    worker is killed and restarted; `generation_time_limit_s`: seconds a
+    generation may hold a slot (default `GENERATION_TIME_LIMIT_S`; a job's
+    own `time_limit_s` wins); `extra_bufts`: `auto`, `on` or `off` for llama.cpp's CPU extra buffer
     types (module rules); `worker_target`: the worker process's entry point
     (`worker_main`, called as `(conn, model_path, n_ctx, n_threads,
     extra_bufts, slots)`; tests give a wrapper of it that really crashes).
@@ -254,6 +268,7 @@ class Engine:
         extra_bufts: ExtraBufts = "auto",
         worker_target: Callable[..., None] = worker_main,
         slots: int = DEFAULT_SLOTS,
+        generation_time_limit_s: float = GENERATION_TIME_LIMIT_S,
     ) -> None:
         if extra_bufts not in ("auto", "on", "off"):
             raise ValueError("extra_bufts must be auto, on or off")
@@ -271,6 +286,7 @@ class Engine:
         self._n_threads = n_threads
         self._slots_arg = slots
         self.cancel_grace_s = cancel_grace_s
+        self.generation_time_limit_s = generation_time_limit_s
         self._mp = multiprocessing.get_context("spawn")
         self._lock = threading.Lock()  # guards the job queue, running jobs and waiters
         self._send_lock = threading.Lock()
@@ -291,10 +307,11 @@ class Engine:
         self.n_ctx: int = int(info["n_ctx"])
         self.slots: int = int(info["slots"])
         self.chat_template: str = str(info["chat_template"])
-        self._formatter = Jinja2ChatFormatter(
-            template=self.chat_template,
-            eos_token=str(info["eos_text"]),
-            bos_token=str(info["bos_text"]),
+        #: UTF-8 bytes of a rendered prompt beyond which it cannot fit in `n_ctx`
+        #: tokens (every token covers at most the vocabulary's longest token text).
+        self.max_prompt_bytes: int = self.n_ctx * int(info["max_token_bytes"])
+        self.template = ChatTemplate(
+            self.chat_template, str(info["bos_text"]), str(info["eos_text"])
         )
         self._ready.set()
         self._reader = threading.Thread(target=self._read_loop, name="lmsp-worker", daemon=True)
@@ -322,15 +339,13 @@ class Engine:
     # -- prompt ---------------------------------------------------------------
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
-        """Render chat `messages` (and `tools`) with the model's template.
+        """Render chat `messages` (and `tools`) with the model's template, in this process.
 
-        Raises `TemplateError` when the template rejects the conversation.
+        Without a time limit: for tests and trusted callers (the service
+        renders with `prompt.render_prompt` in a schema worker). Raises
+        `TemplateError` when the template rejects the conversation.
         """
-        try:
-            result = self._formatter(messages=messages, tools=tools)  # type: ignore[arg-type]
-        except Exception as exc:  # Jinja raises many types; the template's own ValueError too
-            raise TemplateError("the chat template rejected the conversation") from exc
-        return str(result.prompt)
+        return render_prompt(self.template, messages, tools)
 
     def tokenize(self, prompt: str, timeout_s: float = 60.0) -> list[int]:
         """Token ids of a rendered prompt (special tokens parsed, BOS per the model).
@@ -360,7 +375,7 @@ class Engine:
 
         `sink` gets `TextPiece`s and then exactly one `GenerationEnd`
         (`finish_reason` `error` when llama.cpp failed, `crashed` when the
-        worker died during it). The returned future resolves at the end
+        worker died during it, `time` past its time limit). The returned future resolves at the end
         (with `EngineCrashed` after a crash).
         """
         entry = _Job(next(self._ids), job, sink, Future())
@@ -554,7 +569,10 @@ class Engine:
             if not waiter.done():
                 waiter.set_exception(EngineCrashed("the model worker died"))
         for entry in failed:
-            self._end(entry, GenerationEnd("crashed", 0), EngineCrashed("the worker died"))
+            if entry.timed_out:  # killed for running past its limit: it ended at the limit
+                self._end(entry, GenerationEnd("time", 0))
+            else:
+                self._end(entry, GenerationEnd("crashed", 0), EngineCrashed("the worker died"))
         when = (
             "during a generation and again in the restarted worker's self-check"
             if suspects
@@ -610,13 +628,19 @@ class Engine:
                 self._end(entry, GenerationEnd("cancelled", 0))
                 continue
             job = entry.job
+            limit = self.generation_time_limit_s if job.time_limit_s is None else job.time_limit_s
             payload = {
                 "prompt_tokens": job.prompt_tokens,
                 "max_tokens": job.max_tokens,
                 "temperature": job.temperature,
                 "grammar": job.grammar,
                 "min_output_tokens": job.min_output_tokens,
+                "time_limit_s": limit,
             }
+            watchdog = threading.Timer(limit + self.cancel_grace_s, self._enforce_limit, (entry,))
+            watchdog.daemon = True
+            entry.watchdog = watchdog
+            watchdog.start()
             try:
                 self._send(("generate", entry.rid, payload))
             except OSError:
@@ -650,11 +674,29 @@ class Engine:
             log.error("the model worker ignored a cancellation; stopping it")
             process.kill()
 
+    def _enforce_limit(self, entry: _Job) -> None:
+        """Kill a worker that still runs `entry` `cancel_grace_s` after its time limit.
+
+        The worker ends a generation at its limit, inside a decoding step
+        too; one still running here is stuck in llama.cpp (restart as after
+        a crash; the generation ends `time`).
+        """
+        with self._lock:
+            stuck = self._running.get(entry.rid) is entry
+            process = self._process
+            if stuck:
+                entry.timed_out = True
+        if stuck and process is not None:
+            log.error("the model worker ignored a generation's time limit; stopping it")
+            process.kill()
+
     @staticmethod
     def _end(entry: _Job, end: GenerationEnd, error: Exception | None = None) -> None:
         if entry.ended:
             return
         entry.ended = True
+        if entry.watchdog is not None:
+            entry.watchdog.cancel()
         entry.sink(end)
         if error is None:
             entry.future.set_result(None)

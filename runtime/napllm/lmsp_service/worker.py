@@ -8,23 +8,29 @@ Service -> worker (tuples; `rid` is the service's request number):
 - `("tokenize", rid, prompt)`: token ids of a rendered prompt.
 - `("generate", rid, job)`: start one generation; `job` is a dict with
   `prompt_tokens`, `max_tokens` (`None`: no limit), `temperature`,
-  `grammar` (GBNF text or `None`) and `min_output_tokens`. The service
-  never has more than `slots` generations in the worker at once.
-- `("cancel", rid)`: stop that generation before its next token.
+  `grammar` (GBNF text or `None`), `min_output_tokens` and `time_limit_s`
+  (seconds the generation may hold its sequence, from the moment it takes
+  it; `None`: no limit). The service never has more than `slots`
+  generations in the worker at once.
+- `("cancel", rid)`: stop that generation at once, inside a decoding step
+  if it is in one.
 - `("stop",)`: exit once the running generations have ended.
 
 Worker -> service:
 - `("ready", info)` once, after loading and the self-check (`info`:
   `n_ctx` (the context of one sequence), `slots`, `chat_template`,
   `bos_text`, `eos_text`, `extra_bufts` (whether llama.cpp's CPU extra
-  buffer types are in use), `cpu_features`), or `("failed", reason)` and
-  exit.
+  buffer types are in use), `cpu_features`, `max_token_bytes` (the
+  longest text of one token, special tokens included: a prompt of more
+  UTF-8 bytes than `n_ctx` times this cannot fit, whatever its tokens)),
+  or `("failed", reason)` and exit.
 - `("tokens", rid, ids)` (`ids` is `None` when tokenization failed).
 - `("updates", [update, ...])`: what one decoding step produced for the
   running generations, in order; an update is `("text", rid, text)`
   (generated text, several tokens joined when they come faster than
   `FLUSH_INTERVAL_S`) or `("end", rid, finish_reason, output_tokens)` with
-  `finish_reason` `stop`, `length`, `cancelled` or `error`.
+  `finish_reason` `stop`, `length`, `cancelled`, `time` (its
+  `time_limit_s` ran out) or `error`.
 
 Before it reports `ready`, the worker decodes a short prompt as one batch
 and then one more token (`llama_load.self_check_context`): a CPU fast path
@@ -49,8 +55,24 @@ Continuous batching (the generation loop, `BatchRunner`)
   the next generation.
 - A grammar llama.cpp refuses ends that generation only (`error`); a
   failed `llama_decode` ends the generations of that step (`error`).
-- Messages are read on a second thread (so cancellation and tokenization
-  do not wait for a step); generation runs on the main thread.
+- Interrupting a step: a step holding a long prompt can take many seconds
+  on a large model. llama.cpp calls the context's abort callback
+  (`llama_set_abort_callback`) after every node of the compute graph;
+  ours answers whether a generation of the running step was cancelled or
+  is past its time limit. llama.cpp then stops the step and drops what the
+  step had put into the KV cache (`llama_decode` returns 2); the runner
+  rolls the step's sequences back to where they were before it (the
+  positions beyond are cleared again, to be sure), the next step ends the
+  cancelled or expired generations, and the others redo their part of the
+  step. So a cancellation or time limit takes effect within one graph node,
+  not one step, and the worker survives it. Sampling (a grammar's work per
+  token) is not interruptible; it is bounded by the grammar limits, and
+  the service kills a worker that still runs a generation well after its
+  cancellation or time limit.
+- Messages are read on a second thread (so cancellation does not wait for
+  a step), prompts are tokenized on a third one (llama.cpp takes about a
+  minute for 8 MiB of text on a slow machine: a cancellation must never
+  wait behind that), and generation runs on the main thread.
 - The worker exits when the service's end of the pipe closes: it never
   outlives the service.
 - Anything llama.cpp does wrong here (a segmentation fault, an abort, an
@@ -164,6 +186,24 @@ def self_check(loaded: LoadedModel) -> None:
     _self_check_context(loaded.model, loaded.context, min(loaded.n_ctx, N_BATCH))
 
 
+def max_token_bytes(loaded: LoadedModel) -> int:
+    """UTF-8 bytes of the longest token text of the vocabulary (special tokens as text).
+
+    Every token of a tokenized prompt covers at most this many bytes of it,
+    so a prompt of more than `n_ctx` times this many bytes cannot fit in a
+    context of `n_ctx` tokens (the service refuses it without tokenizing).
+    """
+    import llama_cpp
+
+    vocab = loaded.model.vocab
+    buffer = ctypes.create_string_buffer(256)
+    longest = 1
+    for token in range(int(llama_cpp.llama_vocab_n_tokens(vocab))):
+        size = llama_cpp.llama_token_to_piece(vocab, token, buffer, len(buffer), 0, True)
+        longest = max(longest, -size if size < 0 else size)  # negative: the size it needs
+    return longest
+
+
 def worker_main(
     conn: Connection,
     model_path: str,
@@ -207,6 +247,7 @@ def worker_main(
                 "eos_text": model.token_get_text(model.token_eos()),
                 "extra_bufts": extra_bufts_in_use(model),
                 "cpu_features": cpu_features(),
+                "max_token_bytes": max_token_bytes(loaded),
             },
         )
     )
@@ -221,6 +262,20 @@ def worker_main(
         queue.SimpleQueue()
     )
     cancels: dict[int, threading.Event] = {}
+    prompts: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
+
+    def tokenize() -> None:
+        while True:
+            rid, prompt = prompts.get()
+            try:
+                ids: list[int] | None = list(
+                    model.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
+                )
+            except Exception:
+                ids = None
+            send(("tokens", rid, ids))
+
+    threading.Thread(target=tokenize, name="tokenizer", daemon=True).start()
 
     def receive() -> None:
         while True:
@@ -230,14 +285,7 @@ def worker_main(
                 os._exit(0)  # the service is gone
             kind = message[0]
             if kind == "tokenize":
-                _, rid, prompt = message
-                try:
-                    ids: list[int] | None = list(
-                        model.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
-                    )
-                except Exception:
-                    ids = None
-                send(("tokens", rid, ids))
+                prompts.put((message[1], message[2]))
             elif kind == "generate":
                 _, rid, job = message
                 flag = threading.Event()
@@ -284,6 +332,7 @@ class _Sequence:
     min_output: int
     cancel: threading.Event
     sampler: Any  # llama_sampler_p
+    deadline: float = float("inf")  # time.monotonic() at which the time limit ends it
     fed: int = 0  # prompt tokens already decoded
     pos: int = 0  # next KV position
     token: int | None = None  # the sampled token to decode next
@@ -327,6 +376,11 @@ class BatchRunner:
         self._ended: list[int] = []
         self._batch = llama_cpp.llama_batch_init(N_BATCH, 0, 1)
         self._piece = ctypes.create_string_buffer(256)
+        # The sequences of the step being decoded, for the abort callback.
+        self._decoding: list[_Sequence] = []
+        # Kept on the runner: llama.cpp holds only a C pointer to it.
+        self._abort_callback = llama_cpp.ggml_abort_callback(self._should_abort)
+        self._no_callback = llama_cpp.ggml_abort_callback()  # NULL
         # llama-cpp-python's seed rule for create_completion without a seed.
         self._seed = random.Random(llama_cpp.LLAMA_DEFAULT_SEED).randint(0, 2**32)
 
@@ -349,9 +403,12 @@ class BatchRunner:
     def step(self) -> None:
         """Admit waiting generations, decode one batch, sample, and emit the updates."""
         self._admit()
+        now = time.monotonic()
         for sequence in list(self._active):
             if sequence.cancel.is_set():
                 self._finish(sequence, "cancelled")
+            elif now >= sequence.deadline:
+                self._finish(sequence, "time")
         if self._active:
             self._decode_and_sample()
         now = time.monotonic()
@@ -382,6 +439,7 @@ class BatchRunner:
                 continue
             seq = self._free.pop(0)
             ll.llama_memory_seq_rm(self._memory, seq, -1, -1)
+            time_limit = job.get("time_limit_s")
             self._active.append(
                 _Sequence(
                     rid=rid,
@@ -391,6 +449,9 @@ class BatchRunner:
                     min_output=int(job["min_output_tokens"]),
                     cancel=cancel,
                     sampler=sampler,
+                    deadline=float("inf")
+                    if time_limit is None
+                    else time.monotonic() + float(time_limit),
                 )
             )
 
@@ -446,6 +507,7 @@ class BatchRunner:
             wants[n] = logits
             n += 1
 
+        before = [(sequence, sequence.fed, sequence.pos) for sequence in self._active]
         for sequence in self._active:  # generating sequences: one token each
             if sequence.token is not None:
                 sampling.append((sequence, n))
@@ -463,7 +525,26 @@ class BatchRunner:
                 wants[n - 1] = True
                 sampling.append((sequence, n - 1))
         batch.n_tokens = n
-        status = ll.llama_decode(self._ctx, batch)
+        # Only steps that hold prompt tokens get the abort callback: llama.cpp
+        # calls it after every graph node, and the Python call costs more than
+        # a small model's whole step of single tokens (TinyChat decoded at a
+        # third of its speed with it on every step), while such a step is
+        # short anyway and the service checks cancellations between steps.
+        watched = n > len(sampling) or any(s.token is None for s, _ in sampling)
+        if watched:
+            self._decoding = list(self._active)
+            ll.llama_set_abort_callback(self._ctx, self._abort_callback, None)
+        try:
+            status = ll.llama_decode(self._ctx, batch)
+        finally:
+            if watched:
+                ll.llama_set_abort_callback(self._ctx, self._no_callback, None)
+                self._decoding = []
+        if status == 2:  # aborted: a generation of this step was cancelled or expired
+            for sequence, fed, pos in before:
+                sequence.fed, sequence.pos = fed, pos
+                ll.llama_memory_seq_rm(self._memory, sequence.seq, pos, -1)
+            return  # the next step ends them; the others redo their part
         if status != 0:
             print(f"napllm-lmsp worker: llama_decode returned {status}", file=sys.stderr)
             for sequence in {id(s): s for s, _ in sampling}.values():
@@ -474,6 +555,19 @@ class BatchRunner:
             return
         for sequence, index in sampling:
             self._sample(sequence, index)
+
+    def _should_abort(self, _data: Any) -> bool:
+        """llama.cpp's abort callback: whether to stop the running `llama_decode`.
+
+        Called by llama.cpp on the decoding thread after every graph node,
+        so it only reads flags and the clock. True when a generation of the
+        step was cancelled or is past its time limit.
+        """
+        decoding = self._decoding
+        if not decoding:
+            return False
+        now = time.monotonic()
+        return any(s.cancel.is_set() or now >= s.deadline for s in decoding)
 
     def _sample(self, sequence: _Sequence, index: int) -> None:
         ll, np = self._ll, self._np

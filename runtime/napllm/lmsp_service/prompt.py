@@ -1,0 +1,72 @@
+"""Rendering a conversation with the model's chat template (LMSP 1.0, 6.1; docs/lmsp.md 9.2).
+
+The chat template is Jinja text from the GGUF file, run by llama-cpp-python's
+sandboxed formatter (`Jinja2ChatFormatter`): the sandbox keeps a template
+away from Python's internals, but not from time or memory. A template is
+code, and the conversation it loops over is a request's; a template that
+loops (or a conversation that makes it loop) would hold a thread of the HTTP
+process that nothing can stop. So the service renders in a schema worker
+(`bounded.BoundedPool`), killed at `RENDER_TIME_LIMIT_S` and capped in
+memory like every schema worker, and the rendered text is sent back only
+when it could still fit the context (`max_chars`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+#: Seconds rendering one prompt may take in a schema worker.
+RENDER_TIME_LIMIT_S = 5.0
+
+
+class TemplateError(Exception):
+    """The chat template rejected the conversation (or has none)."""
+
+
+class PromptTooLong(Exception):
+    """The rendered prompt is longer than any prompt that fits the context."""
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A model's chat template: Jinja `text` and the texts of its BOS and EOS tokens."""
+
+    text: str
+    bos_text: str
+    eos_text: str
+
+
+#: The formatter of the last template rendered in this process (one model per service).
+_formatter: tuple[ChatTemplate, Jinja2ChatFormatter] | None = None
+
+
+def render_prompt(
+    template: ChatTemplate,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    max_chars: int | None = None,
+) -> str:
+    """Render chat `messages` (and `tools`, OpenAI chat shapes) with `template`.
+
+    Returns the prompt text. Raises `TemplateError` when the template
+    rejects the conversation, `PromptTooLong` when the text has more than
+    `max_chars` characters (`None`: no limit). Pure Python; the service
+    calls it in a schema worker under `RENDER_TIME_LIMIT_S`.
+    """
+    global _formatter
+    if _formatter is None or _formatter[0] != template:
+        formatter = Jinja2ChatFormatter(
+            template=template.text, eos_token=template.eos_text, bos_token=template.bos_text
+        )
+        _formatter = (template, formatter)
+    try:
+        result = _formatter[1](messages=messages, tools=tools)  # type: ignore[arg-type]
+    except Exception as exc:  # Jinja raises many types; the template's own ValueError too
+        raise TemplateError("the chat template rejected the conversation") from exc
+    prompt = str(result.prompt)
+    if max_chars is not None and len(prompt) > max_chars:
+        raise PromptTooLong("the rendered prompt cannot fit the context")
+    return prompt
