@@ -272,6 +272,7 @@ class Generations:
             gen.id,
             lambda envelope: self._deliver_delta(gen, envelope),
             interval_s=self._policy().delta_interval_s,
+            clock=self._clock,
         )
         assembler = GenerationAssembler(request, gen.stream)
         self._observe("submitted", gen.endpoint_id, connection.id)

@@ -275,7 +275,7 @@ class TimerHandle(Protocol):
 
 
 class Clock(Protocol):
-    """Time for deadlines (seconds)."""
+    """Time for deadlines and delta coalescing (seconds): timers only."""
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
         """Run `callback` after `delay` seconds."""

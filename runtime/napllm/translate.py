@@ -93,7 +93,14 @@ from .records import (
     ToolChoice,
     Usage,
 )
-from .streaming import BlockKind, DeltaStream, SurrogateJoiner, has_lone_surrogate, join_surrogates
+from .streaming import (
+    Block,
+    BlockKind,
+    DeltaStream,
+    SurrogateJoiner,
+    has_lone_surrogate,
+    join_surrogates,
+)
 
 TOOL_FAILED_PREFIX = "Tool execution failed."
 
@@ -265,16 +272,13 @@ def _fail(reason: str) -> NapError:
     return error
 
 
-@dataclass
-class _Block:
-    kind: BlockKind
-    index: int | None = None  # block index once started
-    text: list[str] = field(default_factory=list)  # emit-ready fragments
-    sent: int = 0  # how many of `text` went to the delta stream
+@dataclass(eq=False)
+class _Block(Block):
+    """A block read from LMSP output: the stream's record (`streaming.Block`,
+    which holds its text once) and the reader's state."""
+
     final: str | None = None  # text / arguments of the completed item
     done: bool = False
-    call_id: str | None = None
-    name: str | None = None
     synthesized: bool = False
     joiner: SurrogateJoiner = field(default_factory=SurrogateJoiner)
 
@@ -393,9 +397,9 @@ class GenerationAssembler:
             if isinstance(call_id, str) and call_id:
                 if has_lone_surrogate(call_id):
                     raise _fail("call id is not valid Unicode")
-                block.call_id = call_id
+                block.tool_call_id = call_id
             else:
-                block.call_id = _synth_call_id()
+                block.tool_call_id = _synth_call_id()
                 block.synthesized = True
             item.blocks.append(block)
             if isinstance(name, str) and name:
@@ -429,7 +433,7 @@ class GenerationAssembler:
     def _ready(self, block: _Block) -> bool:
         if block.kind == "toolCall":
             return block.name is not None and block.name in self._tool_names
-        return bool(block.text)
+        return bool(block.fragments)
 
     def _sync(self, item: _ItemBlocks, block: _Block) -> None:
         """Start `block` when it may, send its unsent fragments, end it when done."""
@@ -439,19 +443,14 @@ class GenerationAssembler:
             if not self._streamable(item):
                 self._held_back = True
                 return
-            block.index = self._stream.start(
-                block.kind,
-                tool_call_id=block.call_id if block.kind == "toolCall" else None,
-                name=block.name if block.kind == "toolCall" else None,
-            )
+            self._stream.begin(block)  # with the fragments it holds
             self._order.append(block)
             if self._held_back:
                 self._held_back = False
                 self._pump()
-        while block.sent < len(block.text):
-            self._stream.append(block.index, block.text[block.sent])
-            block.sent += 1
-        if block.done and self._stream.is_open(block.index):
+        else:
+            self._stream.push(block)
+        if block.done and not block.ended and block.index is not None:
             self._stream.end(block.index)
 
     def _pump(self) -> None:
@@ -480,7 +479,7 @@ class GenerationAssembler:
             return
         piece = block.joiner.feed(delta)
         if piece:
-            block.text.append(piece)
+            block.fragments.append(piece)
             self._sync(item, block)
 
     def _arguments_delta(self, item: _ItemBlocks, delta: object) -> None:
@@ -491,7 +490,7 @@ class GenerationAssembler:
         block = item.blocks[0]
         piece = block.joiner.feed(delta)
         if piece:
-            block.text.append(piece)
+            block.fragments.append(piece)
             self._sync(item, block)
 
     def _done(self, data: dict[str, Any]) -> None:
@@ -526,11 +525,11 @@ class GenerationAssembler:
         block = item.blocks[0] if item.blocks else None
         if block is None or block.kind != "toolCall":
             raise _fail("function call completed for a non-call item")
-        if parsed.call_id and block.call_id != parsed.call_id:
+        if parsed.call_id and block.tool_call_id != parsed.call_id:
             if has_lone_surrogate(parsed.call_id):
                 raise _fail("call id is not valid Unicode")
             if block.index is None:
-                block.call_id = parsed.call_id
+                block.tool_call_id = parsed.call_id
                 block.synthesized = False
             elif not block.synthesized:
                 raise _fail("call id changed after the call started")
@@ -544,9 +543,9 @@ class GenerationAssembler:
         if has_lone_surrogate(arguments):
             raise _fail("tool call arguments hold a lone surrogate")
         block.joiner.discard()
-        streamed = "".join(block.text)
+        streamed = block.text
         if not streamed:
-            block.text.append(arguments)
+            block.fragments.append(arguments)
         elif streamed != arguments and _loads(streamed) != _loads(arguments):
             raise _fail("streamed arguments differ from the completed call")
         block.final = arguments
@@ -560,14 +559,14 @@ class GenerationAssembler:
                 return
             blocks = [_Block(kind)]
             item.blocks.append(blocks[0])
-        streamed = "".join("".join(b.text) for b in blocks)
+        streamed = "".join(b.text for b in blocks)
         if streamed != final:
             if not final.startswith(streamed):
                 raise _fail("streamed text differs from the completed item")
-            blocks[-1].text.append(final[len(streamed) :])
+            blocks[-1].fragments.append(final[len(streamed) :])
         for block in blocks:
             block.joiner.discard()  # the completed text holds the whole pair
-            block.final = "".join(block.text)
+            block.final = block.text
             block.done = True
 
     # -- the terminal result -----------------------------------------------------
@@ -606,10 +605,10 @@ class GenerationAssembler:
             if not block.done:
                 rest = block.joiner.flush()  # a half pair that never completed
                 if rest:
-                    block.text.append(rest)
+                    block.fragments.append(rest)
                     if block.index is not None:
                         self._sync(self._items[self._item_of(block)], block)
-            text = "".join(block.text)
+            text = block.text
             if block.kind == "text" and text:
                 parts.append(TextPart(type="text", text=text))
             elif block.kind == "thinking" and text:
@@ -658,9 +657,9 @@ class GenerationAssembler:
         arguments = _loads(block.final or "")
         if not isinstance(arguments, dict):
             raise _fail("tool call arguments are not a strict JSON object")
-        assert block.call_id is not None and block.name is not None
+        assert block.tool_call_id is not None and block.name is not None
         return ToolCallPart(
-            type="toolCall", toolCallId=block.call_id, name=block.name, arguments=arguments
+            type="toolCall", toolCallId=block.tool_call_id, name=block.name, arguments=arguments
         )
 
     def _check_choice(self, calls: list[ToolCallPart]) -> None:

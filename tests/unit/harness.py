@@ -3,7 +3,7 @@
 `Harness` wires the shell to recording ports: a transport that keeps every
 envelope per endpoint, a chooser and a consent dialog whose answers the test
 scripts (or holds open until released), a fixture provider per connection,
-and a manual clock for deadlines.
+and a manual clock for deadlines and delta coalescing.
 """
 
 from __future__ import annotations
