@@ -42,12 +42,13 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from .connection_records import Connection
 from .errors import ErrorCode, NapError, ProviderFailure
 from .grants import Grants
 from .intake import Cancel, Generate
 from .lifecycle import GenEvent, Lifecycle
 from .providers.base import Provider
-from .records import Connection, Generation, GenerationRequest
+from .records import Generation, GenerationRequest
 from .shell_ports import (
     Clock,
     ConsentDecision,

@@ -50,13 +50,14 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .connection_records import Connection
 from .connections import ConnectionRegistry
 from .errors import ErrorCode, NapError, unsupported
 from .generations import Generations, answer
 from .grants import Grants
 from .intake import Cancel, Describe, Generate, Select, read_request
 from .lifecycle import EndpointEvent, EndpointLife
-from .records import Connection, ModelRecord, Requirements
+from .records import ModelRecord, Requirements
 from .selections import Selections
 from .shell_ports import (
     AsyncioClock,

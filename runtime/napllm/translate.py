@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .connection_records import Capabilities
 from .errors import unsupported
 from .lmsp import (
     FunctionCallIn,
@@ -55,7 +56,6 @@ from .output_order import OutputOrder
 from .output_result import build_generation
 from .output_result import map_usage as map_usage  # part of this module's API
 from .records import (
-    Capabilities,
     Generation,
     GenerationRequest,
     ImagePart,

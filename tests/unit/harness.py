@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from napllm.connection_records import Capabilities, Connection
 from napllm.connections import ConnectionRegistry
 from napllm.providers.fixture import FixtureProvider
-from napllm.records import Capabilities, Connection
 from napllm.shell import (
     ChoicePick,
     ChoiceRequest,

@@ -28,6 +28,7 @@ from napcheck import (
 )
 
 from fixtures import WEATHER_TOOL
+from napllm.connection_records import Capabilities, Connection
 from napllm.errors import SAFE_MESSAGES, ErrorCode
 from napllm.lmsp import FunctionCallOutputIn, LmspEvent, MessageItemIn
 from napllm.providers.fixture import (
@@ -40,7 +41,6 @@ from napllm.providers.fixture import (
     text_script,
     tool_call_script,
 )
-from napllm.records import Capabilities, Connection
 from napllm.shell import ChoicePick, ChoiceRequest, ConsentDecision, NappletIdentity, ShellPolicy
 from napllm.wire import Unclonable
 
