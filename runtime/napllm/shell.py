@@ -1,4 +1,4 @@
-"""The shell: endpoints, accounts, handles, generations, consent, deadlines.
+"""The shell: endpoints and accounts, dispatching each request to its part.
 
 Pure asyncio behind ports (no browser imports; `shell_ports` defines them
 and the records they exchange): `Transport` (envelopes to an endpoint),
