@@ -2,8 +2,8 @@
 (docs/design.md, "Connection").
 
 The records themselves (`Connection`, `Capabilities`, `ToolChoiceMode`)
-live in `records.py` and the kinds in `kinds.py`, so the rule and provider
-layers depend on data only, never on this module.
+live in `connection_records` and the kinds in `kinds.py`, so the rule and
+provider layers depend on data only, never on this module.
 
 Rules
 - A connection is a user-configured route to one model: provider kind, model
@@ -34,8 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .kinds import FormKind, ProviderKind, host_of, route_for
-from .records import (
+from .connection_records import (
     BASE_URL_MESSAGE,
     QUERY_MESSAGE,
     TOOL_CHOICE_ORDER,
@@ -47,7 +46,8 @@ from .records import (
     check_base_url,
     check_model_url,
 )
-from .records import check_settings_urls as _check_settings_urls
+from .connection_records import check_settings_urls as _check_settings_urls
+from .kinds import FormKind, ProviderKind, host_of, route_for
 
 
 def spec_error_text(exc: ValidationError) -> str:

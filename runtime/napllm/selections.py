@@ -16,9 +16,9 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
+from .connection_records import Connection
 from .connections import ConnectionRegistry
 from .errors import ErrorCode, NapError
-from .records import Connection
 
 
 @dataclass

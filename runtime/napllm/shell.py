@@ -1,13 +1,14 @@
-"""The shell: endpoints, accounts, handles, generations, consent, deadlines.
+"""The shell: endpoints and accounts, dispatching each request to its part.
 
 Pure asyncio behind ports (no browser imports; `shell_ports` defines them
 and the records they exchange): `Transport` (envelopes to an endpoint),
 `Chooser` (the model chooser), `Consent` (the disclosure dialog),
-`ProviderFactory` (connection -> provider), `Clock` (deadlines) and an
-optional `Observer` (inspector, user notices). Handles are
-`selections.Selections`, standing grants `grants.Grants`, and the
-lifecycles of a generation and of an endpoint are the tables of
-`lifecycle`.
+`ProviderFactory` (connection -> provider), `Clock` (deadlines, delta
+coalescing) and an optional `Observer` (inspector, user notices). The
+shell dispatches each request to one of three parts: handles are
+`selections.Selections`, standing grants `grants.Grants`, generations
+`generations.Generations`; the lifecycles of a generation and of an
+endpoint are the tables of `lifecycle`.
 
 Rules (NAP-LLM, API Surface, Wire Protocol, Cancellation and deadlines,
 Shell Behavior, Security Considerations)
@@ -30,26 +31,11 @@ Shell Behavior, Security Considerations)
 - Handles are random, opaque and scoped to endpoint + account + the exact
   connection record. Unknown, foreign, edited, removed, account-switched or
   endpoint-closed handles are `selection-expired`, all alike.
-- `generate`: an *active* duplicate id gets `invalid-request` and starts
-  nothing (the original is unaffected). Order of checks: record and
-  conversation (`invalid-request`), handle (`selection-expired`),
-  connection support (`unsupported`), runtime policy (`quota-exceeded`),
-  then consent before *every* submission (decline -> `user-cancelled`,
-  zero submissions). A standing grant (opt-in, per napplet identity +
-  connection + account, until revoked or the page closes) counts as consent.
-  The selection is checked again after consent: a connection edited,
-  removed or replaced while the dialog was open is never used
-  (`selection-expired`); the disclosure carries a digest of what the
-  dialog showed (`Disclosure.digest`) that a dialog's Allow must return.
-- Exactly one terminal result per request id; no delta after it. It holds
-  even when finishing the deltas, building, observing or delivering the
-  result fails: such a failure becomes `provider-error`, and a delta the
-  transport refuses ends the generation (`_settle`). Settling is
-  immediate and never waits for the provider: `cancel` (this endpoint's
-  active generation only; true/false without revealing others), the policy
-  deadline (which includes the consent wait) -> `timeout`, endpoint close,
-  account switch and connection removal -> `cancelled`. Late provider output
-  is discarded.
+- `generate` and `cancel` belong to `generations.Generations`, which owns
+  a generation from its checks through consent (before *every*
+  submission; a standing grant counts) to its one terminal result, and
+  settles it immediately on cancel, deadline, endpoint close, account
+  switch or connection removal (its module holds those rules).
 - Error messages are the runtime's own sentences; provider failures keep
   their details for the shell UI and developer log only.
 - Tool calls are never executed by the runtime; they are returned.
@@ -64,18 +50,14 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .connection_records import Connection
 from .connections import ConnectionRegistry
-from .errors import ErrorCode, NapError, ProviderFailure, unsupported
+from .errors import ErrorCode, NapError, unsupported
+from .generations import Generations, answer
 from .grants import Grants
 from .intake import Cancel, Describe, Generate, Select, read_request
-from .lifecycle import EndpointEvent, EndpointLife, GenEvent, Lifecycle
-from .records import (
-    Connection,
-    Generation,
-    GenerationRequest,
-    ModelRecord,
-    Requirements,
-)
+from .lifecycle import EndpointEvent, EndpointLife
+from .records import ModelRecord, Requirements
 from .selections import Selections
 from .shell_ports import (
     AsyncioClock,
@@ -94,18 +76,8 @@ from .shell_ports import (
     TimerHandle,
     ToolResultDisclosure,
     Transport,
-    disclose,
 )
-from .streaming import DeltaStream
-from .translate import GenerationAssembler, check_supported, nap_to_lmsp
-from .wire import (
-    Dropped,
-    Malformed,
-    cancel_result,
-    error_result,
-    generation_result,
-    model_result,
-)
+from .wire import Dropped, Malformed, error_result, model_result
 
 log = logging.getLogger("napllm.shell")
 
@@ -135,23 +107,10 @@ __all__ = [
 
 
 @dataclass
-class _Generation:
-    endpoint_id: str
-    id: str
-    account: str
-    life: Lifecycle = field(default_factory=Lifecycle)  # the only lifecycle state
-    connection_id: str | None = None
-    task: asyncio.Task[None] | None = None
-    timer: TimerHandle | None = None
-    stream: DeltaStream | None = None
-
-
-@dataclass
 class _Endpoint:
     id: str
     napplet: NappletIdentity
     life: EndpointLife = field(default_factory=EndpointLife)  # lifecycle.ENDPOINT_TRANSITIONS
-    generations: dict[str, _Generation] = field(default_factory=dict)
     # unique key -> (the napplet's select id, the chooser task); ids may repeat
     selects: dict[str, tuple[str, asyncio.Task[None]]] = field(default_factory=dict)
     # unique key (as in `selects`) -> the chooser's open choice
@@ -208,6 +167,20 @@ class Shell:
         self._selections = Selections(connections)
         self._grants = Grants(lambda: self._observe("grants_changed"))
         self._tasks: set[asyncio.Task[None]] = set()
+        # the ports are read at call time: the test build wraps the transport
+        self._generations = Generations(
+            policy=lambda: self.policy,
+            clock=self._clock,
+            grants=self._grants,
+            send=self._send_to,
+            resolve=lambda endpoint_id, handle: self._selections.resolve(
+                endpoint_id, self._account, handle
+            ),
+            consent=lambda disclosure: self._consent.ask(disclosure),
+            providers=lambda connection: self._providers(connection),
+            observe=self._observe,
+            spawn=self._spawn,
+        )
         connections.subscribe(self._connection_changed)
 
     # -- public API ------------------------------------------------------------
@@ -229,8 +202,7 @@ class Shell:
         if endpoint is None:
             return
         endpoint.life.fire(EndpointEvent.CLOSE)
-        for gen in list(endpoint.generations.values()):
-            self._settle(gen, None)
+        self._generations.close_endpoint(endpoint_id)
         for _, task in endpoint.selects.values():
             task.cancel()
         endpoint.selects.clear()
@@ -255,9 +227,8 @@ class Shell:
         """Change the profile: cancel all pending work, invalidate every handle."""
         if account == self._account:
             return
+        self._generations.cancel_all()
         for endpoint in self._endpoints.values():
-            for gen in list(endpoint.generations.values()):
-                self._settle(gen, NapError(ErrorCode.CANCELLED))
             for rid, task in list(endpoint.selects.values()):
                 task.cancel()
                 error = NapError(ErrorCode.CANCELLED, "The account changed; select again.")
@@ -301,9 +272,9 @@ class Shell:
         elif isinstance(parsed, Describe):
             self._describe(endpoint, parsed)
         elif isinstance(parsed, Generate):
-            self._start_generate(endpoint, parsed)
+            self._generations.start(endpoint.id, endpoint.napplet, parsed, self._account)
         elif isinstance(parsed, Cancel):
-            self._cancel(endpoint, parsed)
+            self._generations.cancel(endpoint.id, parsed)
 
     def _observe(self, hook: str, *args: Any) -> None:
         """Call an `Observer` hook; it only watches, so its failure is logged, never raised."""
@@ -327,6 +298,17 @@ class Shell:
             log.exception("transport failed")
             return False
         return True
+
+    def _send_to(self, endpoint_id: str, envelope: dict[str, Any]) -> bool:
+        """`_send` by endpoint id; False when the endpoint is gone."""
+        endpoint = self._endpoints.get(endpoint_id)
+        return endpoint is not None and self._send(endpoint, envelope)
+
+    def _answer(
+        self, endpoint: _Endpoint, kind: str, rid: str, build: Callable[[], dict[str, Any]]
+    ) -> None:
+        """`generations.answer` for a select or describe result."""
+        answer(lambda _, envelope: self._send(endpoint, envelope), endpoint.id, kind, rid, build)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -434,211 +416,6 @@ class Shell:
             lambda: model_result("llm.describe", msg.id, self._model(connection, msg.handle)),
         )
 
-    # -- generate -----------------------------------------------------------------------
-
-    def _active_total(self) -> int:
-        return sum(len(e.generations) for e in self._endpoints.values())
-
-    def _start_generate(self, endpoint: _Endpoint, msg: Generate) -> None:
-        if msg.id in endpoint.generations:
-            error = NapError(
-                ErrorCode.INVALID_REQUEST, "A generation with this id is already active."
-            )
-            self._send(endpoint, error_result("llm.generate", msg.id, error))
-            return
-        if (
-            len(endpoint.generations) >= self.policy.max_active_per_endpoint
-            or self._active_total() >= self.policy.max_active_total
-        ):
-            error = NapError(ErrorCode.QUOTA_EXCEEDED, "Too many generations are active.")
-            self._send(endpoint, error_result("llm.generate", msg.id, error))
-            return
-        gen = _Generation(endpoint.id, msg.id, self._account)
-        endpoint.generations[msg.id] = gen
-        gen.timer = self._clock.call_later(
-            self.policy.deadline_s, lambda: self._settle(gen, NapError(ErrorCode.TIMEOUT))
-        )
-        gen.task = self._spawn(self._generate(endpoint, gen, msg.request))
-
-    async def _generate(
-        self, endpoint: _Endpoint, gen: _Generation, request: GenerationRequest
-    ) -> None:
-        try:
-            result = await self._run(endpoint, gen, request)
-        except asyncio.CancelledError:
-            # The shell settles before it cancels (cancel, deadline, close,
-            # account switch). Unsettled means a provider or port raised
-            # CancelledError by itself (an aborted fetch): answer now rather
-            # than leave the request open until the deadline.
-            if not gen.life.settled:
-                log.warning("provider raised CancelledError without being cancelled")
-                self._settle(gen, NapError(ErrorCode.PROVIDER_ERROR))
-            return
-        except NapError as error:
-            self._settle(gen, error)
-            return
-        except ProviderFailure as failure:
-            if failure.user_hint and gen.connection_id:
-                self._observe("notice", "error", failure.user_hint, gen.connection_id)
-            log.warning("provider failure: %s", failure.detail or failure.code)
-            self._settle(gen, failure.to_nap_error())
-            return
-        except Exception:
-            log.exception("provider or runtime failure")
-            self._settle(gen, NapError(ErrorCode.PROVIDER_ERROR))
-            return
-        self._settle(gen, result)
-
-    async def _run(
-        self, endpoint: _Endpoint, gen: _Generation, request: GenerationRequest
-    ) -> Generation:
-        connection = self._resolve(endpoint, request.handle)
-        gen.connection_id = connection.id
-        check_supported(request, connection.capabilities)
-        disclosure = disclose(endpoint.id, endpoint.napplet, connection, request)
-        if disclosure.characters > self.policy.max_characters:
-            raise NapError(ErrorCode.QUOTA_EXCEEDED, "The request exceeds the size limit.")
-        if not self._grants.covers(endpoint.napplet, connection.id, gen.account):
-            gen.life.fire(GenEvent.ASK_CONSENT)
-            try:
-                decision = await self._consent.ask(disclosure)
-            except Exception:  # a dialog that failed authorised nothing
-                log.exception("consent dialog failed")
-                decision = ConsentDecision(allow=False)
-            if gen.life.settled:
-                raise asyncio.CancelledError
-            if not decision.allow:
-                raise NapError(ErrorCode.USER_CANCELLED)
-            if decision.remember:
-                self._grants.remember(endpoint.napplet, connection.id, gen.account)
-        # the selection must still be the exact connection the disclosure
-        # named (NAP-LLM, Shell Behavior: no silent replacement)
-        current = self._resolve(endpoint, request.handle)
-        if current is not connection:
-            raise NapError(ErrorCode.SELECTION_EXPIRED)
-        gen.life.fire(GenEvent.SUBMIT)
-        lmsp_request = nap_to_lmsp(request, connection.model)
-        provider = self._providers(connection)
-        gen.stream = DeltaStream(
-            gen.id,
-            lambda envelope: self._deliver_delta(endpoint, gen, envelope),
-            interval_s=self.policy.delta_interval_s,
-        )
-        assembler = GenerationAssembler(request, gen.stream)
-        self._observe("submitted", endpoint.id, connection.id)
-        events = provider.respond(lmsp_request)
-        try:
-            async for event in events:
-                if gen.life.settled:
-                    break
-                if assembler.feed(event):
-                    break
-        finally:
-            closer = getattr(events, "aclose", None)
-            if closer is not None:
-                await closer()
-        return assembler.finish()
-
-    def _deliver_delta(
-        self, endpoint: _Endpoint, gen: _Generation, envelope: dict[str, Any]
-    ) -> None:
-        if not gen.life.delivering:
-            return
-        if not self._send(endpoint, envelope):
-            # a lost delta would leave a gap in `sequence` (NAP-LLM, Wire
-            # Protocol: no text silently dropped): end the generation instead
-            self._settle(gen, NapError(ErrorCode.PROVIDER_ERROR))
-
-    def _settle(self, gen: _Generation, outcome: Generation | NapError | None) -> None:
-        """End `gen` with exactly one terminal result (None: endpoint gone, send nothing).
-
-        Invariant (NAP-LLM, Wire Protocol: exactly one terminal result): the
-        result is sent only on the lifecycle's `SETTLE` transition, which the
-        table (`lifecycle.TRANSITIONS`) allows once; no exception while
-        finishing the delta stream, building the envelope, observing or
-        sending it leaves the request open or unanswered. The generation is
-        settled and forgotten first (so a later cancel answers false); a
-        success that cannot be flushed, serialised or delivered is replaced
-        by `provider-error`; nothing raised here escapes.
-        """
-        if not gen.life.can(GenEvent.SETTLE):
-            return
-        if (
-            isinstance(outcome, Generation)
-            and gen.stream is not None
-            and gen.life.can(GenEvent.FLUSH)
-        ):
-            # flush coalesced deltas before settling: `_deliver_delta` drops
-            # everything once settled, and a completed block must end before
-            # the terminal result (NAP-LLM, Delta; Wire Protocol)
-            gen.life.fire(GenEvent.FLUSH)
-            try:
-                gen.stream.finish()
-            except Exception:
-                log.exception("flushing the deltas failed")
-                outcome = NapError(ErrorCode.PROVIDER_ERROR)
-            if gen.life.settled:  # a delta that could not be delivered ended it
-                return
-        gen.life.fire(GenEvent.SETTLE)
-        endpoint = self._endpoints.get(gen.endpoint_id)
-        if endpoint is not None and endpoint.generations.get(gen.id) is gen:
-            del endpoint.generations[gen.id]
-        try:
-            self._release(gen, aborted=not isinstance(outcome, Generation))
-        except Exception:
-            log.exception("releasing a generation failed")
-        if endpoint is None or outcome is None:
-            return
-        self._send_terminal(endpoint, gen.id, outcome)
-
-    def _release(self, gen: _Generation, *, aborted: bool) -> None:
-        if gen.timer is not None:
-            gen.timer.cancel()
-        if aborted and gen.stream is not None:
-            gen.stream.abort()
-        current = asyncio.current_task()
-        if gen.task is not None and gen.task is not current and not gen.task.done():
-            gen.task.cancel()  # best effort; late output is discarded
-
-    def _send_terminal(self, endpoint: _Endpoint, rid: str, outcome: Generation | NapError) -> None:
-        """Send `outcome`, falling back to `provider-error` when it cannot be sent."""
-        if isinstance(outcome, Generation):
-            self._answer(endpoint, "llm.generate", rid, lambda: generation_result(rid, outcome))
-        else:
-            self._answer(
-                endpoint, "llm.generate", rid, lambda: error_result("llm.generate", rid, outcome)
-            )
-
-    def _answer(
-        self, endpoint: _Endpoint, kind: str, rid: str, build: Callable[[], dict[str, Any]]
-    ) -> None:
-        """Send the one terminal result of request `kind`/`rid` that `build` makes.
-
-        A result that cannot be built (a serializer limit, an inconsistent
-        record) or delivered (the transport raised) is replaced by a
-        `provider-error` result, sent once; never raises.
-        """
-        fallback = error_result(kind, rid, NapError(ErrorCode.PROVIDER_ERROR))
-        envelope: dict[str, Any] | None = None
-        try:
-            envelope = build()
-        except Exception:
-            log.exception("building a result failed")
-        if envelope is not None and self._send(endpoint, envelope):
-            return
-        already_fallback = envelope is not None and envelope.get("error") == fallback["error"]
-        if not already_fallback and self._send(endpoint, fallback):
-            return
-        log.error("a result could not be delivered")
-
-    def _cancel(self, endpoint: _Endpoint, msg: Cancel) -> None:
-        gen = endpoint.generations.get(msg.request_id)
-        if gen is None or not gen.life.can(GenEvent.SETTLE):
-            self._send(endpoint, cancel_result(msg.id, False))
-            return
-        self._settle(gen, NapError(ErrorCode.CANCELLED))
-        self._send(endpoint, cancel_result(msg.id, True))
-
     # -- connection changes -------------------------------------------------------------
 
     def _connection_changed(self, connection_id: str, change: str) -> None:
@@ -647,14 +424,7 @@ class Shell:
             return
         self._selections.forget_connection(connection_id)
         self._grants.forget_connection(connection_id)
-        for endpoint in self._endpoints.values():
-            for gen in list(endpoint.generations.values()):
-                if gen.connection_id != connection_id:
-                    continue
-                if gen.life.delivering:  # submitted: the provider has it
-                    self._settle(gen, NapError(ErrorCode.CANCELLED))
-                else:
-                    self._settle(gen, NapError(ErrorCode.SELECTION_EXPIRED))
+        self._generations.connection_removed(connection_id)
 
     def _refresh_choosers(self) -> None:
         """Every open chooser offers the connections that fit now.

@@ -24,10 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from .connection_records import Connection
 from .kinds import model_display_name
 from .providers.base import Provider
 from .records import (
-    Connection,
     GenerationRequest,
     ImagePart,
     Requirements,
@@ -275,7 +275,7 @@ class TimerHandle(Protocol):
 
 
 class Clock(Protocol):
-    """Time for deadlines (seconds)."""
+    """Time for deadlines and delta coalescing (seconds): timers only."""
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
         """Run `callback` after `delay` seconds."""

@@ -10,11 +10,13 @@ Rules
   when an envelope is *sent*, so coalescing never leaves a gap.
 - Deltas are optional and postMessage has no backpressure, so pending
   fragments are coalesced: events are queued, and a flush happens at most
-  once per `interval_s` (the first immediately). Adjacent `delta` events of
-  the same block still pending are merged by concatenation: a slow consumer
-  gets fewer, larger deltas and never loses text (NAP-LLM, Wire Protocol:
-  "Slow consumers may receive fewer, larger deltas; the runtime MUST NOT
-  silently drop text").
+  once per `interval_s` (the first immediately). Time is the shell's
+  `Clock` port (its timers only): the stream itself does no I/O and reads
+  no clock, so the product's coalescing runs unchanged under a test clock.
+  Adjacent `delta` events of the same block still pending are merged by
+  concatenation: a slow consumer gets fewer, larger deltas and never
+  loses text (NAP-LLM, Wire Protocol: "Slow consumers may receive fewer,
+  larger deltas; the runtime MUST NOT silently drop text").
 - `finish()` flushes what is pending and closes the stream before the
   terminal result of a successful generation; `abort()` discards what is
   pending (after the last sent sequence, so no gap) before an error,
@@ -39,12 +41,15 @@ Text from providers (one rule for every provider and engine path)
 
 from __future__ import annotations
 
-import asyncio
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from .wire import delta_envelope
+
+if TYPE_CHECKING:
+    from .shell_ports import Clock, TimerHandle
 
 BlockKind = Literal["text", "thinking", "toolCall"]
 
@@ -107,32 +112,58 @@ class SurrogateJoiner:
         self._held = ""
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
+    """One queued block event; the attributes are the Delta record's names, so
+    `wire.delta_envelope` builds its envelope when it is sent."""
+
     event: Literal["start", "delta", "end"]
     block: BlockKind
-    index: int
+    blockIndex: int
     text: str | None = None
+    toolCallId: str | None = None
+    name: str | None = None
+    requestId: str = ""
+    sequence: int = 0  # set when sent
+
+
+@dataclass(eq=False)
+class Block:
+    """One delta block of a generation: its kind, its text, where it stands.
+
+    The one record of a block's text (NAP-LLM, Delta): `fragments` is the
+    emit-ready text in order (surrogate pairs already joined), `sent` how
+    many of them went into the stream, `index` the `blockIndex` once the
+    block started (None before: a reader may hold fragments back until the
+    block may start), `ended` whether its `end` was queued. A toolCall block
+    carries `tool_call_id` and `name` for its `start`. Readers
+    (`translate.GenerationAssembler`) may keep more state in a subclass.
+    """
+
+    kind: BlockKind
+    fragments: list[str] = field(default_factory=list)
+    index: int | None = None
+    sent: int = 0
+    ended: bool = False
     tool_call_id: str | None = None
     name: str | None = None
 
-
-@dataclass
-class _Block:
-    kind: BlockKind
-    state: Literal["open", "ended"] = "open"
-    fragments: list[str] = field(default_factory=list)
-
     @property
     def text(self) -> str:
+        """The block's text so far."""
         return "".join(self.fragments)
 
 
 class DeltaStream:
     """Block lifecycle, sequence numbers and coalescing for one generation.
 
-    `send(envelope)` delivers one `llm.delta` envelope (a dict). `interval_s`
-    is the minimum time between flushes (0 sends every event at once).
+    `send(envelope)` delivers one `llm.delta` envelope (a dict, built by
+    `wire.delta_envelope`). `interval_s` is the minimum time between flushes
+    (0 sends every event at once); above 0 the stream needs `clock` (the
+    shell's `shell_ports.Clock`): its timers are the only time the stream
+    knows, so the coalescing runs the same under a test clock. Does no I/O
+    of its own; raises `RuntimeError` on a lifecycle violation (module rules)
+    and `ValueError` for a positive interval without a clock.
     """
 
     def __init__(
@@ -141,17 +172,22 @@ class DeltaStream:
         send: Callable[[dict[str, Any]], None],
         *,
         interval_s: float = 0.0,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock | None = None,
     ) -> None:
+        if interval_s > 0 and clock is None:
+            raise ValueError("coalescing deltas needs a clock")
         self.request_id = request_id
         self._send = send
         self._interval = interval_s
-        self._monotonic = monotonic
-        self._blocks: list[_Block] = []
+        self._clock = clock
+        self._blocks: list[Block] = []
         self._pending: list[_Pending] = []
         self._sequence = 0
-        self._last_flush: float | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        # After each flush the stream cools down for one interval: events
+        # queued meanwhile wait for the cool-down's end, which flushes them
+        # (and starts another). A lone start waits on its own timer instead.
+        self._cooling: TimerHandle | None = None
+        self._waiting: TimerHandle | None = None
         self._closed = False
 
     # -- building blocks --------------------------------------------------
@@ -160,17 +196,29 @@ class DeltaStream:
         self, kind: BlockKind, *, tool_call_id: str | None = None, name: str | None = None
     ) -> int:
         """Open a new block; returns its `blockIndex` (0, 1, 2, ... in start order)."""
-        if (kind == "toolCall") != (tool_call_id is not None and name is not None):
+        return self.begin(Block(kind, tool_call_id=tool_call_id, name=name))
+
+    def begin(self, block: Block) -> int:
+        """Start `block` (a record its reader made); returns its `blockIndex`.
+
+        The fragments it already holds are queued right after its start.
+        """
+        kind = block.kind
+        if (kind == "toolCall") != (block.tool_call_id is not None and block.name is not None):
             raise RuntimeError("toolCall blocks start with an id and a name, others without")
-        index = len(self._blocks)
-        self._blocks.append(_Block(kind))
+        if block.index is not None:
+            raise RuntimeError("block already started")
+        block.index = len(self._blocks)
+        self._blocks.append(block)
         # A start waits (at most one interval) for its first fragment, so the
         # first text reaches the napplet with its start instead of one
         # interval later.
         self._queue(
-            _Pending("start", kind, index, tool_call_id=tool_call_id, name=name), urgent=False
+            _Pending("start", kind, block.index, toolCallId=block.tool_call_id, name=block.name),
+            urgent=False,
         )
-        return index
+        self.push(block)
+        return block.index
 
     def append(self, index: int, text: str) -> None:
         """Add a fragment to an open block (empty fragments are skipped)."""
@@ -178,19 +226,33 @@ class DeltaStream:
         if not text:
             return
         block.fragments.append(text)
-        last = next((p for p in reversed(self._pending) if p.index == index), None)
-        if last is not None and last.event == "delta":
-            # Coalesce with this block's unsent fragment; other blocks' events
-            # may sit in between, which is fine because order only matters
-            # within a block.
-            last.text = (last.text or "") + text
-        else:
-            self._queue(_Pending("delta", block.kind, index, text=text))
+        self.push(block)
+
+    def push(self, block: Block) -> None:
+        """Queue the fragments of a started, open `block` not yet sent."""
+        if block.sent == len(block.fragments):
+            return
+        if block.index is None:
+            raise RuntimeError("block not started")
+        self._open_block(block.index)
+        while block.sent < len(block.fragments):
+            text = block.fragments[block.sent]
+            block.sent += 1
+            if not text:
+                continue
+            last = next((p for p in reversed(self._pending) if p.blockIndex == block.index), None)
+            if last is not None and last.event == "delta":
+                # Coalesce with this block's unsent fragment; other blocks'
+                # events may sit in between, which is fine because order
+                # only matters within a block.
+                last.text = (last.text or "") + text
+            else:
+                self._queue(_Pending("delta", block.kind, block.index, text=text))
 
     def end(self, index: int) -> None:
         """Close an open block."""
         block = self._open_block(index)
-        block.state = "ended"
+        block.ended = True
         self._queue(_Pending("end", block.kind, index))
 
     def block_text(self, index: int) -> str:
@@ -199,18 +261,18 @@ class DeltaStream:
 
     def is_open(self, index: int) -> bool:
         """Whether block `index` has started and not ended."""
-        return self._blocks[index].state == "open"
+        return not self._blocks[index].ended
 
     @property
     def sent(self) -> int:
         """How many delta envelopes were sent (the next sequence number)."""
         return self._sequence
 
-    def _open_block(self, index: int) -> _Block:
+    def _open_block(self, index: int) -> Block:
         if not 0 <= index < len(self._blocks):
             raise RuntimeError("unknown block")
         block = self._blocks[index]
-        if block.state != "open":
+        if block.ended:
             raise RuntimeError("block already ended")
         return block
 
@@ -220,59 +282,38 @@ class DeltaStream:
         if self._closed:
             raise RuntimeError("delta stream closed")
         self._pending.append(item)
-        self._maybe_flush(urgent)
+        if self._clock is None or self._interval <= 0:
+            self.flush()
+        elif self._cooling is not None:
+            return  # the cool-down's end flushes it
+        elif urgent:
+            self.flush()
+        elif self._waiting is None:
+            self._waiting = self._clock.call_later(self._interval, self._waited)
 
-    def _maybe_flush(self, urgent: bool = True) -> None:
-        now = self._monotonic()
-        due = self._last_flush is None or now - self._last_flush >= self._interval
-        if self._interval == 0 or (due and urgent):
-            self.flush()
-            return
-        if self._timer is not None:
-            return
-        if due or self._last_flush is None:
-            delay = self._interval  # a lone start waits one interval for its fragment
-        else:
-            delay = self._interval - (now - self._last_flush)
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self.flush()
-            return
-        self._timer = loop.call_later(delay, self._on_timer)
+    def _waited(self) -> None:
+        self._waiting = None
+        self.flush()
 
-    def _on_timer(self) -> None:
-        self._timer = None
-        if not self._closed:
-            self.flush()
+    def _cooled(self) -> None:
+        self._cooling = None
+        self.flush()  # what queued meanwhile; cools down again if anything went
 
     def flush(self) -> None:
         """Send everything pending now, numbering envelopes contiguously."""
         if self._closed or not self._pending:
             return
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._waiting is not None:
+            self._waiting.cancel()
+            self._waiting = None
         pending, self._pending = self._pending, []
-        self._last_flush = self._monotonic()
+        if self._clock is not None and self._interval > 0 and self._cooling is None:
+            self._cooling = self._clock.call_later(self._interval, self._cooled)
         for item in pending:
-            # Built as a dict on this hot path (one per streamed fragment); the
-            # shape is exactly `records.Delta`'s, which tests check against it.
-            envelope: dict[str, Any] = {
-                "type": "llm.delta",
-                "requestId": self.request_id,
-                "sequence": self._sequence,
-                "event": item.event,
-                "block": item.block,
-                "blockIndex": item.index,
-            }
-            if item.event == "delta":
-                envelope["text"] = item.text
-            elif item.event == "start" and item.block == "toolCall":
-                envelope["toolCallId"] = item.tool_call_id
-                envelope["name"] = item.name
+            item.requestId = self.request_id
+            item.sequence = self._sequence
             self._sequence += 1
-            self._send(envelope)
+            self._send(delta_envelope(item))
 
     def finish(self) -> None:
         """Flush and close: call right before a successful terminal result."""
@@ -286,6 +327,7 @@ class DeltaStream:
 
     def _close(self) -> None:
         self._closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        for timer in (self._cooling, self._waiting):
+            if timer is not None:
+                timer.cancel()
+        self._cooling = self._waiting = None

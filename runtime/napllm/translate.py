@@ -21,45 +21,26 @@ LMSP -> NAP (`GenerationAssembler`; NAP-LLM, Generation, Delta, Tool)
   `toolCall` blocks whose `start` carries the call id (synthesised once when
   the provider gives none, then reused in deltas and result) and name,
   reasoning summaries -> `thinking` blocks.
-- `completed` -> `stop`, or `toolUse` when any function call completed,
-  whatever the provider's stop label. Completed calls must have arguments
-  parsing to a JSON object and a name in the current tools, and must obey
-  the tool choice (`none`: no call; `required`: at least one; named: at least
-  one, all that name); otherwise `provider-error`. Without current tools, no
-  new call is accepted. `format: json` stop output must parse as a JSON
-  object.
-- `incomplete` with `max_output_tokens` -> `length`; `content_filter` or a
-  refusal part -> `refusal`. Truncated and refused results keep their text
-  and thinking but carry no toolCall parts.
-- The result follows `output_index`, and the delta blocks start in that
-  order too (a later item waits until every earlier one has started or
-  completed), so `blockIndex` is the index in `content` even when items
-  complete out of order; replays then keep the provider's order.
-- Text fragments pass through `streaming.SurrogateJoiner` (split UTF-16
-  pairs joined, unpaired halves U+FFFD). Completed arguments and call ids
-  with a lone surrogate, and arguments or `format: json` answers that fail
-  the strict reader (`jsontext.read_json`: NaN, 1e400, unsafe integers,
-  duplicate keys, nesting over `DEFAULT_MAX_DEPTH`), are `provider-error`.
-- `failed`, `cancelled` (not asked by us), `error`, a stream that ends
-  without a final event, an item never completed, a delta for an unknown
-  item, or text deltas contradicting the completed item -> `provider-error`.
-  Messages are the fixed safe ones; no provider text is echoed.
+- Two halves, each with its module's rules: `output_order.OutputOrder`
+  reads the output items (delta blocks in `output_index` order, so
+  `blockIndex` is the index in `content`; surrogate pairs joined; each
+  item checked against what was streamed), and `output_result` builds the
+  terminal result (finish normalisation: `stop`, `toolUse`, `length`,
+  `refusal`; tool calls against the current tools and the tool choice;
+  `format: json`; usage).
+- Everything the provider got wrong is `provider-error` with the fixed safe
+  message; no provider text is echoed.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import ValidationError
-
-from .errors import ErrorCode, NapError, unsupported
-from .jsontext import JsonTextError, read_json
+from .connection_records import Capabilities
+from .errors import unsupported
 from .lmsp import (
     FunctionCallIn,
-    FunctionCallItem,
     FunctionCallOutputIn,
     FunctionTool,
     InputImage,
@@ -67,33 +48,24 @@ from .lmsp import (
     JsonSchemaSpec,
     LmspEvent,
     LmspRequest,
-    LmspUsage,
-    MessageItem,
     MessageItemIn,
     NamedToolChoice,
-    OutputText,
-    ReasoningItem,
-    Refusal,
     ResponseFormat,
-    SummaryText,
-    failure_from_problem,
-    parse_output_item,
-    parse_problem,
 )
+from .output_order import OutputOrder
+from .output_result import build_generation
+from .output_result import map_usage as map_usage  # part of this module's API
 from .records import (
-    Capabilities,
     Generation,
     GenerationRequest,
     ImagePart,
     Message,
-    OutputPart,
     TextPart,
     ThinkingPart,
     ToolCallPart,
     ToolChoice,
-    Usage,
 )
-from .streaming import BlockKind, DeltaStream, SurrogateJoiner, has_lone_surrogate, join_surrogates
+from .streaming import DeltaStream
 
 TOOL_FAILED_PREFIX = "Tool execution failed."
 
@@ -233,103 +205,26 @@ def _message_items(message: Message) -> list[Any]:
 # LMSP -> NAP
 
 
-def map_usage(raw: object) -> Usage | None:
-    """LMSP usage -> NAP-LLM Usage; `None` when absent or malformed."""
-    if not isinstance(raw, dict):
-        return None
-    try:
-        usage = LmspUsage.model_validate(raw)
-        data: dict[str, int] = {
-            "inputTokens": usage.input_tokens,
-            "outputTokens": usage.output_tokens,
-        }
-        if usage.input_tokens_details is not None:
-            if usage.input_tokens_details.cached_tokens is not None:
-                data["cacheReadTokens"] = usage.input_tokens_details.cached_tokens
-            if usage.input_tokens_details.cache_write_tokens is not None:
-                data["cacheWriteTokens"] = usage.input_tokens_details.cache_write_tokens
-        if (
-            usage.output_tokens_details is not None
-            and usage.output_tokens_details.reasoning_tokens is not None
-        ):
-            data["reasoningTokens"] = usage.output_tokens_details.reasoning_tokens
-        return Usage(**data)
-    except (ValidationError, TypeError):
-        return None
-
-
-def _fail(reason: str) -> NapError:
-    """`provider-error` with the fixed safe message; `reason` is for developers only."""
-    error = NapError(ErrorCode.PROVIDER_ERROR)
-    error.__notes__ = [reason]
-    return error
-
-
-@dataclass
-class _Block:
-    kind: BlockKind
-    index: int | None = None  # block index once started
-    text: list[str] = field(default_factory=list)  # emit-ready fragments
-    sent: int = 0  # how many of `text` went to the delta stream
-    final: str | None = None  # text / arguments of the completed item
-    done: bool = False
-    call_id: str | None = None
-    name: str | None = None
-    synthesized: bool = False
-    joiner: SurrogateJoiner = field(default_factory=SurrogateJoiner)
-
-
-@dataclass
-class _ItemBlocks:
-    """One LMSP output item being read and the NAP blocks it becomes."""
-
-    output_index: int
-    item_id: str | None
-    kind: Literal["message", "function_call", "reasoning", "other"]
-    blocks: list[_Block] = field(default_factory=list)
-    done: bool = False
-    refusal: bool = False
-
-
 class GenerationAssembler:
     """Assemble a NAP-LLM Generation from the LMSP events of one response.
 
-    Streams the deltas on the way and builds the terminal result.
+    Streams the deltas on the way (`output_order.OutputOrder`: output
+    order, surrogates, the checks of each item) and builds the terminal
+    result (`output_result.build_generation`: finish, tool calls, tool
+    choice, JSON output, usage).
 
-    `feed(event)` returns `True` once a terminal event was handled. When
-    the stream has ended, `finish()` returns the Generation or raises
-    `NapError`: without a terminal event it raises `provider-error` (missing
-    completion marker). `feed` raises `NapError` as soon as the output is
-    known to be invalid.
-
-    Order: output items may complete out of order (a function call done
-    before the message that precedes it). The result follows `output_index`,
-    and so do the delta blocks: an item's block starts only once every item
-    with a lower `output_index` has started its block or completed (until
-    then its fragments are buffered), so each `blockIndex` is the block's
-    index in the result's `content` (NAP-LLM, Delta) while blocks already
-    started still interleave. An item added below one whose block already
-    started is `provider-error`.
-    Text: fragments pass through a `streaming.SurrogateJoiner` per block,
-    so split UTF-16 pairs are joined and lone surrogates become U+FFFD;
-    completed tool-call arguments holding a lone surrogate, and call ids
-    that are not valid Unicode, are `provider-error`. A toolCall block starts
-    only when its name is one of the current tools (an unknown name is never
-    streamed; it fails the completed result).
+    `feed(event)` returns `True` once a terminal event was handled; it
+    raises `NapError` as soon as the output is known to be invalid. When the
+    stream has ended, `finish()` returns the Generation or raises: `NapError`
+    (`provider-error`, e.g. a missing completion marker), or the provider's
+    own `ProviderFailure` for a `response.failed` or `error` event, so that
+    the shell keeps its detail for the developer log and shows its hint.
     """
 
     def __init__(self, request: GenerationRequest, stream: DeltaStream) -> None:
         self._request = request
-        self._stream = stream
-        self._items: dict[int, _ItemBlocks] = {}
-        self._by_id: dict[str, _ItemBlocks] = {}
-        self._order: list[_Block] = []  # started blocks, by block index
-        self._usage: Usage | None = None
+        self._order = OutputOrder(stream, {t.name for t in request.active_tools})
         self._terminal: tuple[str, dict[str, Any]] | None = None
-        self._tool_names = {t.name for t in request.active_tools}
-        self._held_back = False  # a ready block waits for an earlier item
-
-    # -- events ----------------------------------------------------------------
 
     def feed(self, event: LmspEvent) -> bool:
         """Handle one event; unknown event types are ignored (LMSP 6.3)."""
@@ -338,357 +233,24 @@ class GenerationAssembler:
         data = event.data
         name = event.event
         if name == "response.output_item.added":
-            self._added(data)
+            self._order.added(data)
         elif name == "response.output_text.delta":
-            item = self._lookup(data)
-            self._text_delta(item, "text", data.get("delta"))
+            self._order.text_delta(data, "text")
         elif name == "response.reasoning_summary_text.delta":
-            item = self._lookup(data)
-            self._text_delta(item, "thinking", data.get("delta"))
+            self._order.text_delta(data, "thinking")
         elif name == "response.refusal.delta":
-            self._lookup(data).refusal = True
+            self._order.refusal(data)
         elif name == "response.function_call_arguments.delta":
-            self._arguments_delta(self._lookup(data), data.get("delta"))
+            self._order.arguments_delta(data)
         elif name == "response.output_item.done":
-            self._done(data)
+            self._order.done(data)
         elif event.terminal:
             self._terminal = (name, data)
-            self._usage = map_usage(data.get("usage"))
             return True
         return False
 
-    def _index_of(self, data: dict[str, Any]) -> int:
-        index = data.get("output_index")
-        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
-            raise _fail("output_index missing")
-        return index
-
-    def _added(self, data: dict[str, Any]) -> None:
-        raw = data.get("item")
-        if not isinstance(raw, dict):
-            raise _fail("added item is not an object")
-        index = self._index_of(data)
-        if index in self._items:
-            raise _fail("output_index reused")
-        if any(
-            block.index is not None
-            for later, other in self._items.items()
-            if later > index
-            for block in other.blocks
-        ):
-            raise _fail("output item added below one already streaming")
-        kind_raw = raw.get("type")
-        kind: Literal["message", "function_call", "reasoning", "other"] = (
-            kind_raw if kind_raw in ("message", "function_call", "reasoning") else "other"
-        )
-        item_id = raw.get("id") if isinstance(raw.get("id"), str) else None
-        item = _ItemBlocks(index, item_id, kind)
-        self._items[index] = item
-        if item_id:
-            self._by_id[item_id] = item
-        if kind == "function_call":
-            name = raw.get("name")
-            call_id = raw.get("call_id")
-            block = _Block("toolCall")
-            if isinstance(call_id, str) and call_id:
-                if has_lone_surrogate(call_id):
-                    raise _fail("call id is not valid Unicode")
-                block.call_id = call_id
-            else:
-                block.call_id = _synth_call_id()
-                block.synthesized = True
-            item.blocks.append(block)
-            if isinstance(name, str) and name:
-                block.name = name
-                self._sync(item, block)
-
-    def _lookup(self, data: dict[str, Any]) -> _ItemBlocks:
-        item_id = data.get("item_id")
-        if isinstance(item_id, str) and item_id in self._by_id:
-            return self._by_id[item_id]
-        index = data.get("output_index")
-        if isinstance(index, int) and index in self._items:
-            return self._items[index]
-        raise _fail("delta for an unknown item")
-
-    # -- streaming in output order ---------------------------------------------
-
-    @staticmethod
-    def _settled_order(item: _ItemBlocks) -> bool:
-        """Whether `item`'s place among the blocks is fixed (started or completed)."""
-        return item.done or any(block.index is not None for block in item.blocks)
-
-    def _streamable(self, item: _ItemBlocks) -> bool:
-        """Every item before `item` (by output_index) has started or completed."""
-        return all(
-            self._settled_order(other)
-            for index, other in self._items.items()
-            if index < item.output_index
-        )
-
-    def _ready(self, block: _Block) -> bool:
-        if block.kind == "toolCall":
-            return block.name is not None and block.name in self._tool_names
-        return bool(block.text)
-
-    def _sync(self, item: _ItemBlocks, block: _Block) -> None:
-        """Start `block` when it may, send its unsent fragments, end it when done."""
-        if block.index is None:
-            if not self._ready(block):
-                return
-            if not self._streamable(item):
-                self._held_back = True
-                return
-            block.index = self._stream.start(
-                block.kind,
-                tool_call_id=block.call_id if block.kind == "toolCall" else None,
-                name=block.name if block.kind == "toolCall" else None,
-            )
-            self._order.append(block)
-            if self._held_back:
-                self._held_back = False
-                self._pump()
-        while block.sent < len(block.text):
-            self._stream.append(block.index, block.text[block.sent])
-            block.sent += 1
-        if block.done and self._stream.is_open(block.index):
-            self._stream.end(block.index)
-
-    def _pump(self) -> None:
-        """Sync every item in output order, up to the first one neither started nor done."""
-        for index in sorted(self._items):
-            item = self._items[index]
-            for block in item.blocks:
-                self._sync(item, block)
-            if not self._settled_order(item):
-                return
-
-    # -- deltas --------------------------------------------------------------------
-
-    def _text_delta(self, item: _ItemBlocks, kind: BlockKind, delta: object) -> None:
-        if not isinstance(delta, str):
-            raise _fail("delta is not text")
-        if item.done:
-            raise _fail("delta after the item completed")
-        expected = "message" if kind == "text" else "reasoning"
-        if item.kind != expected:
-            raise _fail("delta kind does not match the item")
-        if not item.blocks or item.blocks[-1].kind != kind:
-            item.blocks.append(_Block(kind))
-        block = item.blocks[-1]
-        if not delta:
-            return
-        piece = block.joiner.feed(delta)
-        if piece:
-            block.text.append(piece)
-            self._sync(item, block)
-
-    def _arguments_delta(self, item: _ItemBlocks, delta: object) -> None:
-        if not isinstance(delta, str):
-            raise _fail("arguments delta is not text")
-        if item.kind != "function_call" or item.done:
-            raise _fail("arguments delta for a non-call item")
-        block = item.blocks[0]
-        piece = block.joiner.feed(delta)
-        if piece:
-            block.text.append(piece)
-            self._sync(item, block)
-
-    def _done(self, data: dict[str, Any]) -> None:
-        index = self._index_of(data)
-        raw = data.get("item")
-        item = self._items.get(index)
-        if item is None:
-            # an item completed without being added first: treat as both
-            self._added(data)
-            item = self._items[index]
-        if item.done:
-            raise _fail("item completed twice")
-        try:
-            parsed = parse_output_item(raw)
-        except ValueError as exc:
-            raise _fail("malformed completed item") from exc
-        if isinstance(parsed, MessageItem):
-            text = "".join(p.text for p in parsed.content if isinstance(p, OutputText))
-            if any(isinstance(p, Refusal) for p in parsed.content):
-                item.refusal = True
-            self._complete_text(item, "text", text)
-        elif isinstance(parsed, ReasoningItem):
-            text = "".join(p.text for p in parsed.summary if isinstance(p, SummaryText))
-            self._complete_text(item, "thinking", text)
-        elif isinstance(parsed, FunctionCallItem):
-            self._complete_call(item, parsed)
-        # unknown item types are ignored
-        item.done = True
-        self._pump()
-
-    def _complete_call(self, item: _ItemBlocks, parsed: FunctionCallItem) -> None:
-        block = item.blocks[0] if item.blocks else None
-        if block is None or block.kind != "toolCall":
-            raise _fail("function call completed for a non-call item")
-        if parsed.call_id and block.call_id != parsed.call_id:
-            if has_lone_surrogate(parsed.call_id):
-                raise _fail("call id is not valid Unicode")
-            if block.index is None:
-                block.call_id = parsed.call_id
-                block.synthesized = False
-            elif not block.synthesized:
-                raise _fail("call id changed after the call started")
-            # else: the id synthesised at start stays, so deltas and
-            # result agree (NAP-LLM, Message: synthesised ids are stable)
-        if block.name is None:
-            block.name = parsed.name
-        elif block.name != parsed.name:
-            raise _fail("tool name changed after the call started")
-        arguments = join_surrogates(parsed.arguments, replace=False)
-        if has_lone_surrogate(arguments):
-            raise _fail("tool call arguments hold a lone surrogate")
-        block.joiner.discard()
-        streamed = "".join(block.text)
-        if not streamed:
-            block.text.append(arguments)
-        elif streamed != arguments and _loads(streamed) != _loads(arguments):
-            raise _fail("streamed arguments differ from the completed call")
-        block.final = arguments
-        block.done = True
-
-    def _complete_text(self, item: _ItemBlocks, kind: BlockKind, final: str) -> None:
-        final = join_surrogates(final)
-        blocks = [b for b in item.blocks if b.kind == kind]
-        if not blocks:
-            if not final:
-                return
-            blocks = [_Block(kind)]
-            item.blocks.append(blocks[0])
-        streamed = "".join("".join(b.text) for b in blocks)
-        if streamed != final:
-            if not final.startswith(streamed):
-                raise _fail("streamed text differs from the completed item")
-            blocks[-1].text.append(final[len(streamed) :])
-        for block in blocks:
-            block.joiner.discard()  # the completed text holds the whole pair
-            block.final = "".join(block.text)
-            block.done = True
-
-    # -- the terminal result -----------------------------------------------------
-
     def finish(self) -> Generation:
-        """Build the Generation after the stream ended.
-
-        Raises `NapError` when the stream broke the LMSP rules, and the
-        provider's own `ProviderFailure` for a `response.failed` or `error`
-        event, so that the shell keeps its detail for the developer log and
-        shows its hint, as for a failure raised by the provider itself.
-        """
-        if self._terminal is None:
-            raise _fail("stream ended without a final event")
-        name, data = self._terminal
-        if name == "response.completed":
-            return self._completed()
-        if name == "response.incomplete":
-            details = data.get("incomplete_details")
-            reason = details.get("reason") if isinstance(details, dict) else None
-            refusal = reason == "content_filter" or any(i.refusal for i in self._items.values())
-            return self._partial("refusal" if refusal else "length")
-        if name == "response.failed" or name == "error":
-            problem = parse_problem(data.get("error"))
-            raise failure_from_problem(None, problem)
-        raise _fail(f"terminal event {name}")
-
-    def _blocks_in_order(self) -> list[_Block]:
-        return [block for index in sorted(self._items) for block in self._items[index].blocks]
-
-    def _partial(self, finish: Literal["length", "refusal"]) -> Generation:
-        parts: list[OutputPart] = []
-        for block in self._blocks_in_order():
-            if block.kind == "toolCall":
-                continue  # toolCall parts never survive truncation or refusal
-            if not block.done:
-                rest = block.joiner.flush()  # a half pair that never completed
-                if rest:
-                    block.text.append(rest)
-                    if block.index is not None:
-                        self._sync(self._items[self._item_of(block)], block)
-            text = "".join(block.text)
-            if block.kind == "text" and text:
-                parts.append(TextPart(type="text", text=text))
-            elif block.kind == "thinking" and text:
-                parts.append(ThinkingPart(type="thinking", text=text))
-        return Generation(content=parts, finish=finish, usage=self._usage)
-
-    def _item_of(self, block: _Block) -> int:
-        for index, item in self._items.items():
-            if block in item.blocks:
-                return index
-        raise _fail("block without an item")
-
-    def _completed(self) -> Generation:
-        if any(not item.done for item in self._items.values()):
-            raise _fail("an output item never completed")
-        if any(item.refusal for item in self._items.values()):
-            return self._partial("refusal")
-        self._pump()
-        parts: list[OutputPart] = []
-        calls: list[ToolCallPart] = []
-        for block in self._blocks_in_order():
-            if block.kind == "toolCall":
-                call = self._checked_call(block)
-                calls.append(call)
-                parts.append(call)
-            elif block.index is None:
-                continue  # a message or summary that never had text
-            elif block.kind == "text":
-                parts.append(TextPart(type="text", text=block.final or ""))
-            else:
-                parts.append(ThinkingPart(type="thinking", text=block.final or ""))
-        self._check_choice(calls)
-        if calls:
-            return Generation(content=parts, finish="toolUse", usage=self._usage)
-        if self._request.output_format == "json":
-            text = "".join(p.text for p in parts if isinstance(p, TextPart))
-            if not isinstance(_loads(text), dict):
-                raise _fail("format json output is not a JSON object")
-        return Generation(content=parts, finish="stop", usage=self._usage)
-
-    def _checked_call(self, block: _Block) -> ToolCallPart:
-        if not self._tool_names:
-            raise _fail("tool call without current tools")
-        if block.name not in self._tool_names:
-            raise _fail("tool call names an unknown tool")
-        arguments = _loads(block.final or "")
-        if not isinstance(arguments, dict):
-            raise _fail("tool call arguments are not a strict JSON object")
-        assert block.call_id is not None and block.name is not None
-        return ToolCallPart(
-            type="toolCall", toolCallId=block.call_id, name=block.name, arguments=arguments
+        """Build the Generation after the stream ended (see the class)."""
+        return build_generation(
+            self._order, self._request, tool_choice_mode(self._request), self._terminal
         )
-
-    def _check_choice(self, calls: list[ToolCallPart]) -> None:
-        mode = tool_choice_mode(self._request)
-        if mode == "none" and calls:
-            raise _fail("tool call despite toolChoice none")
-        if mode == "required" and not calls:
-            raise _fail("no tool call despite toolChoice required")
-        if mode == "tool":
-            choice = self._request.toolChoice
-            assert isinstance(choice, ToolChoice)
-            if not calls or any(c.name != choice.name for c in calls):
-                raise _fail("forced tool not called as required")
-
-
-_INVALID = object()
-
-
-def _loads(text: str) -> Any:
-    """Parse provider JSON with the strict reader; a sentinel (never equal to a
-    JSON value) when it fails (`jsontext.read_json`: RFC 8259, finite doubles,
-    safe integers, no lone surrogates, depth at most `DEFAULT_MAX_DEPTH`)."""
-    try:
-        return read_json(text)
-    except JsonTextError:
-        return _INVALID
-
-
-def _synth_call_id() -> str:
-    """A fresh call id for a provider that gave none (NAP-LLM, Message)."""
-    return "call_" + secrets.token_hex(12)

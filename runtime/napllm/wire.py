@@ -42,13 +42,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import ErrorCode, NapError, invalid
 from .jsontext import DEFAULT_MAX_DEPTH, read_json
 
 if TYPE_CHECKING:  # outgoing envelopes only call the records' own `to_json`
-    from .records import Delta, Generation
+    from .records import Generation
 
 MAX_ID_LENGTH = 256
 #: Deepest accepted envelope nesting (objects and arrays; see module rules).
@@ -243,6 +243,50 @@ def cancel_result(rid: str, cancelled: bool) -> dict[str, Any]:
     return {"type": "llm.cancel.result", "id": rid, "cancelled": cancelled}
 
 
-def delta_envelope(delta: Delta) -> dict[str, Any]:
-    """`llm.delta` with the Delta fields (no `id`)."""
-    return {"type": "llm.delta", **delta.to_json()}
+class DeltaFields(Protocol):
+    """What `delta_envelope` reads: the `records.Delta` record's fields.
+
+    A `records.Delta` has them, and so has the delta stream's queued event
+    (`streaming.DeltaStream`), which builds one envelope per sent event
+    without validating a record on that hot path.
+    """
+
+    @property
+    def requestId(self) -> str: ...
+    @property
+    def sequence(self) -> int: ...
+    @property
+    def event(self) -> str: ...
+    @property
+    def block(self) -> str: ...
+    @property
+    def blockIndex(self) -> int: ...
+    @property
+    def text(self) -> str | None: ...
+    @property
+    def toolCallId(self) -> str | None: ...
+    @property
+    def name(self) -> str | None: ...
+
+
+def delta_envelope(delta: DeltaFields) -> dict[str, Any]:
+    """`llm.delta` with the Delta fields (no `id`; NAP-LLM, Delta).
+
+    Exactly `records.Delta`'s JSON shape, in its field order: `text` only on
+    a `delta` event, `toolCallId` and `name` only on a toolCall `start`. The
+    only builder of delta envelopes.
+    """
+    envelope: dict[str, Any] = {
+        "type": "llm.delta",
+        "requestId": delta.requestId,
+        "sequence": delta.sequence,
+        "event": delta.event,
+        "block": delta.block,
+        "blockIndex": delta.blockIndex,
+    }
+    if delta.event == "delta":
+        envelope["text"] = delta.text
+    elif delta.event == "start" and delta.block == "toolCall":
+        envelope["toolCallId"] = delta.toolCallId
+        envelope["name"] = delta.name
+    return envelope

@@ -3,7 +3,7 @@
 `Harness` wires the shell to recording ports: a transport that keeps every
 envelope per endpoint, a chooser and a consent dialog whose answers the test
 scripts (or holds open until released), a fixture provider per connection,
-and a manual clock for deadlines.
+and a manual clock for deadlines and delta coalescing.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fixtures import user
+from napllm.connection_records import Capabilities, Connection
 from napllm.connections import ConnectionRegistry
 from napllm.providers.fixture import FixtureProvider
-from napllm.records import Capabilities, Connection
 from napllm.shell import (
     ChoicePick,
     ChoiceRequest,

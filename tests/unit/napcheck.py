@@ -25,8 +25,8 @@ from typing import Any
 from harness import Harness
 
 import envelope_rules
+from napllm.connection_records import Capabilities
 from napllm.errors import SAFE_MESSAGES, ErrorCode
-from napllm.records import Capabilities
 from napllm.shell import ShellPolicy
 
 

@@ -52,6 +52,7 @@ from conformance_cases import (
     user,
 )
 from fixtures import WEATHER_TOOL
+from napllm.connection_records import Capabilities
 from napllm.errors import SAFE_MESSAGES, ErrorCode
 from napllm.lmsp import FunctionCallIn, FunctionCallOutputIn, LmspEvent, MessageItemIn
 from napllm.providers.fixture import (
@@ -64,7 +65,6 @@ from napllm.providers.fixture import (
     text_script,
     tool_call_script,
 )
-from napllm.records import Capabilities
 from napllm.shell import ChoicePick, ChoiceRequest
 from napllm.translate import TOOL_FAILED_PREFIX
 

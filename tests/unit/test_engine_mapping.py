@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from napllm.connection_records import Capabilities
 from napllm.errors import ErrorCode
 from napllm.lmsp import LmspRequest
 from napllm.providers.chat_stream import ChatStreamToLmsp
@@ -38,7 +39,6 @@ from napllm.providers.engine_webllm import (
     webllm_recommended,
     webllm_unavailable_reason,
 )
-from napllm.records import Capabilities
 
 FUNCTION_CALLING = ("Hermes-3-Llama-3.1-8B-q4f32_1-MLC", "Hermes-3-Llama-3.1-8B-q4f16_1-MLC")
 

@@ -19,6 +19,7 @@ from typing import Any, get_args
 
 import pytest
 
+from napllm.connection_records import Connection
 from napllm.errors import ErrorCode, ProviderFailure
 from napllm.kinds import FormKind, route_for
 from napllm.lmsp import LmspRequest
@@ -31,7 +32,6 @@ from napllm.providers.engine import (
 from napllm.providers.engine_onnx import ONNX, ONNX_HINTS, ONNX_TINYCHAT_ID
 from napllm.providers.engine_wasm import TINYCHAT_ID, WASM, tinychat_connection
 from napllm.providers.engine_webllm import WEBLLM
-from napllm.records import Connection
 
 SPECS: list[EngineSpec] = [WASM, WEBLLM, ONNX]
 

@@ -20,6 +20,7 @@ from harness import Harness, generate
 from napcheck import assert_safe_error, check_generation, ready, run
 
 from fixtures import WEATHER_TOOL
+from napllm import generations as generations_module
 from napllm import shell as shell_module
 from napllm.errors import ErrorCode
 from napllm.lmsp import LmspEvent
@@ -161,7 +162,7 @@ async def test_building_the_result_fails_gives_provider_error(
     def broken(rid: str, generation: Any) -> dict[str, Any]:
         raise ValueError("Maximum serialization depth exceeded")
 
-    monkeypatch.setattr(shell_module, "generation_result", broken)
+    monkeypatch.setattr(generations_module, "generation_result", broken)
     h, _fx, ep, handle = await ready()
     result = await run(h, ep, generate("g1", handle))
     assert_safe_error(result, ErrorCode.PROVIDER_ERROR)
@@ -198,7 +199,7 @@ async def test_transport_refusing_everything_never_raises_and_forgets_the_reques
     h.send(ep, generate("g1", handle))
     await h.settle()
     assert h.results(ep, "g1") == []
-    assert not h.shell._endpoints[ep].generations
+    assert not h.shell._generations.of(ep)
     h.transport.fail = lambda envelope: False  # type: ignore[attr-defined]
     await cancel_is_false(h, ep, "g1")
 

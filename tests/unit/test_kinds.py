@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from napllm.connection_records import Connection
 from napllm.connections import ConnectionSpec, capabilities_for_spec
 from napllm.kinds import (
     KINDS,
@@ -19,7 +20,6 @@ from napllm.kinds import (
     model_id_shown,
     route_for,
 )
-from napllm.records import Connection
 from napllm.shell import Disclosure, NappletIdentity
 
 ROUTES = [

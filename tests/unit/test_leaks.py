@@ -19,6 +19,7 @@ from harness import Harness, generate, user
 from napcheck import assert_not_leaked, assert_safe_error, check_generation, code, terminal
 
 from fixtures import WEATHER_TOOL
+from napllm.connection_records import Capabilities, Connection
 from napllm.connections import ConnectionRegistry
 from napllm.errors import SAFE_MESSAGES, ErrorCode, ProviderFailure
 from napllm.lmsp import LmspEvent
@@ -32,7 +33,6 @@ from napllm.providers.fixture import (
     text_script,
     tool_call_script,
 )
-from napllm.records import Capabilities, Connection
 from napllm.shell import ChoiceRequest, Disclosure, NappletIdentity
 
 API_KEY = "sk-live-9Z8Y7X6W5V4U3T2S1R0Q"

@@ -28,6 +28,7 @@ from napcheck import (
 )
 
 from fixtures import WEATHER_TOOL
+from napllm.connection_records import Capabilities, Connection
 from napllm.errors import SAFE_MESSAGES, ErrorCode
 from napllm.lmsp import FunctionCallOutputIn, LmspEvent, MessageItemIn
 from napllm.providers.fixture import (
@@ -40,7 +41,6 @@ from napllm.providers.fixture import (
     text_script,
     tool_call_script,
 )
-from napllm.records import Capabilities, Connection
 from napllm.shell import ChoicePick, ChoiceRequest, ConsentDecision, NappletIdentity, ShellPolicy
 from napllm.wire import Unclonable
 
@@ -615,6 +615,58 @@ async def test_no_delta_after_terminal_even_when_provider_continues() -> None:
     result = await generated(h, ep, generate("g1", handle))
     assert result["result"]["content"] == [{"type": "text", "text": "done"}]
     assert h.out(ep)[-1] is result
+
+
+async def test_the_shell_coalesces_deltas_on_its_clock() -> None:
+    """The product's coalescing under the test clock: a flush, then one per interval."""
+    clock = ManualClock()
+    h = Harness(policy=ShellPolicy(delta_interval_s=0.05), clock=clock)
+    h.connect()
+    ep = h.endpoint()
+    handle = await h.select(ep)
+    fragments: asyncio.Queue[str | None] = asyncio.Queue()
+
+    class Gated:
+        async def respond(self, request: Any) -> Any:
+            yield LmspEvent(event="response.created", data={"response_id": "r"})
+            item = {"id": "m", "type": "message", "role": "assistant", "content": []}
+            yield LmspEvent(
+                event="response.output_item.added", data={"output_index": 0, "item": item}
+            )
+            text = ""
+            while (fragment := await fragments.get()) is not None:
+                text += fragment
+                yield LmspEvent(
+                    event="response.output_text.delta", data={"item_id": "m", "delta": fragment}
+                )
+            done = {**item, "content": [{"type": "output_text", "text": text}]}
+            yield LmspEvent(
+                event="response.output_item.done", data={"output_index": 0, "item": done}
+            )
+            yield LmspEvent(event="response.completed", data={"response_id": "r"})
+
+    h.shell._providers = lambda connection: Gated()
+    h.send(ep, generate("g1", handle))
+
+    def texts() -> list[str | None]:
+        return [d.get("text") for d in h.deltas(ep, "g1")]
+
+    fragments.put_nowait("Hel")
+    await until(lambda: texts() == [None, "Hel"])  # the first goes at once, with its start
+    for fragment in ("lo", " wor", "ld"):
+        fragments.put_nowait(fragment)
+    await until(fragments.empty)
+    await asyncio.sleep(0)
+    assert texts() == [None, "Hel"]  # cooling down: held back, not lost
+    clock.advance(0.05)
+    assert texts() == [None, "Hel", "lo world"]  # one larger delta
+    fragments.put_nowait("!")
+    fragments.put_nowait(None)
+    await h.settle()
+    result = check_generation(h, ep, "g1")
+    assert result["result"]["content"] == [{"type": "text", "text": "Hello world!"}]
+    assert texts() == [None, "Hel", "lo world", "!", None]  # flushed before the result
+    assert [d["sequence"] for d in h.deltas(ep, "g1")] == list(range(5))
 
 
 async def test_slow_consumer_coalescing_drops_no_text() -> None:

@@ -6,22 +6,17 @@ import asyncio
 from typing import Any
 
 import pytest
+from harness import ManualClock
 
+from napllm.shell_ports import AsyncioClock
 from napllm.streaming import DeltaStream
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def make(interval: float = 0.0) -> tuple[DeltaStream, list[dict[str, Any]], Clock]:
+def make(interval: float = 0.0) -> tuple[DeltaStream, list[dict[str, Any]], ManualClock]:
+    """A stream on a test clock: setting `now` fires nothing, `advance` fires due timers."""
     sent: list[dict[str, Any]] = []
-    clock = Clock()
-    return DeltaStream("g1", sent.append, interval_s=interval, monotonic=clock), sent, clock
+    clock = ManualClock()
+    return DeltaStream("g1", sent.append, interval_s=interval, clock=clock), sent, clock
 
 
 def test_lifecycle_and_contiguous_sequence() -> None:
@@ -98,7 +93,7 @@ async def test_coalescing_skips_over_other_blocks_pending_events() -> None:
 
 async def test_timer_flushes_pending_fragments() -> None:
     sent: list[dict[str, Any]] = []
-    stream = DeltaStream("g1", sent.append, interval_s=0.01)
+    stream = DeltaStream("g1", sent.append, interval_s=0.01, clock=AsyncioClock())
     index = stream.start("text")
     stream.append(index, "a")
     stream.append(index, "b")
@@ -145,7 +140,7 @@ async def test_first_fragment_travels_with_its_start() -> None:
 
 async def test_a_lone_start_is_sent_within_one_interval() -> None:
     sent: list[dict[str, Any]] = []
-    stream = DeltaStream("g1", sent.append, interval_s=0.01)
+    stream = DeltaStream("g1", sent.append, interval_s=0.01, clock=AsyncioClock())
     stream.start("toolCall", tool_call_id="call_1", name="get_weather")
     assert sent == []
     await asyncio.sleep(0.05)
@@ -166,3 +161,27 @@ def test_envelopes_have_exactly_the_delta_record_shape() -> None:
     for envelope in sent:
         body = {k: v for k, v in envelope.items() if k != "type"}
         assert Delta.model_validate(body).to_json() == body
+
+
+def test_coalescing_runs_on_the_clock_it_is_given() -> None:
+    stream, sent, clock = make(interval=0.05)
+    index = stream.start("text")
+    stream.append(index, "a")
+    stream.append(index, "b")
+    stream.append(index, "c")
+    assert [d.get("text") for d in sent] == [None, "a"]
+    clock.advance(0.049)
+    assert len(sent) == 2  # still cooling down
+    clock.advance(0.001)
+    assert [d.get("text") for d in sent] == [None, "a", "bc"]
+    clock.advance(1.0)  # the next cool-down ends with nothing pending
+    stream.append(index, "d")  # so the next fragment goes at once
+    assert [d.get("text") for d in sent] == [None, "a", "bc", "d"]
+    stream.end(index)
+    stream.finish()
+    assert [d["sequence"] for d in sent] == list(range(5))
+
+
+def test_a_positive_interval_needs_a_clock() -> None:
+    with pytest.raises(ValueError):
+        DeltaStream("g1", lambda envelope: None, interval_s=0.01)

@@ -9,6 +9,7 @@ import pytest
 from harness import FULL_CAPS, PNG
 
 from fixtures import WEATHER_TOOL
+from napllm.connection_records import Capabilities
 from napllm.errors import ErrorCode, NapError, ProviderFailure
 from napllm.lmsp import LmspEvent, Problem, failure_from_problem
 from napllm.providers.fixture import (
@@ -19,7 +20,7 @@ from napllm.providers.fixture import (
     text_script,
     tool_call_script,
 )
-from napllm.records import Capabilities, GenerationRequest, parse_generation_request
+from napllm.records import GenerationRequest, parse_generation_request
 from napllm.streaming import DeltaStream
 from napllm.translate import (
     TOOL_FAILED_PREFIX,
