@@ -14,7 +14,9 @@ Rules (NAP-LLM, Schemas: "Unknown fields in these input records, explicit
   WebP signature): anything else is an invalid encoding.
 - Tool names match `^[A-Za-z0-9_-]{1,64}$` and are unique within `tools`;
   `parameters` has root `"type": "object"` and is a valid JSON Schema
-  2020-12 document (checked through `schema.default_validator()`); JSON
+  2020-12 document (checked through `schema.default_validator()`); the
+  tools of one request hold at most `schema.MAX_SCHEMA_SUBSCHEMAS`
+  subschemas together, counted before any is checked; JSON
   Schema keywords inside `parameters` are not unknown record fields, and
   `null` inside `parameters` or toolCall `arguments` is ordinary JSON.
 - Placement rules between records (toolResult adjacency, where `toolCall`,
@@ -55,7 +57,7 @@ from .connection_records import Capabilities as Capabilities
 from .connection_records import Connection as Connection
 from .connection_records import ToolChoiceMode as ToolChoiceMode
 from .errors import ErrorCode, NapError
-from .schema import default_validator
+from .schema import MAX_SCHEMA_SUBSCHEMAS, count_subschemas, default_validator
 
 NonEmptyText = Annotated[str, StringConstraints(min_length=1)]
 ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
@@ -205,6 +207,8 @@ class Tool(_Input):
             return value
         if value.get("type") != "object":
             raise ValueError('parameters needs root type "object"')
+        if count_subschemas(value) > MAX_SCHEMA_SUBSCHEMAS:
+            raise ValueError(f"parameters has more than {MAX_SCHEMA_SUBSCHEMAS} subschemas")
         if not default_validator().check_schema(value):
             raise ValueError("parameters is not a valid JSON Schema 2020-12 document")
         return value
@@ -240,6 +244,23 @@ class GenerationRequest(_Input):
     temperature: float | None = None
     tools: list[Tool] | None = None
     toolChoice: ToolChoiceValue | None = None
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _bounded_schemas(cls, value: Any) -> Any:
+        # Before any tool's schema is checked (the check costs time per subschema).
+        if isinstance(value, list):
+            total = 0
+            for tool in value:
+                params = tool.get("parameters") if isinstance(tool, dict) else None
+                if params is not None:
+                    total += count_subschemas(params, MAX_SCHEMA_SUBSCHEMAS - total)
+                if total > MAX_SCHEMA_SUBSCHEMAS:
+                    raise ValueError(
+                        f"the tools' parameters have more than {MAX_SCHEMA_SUBSCHEMAS} "
+                        "subschemas together"
+                    )
+        return value
 
     @field_validator("toolChoice", mode="before")
     @classmethod

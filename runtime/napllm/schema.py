@@ -29,9 +29,12 @@ from __future__ import annotations
 
 import functools
 import json
+from collections import OrderedDict
 from typing import Any, Protocol
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
+#: How many schema verdicts `JschonValidator` keeps (by canonical JSON text).
+CHECKED_SCHEMAS_KEPT = 64
 
 # 2020-12 keywords whose value is a schema, a list of schemas, or a map of schemas
 _ONE = frozenset(
@@ -83,6 +86,38 @@ def uses_other_dialect(schema: Any) -> bool:
                 return True
             children(node)
     return False
+
+
+#: Most subschemas (the root and every schema under an applicator keyword)
+#: one request's tool schemas may hold together. The page checks each
+#: against the 2020-12 metaschema with jschon on its only thread, before
+#: consent, at about 10 ms a subschema (measured: a schema of 1,000
+#: properties took 10 s); this bounds that work to about a second or two.
+MAX_SCHEMA_SUBSCHEMAS = 128
+
+
+def count_subschemas(schema: Any, limit: int = MAX_SCHEMA_SUBSCHEMAS) -> int:
+    """The subschemas of `schema`, counted up to `limit + 1` (then it stops).
+
+    Counts the root and every schema reached through the 2020-12 applicator
+    keywords (the walk of `uses_other_dialect`); iterative, so a deep
+    document costs no recursion. Never raises.
+    """
+    stack: list[Any] = [schema]
+    count = 0
+    while stack and count <= limit:
+        node = stack.pop()
+        count += 1
+        if not isinstance(node, dict):
+            continue
+        for key, value in node.items():
+            if key in _ONE:
+                stack.append(value)
+            elif key in _LIST and isinstance(value, list):
+                stack.extend(value)
+            elif key in _MAP and isinstance(value, dict):
+                stack.extend(value.values())
+    return count
 
 
 class SchemaValidator(Protocol):
@@ -158,6 +193,9 @@ class JschonValidator:
 
     name = "jschon"
 
+    def __init__(self) -> None:
+        self._verdicts: OrderedDict[str, bool] = OrderedDict()
+
     def _schema(self, schema: Any) -> Any:
         import jschon
 
@@ -165,16 +203,30 @@ class JschonValidator:
         return jschon.JSONSchema(_plain(schema), metaschema_uri=jschon.URI(DIALECT))
 
     def check_schema(self, schema: Any) -> bool:
-        """Metaschema check, then reference resolution (an unresolvable `$ref` is invalid)."""
+        """Metaschema check, then reference resolution (an unresolvable `$ref` is invalid).
+
+        Verdicts are kept by the schema's canonical JSON text (the last
+        `CHECKED_SCHEMAS_KEPT`): a napplet sends the same tools with every
+        request, and jschon's check costs about 10 ms a subschema.
+        """
         if not isinstance(schema, dict | bool) or uses_other_dialect(schema):
             return False
         try:
-            compiled = self._schema(schema)
-            if not compiled.validate().valid:
-                return False
-        except Exception:
+            key = json.dumps(schema, sort_keys=True, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError, RecursionError):
             return False
-        return True
+        known = self._verdicts.get(key)
+        if known is not None:
+            self._verdicts.move_to_end(key)
+            return known
+        try:
+            verdict = bool(self._schema(schema).validate().valid)
+        except Exception:
+            verdict = False
+        self._verdicts[key] = verdict
+        while len(self._verdicts) > CHECKED_SCHEMAS_KEPT:
+            self._verdicts.popitem(last=False)
+        return verdict
 
     def is_valid(self, schema: Any, instance: Any) -> bool:
         """Validate `instance`; any validator failure counts as invalid."""
