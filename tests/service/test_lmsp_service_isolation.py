@@ -20,6 +20,7 @@ from napllm.lmsp_service.grammar import (
     GrammarUnavailable,
     grammar_nesting,
     json_grammar,
+    pattern_is_unambiguous,
 )
 from napllm.providers.sse import SseParser
 
@@ -132,6 +133,33 @@ def test_schemas_within_the_limits_still_build() -> None:
     assert grammar_nesting(gbnf) <= MAX_GRAMMAR_NESTING
     with pytest.raises(GrammarUnavailable):
         json_grammar({"type": "string", "maxLength": MAX_REPETITION + 1})
+
+
+@pytest.mark.parametrize(
+    ("pattern", "unambiguous"),
+    [
+        ("^(a?){500}$", False),
+        ("^(a|b)*$", False),
+        ("(a+)+", False),
+        ("(?:x|y){2}", False),
+        ("(a)\\1", False),
+        ("(a", False),
+        ("[a", False),
+        ("(ab+)?", True),
+        ("^[a-z]{0,500}$", True),
+        ("^(\\d{3}-)?\\d{4}$", True),
+        ("^[(|)]+$", True),
+        ("(ab){3}", True),
+        ("(a*){1}", True),
+    ],
+)
+def test_a_pattern_that_repeats_an_ambiguous_group_is_refused(
+    pattern: str, unambiguous: bool
+) -> None:
+    assert pattern_is_unambiguous(pattern) is unambiguous
+    if not unambiguous:
+        with pytest.raises(GrammarUnavailable):
+            json_grammar({"type": "string", "pattern": pattern})
 
 
 def test_grammar_nesting_skips_literals_and_classes() -> None:

@@ -12,7 +12,10 @@ Rules
 - Before conversion, every repetition bound in the schema is checked:
   `minLength`/`maxLength`/`minItems`/`maxItems`/`minProperties`/
   `maxProperties`/`minContains`/`maxContains` and every `{n}`, `{n,}`,
-  `{n,m}` count in a `pattern` must be at most `MAX_REPETITION`.
+  `{n,m}` count in a `pattern` must be at most `MAX_REPETITION`, and a
+  `pattern` must not repeat a group that holds a quantifier or an
+  alternation (`pattern_is_unambiguous`: the cost of every sampled token
+  grows with the ways such a group can match).
 - The converter's output must be at most `MAX_GRAMMAR_CHARS` characters,
   and its groups nested at most `MAX_GRAMMAR_NESTING` deep (counted
   iteratively, outside string literals and character classes).
@@ -70,6 +73,97 @@ def _count_too_large(digits: str) -> bool:
     return len(digits) > 6 or int(digits) > MAX_REPETITION
 
 
+_COUNT_AT = re.compile(r"\{(\d+)(,(\d*))?\}")
+
+
+def pattern_is_unambiguous(source: str) -> bool:
+    """Whether a `pattern` is free of repeated ambiguous groups (module rules).
+
+    The Prompt API layer's `regexIsBounded` (web/prompt-api.js), in Python:
+    false for a group that holds a quantifier or an alternation and is
+    itself repeated (`*`, `+`, `{n}` with n > 1, `{n,}`, `{n,m}` with
+    m > 1: `(a?){500}`, `(a|b)*`; an optional group such as `(ab+)?` is
+    fine), for a backreference, and for an unbalanced or unterminated
+    source. llama.cpp's grammar keeps one parse stack per way the text so
+    far can be matched and checks every candidate token against each, so
+    such a group multiplies the work of every sampled token (measured:
+    `(a?){300}` held a generation past 30 s and stalled every other one).
+    A conservative syntactic check written here because the same rule is
+    the page's, and no library answers it for llama.cpp's grammar.
+    """
+    stack = [False]  # per open group: whether it holds a quantifier or an alternation
+    last_group_risky = False
+    after_atom = False
+    i, size = 0, len(source)
+    while i < size:
+        char = source[i]
+        if char == "\\":
+            if i + 1 >= size or source[i + 1] in "123456789k":
+                return False
+            i += 2
+            after_atom, last_group_risky = True, False
+            continue
+        if char == "[":
+            i += 1
+            if i < size and source[i] == "^":
+                i += 1
+            if i < size and source[i] == "]":
+                i += 1
+            while i < size and source[i] != "]":
+                i += 2 if source[i] == "\\" else 1
+            if i >= size:
+                return False
+            i += 1
+            after_atom, last_group_risky = True, False
+            continue
+        if char == "(":
+            stack.append(False)
+            if source.startswith("?", i + 1):
+                i += 1
+                if source.startswith("<", i + 1) and source[i + 2 : i + 3] not in ("=", "!"):
+                    end = source.find(">", i)
+                    if end == -1:
+                        return False
+                    i = end
+                else:
+                    i += 2 if source.startswith("<", i + 1) else 1
+            i += 1
+            after_atom = False
+            continue
+        if char == ")":
+            if len(stack) == 1:
+                return False
+            risky = stack.pop()
+            last_group_risky = risky
+            stack[-1] = stack[-1] or risky
+            after_atom = True
+            i += 1
+            continue
+        if char == "|":
+            stack[-1] = True
+            after_atom, last_group_risky = False, False
+            i += 1
+            continue
+        counted = _COUNT_AT.match(source, i) if char == "{" else None
+        if after_atom and (char in "*+?" or counted is not None):
+            if counted is not None:
+                low, comma, high = counted.group(1), counted.group(2), counted.group(3)
+                repeats = int(low) > 1 if comma is None else high == "" or int(high) > 1
+            else:
+                repeats = char != "?"
+            if last_group_risky and repeats:
+                return False
+            stack[-1] = True
+            i = counted.end() if counted is not None else i + 1
+            if source.startswith("?", i):
+                i += 1  # lazy
+            after_atom, last_group_risky = False, False
+            continue
+        after_atom, last_group_risky = True, False
+        i += 1
+    return len(stack) == 1
+
+
 def check_schema_bounds(schema: Any) -> None:
     """Refuse repetition bounds above `MAX_REPETITION` anywhere in `schema`.
 
@@ -87,6 +181,8 @@ def check_schema_bounds(schema: Any) -> None:
                     for low, high in _COUNT.findall(value):
                         if _count_too_large(low) or (high and _count_too_large(high)):
                             raise GrammarUnavailable("pattern repetition above the limit")
+                    if not pattern_is_unambiguous(value):
+                        raise GrammarUnavailable("pattern with a repeated ambiguous group")
                 stack.append(value)
         elif isinstance(node, list):
             stack.extend(node)
