@@ -206,6 +206,17 @@ def test_a_violation_cannot_be_pushed_out_of_the_inspector(dist_dir: Path, tmp_p
     assert "duplicate-id" in kinds(report), output
 
 
+def test_a_napplet_the_shell_stops_is_reported(dist_dir: Path, tmp_path: Path) -> None:
+    """A napplet the shell stops (here: its frame leaves the sandboxed page;
+    flooding and reloading too often end the same way) is not clean."""
+    status, report, output = check(
+        dist_dir, tmp_path, FAULTY / "leaves-sandbox.html", TEXT, [{"click": "#go"}, {"wait": 5000}]
+    )
+    assert status == 1, output
+    assert "napplet-stopped" in kinds(report), output
+    assert report["ok"] is False
+
+
 def test_control_text_is_escaped_everywhere(dist_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()

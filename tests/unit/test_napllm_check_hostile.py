@@ -276,3 +276,15 @@ def test_envelope_text_that_is_not_json_or_too_deep_is_kept_without_a_value() ->
         None,
         {"unclonable": True, "type": "x", "id": "1"},
     ]
+
+
+def test_each_stop_the_shell_shows_is_a_finding() -> None:
+    run = Run(napplet="n.html")
+    run.take(["stopped", "Napplet \u201cx\u201d sent too many messages and was stopped."])
+    run.take(["stopped", 5])
+    for _ in range(check_observe.MAX_STOPS_KEPT + 5):
+        run.take(["stopped", "again"])
+    stops = [f for f in run.conclude() if f.kind == "napplet-stopped"]
+    assert len(stops) == check_observe.MAX_STOPS_KEPT
+    assert "too many messages" in stops[0].message
+    assert analysis.CATEGORIES["napplet-stopped"] == "protocol"

@@ -36,6 +36,8 @@ Findings (kind: meaning; every one is a violation)
 - `envelope-limit`: the napplet exchanged more envelopes or text than the
   check records (`check_observe.MAX_RECORDED_ENVELOPES`, `MAX_RECORDED_CHARS`);
   the rest were not checked.
+- `napplet-stopped`: the shell stopped the napplet (too many messages or
+  reloads, or its frame left its sandboxed page); the notice it showed.
 - `check-aborted`: the check ended early (the browser or its driver
   failed, or the whole check overran its limit); the report holds what was
   recorded until then.
@@ -66,6 +68,7 @@ CATEGORIES: dict[str, str] = {
     "check-aborted": "steps",
     "inspector-gap": "protocol",
     "envelope-limit": "protocol",
+    "napplet-stopped": "protocol",
 }
 
 

@@ -32,6 +32,8 @@ MAX_RECORDED_ENVELOPES = 20_000
 #: Most envelope text one check records, in UTF-16 code units over all
 #: envelopes (the shell accepts envelopes of up to 8 Mi each).
 MAX_RECORDED_CHARS = 64 * 1024 * 1024
+#: Most "the shell stopped the napplet" notices one check keeps.
+MAX_STOPS_KEPT = 20
 
 #: Runs in the shell page's isolated world `SHELL_WORLD`, before the shell's
 #: own scripts: answers the inspector's "napllm-inspector-listen" event so
@@ -39,7 +41,8 @@ MAX_RECORDED_CHARS = 64 * 1024 * 1024
 #: before its own bounds apply, and reports each one through the binding as
 #: `["entry", serial, endpoint, direction, text]`. It stops at the check's
 #: bound and reports `["limit", serial]` once instead; `["listening"]` says
-#: the inspector asked. Events are shared between worlds; the napplets'
+#: the inspector asked; `["stopped", text]` reports each napplet the shell
+#: stopped (its `.frame-stopped` alert). Events are shared between worlds; the napplets'
 #: cross-origin frames cannot reach the shell's document.
 SHELL_SCRIPT = r"""
 (() => {
@@ -72,6 +75,28 @@ SHELL_SCRIPT = r"""
     }
     report(JSON.stringify(["entry", d.serial, String(d.endpoint), String(d.direction), text]));
   });
+  // The shell stopping a napplet (too many messages or starts, leaving its
+  // sandboxed page) shows a `.frame-stopped` alert in place of the frame.
+  const seenStops = new WeakSet();
+  const stopped = (node) => {
+    if (!(node instanceof Element)) return;
+    const found = node.matches(".frame-stopped")
+      ? [node]
+      : [...node.querySelectorAll(".frame-stopped")];
+    for (const item of found) {
+      if (seenStops.has(item)) continue;
+      seenStops.add(item);
+      report(JSON.stringify(["stopped", String(item.textContent ?? "").slice(0, 500)]));
+    }
+  };
+  const watch = () => {
+    new MutationObserver((records) => {
+      for (const record of records) for (const node of record.addedNodes) stopped(node);
+    }).observe(document.documentElement, { childList: true, subtree: true });
+    stopped(document.documentElement);
+  };
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", watch);
+  else watch();
 })();
 """.replace("@MAX_ENVELOPES@", str(MAX_RECORDED_ENVELOPES)).replace(
     "@MAX_CHARS@", str(MAX_RECORDED_CHARS)
@@ -388,6 +413,7 @@ class Run:
     gaps: list[tuple[int, int]] = field(default_factory=list)
     limit_at: int | None = None
     recorded_chars: int = 0
+    stops: list[str] = field(default_factory=list)
 
     def take(self, message: Any) -> None:
         """Record one report of `SHELL_SCRIPT` (a JSON list; anything else is a gap).
@@ -404,6 +430,11 @@ class Run:
             return
         if message[0] == "listening":
             self.listening = True
+            return
+        if message[0] == "stopped":
+            if len(self.stops) < MAX_STOPS_KEPT:
+                text = message[1] if len(message) > 1 and isinstance(message[1], str) else ""
+                self.stops.append(text[:500])
             return
         serial = message[1] if len(message) > 1 else None
         if not isinstance(serial, int) or isinstance(serial, bool):
@@ -460,6 +491,10 @@ class Run:
         """Every finding: failed steps, recording, protocol, frame events, requests that left."""
         found = list(self.findings)
         found += self.recording_findings()
+        found += [
+            Finding("napplet-stopped", f"The shell stopped the napplet: {text}", {"notice": text})
+            for text in self.stops
+        ]
         found += analyse_envelopes(self.envelopes)
         found += analyse_frame_events(self.frame_events)
         for url in self.outside_requests:
