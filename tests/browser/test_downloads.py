@@ -590,12 +590,32 @@ def test_download_for_offline_use_of_onnx_and_webllm_connections(
         assert webllm["config"] == [webllm["folder"] + "mlc-chat-config.json"]
         assert webllm["wasm"] == [webllm["lib"]]
 
+        # The manager: each model's files in an engine's cache as one entry,
+        # with their size and the connection that uses them.
+        rows = page.locator("#storage-models li.storage-model")
+        onnx_row = rows.filter(has_text="tinychat-onnx (transformers.js)")
+        webllm_row = rows.filter(has_text="tinychat-webllm (WebLLM)")
+        webllm_row.wait_for()
+        assert "Used by Later ONNX" in (onnx_row.locator(".storage-users").text_content() or "")
+        assert "Used by Later WebLLM" in (webllm_row.locator(".storage-users").text_content() or "")
+        assert int(onnx_row.get_attribute("data-bytes") or 0) > 1_000_000
+
         # The network off: the ONNX engine loads from the caches and answers.
         context.set_offline(True)
         models.stop()
         answer = page.evaluate(ONNX_HELLO, onnx_base)
         assert answer["loaded"]["ok"] is True, answer
         assert answer["error"] is None and answer["text"] == HELLO_ANSWER
+
+        # Delete frees every file of the entry.
+        webllm_row.locator("button.delete").click()
+        webllm_row.wait_for(state="detached")
+        assert (
+            page.evaluate(
+                "() => caches.open('webllm/model').then((c) => c.keys()).then((k) => k.length)"
+            )
+            == 0
+        )
     finally:
         context.close()
         models.stop()

@@ -151,6 +151,16 @@ async function recordFiles(connection, files) {
   await (await caches.open(OFFLINE_CACHE)).put(listKey(connection), new Response(body, { headers: { "content-type": "application/json" } }));
 }
 
+/**
+ * The URLs of the model files `connection` reads that "Download for offline
+ * use" kept (its GGUF shards for `wasm`; the recorded list for `onnx` and
+ * `webllm`): a Set, empty when nothing is recorded. Never rejects.
+ */
+export async function connectionFileUrls(connection) {
+  const files = connection?.kind === "wasm" ? modelFiles(connection) : await recordedFiles(connection);
+  return new Set((files || []).map((file) => file.url));
+}
+
 /** Whether `url` is kept: in `store`, or (store null: the service worker's) in any cache, a build's precache included. */
 async function isKept(url, store) {
   if (store) return Boolean(await (await caches.open(store)).match(url));

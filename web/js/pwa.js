@@ -36,7 +36,7 @@
 
 import { el, focusableHeading, keepFocus, whileBusy } from "./dom.js";
 import { discardDownload, forgetModelUse, modelUse, unfinishedDownloads } from "../engines/download.js";
-import { CONNECTIONS_LISTED, STORAGE_CHANGED, modelFiles } from "./offline.js";
+import { CONNECTIONS_LISTED, STORAGE_CHANGED, connectionFileUrls } from "./offline.js";
 import { formatBytes, MODEL_CACHE, requestPersistentStorage } from "./storage.js";
 import { Workbox } from "../vendor/workbox-window/workbox-window.prod.mjs";
 
@@ -68,19 +68,66 @@ function modelName(url) {
 }
 
 /**
- * The cached models: `[{url, name, bytes, builtIn}]`, user models first.
- * Reads Cache Storage only; an unsupported or failing Cache API gives `[]`.
+ * The caches the in-browser engines read model files from, besides the
+ * service worker's model cache (GGUF): transformers.js's and WebLLM's own
+ * (which "Download for offline use" fills, and WebLLM also fills when it
+ * loads a model). Name -> the engine, for display.
+ */
+const ENGINE_CACHES = {
+  "transformers-cache": "transformers.js",
+  "webllm/config": "WebLLM",
+  "webllm/model": "WebLLM",
+  "webllm/wasm": "WebLLM",
+};
+
+/**
+ * The model folder of a file URL in an engine cache: its folder, less a
+ * hub's `resolve/<revision>/` and transformers.js's `onnx/` (a model's
+ * weights sit there, its config beside them). A model library (cache
+ * `webllm/wasm`) is an entry of its own: its URL.
+ */
+function modelFolderOf(url, cache) {
+  if (cache === "webllm/wasm") return url;
+  let folder = url.slice(0, url.lastIndexOf("/") + 1);
+  if (cache === "transformers-cache") folder = folder.replace(/onnx\/$/, "");
+  return folder.replace(/resolve\/[^/]+\/$/, "");
+}
+
+/**
+ * The cached models: `[{url, name, bytes, builtIn, key, files}]`, user
+ * models first. A GGUF in the model cache or a build's precache is one
+ * entry (`files` absent); the files of the engine caches are one entry per
+ * engine and model folder (`url` the folder, `files: [{cache, url}]`,
+ * `bytes` their sum), since a model there is many files (weights shards,
+ * config, tokenizer). Reads Cache Storage only; an unsupported or failing
+ * Cache API gives `[]`.
  */
 export async function cachedModels() {
   if (!("caches" in globalThis)) return [];
   const found = [];
+  const folders = new Map();
   try {
     const names = await caches.keys();
     for (const name of names) {
       const builtIn = name.includes(PRECACHE_MARK);
-      if (name !== MODEL_CACHE && !builtIn) continue;
+      const engine = Object.hasOwn(ENGINE_CACHES, name) ? ENGINE_CACHES[name] : null;
+      if (name !== MODEL_CACHE && !builtIn && !engine) continue;
       const cache = await caches.open(name);
       for (const request of await cache.keys()) {
+        if (engine) {
+          const folder = modelFolderOf(request.url, name);
+          const key = `${engine} ${folder}`;
+          if (!folders.has(key)) {
+            const entry = { url: folder, name: `${modelName(folder)} (${engine})`, bytes: 0, builtIn: false, key, files: [] };
+            folders.set(key, entry);
+            found.push(entry);
+          }
+          const entry = folders.get(key);
+          const response = await cache.match(request);
+          entry.files.push({ cache: name, url: request.url });
+          entry.bytes += response ? (await responseSize(response)) || 0 : 0;
+          continue;
+        }
         const path = new URL(request.url).pathname.toLowerCase();
         if (!path.endsWith(".gguf")) continue;
         const response = await cache.match(request);
@@ -97,6 +144,14 @@ export async function cachedModels() {
   }
   found.sort((a, b) => Number(a.builtIn) - Number(b.builtIn) || a.name.localeCompare(b.name));
   return found;
+}
+
+/** Delete every file of an engine-cache entry of `cachedModels`. */
+async function deleteFiles(files) {
+  for (const file of files) {
+    await (await caches.open(file.cache)).delete(file.url);
+    await forgetModelUse(file.url);
+  }
 }
 
 /** Delete one user model from the model cache; true when something was removed. */
@@ -217,6 +272,7 @@ class StorageSection {
 
   async render() {
     const models = await cachedModels();
+    this.fileUrls = await Promise.all((this.connections || []).map((connection) => connectionFileUrls(connection)));
     const use = await modelUse();
     const partial = await unfinishedDownloads();
     const leftovers = await wllamaLeftovers(new Set(models.filter((m) => !m.builtIn).map((m) => m.url)));
@@ -230,10 +286,15 @@ class StorageSection {
     await this.renderTotals();
   }
 
-  /** The names of the connections that read the file at `url`. */
-  usersOf(url) {
+  /**
+   * The names of the connections that read `model` (an entry of
+   * `cachedModels`): one of its files is among those the connection reads
+   * (its GGUF, or what "Download for offline use" kept for it).
+   */
+  usersOf(model) {
+    const urls = model.files ? model.files.map((file) => file.url) : [model.url];
     return (this.connections || [])
-      .filter((connection) => modelFiles(connection).some((file) => file.url === url))
+      .filter((connection, index) => urls.some((url) => this.fileUrls?.[index]?.has(url)))
       .map((connection) => (typeof connection.name === "string" ? connection.name : String(connection.id)));
   }
 
@@ -292,8 +353,10 @@ class StorageSection {
         if (model.builtIn) {
           item.append(" ", el("span", { class: "muted storage-builtin" }, "(part of the app)"));
         } else {
-          const users = this.usersOf(model.url);
-          const used = use.get(model.url);
+          const users = this.usersOf(model);
+          const used = model.files
+            ? Math.max(0, ...model.files.map((file) => use.get(file.url) || 0)) || undefined
+            : use.get(model.url);
           item.append(
             el(
               "span",
@@ -310,7 +373,7 @@ class StorageSection {
           button.addEventListener("click", () => {
             whileBusy(button, async () => {
               try {
-                await deleteModel(model.key);
+                await (model.files ? deleteFiles(model.files) : deleteModel(model.key));
               } catch (error) {
                 console.error("napllm: could not delete a cached model", error);
               }
