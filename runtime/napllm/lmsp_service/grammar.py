@@ -73,6 +73,8 @@ def _count_too_large(digits: str) -> bool:
     return len(digits) > 6 or int(digits) > MAX_REPETITION
 
 
+#: Keywords whose subschemas the converter does not turn into grammar rules.
+_NOT_GRAMMAR = frozenset({"not", "if", "patternProperties"})
 _COUNT_AT = re.compile(r"\{(\d+)(,(\d*))?\}")
 
 
@@ -165,13 +167,17 @@ def pattern_is_unambiguous(source: str) -> bool:
 
 
 def check_schema_bounds(schema: Any) -> None:
-    """Refuse repetition bounds above `MAX_REPETITION` anywhere in `schema`.
+    """Refuse repetition bounds above `MAX_REPETITION` anywhere in `schema`, and
+    ambiguous `pattern`s (`pattern_is_unambiguous`) where the grammar follows them.
 
-    Walks the schema iteratively (no recursion). Raises `GrammarUnavailable`.
+    A `pattern` under `not`, `if` or `patternProperties` is not turned into
+    grammar rules (the service checks it against the output instead, in a
+    killable worker), so only its counts are checked. Walks the schema
+    iteratively (no recursion). Raises `GrammarUnavailable`.
     """
-    stack: list[Any] = [schema]
+    stack: list[tuple[Any, bool]] = [(schema, True)]
     while stack:
-        node = stack.pop()
+        node, enforced = stack.pop()
         if isinstance(node, dict):
             for key, value in node.items():
                 if key in _BOUND_KEYWORDS and isinstance(value, int | float):
@@ -181,11 +187,11 @@ def check_schema_bounds(schema: Any) -> None:
                     for low, high in _COUNT.findall(value):
                         if _count_too_large(low) or (high and _count_too_large(high)):
                             raise GrammarUnavailable("pattern repetition above the limit")
-                    if not pattern_is_unambiguous(value):
+                    if enforced and not pattern_is_unambiguous(value):
                         raise GrammarUnavailable("pattern with a repeated ambiguous group")
-                stack.append(value)
+                stack.append((value, enforced and key not in _NOT_GRAMMAR))
         elif isinstance(node, list):
-            stack.extend(node)
+            stack.extend((item, enforced) for item in node)
 
 
 def grammar_nesting(gbnf: str) -> int:
