@@ -44,15 +44,15 @@ import uvicorn
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "runtime"))
 
-from napllm.lmsp_service.app import (  # noqa: E402
+from napllm.lmsp_service.app import build_app  # noqa: E402
+from napllm.lmsp_service.engine import FastPath, GenerationEnd, GenerationJob, TextPiece  # noqa: E402
+from napllm.lmsp_service.prompt import ChatTemplate  # noqa: E402
+from napllm.lmsp_service.service import (  # noqa: E402
     OUTPUT_CHECK_TIME_LIMIT_S,
     SCHEMA_WORKERS,
     LmspService,
     ServiceConfig,
-    build_app,
 )
-from napllm.lmsp_service.engine import FastPath, GenerationEnd, GenerationJob, TextPiece  # noqa: E402
-from napllm.lmsp_service.prompt import ChatTemplate  # noqa: E402
 
 MODEL_ID = "bench"
 PATTERN = "(?:.|.)*\\x00"

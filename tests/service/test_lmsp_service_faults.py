@@ -13,9 +13,10 @@ pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 
 import httpx
 
-from napllm.lmsp_service.app import LmspService, ServiceConfig, build_app
+from napllm.lmsp_service.app import build_app
 from napllm.lmsp_service.engine import FastPath, GenerationEnd, GenerationJob, TextPiece
 from napllm.lmsp_service.prompt import ChatTemplate
+from napllm.lmsp_service.service import LmspService, ServiceConfig
 
 SECRET = "internal detail /srv/model.gguf"
 ORIGIN = "http://allowed.example"
@@ -176,7 +177,7 @@ class LoopingTemplateEngine(FaultyEngine):
 async def test_a_template_that_runs_long_is_stopped_at_its_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("napllm.lmsp_service.app.RENDER_TIME_LIMIT_S", 1.0)
+    monkeypatch.setattr("napllm.lmsp_service.service.RENDER_TIME_LIMIT_S", 1.0)
     service = LmspService(cast(Any, LoopingTemplateEngine()), ServiceConfig())
     transport = httpx.ASGITransport(app=build_app(service, "tok"))
     try:

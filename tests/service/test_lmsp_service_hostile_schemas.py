@@ -24,10 +24,11 @@ pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 
 import httpx
 
-from napllm.lmsp_service import app as app_module
-from napllm.lmsp_service.app import LmspService, ServiceConfig, build_app
+from napllm.lmsp_service import service as service_module
+from napllm.lmsp_service.app import build_app
 from napllm.lmsp_service.engine import FastPath, GenerationEnd, GenerationJob, TextPiece
 from napllm.lmsp_service.prompt import ChatTemplate
+from napllm.lmsp_service.service import LmspService, ServiceConfig
 
 N = 60
 HOSTILE_STRING = {
@@ -131,7 +132,7 @@ async def hostile_run(http: httpx.AsyncClient, bodies: list[dict[str, Any]]) -> 
 
 @pytest.fixture
 async def string_client(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[httpx.AsyncClient]:
-    monkeypatch.setattr(app_module, "OUTPUT_CHECK_TIME_LIMIT_S", CHECK_LIMIT_S)
+    monkeypatch.setattr(service_module, "OUTPUT_CHECK_TIME_LIMIT_S", CHECK_LIMIT_S)
     async for http in client_for(FixedEngine(json.dumps("a" * N))):
         yield http
 
@@ -163,7 +164,7 @@ async def test_a_backtracking_output_pattern_fails_in_time_and_others_are_served
 async def test_the_same_schema_as_forced_tool_parameters_is_bounded_too(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(app_module, "OUTPUT_CHECK_TIME_LIMIT_S", CHECK_LIMIT_S)
+    monkeypatch.setattr(service_module, "OUTPUT_CHECK_TIME_LIMIT_S", CHECK_LIMIT_S)
     call = '<tool_call>\n{"name": "t", "arguments": {"s": "' + "a" * N + '"}}\n</tool_call>'
     tool = {
         "type": "function",
@@ -186,7 +187,7 @@ async def test_a_schema_that_is_slow_to_check_is_refused_without_stalling_others
 ) -> None:
     # 150 KB: 2,000 distinct patterns, each compiled by the metaschema check
     # (about 8 s of Python on the event loop before the check moved out).
-    monkeypatch.setattr(app_module, "SCHEMA_CHECK_TIME_LIMIT_S", 1.0)
+    monkeypatch.setattr(service_module, "SCHEMA_CHECK_TIME_LIMIT_S", 1.0)
     properties = {
         f"p{i}": {"type": "string", "pattern": f"a{{{i % 400}}}b+", "not": {"enum": [i]}}
         for i in range(2000)
@@ -206,7 +207,7 @@ async def test_schemas_over_the_size_bound_never_reach_a_worker() -> None:
     """A 5 MB schema kept a schema worker busy to its limit; past 256 KiB it is refused at once."""
     properties = {f"p{i}": {"type": "string", "description": "x" * 40} for i in range(8_000)}
     schema = {"type": "object", "properties": properties}
-    assert len(json.dumps(schema, separators=(",", ":"))) > app_module.MAX_SCHEMA_CHARS
+    assert len(json.dumps(schema, separators=(",", ":"))) > service_module.MAX_SCHEMA_CHARS
     fmt = {"type": "json_schema", "json_schema": {"name": "big", "schema": schema}}
     tool = {"type": "function", "name": "f", "parameters": schema}
     async for http in client_for(FixedEngine("{}")):
@@ -250,6 +251,6 @@ async def test_an_output_check_waits_longer_for_a_busy_pool_and_says_so() -> Non
             return "{}"
 
     failure = await service._check_output(checked, cast(Any, Assembled()))
-    assert seen == [app_module.OUTPUT_CHECK_QUEUE_WAIT_S]
-    assert app_module.OUTPUT_CHECK_QUEUE_WAIT_S > 30.0
+    assert seen == [service_module.OUTPUT_CHECK_QUEUE_WAIT_S]
+    assert service_module.OUTPUT_CHECK_QUEUE_WAIT_S > 30.0
     assert failure == "The model's output could not be checked: the service is too busy."

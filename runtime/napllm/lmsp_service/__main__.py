@@ -54,10 +54,11 @@ from pathlib import Path
 
 import uvicorn
 
-from .app import LmspService, ServiceConfig, build_app
+from .app import build_app
 from .auth import TokenFileError, default_token_path, load_or_create_token
 from .engine import GENERATION_TIME_LIMIT_S, Engine
 from .llama_load import EXTRA_BUFTS_CHOICES
+from .service import LmspService, ServiceConfig
 from .store import SqliteStore
 from .worker import DEFAULT_SLOTS
 
