@@ -95,6 +95,16 @@ export function transition(table, state, event) {
   return row && Object.hasOwn(row, event) ? row[event] : null;
 }
 
+/**
+ * Move `holder` (an object with a `state`) by `event` in `table`: its new
+ * state, or null (and `holder` unchanged) when the table refuses it.
+ */
+function advance(holder, table, event) {
+  const to = transition(table, holder.state, event);
+  if (to !== null) holder.state = to;
+  return to;
+}
+
 /** Wire texts in arrival order, bounded in count and in UTF-16 code units. */
 class BoundedQueue {
   constructor(maxItems, maxChars) {
@@ -190,9 +200,7 @@ export class DocumentBinding {
    * its ports.
    */
   move(event) {
-    const to = transition(DOCUMENT_TRANSITIONS, this.state, event);
-    if (to === null) return false;
-    this.state = to;
+    const to = advance(this, DOCUMENT_TRANSITIONS, event);
     if (to === "closed") {
       this.closedBy = event;
       this.waiting.clear();
@@ -206,7 +214,7 @@ export class DocumentBinding {
         // Already closed.
       }
     }
-    return true;
+    return to !== null;
   }
 
   /** The endpoint `endpointId` opened: `open`, and the wire texts that waited for it (else null). */
@@ -303,11 +311,9 @@ export class FrameBinding {
 
   /** Take `event` (`FRAME_TRANSITIONS`); false when refused. Stopping closes its document. */
   move(event) {
-    const to = transition(FRAME_TRANSITIONS, this.state, event);
-    if (to === null) return false;
-    this.state = to;
-    if (to === "stopped" && this.doc) this.closeDocument(event === "navigatedAway" ? "navigatedAway" : "closed");
-    return true;
+    const to = advance(this, FRAME_TRANSITIONS, event);
+    if (to === "stopped") this.closeDocument(event === "navigatedAway" ? "navigatedAway" : "closed");
+    return to !== null;
   }
 
   /** Close the current document with `event`; returns it (null when there was none). */
