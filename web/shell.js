@@ -58,7 +58,7 @@ const tabOfKey = (key) => area.tabs.find((tab) => tab.key === key) ?? null;
 /** Show (or clear) a refusal period of a napplet in its tab's toolbar and as a notice. */
 function showRefusal(scope, endpointId, state) {
   const tab = tabOfKey(scope);
-  const toolbar = tab && tab.panel ? tab.panel.querySelector(".tab-toolbar") : null;
+  const toolbar = tab && tab.view ? tab.view.panel.querySelector(".tab-toolbar") : null;
   const old = toolbar ? toolbar.querySelector(".request-refusal") : null;
   if (!state) {
     if (old) old.remove();

@@ -13,7 +13,7 @@ Rules (NAP-LLM, Shell Behavior: consent before every submission)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from .shell_ports import Grant, NappletIdentity
 
@@ -21,6 +21,14 @@ from .shell_ports import Grant, NappletIdentity
 def grant_key(napplet: NappletIdentity, connection_id: str, account: str) -> str:
     """The key of the grant for this napplet, connection and account."""
     return f"{account}\x1f{napplet.name}\x1f{napplet.sha256}\x1f{connection_id}"
+
+
+def keys_of_napplet(grants: Iterable[Grant], napplet: NappletIdentity) -> list[str]:
+    """The keys of the grants in `grants` that cover `napplet`, in any account
+    and for any connection: those whose key `grant_key` makes for this exact
+    identity (name and the full sha256), never a shortened hash or a label.
+    """
+    return [g.key for g in grants if g.key == grant_key(napplet, g.connection_id, g.account)]
 
 
 class Grants:

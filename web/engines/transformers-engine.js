@@ -18,7 +18,8 @@
  * - Load progress goes to `napllmHost.engineProgress` (page.js).
  * - Chat streams are read from Python through streams.js (JSON text batches):
  *   `startChat` returns a stream id, `nextChunks(id)` reads, `abort(id)`
- *   cancels (the worker interrupts the generation and stays usable).
+ *   cancels (the worker interrupts the generation and stays usable). Each
+ *   worker is reached through worker-bridge.js (its protocol).
  * - Errors arrive from the worker as kinds; no library text reaches Python.
  * - `deliveryDelayMs` (test mode only, set by the Python side) hands chunks
  *   over one at a time, N ms apart.
@@ -27,11 +28,10 @@
 import { isFallback, requestAdapter, vendorOf } from "./gpu.js";
 import { loadingNotice, progress } from "./page.js";
 import * as streams from "./streams.js";
+import { WorkerBridge, cancelChat } from "./worker-bridge.js";
 
-/** key -> {worker, promise, info, streams: Set<id>} */
+/** key -> {bridge, promise, info} */
 const models = new Map();
-/** stream id -> its model entry */
-const owners = new Map();
 
 let probed = null;
 
@@ -53,40 +53,6 @@ export async function probe() {
   return JSON.stringify(await probed);
 }
 
-function startWorker(entry, source, device, dtype, connectionId, label, fresh) {
-  return new Promise((resolve) => {
-    const worker = new Worker(new URL("./transformers-worker.js", import.meta.url), { type: "module" });
-    entry.worker = worker;
-    let loaded = false;
-    worker.onmessage = (event) => {
-      const message = event.data || {};
-      if (message.type === "progress") {
-        const detail = typeof message.detail === "string" && message.detail ? ` — ${message.detail}` : "";
-        progress(connectionId, `Loading ${label}${detail}`, Number(message.fraction) || 0);
-      } else if (message.type === "loaded") {
-        loaded = true;
-        resolve(message);
-      } else if (message.type === "chunk" || message.type === "end") {
-        const stream = entry.open.get(String(message.id));
-        if (!stream) return;
-        if (message.type === "chunk") streams.push(stream, message.chunk);
-        else {
-          entry.open.delete(stream.id);
-          owners.delete(stream.id);
-          streams.end(stream, message.kind || null);
-        }
-      }
-    };
-    worker.onerror = (event) => {
-      console.error("napllm onnx engine: the worker failed", event.message || event);
-      if (!loaded) resolve({ ok: false, kind: "load" });
-      for (const stream of entry.open.values()) streams.end(stream, "inference");
-      entry.open.clear();
-    };
-    worker.postMessage({ type: "load", source, device, dtype, fresh });
-  });
-}
-
 /**
  * Load (or reuse) the model of `key`. `sourceJson`: `{"kind": "path",
  * "base", "model"}` or `{"kind": "hub", "model"}` (see the worker);
@@ -98,29 +64,29 @@ export async function ensureModel(key, sourceJson, device, dtype, connectionId, 
   key = String(key);
   let entry = models.get(key);
   if (!entry) {
-    entry = { worker: null, promise: null, info: null, open: new Map() };
+    const worker = new Worker(new URL("./transformers-worker.js", import.meta.url), { type: "module" });
+    entry = { bridge: new WorkerBridge(worker), promise: null, info: null };
     models.set(key, entry);
     const source = JSON.parse(String(sourceJson));
     if (source.kind === "path") source.base = new URL(String(source.base), document.baseURI).href;
     label = String(label);
     loadingNotice(`Loading the model of ${label}…`, connectionId);
     progress(connectionId, `Loading ${label}`, 0);
-    const fresh = failed.has(key);
-    entry.promise = startWorker(entry, source, String(device), String(dtype || ""), connectionId, label, fresh).then(
-      (result) => {
-        if (result.ok) failed.delete(key);
-        else failed.add(key);
-        if (result.ok) {
-          entry.info = { key, device: result.device, contextSize: result.contextSize };
-          progress(connectionId, `${label} is ready`, 1);
-          return { ok: true, device: result.device, contextSize: result.contextSize };
-        }
-        entry.worker.terminate();
-        if (models.get(key) === entry) models.delete(key);
-        progress(connectionId, `${label} could not be loaded`, -1);
-        return { ok: false, kind: String(result.kind || "load") };
-      },
-    );
+    const fields = { source, device: String(device), dtype: String(dtype || ""), fresh: failed.has(key) };
+    const onProgress = (fraction, detail) => progress(connectionId, `Loading ${label}${detail}`, fraction);
+    entry.promise = entry.bridge.load(key, fields, onProgress).then((result) => {
+      if (result.ok) {
+        failed.delete(key);
+        entry.info = { key, device: result.device, contextSize: result.contextSize };
+        progress(connectionId, `${label} is ready`, 1);
+        return { ok: true, device: result.device, contextSize: result.contextSize };
+      }
+      failed.add(key);
+      entry.bridge.terminate();
+      if (models.get(key) === entry) models.delete(key);
+      progress(connectionId, `${label} could not be loaded`, -1);
+      return { ok: false, kind: String(result.kind || "load") };
+    });
   }
   return JSON.stringify(await entry.promise);
 }
@@ -149,14 +115,14 @@ export function modelFileList(source, device = "webgpu", dtype = "", timeoutMs =
     };
     const timer = setTimeout(() => finish(null), timeoutMs);
     worker.onmessage = ({ data }) => {
-      if (!data || data.type !== "files") return;
+      if (!data || data.op !== "files") return;
       const ok = data.ok === true && Array.isArray(data.urls) && Array.isArray(data.engine);
       finish(ok ? { urls: data.urls.map(String), cache: data.cache ? String(data.cache) : null, engine: data.engine.map(String) } : null);
     };
     worker.onerror = () => finish(null);
     const copy = { ...source };
     if (copy.kind === "path") copy.base = new URL(String(copy.base), document.baseURI).href;
-    worker.postMessage({ type: "files", source: copy, device: String(device), dtype: String(dtype || "") });
+    worker.postMessage({ op: "files", source: copy, device: String(device), dtype: String(dtype || "") });
   });
 }
 
@@ -175,10 +141,7 @@ export function loadedModels() {
 export function unloadModel(key) {
   const entry = models.get(String(key));
   models.delete(String(key));
-  if (!entry) return;
-  if (entry.worker) entry.worker.terminate();
-  for (const stream of entry.open.values()) streams.end(stream, "inference");
-  entry.open.clear();
+  if (entry) entry.bridge.terminate();
 }
 
 /**
@@ -191,30 +154,11 @@ export function startChat(key, bodyJson, deliveryDelayMs = 0) {
   if (!entry || !entry.info) throw new Error("model not loaded");
   const body = JSON.parse(String(bodyJson));
   const stream = streams.open("onnx", deliveryDelayMs);
-  entry.open.set(stream.id, stream);
-  owners.set(stream.id, entry);
-  entry.worker.postMessage({ type: "chat", id: stream.id, body });
+  entry.bridge.chat(stream, body);
   return stream.id;
 }
 
-/** The chunks queued for stream `id` since the last call (see streams.js). */
-export function nextChunks(id) {
-  return streams.next(id);
-}
+export { nextChunks, openStreams } from "./worker-bridge.js";
 
-/** Cancel stream `id`: the worker interrupts (or skips) its generation. */
-export function abort(id) {
-  id = String(id);
-  const entry = owners.get(id);
-  owners.delete(id);
-  if (entry) {
-    entry.open.delete(id);
-    entry.worker.postMessage({ type: "cancel", id });
-  }
-  return streams.cancel(id);
-}
-
-/** Streams not yet read to the end or cancelled. */
-export function openStreams() {
-  return streams.openCount();
-}
+/** Cancel stream `id`: the worker interrupts (or skips) its generation (worker-bridge.js posts the cancel). */
+export const abort = cancelChat;

@@ -3,12 +3,14 @@
  * (onnxruntime-web) off the page's main thread. Driven by transformers-engine.js.
  *
  * Rules
- * - Messages in: `{type: "load", source, device, dtype, fresh}` once, then
- *   `{type: "chat", id, body}` and `{type: "cancel", id}`. Messages out:
- *   `{type: "progress", fraction, detail?}`, `{type: "loaded", ok, kind?, device}`,
- *   `{type: "chunk", id, chunk}` (an OpenAI chat completion chunk) and
- *   `{type: "end", id, kind?}` (kind names a failure; none when it finished
- *   or was cancelled).
+ * - The protocol of every engine worker (worker-bridge.js). Messages in:
+ *   `{op: "load", key, source, device, dtype, fresh}` once, then
+ *   `{op: "chat", id, body}` and `{op: "cancel", id}`. Messages out:
+ *   `{op: "progress", key, fraction, detail?}`,
+ *   `{op: "loaded", key, info: {ok, kind?, device, contextSize}}`,
+ *   `{op: "chunks", id, chunks: [JSON text]}` (one OpenAI chat completion
+ *   chunk each, as it is made) and `{op: "end", id, kind?}` (kind names a
+ *   failure; none when it finished or was cancelled).
  * - `source`: `{kind: "path", base, model}` reads `<base><model>/...` (`base`
  *   an absolute URL: the bundled model inside the shell's own folder, or the
  *   folder above a model folder the user gave by URL); `{kind: "hub", model}`
@@ -157,6 +159,10 @@ const chats = new Map();
 let counter = 0;
 
 const post = (message) => self.postMessage(message);
+/** One OpenAI chat chunk of chat `id` to the page, as the JSON text the page queues. */
+const postChunk = (id, value) => post({ op: "chunks", id, chunks: [JSON.stringify(value)] });
+/** The key of the load in progress (worker-bridge.js matches answers by it). */
+let loadKey = "";
 
 /** Set when the current load's download was refused (its size, or no model file). */
 let tooLarge = false;
@@ -207,11 +213,11 @@ function configure(source) {
  * The files the model of `source` needs, without loading it
  * (transformers.js's `ModelRegistry.get_files` for `device` and `dtype`:
  * config, weights for that dtype, generation config, tokenizer; it reads
- * config.json, which is kept like any model file). Posts `{type: "files",
+ * config.json, which is kept like any model file). Posts `{op: "files",
  * ok, urls, cache, engine}`: absolute URLs of the model's files, the cache
  * they belong in (`configure`), and the URLs of the engine's own files
  * (this bundle and onnxruntime's wasm), which the service worker keeps
- * once fetched. `{type: "files", ok: false}` when they cannot be listed.
+ * once fetched. `{op: "files", ok: false}` when they cannot be listed.
  */
 async function listFiles({ source, device, dtype }) {
   try {
@@ -225,14 +231,15 @@ async function listFiles({ source, device, dtype }) {
     });
     const urls = names.map((name) => new URL(String(name), prefix).href).filter((url) => url.startsWith(prefix));
     const engine = [new URL("../vendor/transformers/transformers.js", import.meta.url).href, wasmPaths.mjs, wasmPaths.wasm];
-    post({ type: "files", ok: urls.length > 0, urls, cache, engine });
+    post({ op: "files", ok: urls.length > 0, urls, cache, engine });
   } catch (error) {
     console.error("napllm onnx engine: the model's files could not be listed", error);
-    post({ type: "files", ok: false });
+    post({ op: "files", ok: false });
   }
 }
 
-async function load({ source, device, dtype, fresh }) {
+async function load({ key, source, device, dtype, fresh }) {
+  loadKey = String(key);
   // After a failed load of this model, every file is fetched from the host
   // again, past the HTTP cache (which may still hold the bad answer).
   const plain = fresh ? (url, init = {}) => fetch(url, { ...init, cache: "reload" }) : fetch.bind(self);
@@ -241,7 +248,7 @@ async function load({ source, device, dtype, fresh }) {
   const weights = (url) => /\.(onnx|onnx_data)$/i.test(new URL(String(url), self.location.href).pathname);
   const resumable = resumableFetch(plain, weights, onnxLimit, {
     onProgress: (event) => {
-      if (event.total) post({ type: "progress", fraction: Math.min(1, event.received / event.total), detail: describeProgress(event) });
+      if (event.total) post({ op: "progress", key: loadKey, fraction: Math.min(1, event.received / event.total), detail: describeProgress(event) });
     },
   });
   // A refused weights file (download.js) is a `download` failure whatever
@@ -268,7 +275,7 @@ async function load({ source, device, dtype, fresh }) {
       loaded += l;
       total += t;
     }
-    post({ type: "progress", fraction: Math.min(1, loaded / total) });
+    post({ op: "progress", key: loadKey, fraction: Math.min(1, loaded / total) });
   };
   const options = { device, progress_callback };
   if (dtype) options.dtype = dtype;
@@ -283,13 +290,13 @@ async function load({ source, device, dtype, fresh }) {
     verifiedCache.closed = true;
     await Promise.allSettled([...verifiedCache.pending]);
     await forgetModelFiles(prefix);
-    post({ type: "loaded", ok: false, kind: loadKind(error) });
+    post({ op: "loaded", key: loadKey, info: { ok: false, kind: loadKind(error) } });
     return;
   }
   const config = model.config || {};
   const limit = Number(config.max_position_embeddings || config.n_positions || 0);
   if (limit > 0) contextSize = limit;
-  post({ type: "loaded", ok: true, device, contextSize });
+  post({ op: "loaded", key: loadKey, info: { ok: true, device, contextSize } });
 }
 
 /** Chat messages for the template: text parts joined, other fields kept. */
@@ -363,7 +370,7 @@ function number(value, fallback) {
 
 async function chat(id, body, state) {
   if (state.cancelled) {
-    post({ type: "end", id });
+    post({ op: "end", id });
     return;
   }
   counter += 1;
@@ -377,13 +384,13 @@ async function chat(id, body, state) {
     });
   } catch (error) {
     console.error("napllm onnx engine: the chat template failed", error);
-    post({ type: "end", id, kind: "inference" });
+    post({ op: "end", id, kind: "inference" });
     return;
   }
   const promptTokens = Number(inputs.input_ids.dims.at(-1));
   const room = contextSize - promptTokens;
   if (room <= 0) {
-    post({ type: "end", id, kind: "context" });
+    post({ op: "end", id, kind: "context" });
     return;
   }
   const asked = number(body.max_completion_tokens, number(body.max_tokens, room));
@@ -407,7 +414,7 @@ async function chat(id, body, state) {
     stops,
     (text) => {
       if (state.cancelled || text.length === 0) return;
-      post({ type: "chunk", id, chunk: chunk(counter, first ? { role: "assistant", content: text } : { content: text }) });
+      postChunk(id, chunk(counter, first ? { role: "assistant", content: text } : { content: text }));
       first = false;
     },
     () => stopper.interrupt(),
@@ -432,12 +439,12 @@ async function chat(id, body, state) {
   } catch (error) {
     if (!state.cancelled) {
       console.error("napllm onnx engine: generation failed", error);
-      post({ type: "end", id, kind: "inference" });
+      post({ op: "end", id, kind: "inference" });
       return;
     }
   }
   if (state.cancelled) {
-    post({ type: "end", id });
+    post({ op: "end", id });
     return;
   }
   filter.flush();
@@ -446,26 +453,22 @@ async function chat(id, body, state) {
   // The end-of-sequence token is not part of the answer.
   const completion = ended ? generated - 1 : generated;
   const reason = filter.stopped || ended || generated < maxNew ? "stop" : "length";
-  post({ type: "chunk", id, chunk: chunk(counter, {}, reason) });
-  post({
-    type: "chunk",
-    id,
-    chunk: {
-      ...chunk(counter, {}),
-      choices: [],
-      usage: { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion },
-    },
+  postChunk(id, chunk(counter, {}, reason));
+  postChunk(id, {
+    ...chunk(counter, {}),
+    choices: [],
+    usage: { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion },
   });
-  post({ type: "end", id });
+  post({ op: "end", id });
 }
 
 self.onmessage = (event) => {
   const message = event.data || {};
-  if (message.type === "load") {
+  if (message.op === "load") {
     chain = chain.then(() => load(message));
-  } else if (message.type === "files") {
+  } else if (message.op === "files") {
     chain = chain.then(() => listFiles(message));
-  } else if (message.type === "chat") {
+  } else if (message.op === "chat") {
     const id = String(message.id);
     const state = { stopper: new InterruptableStoppingCriteria(), cancelled: false };
     chats.set(id, state);
@@ -473,10 +476,10 @@ self.onmessage = (event) => {
       .then(() => chat(id, message.body || {}, state))
       .catch((error) => {
         console.error("napllm onnx engine: chat failed", error);
-        post({ type: "end", id, kind: "inference" });
+        post({ op: "end", id, kind: "inference" });
       })
       .finally(() => chats.delete(id));
-  } else if (message.type === "cancel") {
+  } else if (message.op === "cancel") {
     const state = chats.get(String(message.id));
     if (state) {
       state.cancelled = true;

@@ -37,8 +37,8 @@
  *   WebLLM's page-side stream would pull one chunk per round trip to its
  *   worker (the engine waiting for the page between tokens), so a chat runs
  *   whole in our worker instead (webllm-worker.js, on a MessagePort of its
- *   own), which posts the chunks in batches as wllama's worker does
- *   (batcher.js). An engine that is not WebLLM's worker client (a test
+ *   own, reached through worker-bridge.js as every engine worker is), which
+ *   posts the chunks in batches as wllama's worker does (batcher.js). An engine that is not WebLLM's worker client (a test
  *   build's double) is read chunk by chunk on the page, as before.
  * - Engines are created only through the bundle's `CreateWebWorkerMLCEngine`
  *   (the one place a test build substitutes a double; nothing here knows).
@@ -48,6 +48,7 @@ import { requestPersistentStorage } from "../js/storage.js";
 import { isFallback, requestAdapter, vendorOf } from "./gpu.js";
 import { loadingNotice, progress } from "./page.js";
 import * as streams from "./streams.js";
+import { WorkerBridge } from "./worker-bridge.js";
 
 const RECOMMENDED_PREFIXES = [
   "SmolLM2-360M-Instruct",
@@ -184,7 +185,7 @@ function errorKind(error) {
   return "unknown";
 }
 
-/** The engine in use: {modelId, promise, engine, chain, active}. */
+/** The engine in use: {modelId, promise, engine, bridge, chain, active}. */
 let current = null;
 
 async function createEngine(modelId, connectionId, label) {
@@ -215,16 +216,14 @@ async function createEngine(modelId, connectionId, label) {
   return { engine, port };
 }
 
-/** Chats of `entry` running in the worker: stream id -> {stream, resolve}. */
-function onChatMessage(entry, { data }) {
-  if (!data || typeof data !== "object") return;
-  const chat = entry.chats.get(String(data.id));
-  if (!chat) return;
-  if (Array.isArray(data.chunks) && data.chunks.length > 0) streams.pushSerialized(chat.stream, data.chunks);
-  if (data.op === "end") {
-    entry.chats.delete(String(data.id));
-    chat.resolve(data.error && typeof data.error === "object" ? data.error : null);
-  }
+/**
+ * The failure kind of a chat's error, as its worker reported it
+ * (`{name, message}`): an unknown one is an `inference` failure.
+ */
+function chatFailure(error) {
+  console.error("napllm webllm engine: generation failed", error);
+  const kind = errorKind(error);
+  return kind === "unknown" ? "inference" : kind;
 }
 
 /** Cache Storage caches WebLLM keeps model files in (its cache scopes). */
@@ -288,8 +287,7 @@ export async function ensureEngine(modelId, connectionId, label) {
     const entry = {
       modelId,
       engine: null,
-      port: null,
-      chats: new Map(),
+      bridge: null,
       chain: Promise.resolve(),
       active: null,
       promise: null,
@@ -308,10 +306,7 @@ export async function ensureEngine(modelId, connectionId, label) {
       try {
         const created = await createEngine(modelId, connectionId, String(label));
         entry.engine = created.engine;
-        if (created.port) {
-          entry.port = created.port;
-          entry.port.onmessage = (event) => onChatMessage(entry, event);
-        }
+        if (created.port) entry.bridge = new WorkerBridge(created.port, { classify: chatFailure });
         progress(connectionId, `${label} is ready`, 1);
         return { ok: true };
       } catch (error) {
@@ -333,12 +328,10 @@ async function run(entry, body, stream) {
   try {
     if (stream.aborted) return;
     entry.active = stream;
-    if (entry.port) {
-      // The worker reads the chat to its end, after a cancel too (mlc-ai/web-llm #447).
-      const ended = new Promise((resolve) => entry.chats.set(stream.id, { stream, resolve }));
-      entry.port.postMessage({ op: "chat", id: stream.id, body });
-      const error = await ended;
-      if (error) throw error;
+    if (entry.bridge) {
+      // The worker reads the chat to its end, after a cancel too (mlc-ai/web-llm #447);
+      // the bridge ends the stream, with the failure kind of the worker's error.
+      await entry.bridge.chat(stream, body);
       return;
     }
     chunks = await entry.engine.chat.completions.create(body);
@@ -373,10 +366,7 @@ export function startChat(modelId, bodyJson, deliveryDelayMs = 0) {
   return stream.id;
 }
 
-/** The chunks queued for stream `id` since the last call (see streams.js). */
-export function nextChunks(id) {
-  return streams.next(id);
-}
+export { nextChunks, openStreams } from "./worker-bridge.js";
 
 /** Cancel stream `id`: interrupt it only if it is the one generating. */
 export function abort(id) {
@@ -391,9 +381,4 @@ export function abort(id) {
     }
   }
   return found;
-}
-
-/** Streams not yet read to the end or cancelled. */
-export function openStreams() {
-  return streams.openCount();
 }

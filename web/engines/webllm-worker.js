@@ -15,7 +15,10 @@
  *   worker on the handler's engine, and its chunks come back as
  *   `{op: "chunks", id, chunks: [JSON text, ...]}` in batches (batcher.js),
  *   then `{op: "end", id, chunks: [...], error: null | {name, message}}`.
- *   The page classifies the error (it never reaches a napplet).
+ *   The page classifies the error (it never reaches a napplet). This is the
+ *   chat part of the protocol every engine worker speaks (worker-bridge.js);
+ *   a `{op: "cancel"}` is ignored here, since WebLLM's own
+ *   `interruptGenerate` stops the chat.
  * - A chat interrupted through WebLLM's `interruptGenerate` ends early and
  *   is still read to its end here, so the engine's lock is released
  *   (mlc-ai/web-llm #447; docs/design.md, "Known behaviours").

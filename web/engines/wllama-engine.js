@@ -28,7 +28,8 @@
  *   stream is started with `startChat` (returns a stream id), read with
  *   `nextChunks(id)` and stopped with `abort(id)`, which tells the worker to
  *   abort the wllama request through its AbortSignal (streams.js has the
- *   batch format). A worker that dies ends every open stream with the kind
+ *   batch format). The worker is reached through worker-bridge.js (its
+ *   protocol): a worker that dies ends every open stream with the kind
  *   `inference` and every pending load with `load`.
  * - `deliveryDelayMs` hands chunks over one at a time, N ms apart (the
  *   Python side passes its engine's `delay_ms`, 0 in the product).
@@ -43,12 +44,12 @@
 import { forgetCachedModel, roomForModel } from "../js/storage.js";
 import { loadingNotice, progress } from "./page.js";
 import * as streams from "./streams.js";
+import { WorkerBridge, cancelChat } from "./worker-bridge.js";
 
 /** key -> {promise: Promise<info>, loaded: bool, info, connectionId, label} */
 const models = new Map();
-/** key -> resolve function of the pending load */
-const pendingLoads = new Map();
-let worker = null;
+/** The bridge to the engine worker, or null before the first load or after it failed. */
+let bridge = null;
 
 /** The environment facts the Python side needs to pick load parameters. */
 export function environment() {
@@ -58,45 +59,20 @@ export function environment() {
   });
 }
 
-function onWorkerMessage({ data }) {
-  if (!data || typeof data !== "object") return;
-  if (data.op === "chunks") {
-    const stream = streams.byId(data.id);
-    if (stream) streams.pushSerialized(stream, data.chunks);
-  } else if (data.op === "end") {
-    const stream = streams.byId(data.id);
-    if (!stream) return;
-    if (Array.isArray(data.chunks) && data.chunks.length > 0) streams.pushSerialized(stream, data.chunks);
-    streams.end(stream, data.kind);
-  } else if (data.op === "progress") {
-    const entry = models.get(data.key);
-    const detail = typeof data.detail === "string" && data.detail ? ` — ${data.detail}` : "";
-    if (entry) progress(entry.connectionId, `Downloading ${entry.label}${detail}`, data.fraction);
-  } else if (data.op === "loaded") {
-    const resolve = pendingLoads.get(data.key);
-    pendingLoads.delete(data.key);
-    if (resolve) resolve(data.info);
-  }
-}
-
-function onWorkerFailure(event) {
-  console.error("napllm wasm engine: the engine worker failed", event && event.message);
-  worker = null;
-  for (const resolve of pendingLoads.values()) resolve({ ok: false, kind: "load" });
-  pendingLoads.clear();
+/** The worker is gone: its loaded models with it (pending loads and open streams are ended by the bridge). */
+function onWorkerFailure() {
+  bridge = null;
   for (const [key, entry] of models) {
     if (entry.loaded) models.delete(key);
   }
-  streams.endAll("wasm", "inference");
 }
 
 function engineWorker() {
-  if (!worker) {
-    worker = new Worker(new URL("./wllama-worker.js", import.meta.url), { type: "module" });
-    worker.onmessage = onWorkerMessage;
-    worker.onerror = onWorkerFailure;
+  if (!bridge) {
+    const worker = new Worker(new URL("./wllama-worker.js", import.meta.url), { type: "module" });
+    bridge = new WorkerBridge(worker, { onFailure: onWorkerFailure });
   }
-  return worker;
+  return bridge;
 }
 
 async function load(key, url, params, entry) {
@@ -110,9 +86,9 @@ async function load(key, url, params, entry) {
   }
   loadingNotice(`Loading the model of ${label}…`, entry.connectionId);
   progress(entry.connectionId, `Downloading ${label}`, 0);
-  const done = new Promise((resolve) => pendingLoads.set(key, resolve));
-  engineWorker().postMessage({ op: "load", key, url: absolute.href, params });
-  const info = await done;
+  const info = await engineWorker().load(key, { url: absolute.href, params }, (fraction, detail) =>
+    progress(entry.connectionId, `Downloading ${label}${detail}`, fraction),
+  );
   if (info && info.ok === true) {
     progress(entry.connectionId, `${label} is ready`, 1);
     return info;
@@ -160,7 +136,7 @@ export function loadedModels() {
 export async function unloadModel(key) {
   const entry = models.get(String(key));
   models.delete(String(key));
-  if (entry && entry.loaded && worker) worker.postMessage({ op: "unload", key: String(key) });
+  if (entry && entry.loaded && bridge) bridge.unload(key);
 }
 
 /**
@@ -170,30 +146,16 @@ export async function unloadModel(key) {
  */
 export function startChat(key, bodyJson, deliveryDelayMs = 0) {
   const entry = models.get(String(key));
-  if (!entry || !entry.loaded || !worker) throw new Error("model not loaded");
+  if (!entry || !entry.loaded || !bridge) throw new Error("model not loaded");
   const body = JSON.parse(String(bodyJson));
   const stream = streams.open("wasm", deliveryDelayMs);
-  const target = worker;
-  stream.controller.signal.addEventListener("abort", () => {
-    target.postMessage({ op: "abort", id: stream.id });
-  });
   // With a delivery delay the page hands chunks over one by one, so the
   // worker keeps them apart (batcher.js `merge`).
-  target.postMessage({ op: "chat", id: stream.id, key: String(key), body, merge: stream.delayMs === 0 });
+  bridge.chat(stream, body, { key: String(key), merge: stream.delayMs === 0 });
   return stream.id;
 }
 
-/** The chunks queued for stream `id` since the last call (see streams.js). */
-export function nextChunks(id) {
-  return streams.next(id);
-}
+export { nextChunks, openStreams } from "./worker-bridge.js";
 
 /** Abort stream `id` (the worker stops its wllama request at the next token) and forget it. */
-export function abort(id) {
-  return streams.cancel(id);
-}
-
-/** Streams still open (tests use it to prove cancelled streams are released). */
-export function openStreams() {
-  return streams.openCount();
-}
+export const abort = cancelChat;

@@ -7,9 +7,9 @@
  * - Loaded as a module worker by wllama-engine.js; holds no napllm policy.
  *   wllama starts its own llama.cpp worker from here (a nested worker), and
  *   its per-token round trips stay between the two workers.
- * - Messages from the page (all plain data):
+ * - The protocol of every engine worker (worker-bridge.js). From the page:
  *   `{op: "load", key, url, params}`, `{op: "unload", key}`,
- *   `{op: "chat", id, key, body, merge}` (`merge`: see batcher.js), `{op: "abort", id}`.
+ *   `{op: "chat", id, key, body, merge}` (`merge`: see batcher.js), `{op: "cancel", id}`.
  * - Messages to the page:
  *   `{op: "progress", key, fraction, detail}` while downloading (at most
  *   every 100 ms; `detail`: bytes, speed, time left, resumed or restarted,
@@ -218,7 +218,7 @@ self.onmessage = async ({ data }) => {
     self.postMessage({ op: "loaded", key: data.key, info });
   } else if (data.op === "chat") {
     chat(String(data.id), String(data.key), data.body || {}, data.merge !== false);
-  } else if (data.op === "abort") {
+  } else if (data.op === "cancel") {
     const controller = chats.get(String(data.id));
     if (controller) controller.abort();
   } else if (data.op === "unload") {

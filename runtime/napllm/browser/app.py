@@ -37,6 +37,7 @@ from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
 from ..connections import Connection, ConnectionRegistry, UrlRefused, spec_error_text
 from ..discovery import Target, default_targets, discover, secret_goes_to
 from ..errors import ProviderFailure
+from ..grants import keys_of_napplet
 from ..kinds import KindInfo, catalogue
 from ..providers.scripted import ScriptedProvider
 from ..schema import JschonValidator, set_default_validator
@@ -189,6 +190,17 @@ class Runtime:
         """Register a frame's document (`bridge.identity_from_json`); returns its endpoint id."""
         return self.shell.open_endpoint(identity_from_json(identity_text))
 
+    def revoke_napplet_grants(self, identity_text: str) -> int:
+        """Revoke every standing grant of one napplet identity (docs/design.md,
+        "Napplet identity"): the page sends the same JSON text as to
+        `open_endpoint` (`bridge.identity_from_json`), and the grants are
+        matched by the identity they are keyed by (`grants.keys_of_napplet`).
+        Returns how many were revoked.
+        """
+        napplet = identity_from_json(identity_text)
+        keys = keys_of_napplet(self.shell.grants(), napplet)
+        return sum(1 for key in keys if self.shell.revoke_grant(key))
+
     def switch_account(self, account: str) -> None:
         """Switch the user account (cancels work, expires handles; docs/design.md "Account")."""
         self.shell.switch_account(str(account))
@@ -226,6 +238,7 @@ class Runtime:
                 lambda: json.dumps([c.public_summary() for c in self.registry.all()])
             ),
             "revokeGrant": self._proxy(lambda key: self.shell.revoke_grant(str(key))),
+            "revokeNappletGrants": self._proxy(self.revoke_napplet_grants),
             "listGrants": self._proxy(
                 lambda: json.dumps([g.to_json("") for g in self.shell.grants()])
             ),
