@@ -56,6 +56,20 @@ _LIST = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
 _MAP = frozenset({"$defs", "properties", "patternProperties", "dependentSchemas"})
 
 
+def _subschemas(node: Any) -> list[Any]:
+    """The schemas directly under `node`'s 2020-12 applicator keywords."""
+    found: list[Any] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in _ONE:
+                found.append(value)
+            elif key in _LIST and isinstance(value, list):
+                found.extend(value)
+            elif key in _MAP and isinstance(value, dict):
+                found.extend(value.values())
+    return found
+
+
 def uses_other_dialect(schema: Any) -> bool:
     """Whether `schema` declares a dialect other than 2020-12 (module rules).
 
@@ -67,24 +81,13 @@ def uses_other_dialect(schema: Any) -> bool:
         return False
     if "$schema" in schema and schema["$schema"] != DIALECT:
         return True
-    stack: list[Any] = []
-
-    def children(node: dict[str, Any]) -> None:
-        for key, value in node.items():
-            if key in _ONE:
-                stack.append(value)
-            elif key in _LIST and isinstance(value, list):
-                stack.extend(value)
-            elif key in _MAP and isinstance(value, dict):
-                stack.extend(value.values())
-
-    children(schema)
+    stack = _subschemas(schema)
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
             if "$schema" in node:
                 return True
-            children(node)
+            stack.extend(_subschemas(node))
     return False
 
 
@@ -106,17 +109,8 @@ def count_subschemas(schema: Any, limit: int = MAX_SCHEMA_SUBSCHEMAS) -> int:
     stack: list[Any] = [schema]
     count = 0
     while stack and count <= limit:
-        node = stack.pop()
         count += 1
-        if not isinstance(node, dict):
-            continue
-        for key, value in node.items():
-            if key in _ONE:
-                stack.append(value)
-            elif key in _LIST and isinstance(value, list):
-                stack.extend(value)
-            elif key in _MAP and isinstance(value, dict):
-                stack.extend(value.values())
+        stack.extend(_subschemas(stack.pop()))
     return count
 
 
