@@ -109,7 +109,7 @@ export function onnxSource(connection) {
       : null;
   }
   const model = typeof connection?.model === "string" ? connection.model.trim() : "";
-  if (/^https?:\/\//i.test(model)) {
+  if (/^https?:\/{2}/i.test(model)) {
     let url;
     try {
       url = new URL(model);
