@@ -13,7 +13,6 @@ matched (about 2**60 steps) and with arguments that would trigger them.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,7 +21,6 @@ from napcheck import ready, run
 
 from napllm.providers.fixture import tool_call_script
 from napllm.records import Tool
-from napllm.schema import JschonValidator, default_validator, set_default_validator
 
 pytest.importorskip("jschon")
 
@@ -39,16 +37,6 @@ HOSTILE_SCHEMAS: dict[str, dict[str, Any]] = {
     "propertyNames": {"type": "object", "propertyNames": {"pattern": BACKTRACKING}},
     "format regex": {"type": "object", "properties": {"s": {"type": "string", "format": "regex"}}},
 }
-
-
-@pytest.fixture
-def page_validator() -> Iterator[None]:
-    before = default_validator()
-    set_default_validator(JschonValidator())
-    try:
-        yield
-    finally:
-        set_default_validator(before)
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE_SCHEMAS))

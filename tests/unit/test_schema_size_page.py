@@ -14,12 +14,10 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from napllm.records import Tool
-from napllm.schema import JschonValidator, default_validator, set_default_validator
 
 pytest.importorskip("jschon")
 
@@ -27,16 +25,6 @@ WIDE = {
     "type": "object",
     "properties": {f"p{i}": {"type": "string", "minLength": 1} for i in range(1000)},
 }
-
-
-@pytest.fixture
-def page_validator() -> Iterator[None]:
-    before = default_validator()
-    set_default_validator(JschonValidator())
-    try:
-        yield
-    finally:
-        set_default_validator(before)
 
 
 def test_a_wide_tool_schema_is_refused_or_checked_quickly(page_validator: None) -> None:
