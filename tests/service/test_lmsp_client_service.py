@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -14,6 +14,7 @@ import pytest
 from fixtures import WEATHER_FUNCTION, done_items, lmsp_user, text_of
 from napllm.errors import SAFE_MESSAGES, ErrorCode, ProviderFailure
 from napllm.lmsp import CONTEXT_TOO_LONG, TOKEN_REJECTED_HINT, LmspEvent, LmspRequest
+from napllm.providers.base import HttpCall
 from napllm.providers.http_httpx import HttpxPort, HttpxResponse
 from napllm.providers.lmsp_client import (
     LmspProvider,
@@ -53,20 +54,10 @@ class RecordingPort(HttpxPort):
         self.seen: list[tuple[str, str, dict[str, str]]] = []
         self._cut = cut_after_events
 
-    async def request(
-        self,
-        method: str,
-        url: str,
-        *,
-        headers: Mapping[str, str] | None = None,
-        json_body: Any = None,
-        timeout_s: float | None = None,
-    ) -> HttpxResponse:
-        self.seen.append((method, url, dict(headers or {})))
-        response = await super().request(
-            method, url, headers=headers, json_body=json_body, timeout_s=timeout_s
-        )
-        if self._cut is not None and method == "GET" and "/events" in url:
+    async def send(self, call: HttpCall) -> HttpxResponse:
+        self.seen.append((call.method, call.url, dict(call.headers)))
+        response = await super().send(call)
+        if self._cut is not None and call.method == "GET" and "/events" in call.url:
             count, self._cut = self._cut, None
             return CutResponse(response, count)  # type: ignore[return-value]
         return response

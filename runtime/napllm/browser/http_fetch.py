@@ -35,14 +35,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 import js  # type: ignore[import-not-found]
 from js import AbortController, Object, fetch, navigator  # type: ignore[import-not-found]
 from pyodide.ffi import JsException, to_js  # type: ignore[import-not-found]
 
-from ..providers.base import MAX_BODY_BYTES, LocalNetworkBlocked
+from ..providers.base import MAX_BODY_BYTES, HttpCall, HttpPort, LocalNetworkBlocked
 
 #: Permission names of Chromium's Local Network Access, newest first.
 LOCAL_NETWORK_PERMISSIONS = ("loopback-network", "local-network", "local-network-access")
@@ -149,37 +149,29 @@ class FetchResponse:
             self._controller.abort()
 
 
-class FetchHttp:
+class FetchHttp(HttpPort):
     """`HttpPort` implementation on `fetch` (see providers/base.py)."""
 
-    async def request(
-        self,
-        method: str,
-        url: str,
-        *,
-        headers: Mapping[str, str] | None = None,
-        json_body: Any = None,
-        timeout_s: float | None = None,
-    ) -> FetchResponse:
-        """Send one request; returns when status and headers arrived."""
+    async def send(self, call: HttpCall) -> FetchResponse:
+        """Send `call` (`HttpPort.send`); returns when status and headers arrived."""
         controller = AbortController.new()
         init: dict[str, Any] = {
-            "method": method,
-            "headers": dict(headers or {}),
+            "method": call.method,
+            "headers": dict(call.headers),
             "signal": controller.signal,
             "credentials": "omit",
             "cache": "no-store",
             "redirect": "error",
         }
-        if json_body is not None:
-            init["body"] = json.dumps(json_body, ensure_ascii=False)
+        if call.json_body is not None:
+            init["body"] = json.dumps(call.json_body, ensure_ascii=False)
             init["headers"].setdefault("Content-Type", "application/json")
         options = to_js(init, dict_converter=Object.fromEntries)
         try:
-            if timeout_s is None:
-                response = await fetch(url, options)
+            if call.timeout_s is None:
+                response = await fetch(call.url, options)
             else:
-                response = await asyncio.wait_for(fetch(url, options), timeout_s)
+                response = await asyncio.wait_for(fetch(call.url, options), call.timeout_s)
         except TimeoutError as exc:
             controller.abort()
             raise ConnectionError("the service did not answer in time") from exc

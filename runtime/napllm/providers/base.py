@@ -23,7 +23,9 @@ Rules (docs/design.md, "The data path")
 
 from __future__ import annotations
 
+import abc
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ..lmsp import LmspEvent, LmspRequest, LmspResponse
@@ -93,12 +95,31 @@ def unreachable_hint(exc: BaseException, default: str) -> str:
     return LOCAL_NETWORK_HINT if isinstance(exc, LocalNetworkBlocked) else default
 
 
-class HttpPort(Protocol):
+@dataclass(frozen=True)
+class HttpCall:
+    """One HTTP request as a port sends it.
+
+    `headers`: names as given (a plain dict, the port's own copy);
+    `json_body`: sent as JSON with `Content-Type: application/json` when not
+    `None`; `timeout_s`: seconds for the status and headers to arrive (and
+    for each read), `None` for no limit.
+    """
+
+    method: str
+    url: str
+    headers: dict[str, str]
+    json_body: Any = None
+    timeout_s: float | None = None
+
+
+class HttpPort(abc.ABC):
     """The HTTP client a network provider uses (fetch in the browser, httpx here).
 
-    Raises `ConnectionError` (or a subclass) when no response arrives:
-    refused, reset, DNS, CORS or an aborted fetch; `LocalNetworkBlocked`
-    when the browser refused a request to a local address.
+    Callers use `request`; an implementation writes `send` only, so the
+    call's shape is declared once. Both raise `ConnectionError` (or a
+    subclass) when no response arrives: refused, reset, DNS, CORS or an
+    aborted fetch; `LocalNetworkBlocked` when the browser refused a request
+    to a local address.
     """
 
     async def request(
@@ -111,7 +132,11 @@ class HttpPort(Protocol):
         timeout_s: float | None = None,
     ) -> HttpResponse:
         """Send one request; returns once the status and headers arrived."""
-        ...
+        return await self.send(HttpCall(method, url, dict(headers or {}), json_body, timeout_s))
+
+    @abc.abstractmethod
+    async def send(self, call: HttpCall) -> HttpResponse:
+        """Send `call`; returns once the status and headers arrived."""
 
 
 def events_from_response(response: LmspResponse) -> list[LmspEvent]:

@@ -26,9 +26,9 @@ Rules
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .base import MAX_BODY_BYTES
+from .base import MAX_BODY_BYTES, HttpCall, HttpPort
 
 if TYPE_CHECKING:
     import httpx
@@ -99,7 +99,7 @@ class HttpxResponse:
         await self._response.aclose()
 
 
-class HttpxPort:
+class HttpxPort(HttpPort):
     """`HttpPort` (providers/base.py) on an `httpx.AsyncClient`.
 
     `client`: an existing client to use (its owner closes it); without one,
@@ -120,31 +120,23 @@ class HttpxPort:
         self._client = client if client is not None else httpx.AsyncClient()
         self._connect_timeout_s = connect_timeout_s
 
-    async def request(
-        self,
-        method: str,
-        url: str,
-        *,
-        headers: Mapping[str, str] | None = None,
-        json_body: Any = None,
-        timeout_s: float | None = None,
-    ) -> HttpxResponse:
-        """Send one request; returns once the status and headers arrived.
+    async def send(self, call: HttpCall) -> HttpxResponse:
+        """Send `call` (`HttpPort.send`); returns once the status and headers arrived.
 
-        `json_body` (when not `None`) is sent as JSON with `Content-Type:
-        application/json`. Raises `ConnectionError` for a transport failure.
+        Raises `ConnectionError` for a transport failure.
         """
         import httpx
 
+        limit = call.timeout_s
         timeout = httpx.Timeout(
-            connect=self._connect_timeout_s, read=timeout_s, write=timeout_s, pool=timeout_s
+            connect=self._connect_timeout_s, read=limit, write=limit, pool=limit
         )
         try:
             request = self._client.build_request(
-                method,
-                url,
-                headers=dict(headers or {}),
-                json=json_body,
+                call.method,
+                call.url,
+                headers=call.headers,
+                json=call.json_body,
                 timeout=timeout,
             )
             response = await self._client.send(request, stream=True)
