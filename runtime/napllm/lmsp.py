@@ -403,6 +403,36 @@ class LmspEvent(BaseModel):
         return "\n".join(lines) + "\n\n"
 
 
+def item_added(response_id: str, index: int, item: dict[str, Any]) -> LmspEvent:
+    """`response.output_item.added` for output item `index` (6.3, 6.5)."""
+    data = {"response_id": response_id, "output_index": index, "item": item}
+    return LmspEvent(event="response.output_item.added", data=data)
+
+
+def item_done(response_id: str, index: int, item: dict[str, Any]) -> LmspEvent:
+    """`response.output_item.done` for output item `index`, with the whole item (6.5)."""
+    data = {"response_id": response_id, "output_index": index, "item": item}
+    return LmspEvent(event="response.output_item.done", data=data)
+
+
+def text_delta(response_id: str, item_id: str, delta: str) -> LmspEvent:
+    """`response.output_text.delta`: `delta` appended to message `item_id`'s text (6.3)."""
+    data = {"response_id": response_id, "item_id": item_id, "delta": delta}
+    return LmspEvent(event="response.output_text.delta", data=data)
+
+
+def arguments_delta(response_id: str, item_id: str, index: int, delta: str) -> LmspEvent:
+    """`response.function_call_arguments.delta`, napllm's extension event (docs/lmsp.md)."""
+    data = {"response_id": response_id, "item_id": item_id, "output_index": index, "delta": delta}
+    return LmspEvent(event="response.function_call_arguments.delta", data=data)
+
+
+def message_item(item_id: str, text: str | None = None) -> dict[str, Any]:
+    """An assistant message output item: no content (as added) or one `output_text` part."""
+    content = [] if text is None else [{"type": "output_text", "text": text}]
+    return {"id": item_id, "type": "message", "role": "assistant", "content": content}
+
+
 # --------------------------------------------------------------------------
 # Model discovery (docs/lmsp.md, assumed section)
 

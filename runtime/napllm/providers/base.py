@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from ..lmsp import LmspEvent, LmspRequest, LmspResponse
+from ..lmsp import LmspEvent, LmspRequest, LmspResponse, item_added, item_done
 
 
 @runtime_checkable
@@ -151,18 +151,7 @@ def events_from_response(response: LmspResponse) -> list[LmspEvent]:
         LmspEvent(event="response.created", data={"response_id": rid, "status": "in_progress"})
     ]
     for index, item in enumerate(response.output):
-        events.append(
-            LmspEvent(
-                event="response.output_item.added",
-                data={"response_id": rid, "output_index": index, "item": item},
-            )
-        )
-        events.append(
-            LmspEvent(
-                event="response.output_item.done",
-                data={"response_id": rid, "output_index": index, "item": item},
-            )
-        )
+        events += [item_added(rid, index, item), item_done(rid, index, item)]
     usage = response.usage.model_dump(exclude_none=True) if response.usage else None
     status = response.status
     if status == "completed":

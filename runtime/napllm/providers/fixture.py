@@ -28,7 +28,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ErrorCode, ProviderFailure
-from ..lmsp import LmspEvent, LmspRequest, MessageItemIn
+from ..lmsp import (
+    LmspEvent,
+    LmspRequest,
+    MessageItemIn,
+    arguments_delta,
+    item_added,
+    item_done,
+    message_item,
+    text_delta,
+)
 
 
 @dataclass(frozen=True)
@@ -174,40 +183,11 @@ def text_events(
     """Added / text deltas / done for one message item (no created/terminal)."""
     chunks = [text] if isinstance(text, str) else list(text)
     item_id = f"msg_{output_index}"
-    full = "".join(chunks)
-    events = [
-        LmspEvent(
-            event="response.output_item.added",
-            data={
-                "response_id": rid,
-                "output_index": output_index,
-                "item": {"id": item_id, "type": "message", "role": "assistant", "content": []},
-            },
-        )
+    return [
+        item_added(rid, output_index, message_item(item_id)),
+        *(text_delta(rid, item_id, chunk) for chunk in chunks),
+        item_done(rid, output_index, message_item(item_id, "".join(chunks))),
     ]
-    for chunk in chunks:
-        events.append(
-            LmspEvent(
-                event="response.output_text.delta",
-                data={"response_id": rid, "item_id": item_id, "delta": chunk},
-            )
-        )
-    events.append(
-        LmspEvent(
-            event="response.output_item.done",
-            data={
-                "response_id": rid,
-                "output_index": output_index,
-                "item": {
-                    "id": item_id,
-                    "type": "message",
-                    "role": "assistant",
-                    "content": [{"type": "output_text", "text": full}],
-                },
-            },
-        )
-    )
-    return events
 
 
 def call_events(
@@ -225,39 +205,11 @@ def call_events(
     base: dict[str, Any] = {"id": item_id, "type": "function_call", "name": name}
     if call_id is not None:
         base["call_id"] = call_id
-    events = [
-        LmspEvent(
-            event="response.output_item.added",
-            data={
-                "response_id": rid,
-                "output_index": output_index,
-                "item": {**base, "arguments": ""},
-            },
-        )
+    return [
+        item_added(rid, output_index, {**base, "arguments": ""}),
+        *(arguments_delta(rid, item_id, output_index, part) for part in fragments or ()),
+        item_done(rid, output_index, {**base, "arguments": args}),
     ]
-    for fragment in fragments or ():
-        events.append(
-            LmspEvent(
-                event="response.function_call_arguments.delta",
-                data={
-                    "response_id": rid,
-                    "item_id": item_id,
-                    "output_index": output_index,
-                    "delta": fragment,
-                },
-            )
-        )
-    events.append(
-        LmspEvent(
-            event="response.output_item.done",
-            data={
-                "response_id": rid,
-                "output_index": output_index,
-                "item": {**base, "arguments": args},
-            },
-        )
-    )
-    return events
 
 
 def completed(rid: str = "resp_fixture", inp: int = 12, out: int = 7) -> LmspEvent:

@@ -57,7 +57,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ErrorCode, ProviderFailure
 from ..jsontext import JsonTextError, read_json
-from ..lmsp import LmspEvent, LmspRequest
+from ..lmsp import (
+    LmspEvent,
+    LmspRequest,
+    arguments_delta,
+    item_added,
+    item_done,
+    message_item,
+    text_delta,
+)
 
 #: Longest script text accepted (characters).
 MAX_SCRIPT_CHARS = 1_000_000
@@ -433,33 +441,11 @@ async def _message(
     rid: str, index: int, chunks: list[str], delay: float
 ) -> AsyncIterator[LmspEvent]:
     item_id = f"msg_{index}"
-    yield LmspEvent(
-        event="response.output_item.added",
-        data={
-            "response_id": rid,
-            "output_index": index,
-            "item": {"id": item_id, "type": "message", "role": "assistant", "content": []},
-        },
-    )
+    yield item_added(rid, index, message_item(item_id))
     for chunk in chunks:
         await asyncio.sleep(delay)
-        yield LmspEvent(
-            event="response.output_text.delta",
-            data={"response_id": rid, "item_id": item_id, "delta": chunk},
-        )
-    yield LmspEvent(
-        event="response.output_item.done",
-        data={
-            "response_id": rid,
-            "output_index": index,
-            "item": {
-                "id": item_id,
-                "type": "message",
-                "role": "assistant",
-                "content": [{"type": "output_text", "text": "".join(chunks)}],
-            },
-        },
-    )
+        yield text_delta(rid, item_id, chunk)
+    yield item_done(rid, index, message_item(item_id, "".join(chunks)))
 
 
 async def _call(
@@ -468,22 +454,8 @@ async def _call(
     item_id = f"fc_{index}"
     arguments = json.dumps(call.arguments, ensure_ascii=False)
     base = {"id": item_id, "type": "function_call", "name": call.name, "call_id": call_id}
-    yield LmspEvent(
-        event="response.output_item.added",
-        data={"response_id": rid, "output_index": index, "item": {**base, "arguments": ""}},
-    )
+    yield item_added(rid, index, {**base, "arguments": ""})
     for fragment in _split(arguments, 2):
         await asyncio.sleep(delay)
-        yield LmspEvent(
-            event="response.function_call_arguments.delta",
-            data={
-                "response_id": rid,
-                "item_id": item_id,
-                "output_index": index,
-                "delta": fragment,
-            },
-        )
-    yield LmspEvent(
-        event="response.output_item.done",
-        data={"response_id": rid, "output_index": index, "item": {**base, "arguments": arguments}},
-    )
+        yield arguments_delta(rid, item_id, index, fragment)
+    yield item_done(rid, index, {**base, "arguments": arguments})
