@@ -491,9 +491,7 @@ class LmspProvider:
                 )
             except ConnectionError as exc:
                 failures += 1
-                if failures > self._max_reconnects:
-                    raise _lost() from exc
-                await self._sleep(self._backoff(failures))
+                await self._retry_after(failures, exc)
                 continue
             expired = False
             try:
@@ -530,6 +528,17 @@ class LmspProvider:
                 return
             await self._sleep(self._backoff(failures))
 
+    async def _retry_after(self, failures: int, exc: ConnectionError) -> None:
+        """Wait before reconnect try `failures` (from 1) after `exc`.
+
+        Raises the lost-stream `ProviderFailure` once `failures` passes
+        `max_reconnects` (6.4: a client resumes a broken stream a bounded
+        number of times).
+        """
+        if failures > self._max_reconnects:
+            raise _lost() from exc
+        await self._sleep(self._backoff(failures))
+
     async def _final_events(self, task_url: str, seen: SeenEvents) -> list[LmspEvent]:
         """After 410: the task's final response as the events not yet yielded."""
         attempt = 0
@@ -543,9 +552,7 @@ class LmspProvider:
                 )
             except ConnectionError as exc:
                 attempt += 1
-                if attempt > self._max_reconnects:
-                    raise _lost() from exc
-                await self._sleep(self._backoff(attempt))
+                await self._retry_after(attempt, exc)
                 continue
             try:
                 if response.status != 200:
