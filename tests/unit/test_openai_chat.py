@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from fixtures import WEATHER_FUNCTION, lmsp_request
 from napllm.errors import ErrorCode, ProviderFailure
 from napllm.lmsp import LmspEvent, LmspRequest
+from napllm.providers.chat_fields import usage_to_lmsp
 from napllm.providers.chat_request import lmsp_to_chat
-from napllm.providers.chat_stream import ChatStreamToLmsp, chat_response_to_lmsp, usage_to_lmsp
+from napllm.providers.chat_stream import ChatStreamToLmsp, chat_response_to_lmsp
 from toolcall_cases import MALFORMED, UNKNOWN_TOOL, WELL_FORMED, block
 
 

@@ -19,77 +19,14 @@ raises `ProviderFailure` without echoing the body.
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import ErrorCode, ProviderFailure
-from ..jsontext import JsonTextError, read_json
 from ..lmsp import CONTEXT_TOO_LONG, LmspEvent
 from ..toolcall_text import MalformedToolCall, ToolCallScanner, parse_tool_call
-
-
-def _malformed(what: str) -> ProviderFailure:
-    return ProviderFailure(ErrorCode.PROVIDER_ERROR, detail=f"malformed chat completion: {what}")
-
-
-def _count(value: object) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
-
-
-def usage_to_lmsp(raw: object) -> dict[str, Any] | None:
-    """LMSP `usage` (6.2) from an OpenAI `usage` object, or `None` if unusable.
-
-    `prompt_tokens` -> `input_tokens`, `completion_tokens` -> `output_tokens`,
-    `total_tokens` (or their sum), `prompt_tokens_details.cached_tokens` ->
-    `input_tokens_details.cached_tokens`,
-    `completion_tokens_details.reasoning_tokens` ->
-    `output_tokens_details.reasoning_tokens`. Counts must be non-negative
-    integers; a usage object without both main counts is ignored.
-    """
-    if not isinstance(raw, dict):
-        return None
-    prompt = _count(raw.get("prompt_tokens"))
-    completion = _count(raw.get("completion_tokens"))
-    if prompt is None or completion is None:
-        return None
-    total = _count(raw.get("total_tokens"))
-    usage: dict[str, Any] = {
-        "input_tokens": prompt,
-        "output_tokens": completion,
-        "total_tokens": total if total is not None else prompt + completion,
-    }
-    prompt_details = raw.get("prompt_tokens_details")
-    if isinstance(prompt_details, dict):
-        cached = _count(prompt_details.get("cached_tokens"))
-        if cached is not None:
-            usage["input_tokens_details"] = {"cached_tokens": cached}
-    completion_details = raw.get("completion_tokens_details")
-    if isinstance(completion_details, dict):
-        reasoning = _count(completion_details.get("reasoning_tokens"))
-        if reasoning is not None:
-            usage["output_tokens_details"] = {"reasoning_tokens": reasoning}
-    return usage
-
-
-def _arguments_text(value: object) -> str:
-    """A tool call's `arguments` as text: strings as received, objects serialised."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _is_complete_json(text: str) -> bool:
-    try:
-        read_json(text, allow_lone_surrogates=True)
-    except JsonTextError:
-        return False
-    return True
+from .chat_fields import arguments_text, is_complete_json, malformed, usage_to_lmsp
 
 
 @dataclass
@@ -371,7 +308,7 @@ class ChatStreamToLmsp:
 
     def _tool_call_fragment(self, position: int, raw: object) -> None:
         if not isinstance(raw, dict):
-            raise _malformed("tool call is not an object")
+            raise malformed("tool call is not an object")
         index = raw.get("index")
         key = index if isinstance(index, int) and not isinstance(index, bool) else position
         raw_id = raw.get("id") if isinstance(raw.get("id"), str) and raw.get("id") else None
@@ -379,11 +316,11 @@ class ChatStreamToLmsp:
         if function is None:
             function = {}
         if not isinstance(function, dict):
-            raise _malformed("tool call function is not an object")
+            raise malformed("tool call function is not an object")
         name = function.get("name")
         if name is not None and not isinstance(name, str):
-            raise _malformed("tool call name is not text")
-        arguments = _arguments_text(function.get("arguments"))
+            raise malformed("tool call name is not text")
+        arguments = arguments_text(function.get("arguments"))
 
         call = self._call_at.get(key)
         if call is None:
@@ -397,7 +334,7 @@ class ChatStreamToLmsp:
         else:
             # no id: a new name after a finished call starts the next call
             new_call = bool(
-                name and call.name and (name != call.name or _is_complete_json(call.arguments))
+                name and call.name and (name != call.name or is_complete_json(call.arguments))
             )
         if new_call:
             call = _OutputItem(
@@ -429,7 +366,7 @@ class ChatStreamToLmsp:
         if self._finished:
             return []
         if not isinstance(chunk, dict):
-            raise _malformed("chunk is not an object")
+            raise malformed("chunk is not an object")
         if chunk.get("error"):
             raise ProviderFailure(ErrorCode.PROVIDER_ERROR, detail="error chunk in stream")
         if not self._started:
@@ -444,10 +381,10 @@ class ChatStreamToLmsp:
         if choices is None:
             return self._take()
         if not isinstance(choices, list):
-            raise _malformed("choices is not a list")
+            raise malformed("choices is not a list")
         for choice in choices:
             if not isinstance(choice, dict):
-                raise _malformed("choice is not an object")
+                raise malformed("choice is not an object")
             if choice.get("index", 0) not in (0, None):
                 continue  # only the first choice is requested (n = 1)
             self._choice(choice)
@@ -458,35 +395,35 @@ class ChatStreamToLmsp:
         if delta is None:
             delta = {}
         if not isinstance(delta, dict):
-            raise _malformed("delta is not an object")
+            raise malformed("delta is not an object")
         for key in ("reasoning_content", "reasoning"):
             value = delta.get(key)
             if value is not None and not isinstance(value, str):
-                raise _malformed("reasoning is not text")
+                raise malformed("reasoning is not text")
             if value:
                 self._reasoning_delta(value)
                 break
         content = delta.get("content")
         if content is not None and not isinstance(content, str):
-            raise _malformed("content is not text")
+            raise malformed("content is not text")
         if content:
             self._text(content)
         refusal = delta.get("refusal")
         if refusal is not None and not isinstance(refusal, str):
-            raise _malformed("refusal is not text")
+            raise malformed("refusal is not text")
         if refusal:
             self._message_part("refusal", refusal)
         tool_calls = delta.get("tool_calls")
         if tool_calls is not None:
             if not isinstance(tool_calls, list):
-                raise _malformed("tool_calls is not a list")
+                raise malformed("tool_calls is not a list")
             self._tool_list_seen = True
             for position, raw in enumerate(tool_calls):
                 self._tool_call_fragment(position, raw)
         reason = choice.get("finish_reason")
         if reason is not None:
             if not isinstance(reason, str):
-                raise _malformed("finish_reason is not text")
+                raise malformed("finish_reason is not text")
             self.finish_reason = reason
 
     def finish(self) -> list[LmspEvent]:
@@ -579,18 +516,18 @@ def chat_response_to_lmsp(
     `ProviderFailure` for an error body or a body of the wrong shape.
     """
     if not isinstance(body, dict):
-        raise _malformed("body is not an object")
+        raise malformed("body is not an object")
     if body.get("error"):
         raise ProviderFailure(ErrorCode.PROVIDER_ERROR, detail="error body")
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise _malformed("no choices")
+        raise malformed("no choices")
     choice = choices[0]
     message = choice.get("message")
     if message is None:
         message = {}
     if not isinstance(message, dict):
-        raise _malformed("message is not an object")
+        raise malformed("message is not an object")
     delta = dict(message)
     tool_calls = message.get("tool_calls")
     if isinstance(tool_calls, list):
