@@ -25,9 +25,9 @@ CHROMIUM = os.environ.get("NAPLLM_CHROMIUM", "/usr/bin/chromium")
 
 
 def check(
-    dist_dir: Path, tmp_path: Path, napplet: Path, script: Any, steps: Any
+    dist_dir: Path, tmp_path: Path, napplet: Path, script: Any, steps: Any, *options: str
 ) -> tuple[int, dict[str, Any], str]:
-    """Run napllm-check; returns (exit status, report.json, output)."""
+    """Run napllm-check with command-line `options`; returns (exit status, report.json, output)."""
     script_file = tmp_path / "turns.json"
     steps_file = tmp_path / "steps.json"
     script_file.write_text(script if isinstance(script, str) else json.dumps(script))
@@ -39,6 +39,7 @@ def check(
             *(sys.executable, "-m", "napllm.devtools.check", str(napplet)),
             *("--script", str(script_file), "--steps", str(steps_file)),
             *("--dist", str(dist_dir), "--out", str(out), "--chromium", CHROMIUM),
+            *options,
         ],
         capture_output=True,
         text=True,
@@ -237,8 +238,15 @@ def test_control_text_is_escaped_everywhere(dist_dir: Path, tmp_path: Path) -> N
 
 
 def test_a_napplet_that_never_yields_still_gets_a_report(dist_dir: Path, tmp_path: Path) -> None:
+    # A shorter step bound than the default 15 s: every bound here is waited out.
     status, report, output = check(
-        dist_dir, tmp_path, FAULTY / "spinner.html", TEXT, [{"click": "#go"}]
+        dist_dir,
+        tmp_path,
+        FAULTY / "spinner.html",
+        TEXT,
+        [{"click": "#go"}],
+        "--timeout-ms",
+        "6000",
     )
     assert status == 1, output
     assert "napplet-unresponsive" in kinds(report), output
