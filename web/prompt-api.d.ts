@@ -1,7 +1,7 @@
 /**
  * Types of the Prompt API layer the napllm shell places in a napplet frame
  * whose page has `<meta name="napplet-prompt-api">`: `LanguageModel` (the
- * web's Prompt API) over `window.napplet.llm` (web/prompt-api.js;
+ * web's Prompt API) over `window.napplet.llm` (web/prompt-api/;
  * docs/napplets.md, "The Prompt API").
  *
  * Use it beside napplet-llm.d.ts in an editor or with `tsc --checkJs`:

@@ -1,4 +1,4 @@
-"""The Prompt API layer (web/prompt-api.js) in the product shell, in Chromium.
+"""The Prompt API layer (web/prompt-api/) in the product shell, in Chromium.
 
 A napplet that opts in with ``<meta name="napplet-prompt-api">``
 (tests/browser/napplets/prompt-api.html) uses only ``LanguageModel``. Each
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.browser
 SCRIPTED = "Prompt script"
 TINYCHAT = "TinyChat (on this device)"
 STEP_TIMEOUT_MS = 60_000
-#: The layer's bound on a session's messages (web/prompt-api.js MAX_HISTORY_MESSAGES).
+#: The layer's bound on a session's messages (web/prompt-api/limits.js MAX_HISTORY_MESSAGES).
 MAX_HISTORY_MESSAGES = 256
 
 

@@ -423,7 +423,7 @@ def test_the_prompt_api_layer_ships_bundled_as_inline_text(
     out = base.DistWriter(dist)
     content.copy_web(out)
     bundle_prompt_api(out)
-    assert not (dist / "prompt-api.js").exists()  # only the bundle is shipped
+    assert not (dist / "prompt-api").exists()  # only the bundle is shipped
     assert (dist / "prompt-api.d.ts").is_file()
     module = (dist / "js" / "prompt-api-source.js").read_text(encoding="utf-8")
     prefix = "export const PROMPT_API_SOURCE = "

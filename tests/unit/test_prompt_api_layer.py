@@ -1,4 +1,4 @@
-"""The Prompt API layer's own logic (web/prompt-api.js), run in node.
+"""The Prompt API layer's own logic (web/prompt-api/, through index.js), run in node.
 
 Its pure parts (the regular-expression bound, schema compilation, answer
 checking, the error names) and a session's bookkeeping against a recording
@@ -18,7 +18,7 @@ import pytest
 from nodejs import needs_node, run_module
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYER = ROOT / "web" / "prompt-api.js"
+LAYER = ROOT / "web" / "prompt-api" / "index.js"
 
 pytestmark = needs_node
 

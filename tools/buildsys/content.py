@@ -17,11 +17,11 @@ from pathlib import Path
 
 from buildsys import paths
 from buildsys.base import DistWriter
-from buildsys.bundles import PROMPT_API_ENTRY
+from buildsys.bundles import PROMPT_API_DIR
 
 
 def copy_web(out: DistWriter) -> int:
-    """Copy the host page (web/, without web/vendor-entry/) to the root of dist/.
+    """Copy the host page (web/, but web/vendor-entry/ and web/prompt-api/) to dist/'s root.
 
     A missing web/ is not an error (the build then has no host page).
     Returns the number of files copied.
@@ -33,7 +33,7 @@ def copy_web(out: DistWriter) -> int:
         rel = path.relative_to(paths.WEB)
         if not path.is_file() or rel.parts[0] == "vendor-entry" or "__pycache__" in rel.parts:
             continue
-        if rel.as_posix() == PROMPT_API_ENTRY:
+        if rel.parts[0] == PROMPT_API_DIR:
             continue  # shipped bundled, as js/prompt-api-source.js (bundle_prompt_api)
         # web/ may be edited while we build: a file that vanished is simply not copied.
         with contextlib.suppress(FileNotFoundError):

@@ -10,6 +10,7 @@
  * - When localStorage is unavailable the profiles live for the page only.
  */
 
+import { byIds } from "./dom.js";
 import { parseJsonOr } from "./json.js";
 
 export const DEFAULT_PROFILE = "Default";
@@ -49,12 +50,10 @@ export class AccountSwitcher {
   constructor(root, runtime) {
     this.root = root;
     this.runtime = runtime;
-    this.select = root.querySelector("#account-select");
-    this.addForm = root.querySelector("#account-add-form");
-    this.addInput = root.querySelector("#account-new-name");
-    this.addError = root.querySelector("#account-add-error");
-    this.addToggle = root.querySelector("#account-add");
-    this.removeButton = root.querySelector("#account-remove");
+    Object.assign(this, byIds(root, {
+      select: "account-select", addForm: "account-add-form", addInput: "account-new-name",
+      addError: "account-add-error", addToggle: "account-add", removeButton: "account-remove",
+    }));
     this.profiles = this.load();
     const stored = readStorage(CURRENT_KEY);
     this.current = stored && this.profiles.includes(stored) ? stored : DEFAULT_PROFILE;

@@ -20,7 +20,7 @@
  *   the edited entry's new Edit button, or "Add connection").
  */
 
-import { str } from "./dom.js";
+import { byIds, str } from "./dom.js";
 import { isObjectOrArray, parseJsonOr } from "./json.js";
 import { DiscoveryView } from "./connection-discovery.js";
 import { UNKNOWN_KIND, modelFromGgufUrl } from "./connections-state.js";
@@ -80,20 +80,12 @@ export class ConnectionForm {
     this.returnFocus = null;
     this.title = form.querySelector("#connection-form-title");
     this.error = form.querySelector("#connection-form-error");
-    this.fields = {
-      name: form.querySelector("#connection-name"),
-      kind: form.querySelector("#connection-kind"),
-      baseUrl: form.querySelector("#connection-base-url"),
-      forwardsTo: form.querySelector("#connection-forwards-to"),
-      modelUrl: form.querySelector("#connection-model-url"),
-      script: form.querySelector("#connection-script"),
-      model: form.querySelector("#connection-model"),
-      secret: form.querySelector("#connection-secret"),
-      json: form.querySelector("#connection-cap-json"),
-      tools: form.querySelector("#connection-cap-tools"),
-      images: form.querySelector("#connection-cap-images"),
-      charges: form.querySelector("#connection-charges"),
-    };
+    this.fields = byIds(form, {
+      name: "connection-name", kind: "connection-kind", baseUrl: "connection-base-url",
+      forwardsTo: "connection-forwards-to", modelUrl: "connection-model-url", script: "connection-script",
+      model: "connection-model", secret: "connection-secret", json: "connection-cap-json",
+      tools: "connection-cap-tools", images: "connection-cap-images", charges: "connection-charges",
+    });
     this.kindSummary = form.querySelector("#connection-kind-summary");
     this.kindFields = form.querySelector("#connection-kind-fields");
     this.modelHint = form.querySelector("#connection-model-hint");

@@ -35,23 +35,24 @@
  * a loop cannot make the shell busy.
  *
  * Deliberate activation (a napplet can open a dialog under the pointer):
- * Allow, the "remember" box and the chooser's candidates are disabled for
- * `ARM_DELAY_MS` after the dialog appears (class `arming`, a visible
- * fill), and afterwards ignore a click with `detail >= 2` and a pointer
- * click whose pointer-down did not start on that control after it was
- * enabled. Deny, Cancel, Close and Refuse act at once (they only take
- * access away). The initial focus is Deny (Cancel in the chooser), so Enter
- * never means Allow.
+ * Allow, the "remember" box and the chooser's candidates are guarded by an
+ * `ArmGuard` (arm-guard.js: disabled for `ARM_DELAY_MS`, then only a single
+ * click pressed on the control counts). Deny, Cancel, Close and Refuse act
+ * at once (they only take access away). The initial focus is Deny (Cancel
+ * in the chooser), so Enter never means Allow.
+ *
+ * What the consent dialog discloses is consent-facts.js; this module owns
+ * the queue, the answers and the lock-out, and the chooser's rows.
  */
 
+import { ArmGuard } from "./arm-guard.js";
 import { canDo } from "./connections.js";
+import { disclosureFacts } from "./consent-facts.js";
 import { el, str } from "./dom.js";
 import { isObjectOrArray, parseJsonOr } from "./json.js";
 
 const DENY = JSON.stringify({ allow: false, remember: false });
 
-/** Milliseconds Allow, "remember" and the candidates stay disabled after a dialog appears. */
-export const ARM_DELAY_MS = 500;
 /** Denials in a row after which a napplet's requests are refused without a dialog. */
 export const DENIALS_BEFORE_PAUSE = 3;
 /** The first refusal period (ms); each later one doubles, up to `MAX_PAUSE_MS`. */
@@ -62,7 +63,6 @@ export const REFUSAL_DELAY_MS = 500;
 
 const parseJson = (text) => parseJsonOr(text, {}, isObjectOrArray);
 
-const int = (value) => (Number.isInteger(value) && value >= 0 ? value : 0);
 /** A list revision from the runtime; -1 (never equal to one) when missing or bad. */
 const revisionOf = (value) => (Number.isSafeInteger(value) && value >= 0 ? value : -1);
 
@@ -77,10 +77,6 @@ export function nappletLabel(napplet) {
   return (hash ? `${name} (#${hash})` : name) + (origin ? ` from ${origin}` : "");
 }
 
-function plural(count, one, many) {
-  return `${count} ${count === 1 ? one : many}`;
-}
-
 /** What a connection can do, as badges (`canDo`: never what it cannot). */
 function capabilityBadges(capabilities) {
   const caps = capabilities && typeof capabilities === "object" ? capabilities : {};
@@ -90,60 +86,6 @@ function capabilityBadges(capabilities) {
     list.append(el("li", { class: "badge info" }, `tool choice: ${caps.toolChoiceModes.filter((m) => typeof m === "string").join(", ")}`));
   }
   return list;
-}
-
-/**
- * Guards a dialog's granting controls (see the module docstring).
- * `deliberate(event, control)` says whether a click on `control` counts.
- */
-class ArmGuard {
-  constructor(dialog, controls) {
-    this.controls = controls;
-    this.armed = false;
-    this.pressed = null;
-    for (const control of controls) {
-      control.disabled = true;
-      control.classList.add("arming");
-    }
-    dialog.classList.add("arming");
-    dialog.style.setProperty("--arm-delay", `${ARM_DELAY_MS}ms`);
-    // Capture phase: before the control's own listeners.
-    dialog.addEventListener(
-      "pointerdown",
-      (event) => {
-        this.pressed = this.armed ? this.controlOf(event.target) : null;
-      },
-      true,
-    );
-    this.timer = setTimeout(() => {
-      this.armed = true;
-      dialog.classList.remove("arming");
-      dialog.dataset.armed = "true";
-      for (const control of controls) {
-        control.disabled = false;
-        control.classList.remove("arming");
-      }
-    }, ARM_DELAY_MS);
-  }
-
-  controlOf(target) {
-    let node = target instanceof Element ? target : null;
-    if (node && node.closest("label") && node.closest("label").control) node = node.closest("label").control;
-    return this.controls.find((control) => control === node || control.contains(node)) ?? null;
-  }
-
-  /** A click on `control` counts only if armed, single, and pressed on it after arming. */
-  deliberate(event, control) {
-    if (!this.armed || !event.isTrusted) return false;
-    if (event.detail >= 2) return false;
-    // detail 0: keyboard activation (Space/Enter on the focused control).
-    if (event.detail === 1 && this.pressed !== control) return false;
-    return true;
-  }
-
-  stop() {
-    clearTimeout(this.timer);
-  }
 }
 
 export class DialogQueue {
@@ -385,6 +327,31 @@ export class DialogQueue {
     return row;
   }
 
+  /**
+   * The <dialog> element of `item`: a heading and a description that name
+   * and describe it (ARIA), then `body`, the action buttons and the escape
+   * row (`escapeRow`).
+   *
+   * @param {object} item the queued dialog (its `token` and `kind`).
+   * @param {string} id the prefix of the dialog's element ids.
+   * @param {string} heading the heading's text.
+   * @param {Array<Node|string|null>} description the description's parts.
+   * @param {Array<Node|null>} body what stands between the description and the actions.
+   * @param {HTMLButtonElement[]} actions the buttons in the action row.
+   * @returns {HTMLDialogElement}
+   */
+  dialogFor(item, id, heading, description, body, actions) {
+    return el(
+      "dialog",
+      { class: `${item.kind}-dialog`, "aria-labelledby": `${id}-title`, "aria-describedby": `${id}-desc`, dataset: { token: item.token, kind: item.kind } },
+      el("h2", { id: `${id}-title` }, heading),
+      el("p", { id: `${id}-desc` }, ...description),
+      ...body,
+      el("div", { class: "dialog-actions" }, ...actions),
+      this.escapeRow(item, id),
+    );
+  }
+
   finish(value) {
     const item = this.current;
     if (!item) return;
@@ -409,15 +376,6 @@ export class DialogQueue {
     for (const [key, label] of [["images", "image input"], ["json", "JSON output"], ["tools", "tool calling"]]) {
       if (requirements[key] === true) wanted.push(label);
     }
-    const title = el("h2", { id: `${id}-title` }, "Choose a model");
-    const description = el(
-      "p",
-      { id: `${id}-desc` },
-      el("strong", {}, nappletLabel(data.napplet)),
-      " asks to use a language model.",
-      wanted.length > 0 ? ` It requires: ${wanted.join(", ")}.` : "",
-      " Choosing one does not send anything yet; you will be asked before each request.",
-    );
     const { node, buttons } = this.chooserCandidates(item);
     item.candidatesNode = node;
     // Shown again after a pick on a list that has changed since (the runtime
@@ -427,16 +385,12 @@ export class DialogQueue {
       : null;
     const cancel = el("button", { type: "button", class: "secondary", id: `${id}-cancel` }, "Cancel");
     cancel.addEventListener("click", () => this.deny(item));
-    const dialog = el(
-      "dialog",
-      { class: "chooser-dialog", "aria-labelledby": `${id}-title`, "aria-describedby": `${id}-desc`, dataset: { token: item.token, kind: "chooser" } },
-      title,
-      description,
-      changed,
-      node,
-      el("div", { class: "dialog-actions" }, cancel),
-      this.escapeRow(item, id),
-    );
+    const dialog = this.dialogFor(item, id, "Choose a model", [
+      el("strong", {}, nappletLabel(data.napplet)),
+      " asks to use a language model.",
+      wanted.length > 0 ? ` It requires: ${wanted.join(", ")}.` : "",
+      " Choosing one does not send anything yet; you will be asked before each request.",
+    ], [changed, node], [cancel]);
     item.guard = new ArmGuard(dialog, buttons);
     item.cancelButton = cancel;
     return { dialog, initialFocus: cancel };
@@ -494,82 +448,7 @@ export class DialogQueue {
   buildConsent(item) {
     const data = item.data;
     const id = `consent-${Math.random().toString(36).slice(2)}`;
-    const disclosed = data.disclosed && typeof data.disclosed === "object" ? data.disclosed : {};
     const connection = data.connection && typeof data.connection === "object" ? data.connection : {};
-    const title = el("h2", { id: `${id}-title` }, "Send this request?");
-    const description = el(
-      "p",
-      { id: `${id}-desc` },
-      el("strong", {}, nappletLabel(data.napplet)),
-      ` wants to send a request to ${str(connection.name, "a connection")}.`,
-    );
-    const facts = el("dl", { class: "facts" });
-    const fact = (term, ...value) => facts.append(el("dt", {}, term), el("dd", {}, ...value));
-    fact("Route", str(data.route));
-    // The model by its name in words (napllm.kinds.model_display_name), its exact id as a detail.
-    const modelId = str(data.model);
-    const modelName = str(data.modelName) || modelId;
-    fact(
-      "Model",
-      modelName,
-      modelName !== modelId ? el("small", { class: "model-id" }, " (id ", el("code", {}, modelId), ")") : null,
-    );
-    const messages = int(disclosed.messages);
-    const characters = int(disclosed.characters);
-    fact("Messages", `${plural(messages, "message", "messages")}, ${plural(characters, "character", "characters")}`);
-    fact("Images", String(int(disclosed.images)));
-    fact("Output", disclosed.format === "json" ? "a JSON object" : "text");
-    fact("Output limit", Number.isInteger(disclosed.maxTokens) ? `${disclosed.maxTokens} tokens` : "none set by the napplet");
-
-    const tools = Array.isArray(disclosed.toolDefinitions) ? disclosed.toolDefinitions.filter((t) => t && typeof t === "object") : [];
-    if (tools.length > 0) {
-      const list = el("ul", { class: "tool-definitions" });
-      for (const tool of tools) {
-        const params = tool.parameters === undefined ? "(no parameters)" : JSON.stringify(tool.parameters, null, 2);
-        list.append(
-          el(
-            "li",
-            {},
-            el(
-              "details",
-              {},
-              el("summary", {}, el("code", {}, str(tool.name, "(unnamed)")), str(tool.description) ? ` — ${str(tool.description)}` : ""),
-              el("pre", {}, params ?? "null"),
-            ),
-          ),
-        );
-      }
-      fact("Tool definitions", list);
-    } else {
-      fact("Tool definitions", "none");
-    }
-    const results = Array.isArray(disclosed.toolResults) ? disclosed.toolResults.filter((t) => t && typeof t === "object") : [];
-    if (results.length > 0) {
-      const list = el("ul", { class: "tool-results" });
-      for (const result of results) {
-        const parts = [plural(int(result.characters), "character", "characters")];
-        if (int(result.images) > 0) parts.push(plural(int(result.images), "image", "images"));
-        list.append(
-          el(
-            "li",
-            {},
-            el("code", {}, str(result.toolName, "(unnamed)")),
-            ` (call ${str(result.toolCallId)}): ${parts.join(", ")}`,
-            result.isError === true ? el("span", { class: "badge warn" }, "reports an error") : null,
-          ),
-        );
-      }
-      fact("Tool results", list);
-    } else {
-      fact("Tool results", "none");
-    }
-    fact(
-      "Charges",
-      data.charges === true
-        ? el("strong", { class: "warn-text" }, "This provider may charge you for this request.")
-        : "No charges expected from this provider.",
-    );
-
     const rememberId = `${id}-remember`;
     const remember = el("input", { type: "checkbox", id: rememberId, class: "remember" });
     const rememberRow = el(
@@ -591,16 +470,10 @@ export class DialogQueue {
       // An accidental click must not tick it: undo the toggle.
       if (!item.guard.deliberate(event, remember)) event.preventDefault();
     });
-    const dialog = el(
-      "dialog",
-      { class: "consent-dialog", "aria-labelledby": `${id}-title`, "aria-describedby": `${id}-desc`, dataset: { token: item.token, kind: "consent" } },
-      title,
-      description,
-      facts,
-      rememberRow,
-      el("div", { class: "dialog-actions" }, deny, allow),
-      this.escapeRow(item, id),
-    );
+    const dialog = this.dialogFor(item, id, "Send this request?", [
+      el("strong", {}, nappletLabel(data.napplet)),
+      ` wants to send a request to ${str(connection.name, "a connection")}.`,
+    ], [disclosureFacts(data), rememberRow], [deny, allow]);
     item.guard = new ArmGuard(dialog, [allow, remember]);
     return { dialog, initialFocus: deny };
   }

@@ -23,6 +23,19 @@ export function el(tag, props = {}, ...children) {
   return node;
 }
 
+/**
+ * A panel's elements by the ids index.html gives them: `{name: id}` ->
+ * `{name: the element below \`root\` with that id, or null}`. Each panel
+ * names its controls in one table instead of a lookup per control.
+ *
+ * @param {ParentNode} root the panel (or form) the elements are in.
+ * @param {Record<string, string>} ids the ids (without `#`), by the name the panel uses.
+ * @returns {Record<string, Element|null>}
+ */
+export function byIds(root, ids) {
+  return Object.fromEntries(Object.entries(ids).map(([name, id]) => [name, root.querySelector(`#${id}`)]));
+}
+
 /** `value` if it is a string, else `fallback`. */
 export const str = (value, fallback = "") => (typeof value === "string" ? value : fallback);
 

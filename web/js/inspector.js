@@ -38,6 +38,7 @@
  *   events on the shell's document.
  */
 
+import { byIds } from "./dom.js";
 import { envelopeLabel, unwrapWire } from "./wire.js";
 
 const PENDING_LIMIT = 64;
@@ -153,11 +154,10 @@ export class Inspector {
     this.pendingOut = new Map();
     this.knownEndpoints = new Map();
     this.renderQueued = false;
-    this.list = root.querySelector("#inspector-list");
-    this.count = root.querySelector("#inspector-count");
-    this.endpointFilter = root.querySelector("#inspector-endpoint");
-    this.directionFilter = root.querySelector("#inspector-direction");
-    this.textFilter = root.querySelector("#inspector-text");
+    Object.assign(this, byIds(root, {
+      list: "inspector-list", count: "inspector-count",
+      endpointFilter: "inspector-endpoint", directionFilter: "inspector-direction", textFilter: "inspector-text",
+    }));
     this.details = root.closest("details");
     // Whether a listener asked for every entry (`ENTRY_EVENT`); asked once.
     this.events = root.ownerDocument ?? null;

@@ -12,7 +12,7 @@
  *   below), then the napplet's text (UTF-8).
  * - A napplet whose page has `<meta name="napplet-prompt-api">` (read with
  *   DOMParser, `promptApiMode`) gets one more inline script right after the
- *   prelude: the Prompt API layer (web/prompt-api.js, bundled by build.py
+ *   prelude: the Prompt API layer (web/prompt-api/, bundled by build.py
  *   into js/prompt-api-source.js), which removes its own element and defines
  *   `LanguageModel` over `window.napplet.llm`. Without the element the srcdoc
  *   is exactly as before.
@@ -64,7 +64,7 @@ export function promptApiMode(text) {
 }
 
 /**
- * The Prompt API layer (web/prompt-api.js, bundled by build.py) as inline
+ * The Prompt API layer (web/prompt-api/, bundled by build.py) as inline
  * script text: it removes its own element, then installs `LanguageModel`
  * per `mode`.
  *

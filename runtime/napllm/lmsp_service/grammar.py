@@ -81,7 +81,7 @@ _COUNT_AT = re.compile(r"\{(\d+)(,(\d*))?\}")
 def pattern_is_unambiguous(source: str) -> bool:
     """Whether a `pattern` is free of repeated ambiguous groups (module rules).
 
-    The Prompt API layer's `regexIsBounded` (web/prompt-api.js), in Python:
+    The Prompt API layer's `regexIsBounded` (web/prompt-api/regex-bound.js), in Python:
     false for a group that holds a quantifier or an alternation and is
     itself repeated (`*`, `+`, `{n}` with n > 1, `{n,}`, `{n,m}` with
     m > 1: `(a?){500}`, `(a|b)*`; an optional group such as `(ab+)?` is
