@@ -24,6 +24,7 @@ these records, never the registry (`connections`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -33,6 +34,22 @@ from .kinds import ProviderKind
 
 ToolChoiceMode = Literal["auto", "none", "required", "tool"]
 TOOL_CHOICE_ORDER: tuple[ToolChoiceMode, ...] = ("auto", "none", "required", "tool")
+
+
+def check_tool_choice_modes(tools: bool, modes: Sequence[str]) -> None:
+    """The module's `toolChoiceModes` rule (NAP-LLM, Model), for a connection's
+    capabilities and for the Model record built from them alike.
+
+    Raises `ValueError` (pydantic reports it as a validation error) when a
+    mode repeats, when `tools` is true without `auto` and `none`, or when
+    `tools` is false and `modes` is not empty.
+    """
+    if len(set(modes)) != len(modes):
+        raise ValueError("tool choice modes must not repeat")
+    if tools and not {"auto", "none"} <= set(modes):
+        raise ValueError("tools: true must support auto and none")
+    if not tools and modes:
+        raise ValueError("tool choice modes need tools: true")
 
 
 class Capabilities(BaseModel):
@@ -59,12 +76,7 @@ class Capabilities(BaseModel):
     @model_validator(mode="after")
     def _modes_consistent(self) -> Capabilities:
         modes = self.tool_choice_modes
-        if len(set(modes)) != len(modes):
-            raise ValueError("tool choice modes must not repeat")
-        if self.tools and not {"auto", "none"} <= set(modes):
-            raise ValueError("tools: true must support auto and none")
-        if not self.tools and modes:
-            raise ValueError("tool choice modes need tools: true")
+        check_tool_choice_modes(self.tools, modes)
         if self.images_in_tool_results and not self.images:
             raise ValueError("images in tool results need image input")
         ordered = tuple(m for m in TOOL_CHOICE_ORDER if m in modes)

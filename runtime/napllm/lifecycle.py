@@ -77,12 +77,14 @@ class LifecycleError(RuntimeError):
 
 
 class _Table(Generic[S, E]):
-    """A state changed only through the rows of `transitions`."""
+    """A state that starts at `initial` and changes only through the rows of
+    `transitions`; a lifecycle is a subclass that names both."""
 
     transitions: ClassVar[Mapping[tuple[Any, Any], Any]]
+    initial: ClassVar[Any]
 
-    def __init__(self, state: S) -> None:
-        self.state = state
+    def __init__(self) -> None:
+        self.state: S = self.initial
 
     def can(self, event: E) -> bool:
         """Whether `event` is allowed now."""
@@ -101,9 +103,7 @@ class Lifecycle(_Table[GenState, GenEvent]):
     """One generation's state, changed only through `TRANSITIONS`."""
 
     transitions = TRANSITIONS
-
-    def __init__(self) -> None:
-        super().__init__(GenState.CHECKING)
+    initial = GenState.CHECKING
 
     @property
     def settled(self) -> bool:
@@ -139,9 +139,7 @@ class EndpointLife(_Table[EndpointState, EndpointEvent]):
     """One endpoint's state, changed only through `ENDPOINT_TRANSITIONS`."""
 
     transitions = ENDPOINT_TRANSITIONS
-
-    def __init__(self) -> None:
-        super().__init__(EndpointState.LIVE)
+    initial = EndpointState.LIVE
 
     @property
     def live(self) -> bool:

@@ -56,6 +56,7 @@ from pydantic import (
 from .connection_records import Capabilities as Capabilities
 from .connection_records import Connection as Connection
 from .connection_records import ToolChoiceMode as ToolChoiceMode
+from .connection_records import check_tool_choice_modes
 from .errors import ErrorCode, NapError
 from .schema import MAX_SCHEMA_SUBSCHEMAS, count_subschemas, default_validator
 
@@ -328,13 +329,7 @@ class ModelRecord(_Output):
 
     @model_validator(mode="after")
     def _modes(self) -> ModelRecord:
-        modes = self.toolChoiceModes
-        if len(set(modes)) != len(modes):
-            raise ValueError("duplicate tool choice modes")
-        if self.tools and not {"auto", "none"} <= set(modes):
-            raise ValueError("tools: true must support auto and none")
-        if not self.tools and modes:
-            raise ValueError("toolChoiceModes must be empty without tools")
+        check_tool_choice_modes(self.tools, self.toolChoiceModes)
         return self
 
 

@@ -5,9 +5,11 @@ and the records they exchange): `Transport` (envelopes to an endpoint),
 `Chooser` (the model chooser), `Consent` (the disclosure dialog),
 `ProviderFactory` (connection -> provider), `Clock` (deadlines, delta
 coalescing) and an optional `Observer` (inspector, user notices). The
-shell dispatches each request to one of three parts: handles are
-`selections.Selections`, standing grants `grants.Grants`, generations
-`generations.Generations`; the lifecycles of a generation and of an
+shell reads each request once (`intake.read_request`) and hands it to one
+of three parts, each of which owns its rules: `select` and `describe` (the
+chooser, its list revisions, handles) to `selections.Selections`, standing
+grants to `grants.Grants`, `generate` and `cancel` to
+`generations.Generations`. The lifecycles of a generation and of an
 endpoint are the tables of `lifecycle`.
 
 Rules (NAP-LLM, API Surface, Wire Protocol, Cancellation and deadlines,
@@ -17,25 +19,12 @@ Shell Behavior, Security Considerations)
   bound to the endpoint that sent it and to the current account; results,
   deltas and cancellation go only to that endpoint. A closed endpoint gets
   nothing more; its work is cancelled and its handles invalidated.
-- `select` offers only connections that meet every requirement (exact
-  model, images, json, tools); none -> `unsupported` without a dialog; the
-  user's decline -> `user-cancelled`. Never substitutes, never downgrades.
-- A pick binds only what the person saw: every list the chooser shows has
-  a revision (`ChoiceRequest.revision`, bumped whenever the fitting
-  connections change) and the pick names the revision it was made on
-  (`ChoicePick`). A pick from an older list is never bound: the chooser
-  shows the current list again (at most `max_chooser_reshows` times, then
-  `selection-expired`). A pick of the current list binds only the exact
-  connection record offered in it (a connection edited, or removed and
-  re-added under the same id, is another record).
-- Handles are random, opaque and scoped to endpoint + account + the exact
-  connection record. Unknown, foreign, edited, removed, account-switched or
-  endpoint-closed handles are `selection-expired`, all alike.
-- `generate` and `cancel` belong to `generations.Generations`, which owns
-  a generation from its checks through consent (before *every*
-  submission; a standing grant counts) to its one terminal result, and
-  settles it immediately on cancel, deadline, endpoint close, account
-  switch or connection removal (its module holds those rules).
+- An endpoint without the `llm` domain gets no reply at all; a message that
+  is not a request is dropped (`Observer.dropped`), a malformed request gets
+  the error its check names.
+- An account switch cancels every generation and pending select of every
+  endpoint and invalidates every handle; a connection edited or removed
+  takes its handles, grants and generations with it.
 - Error messages are the runtime's own sentences; provider failures keep
   their details for the shell UI and developer log only.
 - Tool calls are never executed by the runtime; they are returned.
@@ -46,18 +35,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field, replace
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
 from typing import Any
 
-from .connection_records import Connection
 from .connections import ConnectionRegistry
-from .errors import ErrorCode, NapError, unsupported
-from .generations import Generations, answer
+from .generations import Generations
 from .grants import Grants
 from .intake import Cancel, Describe, Generate, Select, read_request
 from .lifecycle import EndpointEvent, EndpointLife
-from .records import ModelRecord, Requirements
 from .selections import Selections
 from .shell_ports import (
     AsyncioClock,
@@ -77,7 +63,7 @@ from .shell_ports import (
     ToolResultDisclosure,
     Transport,
 )
-from .wire import Dropped, Malformed, error_result, model_result
+from .wire import Dropped, Malformed, error_result
 
 log = logging.getLogger("napllm.shell")
 
@@ -111,26 +97,6 @@ class _Endpoint:
     id: str
     napplet: NappletIdentity
     life: EndpointLife = field(default_factory=EndpointLife)  # lifecycle.ENDPOINT_TRANSITIONS
-    # unique key -> (the napplet's select id, the chooser task); ids may repeat
-    selects: dict[str, tuple[str, asyncio.Task[None]]] = field(default_factory=dict)
-    # unique key (as in `selects`) -> the chooser's open choice
-    choices: dict[str, _Choice] = field(default_factory=dict)
-
-
-@dataclass
-class _Choice:
-    """An open chooser: what it was asked and what it offers now."""
-
-    # the request given to the pending `choose` call (identifies the dialog)
-    asked: ChoiceRequest
-    # the list it shows now (`asked`, or the latest refresh), with its revision
-    request: ChoiceRequest
-    # connection id -> the exact record of every candidate offered now
-    offered: dict[str, Connection]
-
-
-def _same_offer(a: dict[str, Connection], b: dict[str, Connection]) -> bool:
-    return list(a) == list(b) and all(a[k] is b[k] for k in a)
 
 
 class Shell:
@@ -164,10 +130,17 @@ class Shell:
         self._observer = observer or Observer()
         self._account = account
         self._endpoints: dict[str, _Endpoint] = {}
-        self._selections = Selections(connections)
-        self._grants = Grants(lambda: self._observe("grants_changed"))
         self._tasks: set[asyncio.Task[None]] = set()
-        # the ports are read at call time: the test build wraps the transport
+        # the ports are read at call time: the test build wraps the transport and chooser
+        self._selections = Selections(
+            connections,
+            policy=lambda: self.policy,
+            chooser=lambda: self._chooser,
+            account=lambda: self._account,
+            send=self._send_to,
+            spawn=self._spawn,
+        )
+        self._grants = Grants(lambda: self._observe("grants_changed"))
         self._generations = Generations(
             policy=lambda: self.policy,
             clock=self._clock,
@@ -194,6 +167,7 @@ class Shell:
         """Register a newly loaded napplet document; returns its endpoint id."""
         endpoint_id = "ep-" + secrets.token_hex(8)
         self._endpoints[endpoint_id] = _Endpoint(endpoint_id, napplet)
+        self._selections.open_endpoint(endpoint_id)
         return endpoint_id
 
     def close_endpoint(self, endpoint_id: str) -> None:
@@ -203,10 +177,7 @@ class Shell:
             return
         endpoint.life.fire(EndpointEvent.CLOSE)
         self._generations.close_endpoint(endpoint_id)
-        for _, task in endpoint.selects.values():
-            task.cancel()
-        endpoint.selects.clear()
-        self._selections.forget_endpoint(endpoint_id)
+        self._selections.close_endpoint(endpoint_id)
 
     def receive(self, endpoint_id: str, message: object) -> None:
         """Handle one message from an endpoint. Never raises.
@@ -228,13 +199,7 @@ class Shell:
         if account == self._account:
             return
         self._generations.cancel_all()
-        for endpoint in self._endpoints.values():
-            for rid, task in list(endpoint.selects.values()):
-                task.cancel()
-                error = NapError(ErrorCode.CANCELLED, "The account changed; select again.")
-                self._send(endpoint, error_result("llm.select", rid, error))
-            endpoint.selects.clear()
-        self._selections.clear()
+        self._selections.switch_account()
         self._account = account
 
     def grants(self) -> list[Grant]:
@@ -268,9 +233,9 @@ class Shell:
         elif isinstance(parsed, Malformed):
             self._send(endpoint, error_result(parsed.type, parsed.id, parsed.error))
         elif isinstance(parsed, Select):
-            self._start_select(endpoint, parsed)
+            self._selections.start(endpoint.id, endpoint.napplet, parsed)
         elif isinstance(parsed, Describe):
-            self._describe(endpoint, parsed)
+            self._selections.describe(endpoint.id, parsed)
         elif isinstance(parsed, Generate):
             self._generations.start(endpoint.id, endpoint.napplet, parsed, self._account)
         elif isinstance(parsed, Cancel):
@@ -304,154 +269,17 @@ class Shell:
         endpoint = self._endpoints.get(endpoint_id)
         return endpoint is not None and self._send(endpoint, envelope)
 
-    def _answer(
-        self, endpoint: _Endpoint, kind: str, rid: str, build: Callable[[], dict[str, Any]]
-    ) -> None:
-        """`generations.answer` for a select or describe result."""
-        answer(lambda _, envelope: self._send(endpoint, envelope), endpoint.id, kind, rid, build)
-
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
 
-    # -- select / describe -------------------------------------------------------
-
-    def _meets(self, connection: Connection, req: Requirements) -> bool:
-        caps = connection.capabilities
-        return (
-            connection.available
-            and (req.model is None or connection.model == req.model)
-            and (not req.images or caps.images)
-            and (not req.json_ or caps.json_output)
-            and (not req.tools or caps.tools)
-        )
-
-    def _start_select(self, endpoint: _Endpoint, msg: Select) -> None:
-        if len(endpoint.selects) >= self.policy.max_pending_selects:
-            error = NapError(ErrorCode.QUOTA_EXCEEDED, "Too many model selections are pending.")
-            self._send(endpoint, error_result("llm.select", msg.id, error))
-            return
-        candidates = [c for c in self.connections.all() if self._meets(c, msg.requirements)]
-        if not candidates:
-            error = unsupported("No connection meets the requirements.")
-            self._send(endpoint, error_result("llm.select", msg.id, error))
-            return
-        key = msg.id
-        while key in endpoint.selects:  # a reused id still gets its own answer
-            key += "\x00"
-        task = self._spawn(self._select(endpoint, msg, candidates, key))
-        endpoint.selects[key] = (msg.id, task)
-
-    async def _select(
-        self, endpoint: _Endpoint, msg: Select, candidates: list[Connection], key: str
-    ) -> None:
-        account = self._account
-        request = ChoiceRequest(endpoint.id, endpoint.napplet, msg.requirements, candidates)
-        choice = _Choice(request, request, {c.id: c for c in candidates})
-        endpoint.choices[key] = choice
-        expired = error_result("llm.select", msg.id, NapError(ErrorCode.SELECTION_EXPIRED))
-        try:
-            for _ in range(self.policy.max_chooser_reshows + 1):
-                choice.asked = choice.request
-                try:
-                    pick = await self._chooser.choose(choice.asked)
-                except asyncio.CancelledError:
-                    return  # endpoint closed or account switched; answered there
-                except Exception:
-                    log.exception("chooser failed")
-                    pick = None
-                if not endpoint.life.live or account != self._account:
-                    return
-                if pick is None:
-                    self._send(
-                        endpoint,
-                        error_result("llm.select", msg.id, NapError(ErrorCode.USER_CANCELLED)),
-                    )
-                    return
-                if pick.revision != choice.request.revision:
-                    continue  # picked on a list that changed since: show the current one
-                connection = self.connections.get(pick.connection_id)
-                if (
-                    connection is None
-                    or choice.offered.get(pick.connection_id) is not connection
-                    or not self._meets(connection, msg.requirements)
-                ):
-                    self._send(endpoint, expired)
-                    return
-                self._bind(endpoint, msg, account, connection)
-                return
-            self._send(endpoint, expired)  # the list kept changing under the person's picks
-        finally:
-            endpoint.selects.pop(key, None)
-            endpoint.choices.pop(key, None)
-
-    def _bind(self, endpoint: _Endpoint, msg: Select, account: str, connection: Connection) -> None:
-        """Issue a handle for `connection` (the exact record picked) and answer `msg`."""
-        handle = self._selections.bind(endpoint.id, account, connection)
-        self._answer(
-            endpoint,
-            "llm.select",
-            msg.id,
-            lambda: model_result("llm.select", msg.id, self._model(connection, handle)),
-        )
-
-    def _model(self, connection: Connection, handle: str) -> dict[str, Any]:
-        return ModelRecord.model_validate(connection.public_model(handle)).to_json()
-
-    def _resolve(self, endpoint: _Endpoint, handle: str) -> Connection:
-        return self._selections.resolve(endpoint.id, self._account, handle)
-
-    def _describe(self, endpoint: _Endpoint, msg: Describe) -> None:
-        try:
-            connection = self._resolve(endpoint, msg.handle)
-        except NapError as error:
-            self._send(endpoint, error_result("llm.describe", msg.id, error))
-            return
-        self._answer(
-            endpoint,
-            "llm.describe",
-            msg.id,
-            lambda: model_result("llm.describe", msg.id, self._model(connection, msg.handle)),
-        )
-
     # -- connection changes -------------------------------------------------------------
 
     def _connection_changed(self, connection_id: str, change: str) -> None:
-        self._refresh_choosers()
+        self._selections.connection_changed(connection_id, change)
         if change == "added":
             return
-        self._selections.forget_connection(connection_id)
         self._grants.forget_connection(connection_id)
         self._generations.connection_removed(connection_id)
-
-    def _refresh_choosers(self) -> None:
-        """Every open chooser offers the connections that fit now.
-
-        A removed connection leaves its list, an added one that meets the
-        requirements joins it, an edited one is offered as its new record
-        (or leaves when it no longer fits). Each change makes a new list
-        revision; a pick made on an older revision is not bound (`_select`
-        shows the current list again). The chooser's `refresh`, when it has
-        one, shows the new list in place.
-        """
-        refresh = getattr(self._chooser, "refresh", None)
-        everything = self.connections.all()
-        for endpoint in self._endpoints.values():
-            for choice in endpoint.choices.values():
-                requirements = choice.request.requirements
-                fitting = [c for c in everything if self._meets(c, requirements)]
-                offered = {c.id: c for c in fitting}
-                if _same_offer(offered, choice.offered):
-                    continue
-                choice.offered = offered
-                choice.request = replace(
-                    choice.request, candidates=fitting, revision=choice.request.revision + 1
-                )
-                if not callable(refresh):
-                    continue  # it keeps showing its list; a pick from it is asked again
-                try:
-                    refresh(choice.asked, choice.request)
-                except Exception:  # the shell must survive its chooser
-                    log.exception("chooser refresh failed")

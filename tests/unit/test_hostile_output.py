@@ -21,7 +21,7 @@ from napcheck import assert_safe_error, check_generation, ready, run
 
 from fixtures import WEATHER_TOOL
 from napllm import generations as generations_module
-from napllm import shell as shell_module
+from napllm import selections as selections_module
 from napllm.errors import ErrorCode
 from napllm.lmsp import LmspEvent
 from napllm.providers.chat_stream import ChatStreamToLmsp
@@ -244,7 +244,7 @@ async def test_select_and_describe_results_that_cannot_be_built_still_answer(
     def broken(self: Any, connection: Any, handle: str) -> dict[str, Any]:
         raise ValueError("inconsistent model record")
 
-    monkeypatch.setattr(shell_module.Shell, "_model", broken)
+    monkeypatch.setattr(selections_module.Selections, "_model", broken)
     h.send(ep, {"type": "llm.describe", "id": "d1", "handle": handle})
     h.send(ep, {"type": "llm.select", "id": "s2"})
     await h.settle()

@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 from harness import PNG
+from pydantic import ValidationError
 
 from fixtures import WEATHER_TOOL
+from napllm.connection_records import Capabilities
 from napllm.errors import ErrorCode
 from napllm.records import (
     Delta,
@@ -353,3 +355,27 @@ def test_output_records_hold_their_invariants() -> None:
                 "toolChoiceModes": ["auto"],
             }
         )
+
+
+@pytest.mark.parametrize(
+    ("tools", "modes"),
+    [
+        (True, ["auto"]),
+        (True, ["none"]),
+        (True, ["auto", "auto", "none"]),
+        (True, ["required", "tool"]),
+        (False, ["auto", "none"]),
+    ],
+)
+def test_model_record_and_capabilities_refuse_the_same_tool_choice_modes(
+    tools: bool, modes: list[str]
+) -> None:
+    # one rule (NAP-LLM, Model): a connection cannot claim what its Model record could not say
+    with pytest.raises(ValidationError) as claimed:
+        Capabilities(tools=tools, tool_choice_modes=tuple(modes))
+    record = {"handle": "h", "name": "n", "model": "m", "route": "r", "images": False}
+    with pytest.raises(ValidationError) as described:
+        ModelRecord.model_validate(
+            {**record, "json": False, "tools": tools, "toolChoiceModes": modes}
+        )
+    assert claimed.value.errors()[0]["msg"] == described.value.errors()[0]["msg"]
