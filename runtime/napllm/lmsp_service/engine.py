@@ -88,13 +88,14 @@ class Engine:
     generation (or one past its time limit) may keep running before the
     worker is killed and restarted; `generation_time_limit_s`: seconds a
     generation may hold a slot (default `GENERATION_TIME_LIMIT_S`; a job's
-    own `time_limit_s` wins); `extra_bufts`: `auto`, `on` or `off` for llama.cpp's CPU extra buffer
-    types (module rules); `worker_target`: the worker process's entry point
-    (`worker_main`, called as `(conn, model_path, n_ctx, n_threads,
-    extra_bufts, slots)`; tests give a wrapper of it that really crashes).
-    Starting blocks until the worker has loaded and checked the model;
-    raises `ValueError` when it cannot (unloadable file, no chat template,
-    the worker died, or `worker_process.START_TIMEOUT_S` passed). `restarts` counts the
+    own `time_limit_s` wins); `extra_bufts`: `auto`, `on` or `off` for
+    llama.cpp's CPU extra buffer types (module rules); `worker_target`: the
+    worker process's entry point (`worker_main`, called as `(conn,
+    model_path, n_ctx, n_threads, extra_bufts, slots)`; tests give a
+    wrapper of it that really crashes). Starting blocks until the worker
+    has loaded and checked the model; raises `ValueError` when it cannot
+    (unloadable file, no chat template, the worker died, or
+    `worker_process.START_TIMEOUT_S` passed). `restarts` counts the
     workers started after a crash.
     """
 
@@ -205,8 +206,8 @@ class Engine:
 
         `sink` gets `TextPiece`s and then exactly one `GenerationEnd`
         (`finish_reason` `error` when llama.cpp failed, `crashed` when the
-        worker died during it, `time` past its time limit). The returned future resolves at the end
-        (with `EngineCrashed` after a crash).
+        worker died during it, `time` past its time limit). The returned
+        future resolves at the end (with `EngineCrashed` after a crash).
         """
         return self._jobs.submit(job, sink)
 
