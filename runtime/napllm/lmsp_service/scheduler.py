@@ -90,9 +90,6 @@ class Scheduler:
         cancel_grace_s: float,
         generation_time_limit_s: float,
     ) -> None:
-        self._ids = ids
-        self._send = send
-        self._kill_worker = kill_worker
         self.slots = slots
         self.cancel_grace_s = cancel_grace_s
         self.generation_time_limit_s = generation_time_limit_s
@@ -101,6 +98,10 @@ class Scheduler:
         self._running: dict[int, ScheduledJob] = {}  # by request number, in the worker
         #: Set while the worker takes jobs (and tokenizations).
         self.ready = threading.Event()
+        # The engine's side: request numbers, the pipe, the kill of a stuck worker.
+        self._ids = ids
+        self._send = send
+        self._kill_worker = kill_worker
 
     def submit(self, job: GenerationJob, sink: Sink) -> Future[None]:
         """Queue `job` (arrival order); see `engine.Engine.submit`."""
