@@ -80,6 +80,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def service_env() -> dict[str, str]:
+    """This process's environment with this checkout's runtime first on `PYTHONPATH`.
+
+    For every `python -m napllm.lmsp_service` a test starts, so the service
+    under test is the one beside the tests (napllm need not be installed).
+    """
+    python_path = os.pathsep.join(
+        p for p in (str(REPO / "runtime"), os.environ.get("PYTHONPATH", "")) if p
+    )
+    return {**os.environ, "PYTHONPATH": python_path}
+
+
 def start_lmsp_service(workdir: Path, *extra_args: str) -> LmspServiceHandle:
     """Start the service on a free port and wait (up to 60 s) until it answers."""
     port = free_port()
@@ -107,11 +119,7 @@ def start_lmsp_service(workdir: Path, *extra_args: str) -> LmspServiceHandle:
         str(N_CTX),
         *extra_args,
     ]
-    # This checkout's runtime first, so the service under test is the one beside the tests.
-    python_path = os.pathsep.join(
-        p for p in (str(REPO / "runtime"), os.environ.get("PYTHONPATH", "")) if p
-    )
-    env = {**os.environ, "XDG_CONFIG_HOME": str(workdir / "config"), "PYTHONPATH": python_path}
+    env = {**service_env(), "XDG_CONFIG_HOME": str(workdir / "config")}
     process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
     base_url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60

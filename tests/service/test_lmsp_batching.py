@@ -1,4 +1,4 @@
-"""Continuous batching in the LMSP service's model worker (engine.py, worker.py).
+"""Continuous batching in the LMSP service's model worker (scheduler.py, batching.py).
 
 The engine is driven directly with TinyChat: generations that arrive while
 others run join their batch, finish, are cancelled or fail inside it, and
@@ -216,7 +216,7 @@ def test_a_crash_fails_the_batch_and_the_waiting_generation_survives(
     ]
     engine.submit(job(engine, "Hi"), waiting)
     assert first.started.wait(30) and second.started.wait(30)
-    os.kill(engine._process.pid, signal.SIGSEGV)
+    os.kill(engine.worker_pid, signal.SIGSEGV)
     for run, future in zip((first, second), futures, strict=True):
         assert run.wait().finish_reason == "crashed"
         assert isinstance(future.exception(timeout=30), EngineCrashed)

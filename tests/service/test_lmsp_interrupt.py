@@ -1,4 +1,4 @@
-"""Cancellation and the time limit stop a generation inside a decoding step (worker.py).
+"""Cancellation and the time limit stop a generation inside a decoding step (batching.py).
 
 A decoding step that holds a long prompt can take longer than
 `cancel_grace_s` on a large model and a slow CPU. TinyChat decodes 512
@@ -57,7 +57,7 @@ def slow_prompt_worker(
     global _observe
     import llama_cpp
 
-    from napllm.lmsp_service import worker
+    from napllm.lmsp_service import batch_load, worker
 
     slow = [False]
 
@@ -78,7 +78,7 @@ def slow_prompt_worker(
             slow[0] = False
 
     llama_cpp.llama_decode = slow_decode
-    params = worker.context_params
+    params = batch_load.context_params
 
     def observed_params(*args: Any) -> Any:
         result = params(*args)
@@ -86,7 +86,7 @@ def slow_prompt_worker(
         result.cb_eval_user_data = ctypes.c_void_p()
         return result
 
-    worker.context_params = observed_params
+    batch_load.context_params = observed_params
     worker.worker_main(conn, model_path, n_ctx, n_threads, extra_bufts, slots)
 
 
@@ -191,7 +191,7 @@ def test_a_worker_stuck_past_a_time_limit_is_replaced() -> None:
         future = engine.submit(job(engine, "Hello!", 1500, time_limit_s=0.5), run)
         assert run.started.wait(60)
         # Stuck inside llama.cpp, as far as the service can tell.
-        os.kill(engine._process.pid, signal.SIGSTOP)
+        os.kill(engine.worker_pid, signal.SIGSTOP)
         end = run.wait(30)
         assert end.finish_reason == "time"  # not "crashed": it ended at its limit
         assert future.exception(timeout=5) is None

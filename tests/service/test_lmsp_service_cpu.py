@@ -187,7 +187,7 @@ def test_crash_signal_reads_exit_codes() -> None:
 def test_worker_that_crashes_while_loading_falls_back_once(
     caplog: pytest.LogCaptureFixture, reference: str
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="napllm.lmsp_service.engine")
+    caplog.set_level(logging.WARNING, logger="napllm.lmsp_service.worker_process")
     engine = Engine(MODEL, "tinychat", n_ctx=512, n_threads=1, worker_target=crash_while_loading)
     try:
         fast = engine.fast_path

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.service.conftest import LmspServiceHandle, start_lmsp_service
+from tests.service.conftest import LmspServiceHandle, service_env, start_lmsp_service
 
 from fixtures import lmsp_user
 from napllm.lmsp_service.store import SqliteStore
@@ -249,6 +249,7 @@ def test_a_store_that_cannot_be_opened_stops_the_service_with_a_message(tmp_path
         capture_output=True,
         text=True,
         encoding="utf-8",
+        env=service_env(),
         timeout=120,
     )
     assert done.returncode == 1

@@ -19,9 +19,9 @@ Rules
 - Readiness: the service answers `GET /lmsp/v1/models` once it accepts
   connections (supervisors poll it with the token).
 - Generation: up to `--slots` requests are decoded together in one batch
-  (continuous batching, engine.py), each with a context of `--n-ctx`
-  tokens; further requests wait in arrival order (their `response.created`
-  event is sent at once).
+  (continuous batching, scheduler.py and batching.py), each with a context
+  of `--n-ctx` tokens; further requests wait in arrival order (their
+  `response.created` event is sent at once).
 - Stored responses and tasks persist in an SQLite file (store.py), by
   default `lmsp-store.sqlite3` beside the token file, within the
   `--store-*` retention and size limits.
@@ -34,7 +34,7 @@ Rules
   `--generation-time-limit-seconds` in the model worker ends there,
   keeping its output (`incomplete`, reason `max_generation_time`); a worker
   still running either `--cancel-grace-seconds` later is killed and
-  restarted (engine.py).
+  restarted (scheduler.py, engine.py).
 - Any CPU: with `--extra-bufts auto` (the default) a model worker that
   crashes with llama.cpp's CPU fast path on is restarted without it, and
   `GET /models` says so in the entry's `cpu_fast_path` (engine.py).

@@ -228,16 +228,39 @@ class LmspHandlers:
             raise
         return entry, store_key, checked, tokens
 
+    async def _start(
+        self, request: Request, scope_name: str, retention_s: float | None
+    ) -> tuple[_Idempotent | None, tuple[str, str] | None, ResponseRun, Checked | None]:
+        """`_begin`, then start the generation unless the key replays an earlier one.
+
+        Returns `(entry, store_key, run, checked)`: `checked` is `None` for
+        a replay, and `run` is then the entry's earlier run; otherwise `run`
+        is new (its events kept `retention_s` seconds, `None`: all of them)
+        and recorded in `entry`. A refused start (`server_busy`) forgets the
+        key, so that a retry may succeed. Raises `ProblemError`.
+        """
+        entry, store_key, checked, tokens = await self._begin(request, scope_name)
+        if checked is None:
+            assert entry is not None and entry.run is not None
+            return entry, store_key, entry.run, None
+        try:
+            run = self.service.start(checked, tokens, retention_s=retention_s)
+        except ProblemError as problem:
+            if store_key is not None:
+                self.service.idempotency.pop(store_key)
+            raise problem from None
+        if entry is not None:
+            entry.run = run
+        return entry, store_key, run, checked
+
     async def create_response(self, request: Request) -> Response:
         """POST /responses: generate, streamed (SSE) or answered whole (6.1-6.3).
 
         Raises `ProblemError`.
         """
-        entry, store_key, checked, tokens = await self._begin(request, "responses")
+        entry, store_key, run, checked = await self._start(request, "responses", None)
         if checked is None:
             # A replay of a finished request with the same key and body.
-            assert entry is not None and entry.run is not None
-            run = entry.run
             if run.streamed:
                 replay = run.all_events()
 
@@ -247,16 +270,8 @@ class LmspHandlers:
 
                 return _event_stream(replayed(), self.config.send_timeout_s)
             return _final_answer(run, request.url.path)
-        try:
-            run = self.service.start(checked, tokens, retention_s=None)
-        except ProblemError as problem:
-            if store_key is not None:
-                self.service.idempotency.pop(store_key)
-            raise problem from None
         run_stream = checked.request.stream
         run.streamed = run_stream
-        if entry is not None:
-            entry.run = run
         if run_stream:
 
             async def live() -> AsyncIterator[dict[str, Any]]:
@@ -309,21 +324,14 @@ class LmspHandlers:
 
         Raises `ProblemError`.
         """
-        entry, store_key, checked, tokens = await self._begin(request, "tasks")
-        if checked is None:
+        entry, _key, run, checked = await self._start(request, "tasks", self.config.retention_s)
+        if checked is None:  # a replay: the same task again
             assert entry is not None and entry.task is not None
             task = entry.task
         else:
-            try:
-                run = self.service.start(checked, tokens, retention_s=self.config.retention_s)
-            except ProblemError as problem:
-                if store_key is not None:
-                    self.service.idempotency.pop(store_key)
-                raise problem from None
             task = Task(id=new_id("task"), run=run)
             self.service.add_task(task)
             if entry is not None:
-                entry.run = run
                 entry.task = task
         return JSONResponse(
             task.to_json(),

@@ -9,14 +9,27 @@ process that nothing can stop. So the service renders in a schema worker
 (`bounded.BoundedPool`), killed at `RENDER_TIME_LIMIT_S` and capped in
 memory like every schema worker, and the rendered text is sent back only
 when it could still fit the context (`max_chars`).
+
+Rules
+- Prompts are rendered outside the model worker with the GGUF's own chat
+  template (`tokenizer.chat_template`, reported by the worker) in the
+  OpenAI chat shape the template expects (`chat_messages`, `chat_tools`):
+  input `message` items become `{"role", "content"}`, `function_call`
+  items become an assistant message with `tool_calls`,
+  `function_call_output` items become `{"role": "tool", "tool_call_id",
+  "content"}`, and the tool definitions are passed as `tools`. A template
+  that does not mention tools leaves them out.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from ..lmsp import FunctionCallIn, FunctionCallOutputIn, FunctionTool, InputImage, MessageItemIn
 
 #: Seconds rendering one prompt may take in a schema worker.
 RENDER_TIME_LIMIT_S = 5.0
@@ -70,3 +83,51 @@ def render_prompt(
     if max_chars is not None and len(prompt) > max_chars:
         raise PromptTooLong("the rendered prompt cannot fit the context")
     return prompt
+
+
+def chat_messages(items: Sequence[Any]) -> list[dict[str, Any]]:
+    """Map LMSP input items (6.1, 6.5) to OpenAI-style chat messages for a template.
+
+    `items` are `MessageItemIn`, `FunctionCallIn` and `FunctionCallOutputIn`
+    records. Consecutive `function_call` items join one assistant message
+    (after its text, if the assistant message came right before). Images
+    must have been refused before (raises `ValueError` if one is present).
+    """
+    messages: list[dict[str, Any]] = []
+    for item in items:
+        if isinstance(item, MessageItemIn):
+            texts: list[str] = []
+            for part in item.content:
+                if isinstance(part, InputImage):
+                    raise ValueError("images are not supported by this model")
+                texts.append(part.text)
+            messages.append({"role": item.role, "content": "".join(texts)})
+        elif isinstance(item, FunctionCallIn):
+            call = {
+                "id": item.call_id,
+                "type": "function",
+                "function": {"name": item.name, "arguments": item.arguments},
+            }
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant":
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif isinstance(item, FunctionCallOutputIn):
+            if item.images:
+                raise ValueError("images are not supported by this model")
+            messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
+        else:  # pragma: no cover - the request records admit no other item
+            raise ValueError("unknown input item")
+    return messages
+
+
+def chat_tools(tools: Sequence[FunctionTool]) -> list[dict[str, Any]]:
+    """LMSP function tools (6.5) in the OpenAI chat `tools` shape templates expect."""
+    out = []
+    for tool in tools:
+        function: dict[str, Any] = {"name": tool.name, "parameters": tool.parameters}
+        if tool.description is not None:
+            function["description"] = tool.description
+        out.append({"type": "function", "function": function})
+    return out

@@ -20,20 +20,19 @@ from typing import Any
 
 from ..lmsp import ModelCapabilities, ModelEntry
 from .bounded import BoundedCallFailed, BoundedPool, BoundExceeded, PoolBusy
-from .engine import (
-    DEFAULT_TEMPERATURE,
-    Engine,
-    EngineCrashed,
-    GenerationEnd,
-    GenerationJob,
-    Update,
-    chat_messages,
-    chat_tools,
-)
+from .engine import Engine
 from .grammar import GRAMMAR_TIME_LIMIT_S, GrammarUnavailable, json_grammar, tool_call_grammar
+from .jobs import DEFAULT_TEMPERATURE, EngineCrashed, GenerationEnd, GenerationJob, Update
 from .output import ModelOutputError, OutputItemAssembler, new_id
 from .problems import ProblemError, problem_body
-from .prompt import RENDER_TIME_LIMIT_S, PromptTooLong, TemplateError, render_prompt
+from .prompt import (
+    RENDER_TIME_LIMIT_S,
+    PromptTooLong,
+    TemplateError,
+    chat_messages,
+    chat_tools,
+    render_prompt,
+)
 from .store import SqliteStore, StoreCorrupt
 from .tasks import (
     BoundedStore,

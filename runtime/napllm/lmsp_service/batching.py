@@ -1,0 +1,359 @@
+"""Continuous batching in the model worker: the generation loop (docs/lmsp.md 9.1).
+
+Rules
+- `BatchRunner` decodes the `slots` sequences of one context
+  (batch_load.py). Every generation gets a free sequence when it arrives
+  and joins the running batch at the next step: one `llama_decode` per
+  step holds the next token of every generating sequence and, in the room
+  left (up to `N_BATCH` tokens), the prompt tokens of the sequences still
+  reading their prompt (in arrival order, long prompts spread over steps).
+- Each generation has its own sampler chain (greedy at temperature 0, else
+  llama-cpp-python's default chain: top-k 40, typical 1.0, top-p 0.95,
+  min-p 0.05, temperature, seeded draw), its own grammar, output limit,
+  minimum output (end-of-generation tokens are masked in its logits until
+  then) and cancellation flag. An ending generation (stop, limit,
+  cancellation, error) clears its sequence at once and the sequence takes
+  the next generation.
+- A grammar llama.cpp refuses ends that generation only (`error`); a
+  failed `llama_decode` ends the generations of that step (`error`).
+- Interrupting a step: a step holding a long prompt can take many seconds
+  on a large model. llama.cpp calls the context's abort callback
+  (`llama_set_abort_callback`) after every node of the compute graph;
+  ours answers whether a generation of the running step was cancelled or
+  is past its time limit. llama.cpp then stops the step and drops what the
+  step had put into the KV cache (`llama_decode` returns 2); the runner
+  rolls the step's sequences back to where they were before it (the
+  positions beyond are cleared again, to be sure), the next step ends the
+  cancelled or expired generations, and the others redo their part of the
+  step. So a cancellation or time limit takes effect within one graph node,
+  not one step, and the worker survives it. Sampling (a grammar's work per
+  token) is not interruptible; it is bounded by the grammar limits, and
+  the service kills a worker that still runs a generation well after its
+  cancellation or time limit (scheduler.py).
+- `output_tokens` counts sampled tokens without the end-of-generation token.
+- The loop is written against llama-cpp-python's low-level bindings
+  (`llama_batch`, `llama_decode`, `llama_sampler_*`, `llama_memory_*`)
+  because its `Llama` class decodes one sequence at a time.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import random
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .batch_load import N_BATCH, LoadedModel
+
+#: Seconds of generated text collected into one update at most.
+FLUSH_INTERVAL_S = 0.005
+#: Sampler settings of llama-cpp-python's `create_completion`, kept so that
+#: answers do not change with the batching loop.
+TOP_K, TYPICAL_P, TOP_P, MIN_P = 40, 1.0, 0.95, 0.05
+
+
+@dataclass
+class _Sequence:
+    """One generation in the batch: its KV sequence, sampler and progress."""
+
+    rid: int
+    seq: int
+    prompt: list[int]
+    max_tokens: int
+    min_output: int
+    cancel: threading.Event
+    sampler: Any  # llama_sampler_p
+    deadline: float = float("inf")  # time.monotonic() at which the time limit ends it
+    fed: int = 0  # prompt tokens already decoded
+    pos: int = 0  # next KV position
+    token: int | None = None  # the sampled token to decode next
+    produced: int = 0  # output tokens (end-of-generation not counted)
+    pending: list[str] = field(default_factory=list)
+    last_flush: float = 0.0
+    decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("ignore"))
+
+
+class BatchRunner:
+    """Continuous batching over the `slots` sequences of a loaded model (module docstring).
+
+    `emit(updates)` receives the list of `("text", rid, text)` /
+    `("end", rid, finish_reason, output_tokens)` updates of each step (never
+    an empty list). `add` takes a generation (it waits in arrival order
+    while every sequence is taken); `step` runs one decoding step;
+    `take_ended` returns the request numbers that ended since the last call.
+    Not thread-safe: one thread calls all three.
+    """
+
+    def __init__(self, loaded: LoadedModel, emit: Callable[[list[tuple[Any, ...]]], None]) -> None:
+        import llama_cpp
+        import numpy as np
+
+        self._ll = llama_cpp
+        self._np = np
+        self._emit = emit
+        self._ctx = loaded.context.ctx
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._vocab = loaded.model.vocab
+        self.n_ctx = loaded.n_ctx
+        self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+        self._eog = np.array(
+            [t for t in range(self._n_vocab) if llama_cpp.llama_vocab_is_eog(self._vocab, t)],
+            dtype=np.intp,
+        )
+        self._free = list(range(loaded.slots))
+        self._waiting: deque[tuple[int, dict[str, Any], threading.Event]] = deque()
+        self._active: list[_Sequence] = []
+        self._updates: list[tuple[Any, ...]] = []
+        self._ended: list[int] = []
+        self._batch = llama_cpp.llama_batch_init(N_BATCH, 0, 1)
+        self._piece = ctypes.create_string_buffer(256)
+        # The sequences of the step being decoded, for the abort callback.
+        self._decoding: list[_Sequence] = []
+        # Kept on the runner: llama.cpp holds only a C pointer to it.
+        self._abort_callback = llama_cpp.ggml_abort_callback(self._should_abort)
+        self._no_callback = llama_cpp.ggml_abort_callback()  # NULL
+        # llama-cpp-python's seed rule for create_completion without a seed.
+        self._seed = random.Random(llama_cpp.LLAMA_DEFAULT_SEED).randint(0, 2**32)
+
+    @property
+    def idle(self) -> bool:
+        """No generation running or waiting."""
+        return not self._active and not self._waiting
+
+    def add(self, rid: int, job: dict[str, Any], cancel: threading.Event) -> None:
+        """Queue a generation; it joins the batch at the next step with a free sequence."""
+        self._waiting.append((rid, job, cancel))
+
+    def take_ended(self) -> list[int]:
+        """Request numbers of the generations that ended since the last call."""
+        ended, self._ended = self._ended, []
+        return ended
+
+    # -- one step --------------------------------------------------------------
+
+    def step(self) -> None:
+        """Admit waiting generations, decode one batch, sample, and emit the updates."""
+        self._admit()
+        now = time.monotonic()
+        for sequence in list(self._active):
+            if sequence.cancel.is_set():
+                self._finish(sequence, "cancelled")
+            elif now >= sequence.deadline:
+                self._finish(sequence, "time")
+        if self._active:
+            self._decode_and_sample()
+        now = time.monotonic()
+        for sequence in self._active:
+            if sequence.pending and now - sequence.last_flush >= FLUSH_INTERVAL_S:
+                self._flush(sequence, now)
+        if self._updates:
+            updates, self._updates = self._updates, []
+            self._emit(updates)
+
+    def _admit(self) -> None:
+        ll = self._ll
+        while self._waiting and self._free:
+            rid, job, cancel = self._waiting.popleft()
+            if cancel.is_set():
+                self._end(rid, "cancelled", 0)
+                continue
+            prompt = list(job["prompt_tokens"])
+            room = self.n_ctx - len(prompt)
+            if not prompt or room < 1:
+                self._end(rid, "error", 0)
+                continue
+            limit = job["max_tokens"]
+            max_tokens = room if limit is None or limit <= 0 else min(int(limit), room)
+            sampler = self._sampler(float(job["temperature"]), job["grammar"])
+            if sampler is None:
+                self._end(rid, "error", 0)
+                continue
+            seq = self._free.pop(0)
+            ll.llama_memory_seq_rm(self._memory, seq, -1, -1)
+            time_limit = job.get("time_limit_s")
+            self._active.append(
+                _Sequence(
+                    rid=rid,
+                    seq=seq,
+                    prompt=prompt,
+                    max_tokens=max_tokens,
+                    min_output=int(job["min_output_tokens"]),
+                    cancel=cancel,
+                    sampler=sampler,
+                    deadline=float("inf")
+                    if time_limit is None
+                    else time.monotonic() + float(time_limit),
+                )
+            )
+
+    def _sampler(self, temperature: float, grammar: str | None) -> Any:
+        """A new sampler chain, or `None` when llama.cpp refuses the grammar."""
+        ll = self._ll
+        chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+        parts = []
+        if grammar is not None:
+            constrained = ll.llama_sampler_init_grammar(
+                self._vocab, grammar.encode("utf-8"), b"root"
+            )
+            if not constrained:
+                ll.llama_sampler_free(chain)
+                return None
+            parts.append(constrained)
+        if temperature == 0.0:
+            parts.append(ll.llama_sampler_init_greedy())
+        elif temperature < 0.0:
+            parts.append(ll.llama_sampler_init_dist(self._seed))
+        else:
+            parts += [
+                ll.llama_sampler_init_top_k(TOP_K),
+                ll.llama_sampler_init_typical(TYPICAL_P, 1),
+                ll.llama_sampler_init_top_p(TOP_P, 1),
+                ll.llama_sampler_init_min_p(MIN_P, 1),
+                ll.llama_sampler_init_temp(temperature),
+                ll.llama_sampler_init_dist(self._seed),
+            ]
+        for part in parts:
+            ll.llama_sampler_chain_add(chain, part)
+        return chain
+
+    def _decode_and_sample(self) -> None:
+        ll, batch = self._ll, self._batch
+        n = 0
+        sampling: list[tuple[_Sequence, int]] = []  # (sequence, batch index of its logits)
+
+        tokens, positions, n_seq, seq_ids, wants = (
+            batch.token,
+            batch.pos,
+            batch.n_seq_id,
+            batch.seq_id,
+            batch.logits,
+        )
+
+        def put(token: int, pos: int, seq: int, logits: bool) -> None:
+            nonlocal n
+            tokens[n] = token
+            positions[n] = pos
+            n_seq[n] = 1
+            seq_ids[n][0] = seq
+            wants[n] = logits
+            n += 1
+
+        before = [(sequence, sequence.fed, sequence.pos) for sequence in self._active]
+        for sequence in self._active:  # generating sequences: one token each
+            if sequence.token is not None:
+                sampling.append((sequence, n))
+                put(sequence.token, sequence.pos, sequence.seq, True)
+                sequence.pos += 1
+        for sequence in self._active:  # prompts, in arrival order, in the room left
+            if sequence.token is not None or n >= N_BATCH:
+                continue
+            take = min(len(sequence.prompt) - sequence.fed, N_BATCH - n)
+            for i in range(sequence.fed, sequence.fed + take):
+                put(sequence.prompt[i], i, sequence.seq, False)
+            sequence.fed += take
+            sequence.pos = sequence.fed
+            if sequence.fed == len(sequence.prompt):
+                wants[n - 1] = True
+                sampling.append((sequence, n - 1))
+        batch.n_tokens = n
+        # Only steps that hold prompt tokens get the abort callback: llama.cpp
+        # calls it after every graph node, and the Python call costs more than
+        # a small model's whole step of single tokens (TinyChat decoded at a
+        # third of its speed with it on every step), while such a step is
+        # short anyway and the service checks cancellations between steps.
+        watched = n > len(sampling) or any(s.token is None for s, _ in sampling)
+        if watched:
+            self._decoding = list(self._active)
+            ll.llama_set_abort_callback(self._ctx, self._abort_callback, None)
+        try:
+            status = ll.llama_decode(self._ctx, batch)
+        finally:
+            if watched:
+                ll.llama_set_abort_callback(self._ctx, self._no_callback, None)
+                self._decoding = []
+        if status == 2:  # aborted: a generation of this step was cancelled or expired
+            for sequence, fed, pos in before:
+                sequence.fed, sequence.pos = fed, pos
+                ll.llama_memory_seq_rm(self._memory, sequence.seq, pos, -1)
+            return  # the next step ends them; the others redo their part
+        if status != 0:
+            print(f"napllm-lmsp worker: llama_decode returned {status}", file=sys.stderr)
+            for sequence in {id(s): s for s, _ in sampling}.values():
+                self._finish(sequence, "error")
+            for sequence in list(self._active):  # a prompt cut short in this step
+                if sequence.token is None:
+                    self._finish(sequence, "error")
+            return
+        for sequence, index in sampling:
+            self._sample(sequence, index)
+
+    def _should_abort(self, _data: Any) -> bool:
+        """llama.cpp's abort callback: whether to stop the running `llama_decode`.
+
+        Called by llama.cpp on the decoding thread after every graph node,
+        so it only reads flags and the clock. True when a generation of the
+        step was cancelled or is past its time limit.
+        """
+        decoding = self._decoding
+        if not decoding:
+            return False
+        now = time.monotonic()
+        return any(s.cancel.is_set() or now >= s.deadline for s in decoding)
+
+    def _sample(self, sequence: _Sequence, index: int) -> None:
+        ll, np = self._ll, self._np
+        if sequence.produced < sequence.min_output and self._eog.size:
+            logits = np.ctypeslib.as_array(
+                ll.llama_get_logits_ith(self._ctx, index), shape=(self._n_vocab,)
+            )
+            logits[self._eog] = -np.inf
+        token = int(ll.llama_sampler_sample(sequence.sampler, self._ctx, index))
+        if ll.llama_vocab_is_eog(self._vocab, token):
+            self._finish(sequence, "stop")
+            return
+        sequence.produced += 1
+        text = sequence.decoder.decode(self._token_bytes(token))
+        if text:
+            sequence.pending.append(text)
+        if sequence.produced >= sequence.max_tokens:
+            self._finish(sequence, "length")
+        else:
+            sequence.token = token
+
+    def _token_bytes(self, token: int) -> bytes:
+        ll = self._ll
+        size = ll.llama_token_to_piece(self._vocab, token, self._piece, len(self._piece), 0, False)
+        if size < 0:  # longer than the buffer
+            self._piece = ctypes.create_string_buffer(-size)
+            size = ll.llama_token_to_piece(
+                self._vocab, token, self._piece, len(self._piece), 0, False
+            )
+        return self._piece.raw[:size]
+
+    def _flush(self, sequence: _Sequence, now: float) -> None:
+        self._updates.append(("text", sequence.rid, "".join(sequence.pending)))
+        sequence.pending.clear()
+        sequence.last_flush = now
+
+    def _finish(self, sequence: _Sequence, reason: str) -> None:
+        """End `sequence`: flush its text, free its sampler and clear its KV sequence."""
+        tail = sequence.decoder.decode(b"", final=True)
+        if tail:
+            sequence.pending.append(tail)
+        if sequence.pending:
+            self._flush(sequence, time.monotonic())
+        self._active.remove(sequence)
+        self._ll.llama_sampler_free(sequence.sampler)
+        self._ll.llama_memory_seq_rm(self._memory, sequence.seq, -1, -1)
+        self._free.append(sequence.seq)
+        self._end(sequence.rid, reason, sequence.produced)
+
+    def _end(self, rid: int, reason: str, produced: int) -> None:
+        self._updates.append(("end", rid, reason, produced))
+        self._ended.append(rid)
