@@ -31,24 +31,26 @@ Case tables (tests/conformance_cases.py) run as one batch per table
 returns its outcome as data; each parametrized test then checks its own
 case (`check`). Each driver computes a batch once per test module.
 
-Driver-specific tests (kept in the two test modules, not here), and why:
+Driver-specific tests (written out in the test modules, not here), and why:
 - LLM-C01 absent domain (both): the page's proof is the frame's own
-  namespace (`window.napplet` has no `llm`); the core's is the observer's
-  drop records.
-- LLM-C01 binding, LLM-C08 LLM access revoked (page only): they drive
-  `window.napplet.llm` and the tab's switch, which only the page has.
-- LLM-C07 timeout of a stalled or slow provider, LLM-C09 streamed deltas
-  and the cancel/completion race: the page coalesces deltas and answers
-  dialogs in real time, so the core counts exact deltas and event-loop
-  ticks while the page races wall-clock delays.
-- LLM-C07 revalidation and LLM-C08 (account switch, endpoint closed,
-  connection changed or removed, a pick on a changed list): the core edits
-  its registry and holds the chooser in-process, the page goes through
-  its profile switcher, tab buttons and connection hooks.
-- LLM-C11: the developer log is `caplog` in the core and the page's
+  namespace (no `window.napplet.llm`) and its untouched content; the core's
+  is the observer's drop records.
+- LLM-C01 binding and LLM-C08 LLM access revoked (page only): they drive
+  `window.napplet.llm` and the tab's LLM switch, which only the page has;
+  likewise the binding's MUST E2 test.
+- LLM-C08 endpoint closed during consent (both): the core asserts that the
+  closed endpoint receives nothing more, which the page cannot observe
+  once its frame is gone; the page closes the tab with its button.
+- LLM-C08 a pick on a chooser list that changed (both): the core scripts a
+  chooser that answers with a stale revision; the page holds the list's
+  refresh back and clicks the old list.
+- LLM-C09 streamed deltas and the cancel/completion race (both): the page
+  coalesces deltas and races wall-clock delays, while the core counts
+  exact deltas and every event-loop interleaving.
+- LLM-C11 (both): the developer log is `caplog` in the core and the page's
   console in the browser.
-- LLM-C23: the core reads the `Disclosure` handed to the consent port, the
-  page the text of the consent dialog a person sees.
+- LLM-C23 (both): the core reads the `Disclosure` handed to the consent
+  port, the page the text of the consent dialog a person sees.
 """
 
 from __future__ import annotations
@@ -220,11 +222,53 @@ class Stats:
 
 
 @dataclass(frozen=True)
+class WaitStat:
+    """Wait until fixture `connection`'s statistic `key` ("submissions",
+    "closedEarly") is at least `at_least`. Result: None."""
+
+    connection: Fixture
+    key: str
+    at_least: int
+
+
+@dataclass(frozen=True)
 class Deadline:
     """Set the generation deadline (seconds, consent wait included) for
     generations started afterwards. Result: None."""
 
     seconds: float
+
+
+@dataclass(frozen=True)
+class Account:
+    """Switch the user account (profile) to `name`, creating it if needed
+    (a person creates a profile before a dialog makes the page modal).
+    Result: None."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class EditConnection:
+    """Rename fixture `connection` (a new revision: its handles expire). Result: None."""
+
+    connection: Fixture
+    name: str
+
+
+@dataclass(frozen=True)
+class RemoveConnection:
+    """Remove fixture `connection` from the registry. Result: None."""
+
+    connection: Fixture
+
+
+@dataclass(frozen=True)
+class RestoreConnection:
+    """Put fixture `connection` back as it was first (after a removal or a
+    rename; a no-op otherwise). Result: None."""
+
+    connection: Fixture
 
 
 Scenario = Generator[Any, Any, Any]
@@ -737,6 +781,151 @@ def llm_c07_cancel_stalled_provider_settles_and_suppresses_late_output() -> Scen
     after = yield Stats(FULL)
     assert after["submissions"] == stats["submissions"] + 1
     assert after["closedEarly"] == stats["closedEarly"] + 1
+
+
+def llm_c07_timeout_stalled_provider() -> Scenario:
+    app, handle = yield from ready()
+    stats = yield Stats(FULL)
+    yield Queue(FULL, [CREATED, *text_events("early"), Stall(None), completed()])
+    yield Post(app, generate("g1", handle))
+    yield Consent("allow")
+    yield WaitDeltas(app, "g1")
+    # Applies to generations started afterwards; longer than the time the
+    # page keeps Allow disabled after the dialog appears (web/js/dialogs.js).
+    yield Deadline(2.0)
+    yield Post(app, {"type": "llm.cancel", "id": "c0", "requestId": "g1"})
+    safe((yield Result(app, "g1")), ErrorCode.CANCELLED)
+    yield Queue(FULL, [CREATED, *text_events("early"), Stall(None), completed()])
+    yield Post(app, generate("g2", handle))
+    yield Consent("allow")
+    safe((yield Result(app, "g2")), ErrorCode.TIMEOUT)
+    check_generation((yield Received(app)), "g2")
+    after = yield Stats(FULL)
+    assert after["submissions"] == stats["submissions"] + 2
+    assert after["closedEarly"] == stats["closedEarly"] + 2
+
+
+def llm_c07_timeout_with_slow_but_finite_provider_discards_late_output() -> Scenario:
+    app, handle = yield from ready()
+    # a standing grant first, so that the deadline races the provider, not the dialog
+    yield Queue(FULL, text_script("granted"))
+    yield Post(app, generate("g0", handle))
+    yield Consent("remember")
+    yield Result(app, "g0")
+    stats = yield Stats(FULL)
+    yield Deadline(0.3)
+    yield Queue(FULL, [CREATED, Stall(1.0), *text_events("late"), completed()])
+    yield Post(app, generate("g1", handle))
+    safe((yield Result(app, "g1")), ErrorCode.TIMEOUT)
+    # the provider's stream is closed once the deadline settled the generation
+    yield WaitStat(FULL, "closedEarly", stats["closedEarly"] + 1)
+    envelopes = yield Received(app)
+    check_generation(envelopes, "g1")
+    assert deltas_of(envelopes, "g1") == [] and "late" not in json.dumps(envelopes)
+    assert (yield from submissions()) == stats["submissions"] + 1
+
+
+def llm_c07_revalidation_after_consent_refuses_edited_connection() -> Scenario:
+    app, handle = yield from ready(JSON_ONLY)
+    before = yield from submissions(JSON_ONLY)
+    yield Post(app, generate("g1", handle))
+    yield AwaitConsent()
+    yield EditConnection(JSON_ONLY, "Fixture (JSON only, renamed)")
+    try:
+        assert code((yield Result(app, "g1"))) == "selection-expired"
+        yield DialogsClosed()
+        yield Post(app, {"type": "llm.describe", "id": "d1", "handle": handle})
+        assert code((yield Result(app, "d1", "llm.describe.result"))) == "selection-expired"
+    finally:
+        yield RestoreConnection(JSON_ONLY)
+    assert (yield from submissions(JSON_ONLY)) == before
+
+
+# --------------------------------------------------------------------------
+# LLM-C08: switch account or change the connection during consent or generation
+
+
+def llm_c08_account_switch_during_consent() -> Scenario:
+    yield Account("Second")  # before selecting: a switch invalidates handles
+    yield Account("Default")
+    app, handle = yield from ready()
+    before = yield from submissions()
+    yield Post(app, generate("g1", handle))
+    yield AwaitConsent()
+    yield Account("Second")
+    safe((yield Result(app, "g1")), ErrorCode.CANCELLED)
+    yield DialogsClosed()
+    yield Post(app, {"type": "llm.describe", "id": "d1", "handle": handle})
+    yield Post(app, generate("g2", handle))
+    assert code((yield Result(app, "d1", "llm.describe.result"))) == "selection-expired"
+    assert code((yield Result(app, "g2"))) == "selection-expired"
+    assert (yield from submissions()) == before and (yield DialogsOpen()) == 0
+
+
+def llm_c08_account_switch_during_generation_and_select() -> Scenario:
+    yield Account("Third")  # before selecting: a switch invalidates handles
+    yield Account("Default")
+    app, handle = yield from ready()
+    stats = yield Stats(FULL)
+    yield Queue(FULL, [CREATED, *text_events("first account"), Stall(None), completed()])
+    yield Post(app, generate("g1", handle))
+    yield Consent("allow")
+    yield WaitDeltas(app, "g1")
+    yield Post(app, {"type": "llm.select", "id": "s2"})
+    yield Candidates()  # the chooser is open
+    yield Account("Third")
+    safe((yield Result(app, "g1")), ErrorCode.CANCELLED)
+    assert code((yield Result(app, "s2", "llm.select.result"))) == "cancelled"
+    yield DialogsClosed()
+    check_generation((yield Received(app)), "g1")
+    assert (yield Stats(FULL))["closedEarly"] == stats["closedEarly"] + 1
+    # a fresh selection under the new account is a new handle; nothing of the
+    # old account's generation is delivered afterwards
+    fresh = yield from select(app, FULL, rid="s3")
+    assert fresh != handle
+    assert "first account" not in json.dumps((yield Received(app))[-1])
+
+
+def llm_c08_connection_changed_during_consent(change: str) -> Scenario:
+    app, handle = yield from ready(PAID)
+    before = yield from submissions(PAID)
+    yield Post(app, generate("g1", handle))
+    yield AwaitConsent()
+    try:
+        if change == "edit":
+            yield EditConnection(PAID, "Fixture (replacement)")
+        else:
+            yield RemoveConnection(PAID)
+        assert code((yield Result(app, "g1"))) == "selection-expired"
+        yield DialogsClosed()
+        yield Post(app, {"type": "llm.describe", "id": "d1", "handle": handle})
+        assert code((yield Result(app, "d1", "llm.describe.result"))) == "selection-expired"
+        # a new select offers the changed connection under its new name only, or not at all
+        yield Post(app, {"type": "llm.select", "id": "s2", "requirements": {"model": PAID.model}})
+        if change == "edit":
+            assert (yield Candidates()) == ["Fixture (replacement)"]
+            yield Choose(None)
+        else:
+            assert code((yield Result(app, "s2", "llm.select.result"))) == "unsupported"
+    finally:
+        yield RestoreConnection(PAID)
+    assert (yield from submissions(PAID)) == before
+
+
+def llm_c08_connection_removed_during_generation_cancels() -> Scenario:
+    app, handle = yield from ready(PAID)
+    stats = yield Stats(PAID)
+    yield Queue(PAID, [CREATED, *text_events("partial"), Stall(None), completed()])
+    yield Post(app, generate("g1", handle))
+    yield Consent("allow")
+    yield WaitDeltas(app, "g1")
+    try:
+        yield RemoveConnection(PAID)
+        safe((yield Result(app, "g1")), ErrorCode.CANCELLED)
+        check_generation((yield Received(app)), "g1")
+    finally:
+        yield RestoreConnection(PAID)
+    assert (yield Stats(PAID))["closedEarly"] == stats["closedEarly"] + 1
 
 
 # --------------------------------------------------------------------------

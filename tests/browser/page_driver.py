@@ -87,6 +87,31 @@ def perform(shell: ShellPage, step: Any) -> Any:
         return None
     if isinstance(step, sc.Stats):
         return shell.stats(step.connection.cid)
+    if isinstance(step, sc.WaitStat):
+        shell.page.wait_for_function(
+            "([c, k, n]) => JSON.parse(window.napllmTest.stats(c))[k] >= n",
+            arg=[step.connection.cid, step.key, step.at_least],
+            polling=POLL_MS,
+        )
+        return None
+    if isinstance(step, sc.Account):
+        exists = shell.page.locator(f"#account-select option[value='{step.name}']").count()
+        if exists:
+            shell.switch_account(step.name)
+        else:
+            shell.add_profile(step.name)
+        return None
+    if isinstance(step, sc.EditConnection):
+        shell.rename_connection(step.connection.cid, step.name)
+        return None
+    if isinstance(step, sc.RemoveConnection):
+        shell.page.evaluate("(c) => window.napllmTest.removeConnection(c)", step.connection.cid)
+        return None
+    if isinstance(step, sc.RestoreConnection):
+        cid = step.connection.cid
+        shell.page.evaluate("(c) => window.napllmTest.restoreConnection(c)", cid)
+        shell.rename_connection(cid, step.connection.name)
+        return None
     if isinstance(step, sc.Deadline):
         shell.set_deadline(step.seconds)
         return None

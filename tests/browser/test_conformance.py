@@ -41,7 +41,6 @@ from shellpage import (
     deltas_of,
     generate,
     user,
-    wait_deltas,
 )
 
 import conformance_cases as cases
@@ -258,67 +257,17 @@ def test_llm_c07_cancel_stalled_provider_settles_and_suppresses_late_output(
 
 
 def test_llm_c07_timeout_stalled_provider(shell: ShellPage) -> None:
-    app, handle = ready(shell)
-    stats = shell.stats("fx-full")
-    shell.queue("fx-full", [CREATED, *text_events("early"), Stall(None), completed()])
-    app.post(generate("g1", handle))
-    shell.allow()
-    wait_deltas(app, "g1")
-    # Applies to generations started afterwards; longer than the time Allow
-    # stays disabled after the dialog appears (web/js/dialogs.js, 500 ms).
-    shell.set_deadline(2.0)
-    app.post({"type": "llm.cancel", "id": "c0", "requestId": "g1"})
-    sc.safe(app.wait_for("g1"), ErrorCode.CANCELLED)
-    shell.queue("fx-full", [CREATED, *text_events("early"), Stall(None), completed()])
-    app.post(generate("g2", handle))
-    shell.allow()
-    sc.safe(app.wait_for("g2", timeout_ms=5_000), ErrorCode.TIMEOUT)
-    check_generation(app.quiet(), "g2")
-    after = shell.stats("fx-full")
-    assert after["submissions"] == stats["submissions"] + 2
-    assert after["closedEarly"] == stats["closedEarly"] + 2
+    drive(shell, sc.llm_c07_timeout_stalled_provider)
 
 
 def test_llm_c07_timeout_with_slow_but_finite_provider_discards_late_output(
     shell: ShellPage,
 ) -> None:
-    app, handle = ready(shell)
-    # a standing grant first, so that the deadline races the provider, not the dialog
-    shell.queue("fx-full", text_script("granted"))
-    app.post(generate("g0", handle))
-    shell.remember()
-    app.wait_for("g0")
-    stats = shell.stats("fx-full")
-    shell.set_deadline(0.3)
-    shell.queue("fx-full", [CREATED, Stall(1.0), *text_events("late"), completed()])
-    app.post(generate("g1", handle))
-    sc.safe(app.wait_for("g1", timeout_ms=5_000), ErrorCode.TIMEOUT)
-    # the provider's stream is closed once the deadline settled the generation
-    shell.page.wait_for_function(
-        "([c, n]) => JSON.parse(window.napllmTest.stats(c)).closedEarly > n",
-        arg=["fx-full", stats["closedEarly"]],
-        polling=POLL_MS,
-    )
-    envelopes = app.quiet()
-    check_generation(envelopes, "g1")
-    assert deltas_of(envelopes, "g1") == [] and "late" not in json.dumps(envelopes)
-    assert shell.submissions("fx-full") == stats["submissions"] + 1
+    drive(shell, sc.llm_c07_timeout_with_slow_but_finite_provider_discards_late_output)
 
 
 def test_llm_c07_revalidation_after_consent_refuses_edited_connection(shell: ShellPage) -> None:
-    app, handle = ready(shell, JSON_ONLY)
-    before = shell.submissions("fx-json")
-    app.post(generate("g1", handle))
-    dialog = shell.consent()
-    shell.rename_connection("fx-json", "Fixture (JSON only, renamed)")
-    try:
-        assert code(app.wait_for("g1")) == "selection-expired"
-        dialog.wait_for(state="detached")
-        app.post({"type": "llm.describe", "id": "d1", "handle": handle})
-        assert code(app.wait_for("d1", "llm.describe.result")) == "selection-expired"
-    finally:
-        shell.rename_connection("fx-json", JSON_ONLY)
-    assert shell.submissions("fx-json") == before
+    drive(shell, sc.llm_c07_revalidation_after_consent_refuses_edited_connection)
 
 
 # --------------------------------------------------------------------------
@@ -326,44 +275,11 @@ def test_llm_c07_revalidation_after_consent_refuses_edited_connection(shell: She
 
 
 def test_llm_c08_account_switch_during_consent(shell: ShellPage) -> None:
-    shell.add_profile("Second")  # before selecting: a switch invalidates handles
-    shell.switch_account("Default")
-    app, handle = ready(shell)
-    before = shell.submissions("fx-full")
-    app.post(generate("g1", handle))
-    dialog = shell.consent()
-    shell.switch_account("Second")
-    sc.safe(app.wait_for("g1"), ErrorCode.CANCELLED)
-    dialog.wait_for(state="detached")
-    app.post({"type": "llm.describe", "id": "d1", "handle": handle})
-    app.post(generate("g2", handle))
-    assert code(app.wait_for("d1", "llm.describe.result")) == "selection-expired"
-    assert code(app.wait_for("g2")) == "selection-expired"
-    assert shell.submissions("fx-full") == before and shell.open_dialogs() == 0
+    drive(shell, sc.llm_c08_account_switch_during_consent)
 
 
 def test_llm_c08_account_switch_during_generation_and_select(shell: ShellPage) -> None:
-    shell.add_profile("Third")  # before selecting: a switch invalidates handles
-    shell.switch_account("Default")
-    app, handle = ready(shell)
-    stats = shell.stats("fx-full")
-    shell.queue("fx-full", [CREATED, *text_events("first account"), Stall(None), completed()])
-    app.post(generate("g1", handle))
-    shell.allow()
-    wait_deltas(app, "g1")
-    app.post({"type": "llm.select", "id": "s2"})
-    chooser = shell.chooser()
-    shell.switch_account("Third")
-    sc.safe(app.wait_for("g1"), ErrorCode.CANCELLED)
-    assert code(app.wait_for("s2", "llm.select.result")) == "cancelled"
-    chooser.wait_for(state="detached")
-    check_generation(app.quiet(), "g1")
-    assert shell.stats("fx-full")["closedEarly"] == stats["closedEarly"] + 1
-    # a fresh selection under the new account is a new handle; nothing of the old
-    # account's generation is delivered afterwards
-    fresh = app.select(FULL, rid="s3")
-    assert fresh != handle
-    assert "first account" not in json.dumps(app.envelopes()[-1])
+    drive(shell, sc.llm_c08_account_switch_during_generation_and_select)
 
 
 def test_llm_c08_endpoint_closed_during_consent(shell: ShellPage) -> None:
@@ -391,31 +307,7 @@ def test_llm_c08_llm_access_revoked_during_consent(shell: ShellPage) -> None:
 
 @pytest.mark.parametrize("change", cases.CONNECTION_CHANGES)
 def test_llm_c08_connection_changed_during_consent(shell: ShellPage, change: str) -> None:
-    app, handle = ready(shell, PAID)
-    before = shell.submissions("fx-paid")
-    app.post(generate("g1", handle))
-    dialog = shell.consent()
-    assert "may charge" in dialog.inner_text()
-    try:
-        if change == "edit":
-            shell.rename_connection("fx-paid", "Fixture (replacement)")
-        else:
-            shell.page.evaluate("() => window.napllmTest.removeConnection('fx-paid')")
-        assert code(app.wait_for("g1")) == "selection-expired"
-        dialog.wait_for(state="detached")
-        app.post({"type": "llm.describe", "id": "d1", "handle": handle})
-        assert code(app.wait_for("d1", "llm.describe.result")) == "selection-expired"
-        # a new select offers the changed connection under its new name only, or not at all
-        app.post({"type": "llm.select", "id": "s2", "requirements": {"model": "fixture-paid"}})
-        if change == "edit":
-            assert shell.candidates() == ["Fixture (replacement)"]
-            shell.cancel_chooser()
-        else:
-            assert code(app.wait_for("s2", "llm.select.result")) == "unsupported"
-    finally:
-        shell.page.evaluate("() => window.napllmTest.restoreConnection('fx-paid')")
-        shell.rename_connection("fx-paid", PAID)
-    assert shell.submissions("fx-paid") == before
+    drive(shell, sc.llm_c08_connection_changed_during_consent, change)
 
 
 def test_llm_c08_a_pick_on_a_chooser_list_that_changed_is_not_bound(shell: ShellPage) -> None:
@@ -452,19 +344,7 @@ def test_llm_c08_a_pick_on_a_chooser_list_that_changed_is_not_bound(shell: Shell
 
 
 def test_llm_c08_connection_removed_during_generation_cancels(shell: ShellPage) -> None:
-    app, handle = ready(shell, PAID)
-    stats = shell.stats("fx-paid")
-    shell.queue("fx-paid", [CREATED, *text_events("partial"), Stall(None), completed()])
-    app.post(generate("g1", handle))
-    shell.allow()
-    wait_deltas(app, "g1")
-    try:
-        shell.page.evaluate("() => window.napllmTest.removeConnection('fx-paid')")
-        sc.safe(app.wait_for("g1"), ErrorCode.CANCELLED)
-        check_generation(app.quiet(), "g1")
-    finally:
-        shell.page.evaluate("() => window.napllmTest.restoreConnection('fx-paid')")
-    assert shell.stats("fx-paid")["closedEarly"] == stats["closedEarly"] + 1
+    drive(shell, sc.llm_c08_connection_removed_during_generation_cancels)
 
 
 # --------------------------------------------------------------------------

@@ -145,8 +145,9 @@ class HarnessDriver:
             consent=self.consent,  # type: ignore[arg-type]
         )
         self.fixtures: dict[str, FixtureProvider] = {}
+        self.originals: dict[str, Connection] = {}
         for fixture, caps, charges in CONNECTIONS:
-            self.h.registry.add(
+            self.originals[fixture.cid] = self.h.registry.add(
                 Connection(
                     id=fixture.cid,
                     name=fixture.name,
@@ -226,6 +227,27 @@ class HarnessDriver:
                 "closedEarly": fx.closed_early,
                 "requests": [r.to_json() for r in fx.requests],
             }
+        if isinstance(step, sc.WaitStat):
+            stats = {"submissions": "submissions", "closedEarly": "closed_early"}
+            fx = self.fixtures[step.connection.cid]
+            await wait(lambda: getattr(fx, stats[step.key]) >= step.at_least, f"{step.key} of {fx}")
+            return None
+        if isinstance(step, sc.Account):
+            h.shell.switch_account(step.name)
+            return None
+        if isinstance(step, sc.EditConnection):
+            h.registry.edit(step.connection.cid, name=step.name)
+            return None
+        if isinstance(step, sc.RemoveConnection):
+            h.registry.remove(step.connection.cid)
+            return None
+        if isinstance(step, sc.RestoreConnection):
+            original = self.originals[step.connection.cid]
+            if h.registry.get(original.id) is None:
+                h.registry.add(original)
+            elif h.registry.get(original.id) != original:
+                h.registry.edit(original.id, name=original.name)
+            return None
         if isinstance(step, sc.Deadline):
             h.shell.policy = replace(h.shell.policy, deadline_s=step.seconds * TIME_SCALE)
             return None

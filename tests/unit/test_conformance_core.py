@@ -210,35 +210,15 @@ async def test_llm_c07_cancel_stalled_provider_settles_and_suppresses_late_outpu
 
 
 async def test_llm_c07_timeout_stalled_provider() -> None:
-    h, fx, ep, handle = await ready(deadline_s=0.03)
-    fx.queue([CREATED, *text_events("early"), Stall(None), completed()])
-    h.send(ep, generate("g1", handle))
-    await asyncio.wait_for(h.settle(), 2)
-    result = check_generation(h, ep, "g1")
-    assert_safe_error(result, ErrorCode.TIMEOUT)
-    assert fx.submissions == 1 and fx.closed_early == 1
+    await drive(sc.llm_c07_timeout_stalled_provider)
 
 
 async def test_llm_c07_timeout_with_slow_but_finite_provider_discards_late_output() -> None:
-    h, fx, ep, handle = await ready(deadline_s=0.02)
-    fx.queue([CREATED, Stall(0.1), *text_events("late"), completed()])
-    h.send(ep, generate("g1", handle))
-    await asyncio.sleep(0.15)
-    await h.settle()
-    assert_safe_error(check_generation(h, ep, "g1"), ErrorCode.TIMEOUT)
-    assert h.deltas(ep, "g1") == []
+    await drive(sc.llm_c07_timeout_with_slow_but_finite_provider_discards_late_output)
 
 
 async def test_llm_c07_revalidation_after_consent_refuses_edited_connection() -> None:
-    h, fx, ep, handle = await ready()
-    h.consent.hold = True
-    h.send(ep, generate("g1", handle))
-    await until(lambda: len(h.consent.asked) == 1)
-    h.registry.edit("fx", name="Renamed")
-    assert error_code(h, ep, "g1") == "selection-expired"
-    h.consent.release()
-    await h.settle()
-    assert fx.submissions == 0 and h.consent.cancelled == 1
+    await drive(sc.llm_c07_revalidation_after_consent_refuses_edited_connection)
 
 
 # --------------------------------------------------------------------------
@@ -246,42 +226,11 @@ async def test_llm_c07_revalidation_after_consent_refuses_edited_connection() ->
 
 
 async def test_llm_c08_account_switch_during_consent() -> None:
-    h, fx, ep, handle = await ready()
-    h.consent.hold = True
-    h.send(ep, generate("g1", handle))
-    await until(lambda: len(h.consent.asked) == 1)
-    h.shell.switch_account("second")
-    assert_safe_error(terminal(h, ep, "g1"), ErrorCode.CANCELLED)
-    h.consent.release()
-    await h.settle()
-    assert h.consent.cancelled == 1 and fx.submissions == 0
-    before = len(h.out(ep))
-    h.send(ep, {"type": "llm.describe", "id": "d1", "handle": handle})
-    h.send(ep, generate("g2", handle))
-    await h.settle()
-    assert error_code(h, ep, "d1", "llm.describe.result") == "selection-expired"
-    assert error_code(h, ep, "g2") == "selection-expired"
-    assert len(h.out(ep)) == before + 2 and fx.submissions == 0
+    await drive(sc.llm_c08_account_switch_during_consent)
 
 
 async def test_llm_c08_account_switch_during_generation_and_select() -> None:
-    h, fx, ep, handle = await ready()
-    fx.queue([CREATED, *text_events("first account"), Stall(None), completed()])
-    h.send(ep, generate("g1", handle))
-    await until(lambda: len(h.deltas(ep, "g1")) >= 1)
-    h.chooser.hold = True
-    h.send(ep, {"type": "llm.select", "id": "s2"})
-    await until(lambda: len(h.chooser.requests) == 2)
-    h.shell.switch_account("second")
-    h.chooser.release()
-    await h.settle()
-    assert_safe_error(check_generation(h, ep, "g1"), ErrorCode.CANCELLED)
-    assert error_code(h, ep, "s2", "llm.select.result") == "cancelled"
-    assert fx.closed_early == 1 and h.chooser.cancelled == 1
-    # a fresh selection under the new account works and is a new handle
-    h.chooser.hold = False
-    fresh = await h.select(ep, rid="s3")
-    assert fresh != handle
+    await drive(sc.llm_c08_account_switch_during_generation_and_select)
 
 
 async def test_llm_c08_endpoint_closed_during_consent() -> None:
@@ -303,21 +252,7 @@ async def test_llm_c08_endpoint_closed_during_consent() -> None:
 
 @pytest.mark.parametrize("change", cases.CONNECTION_CHANGES)
 async def test_llm_c08_connection_changed_during_consent(change: str) -> None:
-    h, fx, ep, handle = await ready()
-    h.consent.hold = True
-    h.send(ep, generate("g1", handle))
-    await until(lambda: len(h.consent.asked) == 1)
-    if change == "edit":
-        h.registry.edit("fx", model="replacement-model")
-    else:
-        h.registry.remove("fx")
-    assert error_code(h, ep, "g1") == "selection-expired"
-    h.consent.release()
-    await h.settle()
-    assert fx.submissions == 0 and h.consent.cancelled == 1
-    h.send(ep, {"type": "llm.describe", "id": "d1", "handle": handle})
-    await h.settle()
-    assert error_code(h, ep, "d1", "llm.describe.result") == "selection-expired"
+    await drive(sc.llm_c08_connection_changed_during_consent, change)
 
 
 async def test_llm_c08_a_pick_on_a_chooser_list_that_changed_is_not_bound() -> None:
@@ -348,14 +283,7 @@ async def test_llm_c08_a_pick_on_a_chooser_list_that_changed_is_not_bound() -> N
 
 
 async def test_llm_c08_connection_removed_during_generation_cancels() -> None:
-    h, fx, ep, handle = await ready()
-    fx.queue([CREATED, *text_events("partial"), Stall(None), completed()])
-    h.send(ep, generate("g1", handle))
-    await until(lambda: len(h.deltas(ep, "g1")) >= 1)
-    h.registry.remove("fx")
-    await h.settle()
-    assert_safe_error(check_generation(h, ep, "g1"), ErrorCode.CANCELLED)
-    assert fx.closed_early == 1
+    await drive(sc.llm_c08_connection_removed_during_generation_cancels)
 
 
 # --------------------------------------------------------------------------
