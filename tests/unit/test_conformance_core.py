@@ -1,13 +1,21 @@
 """NAP-LLM conformance cases LLM-C01..LLM-C23 against the core shell.
 
-Each test drives `napllm.shell.Shell` through `harness.Harness` (recording
-transport per endpoint, scriptable chooser and consent, the controllable
-`FixtureProvider`) and asserts the *required observation* of the NAP-LLM
-Conformance Cases table: correlation, exact error codes, provider
-submission counts, delta lifecycle and ordering, one terminal result per
-request id and no cross-endpoint delivery. The case tables live in
-tests/conformance_cases.py; the browser suite parametrizes over the same
-tables under the same test names, inside Pyodide.
+The scenarios are written once in tests/conformance_scenarios.py and run
+here by the CPython driver (tests/unit/harness_driver.py), which performs
+each step on `napllm.shell.Shell` through `harness.Harness`: a recording
+transport per endpoint, a chooser and a consent dialog held open until the
+scenario answers them, and the controllable `FixtureProvider`. Each test
+asserts the *required observation* of its row of the NAP-LLM Conformance
+Cases table: correlation, exact error codes, provider submission counts,
+delta lifecycle and ordering, one terminal result per request id and no
+cross-endpoint delivery. The browser suite runs the same scenarios under
+the same test names, inside Pyodide behind the real page.
+
+The tests written out here observe what only the core harness can (the
+scenarios module's docstring lists them and why): the observer's drop
+records, the developer log, the `Disclosure` given to the consent port,
+what a closed endpoint would still receive, exact delta counts and every
+event-loop interleaving of a cancel/completion race.
 """
 
 from __future__ import annotations
@@ -47,7 +55,6 @@ from conformance_cases import (
     user,
 )
 from fixtures import WEATHER_TOOL
-from napllm.connection_records import Capabilities
 from napllm.errors import SAFE_MESSAGES, ErrorCode
 from napllm.providers.fixture import (
     Stall,
@@ -56,9 +63,6 @@ from napllm.providers.fixture import (
     text_script,
 )
 from napllm.shell import ChoicePick, ChoiceRequest
-
-TEXT_ONLY = Capabilities()
-AUTO_NONE = Capabilities(tools=True, tool_choice_modes=("auto", "none"))
 
 
 @pytest.fixture(autouse=True)
