@@ -14,7 +14,7 @@ outcome. It never touches a shell itself, so the same scenario runs
 tests/unit/test_conformance_core.py and tests/browser/test_conformance.py
 each define every `test_llm_cNN_*` test under the same name and with the
 same parametrization (tests/unit/test_conformance_tables.py checks it); a
-migrated test is one line handing the scenario of the same name (without
+shared test is one line handing the scenario of the same name (without
 `test_`) to its driver.
 
 Connections: both drivers offer the same six fixture connections
@@ -29,7 +29,7 @@ shorter, since it has no frames, dialogs or delta coalescing to wait for.
 Case tables (tests/conformance_cases.py) run as one batch per table
 (`TableScenario`): the batch plays every case through one napplet and
 returns its outcome as data; each parametrized test then checks its own
-case (`check`). Each driver computes a batch once per test module.
+case (`check`). Each driver plays a table's batch once per test run.
 
 Driver-specific tests (written out in the test modules, not here), and why:
 - LLM-C01 absent domain (both): the page's proof is the frame's own

@@ -12,7 +12,7 @@ provider statistics and the deadline go through the test build's
 The page is shared by the module's tests: counts are read as differences,
 and the `shell` fixture resets the page (tabs, dialogs, deadline, grants)
 after each test. `drive_case(shell, table_scenario, case)` computes a
-table's batch once per module and checks `case`.
+table's batch once per test run and checks `case`.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ _batches: dict[str, Any] = {}
 
 
 def batch(key: str, compute: Callable[[], Any]) -> Any:
-    """`compute()`'s outcome for `key`, computed once per session (a failure is kept
+    """`compute()`'s outcome for `key`, computed once per test run (a failure is kept
     and raised again for every later caller, so each case of a table reports it)."""
     if key not in _batches:
         try:

@@ -12,9 +12,9 @@ capabilities), and awaits each step:
 - durations (`Stall` in queued scripts, `Deadline`) run `TIME_SCALE` times
   shorter than the page's: nothing here waits for frames or a person.
 
-`drive_case(table_scenario, case)` computes a table's batch once per test
-module (its outcome is plain data; a failure is kept and reported by every
-case) and checks `case`.
+`drive_case(table_scenario, case)` plays a table's batch once per test run
+(its outcome is plain data; a failure is kept and reported by every case)
+and checks `case`.
 """
 
 from __future__ import annotations
@@ -287,7 +287,7 @@ _batches: dict[str, Any] = {}
 
 
 async def drive_case(table: sc.TableScenario, case: str) -> None:
-    """Check `case` on the batch of `table` (played once per session on its own
+    """Check `case` on the batch of `table` (played once per test run on its own
     harness; a failure is kept and reported by every case of the table)."""
     if table.key not in _batches:
         try:
