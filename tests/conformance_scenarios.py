@@ -198,10 +198,12 @@ class WaitDeltas:
 
 @dataclass(frozen=True)
 class Received:
-    """Everything `app` received, in order, read once late messages had time
-    to arrive. Result: list of envelopes."""
+    """Everything `app` received, in order; with `quiet`, read once late
+    messages had time to arrive (to observe that nothing more comes).
+    Result: list of envelopes."""
 
     app: Any
+    quiet: bool = True
 
 
 @dataclass(frozen=True)
@@ -490,7 +492,7 @@ def llm_c01_select_describe_generate_correlate() -> Scenario:
     assert (yield from submissions()) == before + 1
     request = yield from last_request()
     assert request["model"] == FULL.model and request["max_output_tokens"] == 128
-    ids = [e.get("id", e.get("requestId")) for e in (yield Received(app))]
+    ids = [e.get("id", e.get("requestId")) for e in (yield Received(app, quiet=False))]
     assert ids[:2] == ["s1", "d1"] and set(ids[2:]) == {"g1"}
 
 
@@ -632,7 +634,7 @@ def llm_c05_foreign_handles_rejected_and_ids_scoped() -> Scenario:
     yield Result(alpha, "g2")
     yield Result(beta, "g2")
     result_a = json.dumps(check_generation((yield Received(alpha)), "g2"))
-    beta_received = yield Received(beta)
+    beta_received = yield Received(beta, quiet=False)
     result_b = json.dumps(check_generation(beta_received, "g2"))
     assert "alpha" in result_a and "beta" not in result_a
     assert "beta" in result_b and "alpha" not in result_b
@@ -653,7 +655,7 @@ def llm_c05_foreign_cancel_is_false_and_original_continues() -> Scenario:
     alpha_received = yield Received(alpha)
     check_generation(alpha_received, "g1")
     # nothing of alpha's generation reached beta, nothing of beta's cancel reached alpha
-    beta_received = yield Received(beta)
+    beta_received = yield Received(beta, quiet=False)
     assert [e["type"] for e in beta_received] == ["llm.select.result", "llm.cancel.result"]
     assert "alpha" not in json.dumps(beta_received)
     assert not any(e.get("id") == "c1" for e in alpha_received)
@@ -676,7 +678,7 @@ def llm_c05_same_id_on_two_endpoints_cancels_only_own() -> Scenario:
     result = yield Result(alpha, "g1")
     assert result["result"]["content"] == [{"type": "text", "text": "alpha text"}]
     alpha_received = yield Received(alpha)
-    beta_received = yield Received(beta)
+    beta_received = yield Received(beta, quiet=False)
     check_generation(alpha_received, "g1")
     check_generation(beta_received, "g1")
     assert "beta" not in json.dumps(alpha_received)
@@ -696,7 +698,7 @@ def llm_c06_duplicate_active_id_during_provider_run() -> Scenario:
     yield WaitDeltas(app, "g1")
     yield Post(app, generate("g1", handle, user("two")))
     yield Results(app, 2)
-    results = results_of((yield Received(app)), "g1")
+    results = results_of((yield Received(app, quiet=False)), "g1")
     assert [code(r) for r in results] == ["invalid-request", None]
     assert results[1]["result"]["content"] == [{"type": "text", "text": "first"}]
     assert (yield from submissions()) == before + 1 and (yield DialogsOpen()) == 0
@@ -713,7 +715,8 @@ def llm_c06_duplicate_active_id_during_consent() -> Scenario:
     yield Queue(FULL, text_script("ok"))
     yield Consent("allow")
     yield Results(app, 2)
-    assert [code(r) for r in results_of((yield Received(app)), "g1")] == ["invalid-request", None]
+    received = yield Received(app, quiet=False)
+    assert [code(r) for r in results_of(received, "g1")] == ["invalid-request", None]
     assert (yield from submissions()) == before + 1
 
 
@@ -728,7 +731,7 @@ def llm_c06_finished_id_may_be_reused() -> Scenario:
     yield Post(app, generate("g1", handle))
     yield Results(app, 2)
     # two generations under one id, each answered by its own script
-    results = results_of((yield Received(app)), "g1")
+    results = results_of((yield Received(app, quiet=False)), "g1")
     assert [r["result"]["content"][0]["text"] for r in results] == ["first", "second"]
     assert (yield from submissions()) == before + 2
 
@@ -747,7 +750,7 @@ def llm_c07_cancel_during_consent_prevents_submission() -> Scenario:
     safe((yield Result(app, "g1")), ErrorCode.CANCELLED)
     # the pending consent is withdrawn: no dialog, no later submission
     yield DialogsClosed()
-    received = yield Received(app)
+    received = yield Received(app, quiet=False)
     assert len(results_of(received, "g1")) == 1 and (yield from submissions()) == before
 
 
@@ -759,7 +762,7 @@ def llm_c07_timeout_during_consent_prevents_submission() -> Scenario:
     yield AwaitConsent()
     safe((yield Result(app, "g1")), ErrorCode.TIMEOUT)
     yield DialogsClosed()
-    received = yield Received(app)
+    received = yield Received(app, quiet=False)
     assert len(results_of(received, "g1")) == 1 and (yield from submissions()) == before
 
 
@@ -883,7 +886,7 @@ def llm_c08_account_switch_during_generation_and_select() -> Scenario:
     # old account's generation is delivered afterwards
     fresh = yield from select(app, FULL, rid="s3")
     assert fresh != handle
-    assert "first account" not in json.dumps((yield Received(app))[-1])
+    assert "first account" not in json.dumps((yield Received(app, quiet=False))[-1])
 
 
 def llm_c08_connection_changed_during_consent(change: str) -> Scenario:
@@ -946,7 +949,7 @@ def llm_c09_completion_wins_then_cancel_is_false() -> Scenario:
     yield from run(app, generate("g1", handle))
     yield Post(app, {"type": "llm.cancel", "id": "c1", "requestId": "g1"})
     assert (yield Result(app, "c1", "llm.cancel.result"))["cancelled"] is False
-    assert code(terminal((yield Received(app)), "g1")) is None
+    assert code(terminal((yield Received(app, quiet=False)), "g1")) is None
 
 
 # --------------------------------------------------------------------------
@@ -1109,7 +1112,7 @@ def llm_c14_synthesized_call_id_is_stable_and_round_trips(delivery: str) -> Scen
     call = result["result"]["content"][0]
     call_id = call["toolCallId"]
     assert call_id
-    start = deltas_of((yield Received(app)), "g1")[0]
+    start = deltas_of((yield Received(app, quiet=False)), "g1")[0]
     assert start["event"] == "start" and start["toolCallId"] == call_id
     history = [user("w?"), assistant(call), result_msg(call_id, "18 C")]
     yield Queue(FULL, text_script("It is 18 C."))
@@ -1264,7 +1267,7 @@ def llm_c18_interleaved_tool_call_blocks() -> Scenario:
         ("ca", {"city": "Berlin"}),
         ("cb", {"city": "Paris"}),
     ]
-    deltas = deltas_of((yield Received(app)), "g1")
+    deltas = deltas_of((yield Received(app, quiet=False)), "g1")
     for index, call_id in ((0, "ca"), (1, "cb")):
         events = [d for d in deltas if d["blockIndex"] == index]
         assert events[0]["event"] == "start"
@@ -1283,7 +1286,8 @@ def llm_c18_provisional_block_then_failure_is_not_executable() -> Scenario:
     yield Queue(FULL, [*interleaved_calls(0.03)[:-3], Fail(detail="stream reset")])
     result = yield from run(app, generate("g1", handle, tools=[WEATHER_TOOL]))
     safe(result, ErrorCode.PROVIDER_ERROR)
-    assert any(d["block"] == "toolCall" for d in deltas_of((yield Received(app)), "g1"))
+    deltas = deltas_of((yield Received(app, quiet=False)), "g1")
+    assert any(d["block"] == "toolCall" for d in deltas)
 
 
 # --------------------------------------------------------------------------

@@ -81,7 +81,7 @@ def perform(shell: ShellPage, step: Any) -> Any:
         wait_deltas(step.app, step.rid, step.count)
         return None
     if isinstance(step, sc.Received):
-        return step.app.quiet()
+        return step.app.quiet() if step.quiet else step.app.envelopes()
     if isinstance(step, sc.Queue):
         shell.queue(step.connection.cid, step.script)
         return None

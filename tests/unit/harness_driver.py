@@ -215,7 +215,8 @@ class HarnessDriver:
             )
             return None
         if isinstance(step, sc.Received):
-            await self.quiet()
+            if step.quiet:
+                await self.quiet()
             return list(h.out(step.app))
         if isinstance(step, sc.Queue):
             self.fixtures[step.connection.cid].queue(scaled(step.script))
