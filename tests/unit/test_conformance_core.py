@@ -1,13 +1,21 @@
 """NAP-LLM conformance cases LLM-C01..LLM-C23 against the core shell.
 
-Each test drives `napllm.shell.Shell` through `harness.Harness` (recording
-transport per endpoint, scriptable chooser and consent, the controllable
-`FixtureProvider`) and asserts the *required observation* of the NAP-LLM
-Conformance Cases table: correlation, exact error codes, provider
-submission counts, delta lifecycle and ordering, one terminal result per
-request id and no cross-endpoint delivery. The case tables live in
-tests/conformance_cases.py; the browser suite parametrizes over the same
-tables under the same test names, inside Pyodide.
+The scenarios are written once in tests/conformance_scenarios.py and run
+here by the CPython driver (tests/unit/harness_driver.py), which performs
+each step on `napllm.shell.Shell` through `harness.Harness`: a recording
+transport per endpoint, a chooser and a consent dialog held open until the
+scenario answers them, and the controllable `FixtureProvider`. Each test
+asserts the *required observation* of its row of the NAP-LLM Conformance
+Cases table: correlation, exact error codes, provider submission counts,
+delta lifecycle and ordering, one terminal result per request id and no
+cross-endpoint delivery. The browser suite runs the same scenarios under
+the same test names, inside Pyodide behind the real page.
+
+The tests written out here observe what only the core harness can (the
+scenarios module's docstring lists them and why): the observer's drop
+records, the developer log, the `Disclosure` given to the consent port,
+what a closed endpoint would still receive, exact delta counts and every
+event-loop interleaving of a cancel/completion race.
 """
 
 from __future__ import annotations
@@ -20,12 +28,12 @@ from typing import Any
 
 import pytest
 from harness import Chooser, Harness, generate
+from harness_driver import drive, drive_case
 from napcheck import (
     assert_not_leaked,
     assert_safe_error,
     check_generation,
     code,
-    delta_blocks,
     error_code,
     ready,
     run,
@@ -33,43 +41,28 @@ from napcheck import (
 )
 
 import conformance_cases as cases
+import conformance_scenarios as sc
 from conformance_cases import (
     CALL,
     CALL_2,
     CREATED,
     CREDENTIAL,
-    FORCED,
-    HISTORY,
     IMAGE_RESULT,
     OTHER_PROMPT,
-    OTHER_TOOL,
     SECRET_KEY,
-    THINKING_HISTORY,
     assistant,
-    interleaved_calls,
     result_msg,
-    truncated_parallel_turn,
     user,
 )
 from fixtures import WEATHER_TOOL
-from napllm.connection_records import Capabilities
 from napllm.errors import SAFE_MESSAGES, ErrorCode
-from napllm.lmsp import FunctionCallIn, FunctionCallOutputIn, LmspEvent, MessageItemIn
 from napllm.providers.fixture import (
-    Fail,
     Stall,
-    call_events,
     completed,
-    incomplete,
     text_events,
     text_script,
-    tool_call_script,
 )
 from napllm.shell import ChoicePick, ChoiceRequest
-from napllm.translate import TOOL_FAILED_PREFIX
-
-TEXT_ONLY = Capabilities()
-AUTO_NONE = Capabilities(tools=True, tool_choice_modes=("auto", "none"))
 
 
 @pytest.fixture(autouse=True)
@@ -103,34 +96,7 @@ async def until(predicate: Any, limit: int = 200) -> None:
 
 
 async def test_llm_c01_select_describe_generate_correlate() -> None:
-    h = Harness()
-    fx = h.connect()
-    ep = h.endpoint()
-    # no `shell` handshake: the first message is llm.select
-    h.send(ep, {"type": "llm.select", "id": "s1", "requirements": {"json": True}})
-    await h.settle()
-    selected = terminal(h, ep, "s1", "llm.select.result")
-    model = selected["model"]
-    assert model["model"] == "fixture-model" and model["json"] is True
-    assert set(model) == {
-        "handle",
-        "name",
-        "model",
-        "route",
-        "images",
-        "json",
-        "tools",
-        "toolChoiceModes",
-    }
-    h.send(ep, {"type": "llm.describe", "id": "d1", "handle": model["handle"]})
-    await h.settle()
-    assert terminal(h, ep, "d1", "llm.describe.result")["model"] == model
-    fx.queue(text_script(['{"greeting"', ':"Hello"}']))
-    result = await run(h, ep, generate("g1", model["handle"], format="json", maxTokens=128))
-    assert result["result"]["finish"] == "stop"
-    assert json.loads(result["result"]["content"][0]["text"]) == {"greeting": "Hello"}
-    assert fx.submissions == 1
-    assert [e.get("id", e.get("requestId")) for e in h.out(ep)][:2] == ["s1", "d1"]
+    await drive(sc.llm_c01_select_describe_generate_correlate)
 
 
 async def test_llm_c01_absent_domain_gets_no_replies_and_no_dialogs() -> None:
@@ -148,13 +114,7 @@ async def test_llm_c01_absent_domain_gets_no_replies_and_no_dialogs() -> None:
 
 
 async def test_llm_c01_domain_absence_does_not_affect_other_endpoints() -> None:
-    h = Harness()
-    h.connect()
-    without = h.endpoint("plain", domains=frozenset())
-    with_llm = h.endpoint("chat")
-    h.send(without, {"type": "llm.select", "id": "s1"})
-    handle = await h.select(with_llm)
-    assert handle and h.out(without) == []
+    await drive(sc.llm_c01_domain_absence_does_not_affect_other_endpoints)
 
 
 # --------------------------------------------------------------------------
@@ -163,23 +123,12 @@ async def test_llm_c01_domain_absence_does_not_affect_other_endpoints() -> None:
 
 @pytest.mark.parametrize("case", sorted(cases.MALFORMED_REQUESTS))
 async def test_llm_c02_malformed_request_is_invalid_without_generation(case: str) -> None:
-    h, fx, ep, handle = await ready()
-    envelope = generate("g1", handle)
-    envelope["request"].update(cases.MALFORMED_REQUESTS[case])
-    h.send(ep, envelope)
-    await h.settle()
-    assert error_code(h, ep, "g1") == "invalid-request"
-    assert fx.submissions == 0 and h.consent.asked == []
+    await drive_case(sc.llm_c02_malformed_request_is_invalid_without_generation, case)
 
 
 @pytest.mark.parametrize("case", sorted(cases.MALFORMED_ENVELOPES))
 async def test_llm_c02_malformed_envelope_is_invalid(case: str) -> None:
-    h, fx, ep, _ = await ready()
-    envelope = {**cases.MALFORMED_ENVELOPES[case], "id": "g1"}
-    h.send(ep, envelope)
-    await h.settle()
-    assert error_code(h, ep, "g1", envelope["type"] + ".result") == "invalid-request"
-    assert fx.submissions == 0 and len(h.chooser.requests) == 1  # only the setup select
+    await drive_case(sc.llm_c02_malformed_envelope_is_invalid, case)
 
 
 # --------------------------------------------------------------------------
@@ -188,49 +137,20 @@ async def test_llm_c02_malformed_envelope_is_invalid(case: str) -> None:
 
 @pytest.mark.parametrize("case", sorted(cases.UNMET_REQUIREMENTS))
 async def test_llm_c03_select_unmet_requirement_is_unsupported(case: str) -> None:
-    requirements = cases.UNMET_REQUIREMENTS[case]
-    h = Harness()
-    fx = h.connect(caps=TEXT_ONLY)
-    ep = h.endpoint()
-    h.send(ep, {"type": "llm.select", "id": "s1", "requirements": requirements})
-    await h.settle()
-    assert error_code(h, ep, "s1", "llm.select.result") == "unsupported"
-    assert h.chooser.requests == [] and fx.submissions == 0
+    await drive_case(sc.llm_c03_select_unmet_requirement_is_unsupported, case)
 
 
 async def test_llm_c03_select_offers_only_exact_model_no_substitution() -> None:
-    h = Harness()
-    h.connect("a", model="model-a")
-    h.connect("b", model="model-b")
-    h.connect("c", caps=TEXT_ONLY, model="model-b")
-    ep = h.endpoint()
-    h.send(
-        ep, {"type": "llm.select", "id": "s1", "requirements": {"model": "model-b", "json": True}}
-    )
-    await h.settle()
-    assert [c.id for c in h.chooser.requests[0].candidates] == ["b"]
-    assert terminal(h, ep, "s1", "llm.select.result")["model"]["model"] == "model-b"
+    await drive(sc.llm_c03_select_offers_only_exact_model_no_substitution)
 
 
 @pytest.mark.parametrize("case", sorted(cases.UNSUPPORTED_INPUTS))
 async def test_llm_c03_generate_unsupported_input_before_submission(case: str) -> None:
-    h, fx, ep, handle = await ready(Capabilities(temperature=None))
-    envelope = generate("g1", handle)
-    envelope["request"].update(cases.UNSUPPORTED_INPUTS[case])
-    h.send(ep, envelope)
-    await h.settle()
-    assert error_code(h, ep, "g1") == "unsupported"
-    assert fx.submissions == 0 and h.consent.asked == []
+    await drive_case(sc.llm_c03_generate_unsupported_input_before_submission, case)
 
 
 async def test_llm_c03_temperature_out_of_range_is_unsupported() -> None:
-    h, fx, ep, handle = await ready(Capabilities(temperature=(0.0, 1.0)))
-    h.send(ep, generate("g1", handle, temperature=1.5))
-    await h.settle()
-    assert error_code(h, ep, "g1") == "unsupported"
-    assert fx.submissions == 0
-    result = await run(h, ep, generate("g2", handle, temperature=1.0))
-    assert "result" in result and fx.requests[0].temperature == 1.0
+    await drive(sc.llm_c03_temperature_out_of_range_is_unsupported)
 
 
 # --------------------------------------------------------------------------
@@ -238,24 +158,11 @@ async def test_llm_c03_temperature_out_of_range_is_unsupported() -> None:
 
 
 async def test_llm_c04_declined_consent_is_user_cancelled_without_generation() -> None:
-    h, fx, ep, handle = await ready()
-    h.consent.decision = h.consent.decision.__class__(allow=False)
-    h.send(ep, generate("g1", handle))
-    await h.settle()
-    assert error_code(h, ep, "g1") == "user-cancelled"
-    assert len(h.consent.asked) == 1 and fx.submissions == 0
-    assert h.observer.submissions == []
+    await drive(sc.llm_c04_declined_consent_is_user_cancelled_without_generation)
 
 
 async def test_llm_c04_declined_selection_is_user_cancelled() -> None:
-    h = Harness()
-    fx = h.connect()
-    ep = h.endpoint()
-    h.chooser.answer = lambda request: None
-    h.send(ep, {"type": "llm.select", "id": "s1"})
-    await h.settle()
-    assert error_code(h, ep, "s1", "llm.select.result") == "user-cancelled"
-    assert fx.submissions == 0
+    await drive(sc.llm_c04_declined_selection_is_user_cancelled)
 
 
 # --------------------------------------------------------------------------
@@ -263,72 +170,15 @@ async def test_llm_c04_declined_selection_is_user_cancelled() -> None:
 
 
 async def test_llm_c05_foreign_handles_rejected_and_ids_scoped() -> None:
-    h = Harness()
-    fx = h.connect()
-    a = h.endpoint("alpha")
-    b = h.endpoint("beta")
-    handle_a = await h.select(a, rid="s1")
-    handle_b = await h.select(b, rid="s1")
-    assert handle_a != handle_b
-    h.send(b, {"type": "llm.describe", "id": "d1", "handle": handle_a})
-    h.send(b, generate("g1", handle_a, [user("beta steals")]))
-    await h.settle()
-    assert error_code(h, b, "d1", "llm.describe.result") == "selection-expired"
-    assert error_code(h, b, "g1") == "selection-expired"
-    assert fx.submissions == 0
-    # the same ids on each endpoint are independent
-    h.send(a, generate("g2", handle_a, [user("alpha words")]))
-    h.send(b, generate("g2", handle_b, [user("beta words")]))
-    await h.settle()
-    result_a = check_generation(h, a, "g2")
-    result_b = check_generation(h, b, "g2")
-    assert "alpha" in json.dumps(result_a) and "beta" not in json.dumps(result_a)
-    assert "beta" in json.dumps(result_b) and "alpha" not in json.dumps(result_b)
-    assert fx.submissions == 2
+    await drive(sc.llm_c05_foreign_handles_rejected_and_ids_scoped)
 
 
 async def test_llm_c05_foreign_cancel_is_false_and_original_continues() -> None:
-    h = Harness()
-    fx = h.connect()
-    a = h.endpoint("alpha")
-    b = h.endpoint("beta")
-    handle_a = await h.select(a)
-    await h.select(b)
-    fx.queue([CREATED, *text_events(["alpha ", "done"]), Stall(0.02), completed()])
-    h.send(a, generate("g1", handle_a, [user("alpha secret prompt")]))
-    await until(lambda: fx.submissions == 1)
-    h.send(b, {"type": "llm.cancel", "id": "c1", "requestId": "g1"})
-    await h.settle()
-    assert terminal(h, b, "c1", "llm.cancel.result")["cancelled"] is False
-    assert check_generation(h, a, "g1")["result"]["finish"] == "stop"
-    # nothing of alpha's generation reached beta
-    assert [e["type"] for e in h.out(b)] == ["llm.select.result", "llm.cancel.result"]
-    assert "alpha" not in json.dumps(h.out(b))
-    assert not any(e.get("id") == "c1" for e in h.out(a))
+    await drive(sc.llm_c05_foreign_cancel_is_false_and_original_continues)
 
 
 async def test_llm_c05_same_id_on_two_endpoints_cancels_only_own() -> None:
-    h = Harness()
-    fx = h.connect()
-    a = h.endpoint("alpha")
-    b = h.endpoint("beta")
-    handle_a = await h.select(a)
-    handle_b = await h.select(b)
-    fx.queue(
-        [CREATED, *text_events("alpha text"), Stall(0.02), completed()],
-        [CREATED, *text_events("beta text"), Stall(None), completed()],
-    )
-    h.send(a, generate("g1", handle_a))
-    h.send(b, generate("g1", handle_b))
-    await until(lambda: fx.submissions == 2)
-    h.send(b, {"type": "llm.cancel", "id": "c1", "requestId": "g1"})
-    await h.settle()
-    assert terminal(h, b, "c1", "llm.cancel.result")["cancelled"] is True
-    assert_safe_error(check_generation(h, b, "g1"), ErrorCode.CANCELLED)
-    assert check_generation(h, a, "g1")["result"]["content"] == [
-        {"type": "text", "text": "alpha text"}
-    ]
-    assert "beta" not in json.dumps(h.out(a)) and "alpha" not in json.dumps(h.out(b))
+    await drive(sc.llm_c05_same_id_on_two_endpoints_cancels_only_own)
 
 
 # --------------------------------------------------------------------------
@@ -336,40 +186,15 @@ async def test_llm_c05_same_id_on_two_endpoints_cancels_only_own() -> None:
 
 
 async def test_llm_c06_duplicate_active_id_during_provider_run() -> None:
-    h, fx, ep, handle = await ready()
-    fx.queue([CREATED, *text_events("first"), Stall(0.02), completed()])
-    h.send(ep, generate("g1", handle, [user("one")]))
-    await until(lambda: fx.submissions == 1)
-    h.send(ep, generate("g1", handle, [user("two")]))
-    await h.settle()
-    results = h.results(ep, "g1")
-    assert [code(r) for r in results] == ["invalid-request", None]
-    assert results[1]["result"]["content"] == [{"type": "text", "text": "first"}]
-    assert fx.submissions == 1 and len(h.consent.asked) == 1
+    await drive(sc.llm_c06_duplicate_active_id_during_provider_run)
 
 
 async def test_llm_c06_duplicate_active_id_during_consent() -> None:
-    h, fx, ep, handle = await ready()
-    h.consent.hold = True
-    h.send(ep, generate("g1", handle))
-    await until(lambda: len(h.consent.asked) == 1)
-    h.send(ep, generate("g1", handle))
-    await until(lambda: len(h.results(ep, "g1")) == 1)
-    assert error_code(h, ep, "g1") == "invalid-request"
-    assert len(h.consent.asked) == 1
-    h.consent.release()
-    await h.settle()
-    assert [code(r) for r in h.results(ep, "g1")] == ["invalid-request", None]
-    assert fx.submissions == 1
+    await drive(sc.llm_c06_duplicate_active_id_during_consent)
 
 
 async def test_llm_c06_finished_id_may_be_reused() -> None:
-    h, fx, ep, handle = await ready()
-    await run(h, ep, generate("g1", handle))
-    h.send(ep, generate("g1", handle))
-    await h.settle()
-    assert [code(r) for r in h.results(ep, "g1")] == [None, None]
-    assert fx.submissions == 2
+    await drive(sc.llm_c06_finished_id_may_be_reused)
 
 
 # --------------------------------------------------------------------------
@@ -377,76 +202,27 @@ async def test_llm_c06_finished_id_may_be_reused() -> None:
 
 
 async def test_llm_c07_cancel_during_consent_prevents_submission() -> None:
-    h, fx, ep, handle = await ready()
-    h.consent.hold = True
-    h.send(ep, generate("g1", handle))
-    await until(lambda: len(h.consent.asked) == 1)
-    h.send(ep, {"type": "llm.cancel", "id": "c1", "requestId": "g1"})
-    assert terminal(h, ep, "c1", "llm.cancel.result")["cancelled"] is True
-    assert_safe_error(terminal(h, ep, "g1"), ErrorCode.CANCELLED)
-    h.consent.release()
-    await h.settle()
-    assert h.consent.cancelled == 1 and fx.submissions == 0
-    assert len(h.results(ep, "g1")) == 1
+    await drive(sc.llm_c07_cancel_during_consent_prevents_submission)
 
 
 async def test_llm_c07_timeout_during_consent_prevents_submission() -> None:
-    h, fx, ep, handle = await ready(deadline_s=0.02)
-    h.consent.hold = True
-    h.send(ep, generate("g1", handle))
-    await asyncio.wait_for(h.settle(), 2)
-    assert_safe_error(terminal(h, ep, "g1"), ErrorCode.TIMEOUT)
-    assert h.consent.cancelled == 1
-    h.consent.release()
-    await h.settle()
-    assert fx.submissions == 0 and len(h.results(ep, "g1")) == 1
+    await drive(sc.llm_c07_timeout_during_consent_prevents_submission)
 
 
 async def test_llm_c07_cancel_stalled_provider_settles_and_suppresses_late_output() -> None:
-    h, fx, ep, handle = await ready()
-    fx.queue([CREATED, *text_events(["early "]), Stall(None), *text_events("late"), completed()])
-    h.send(ep, generate("g1", handle))
-    await until(lambda: len(h.deltas(ep, "g1")) >= 2)
-    h.send(ep, {"type": "llm.cancel", "id": "c1", "requestId": "g1"})
-    # settled at once, without waiting for the provider
-    assert terminal(h, ep, "c1", "llm.cancel.result")["cancelled"] is True
-    assert_safe_error(terminal(h, ep, "g1"), ErrorCode.CANCELLED)
-    await asyncio.wait_for(h.settle(), 2)
-    check_generation(h, ep, "g1")
-    assert "late" not in json.dumps(h.out(ep))
-    assert fx.closed_early == 1
+    await drive(sc.llm_c07_cancel_stalled_provider_settles_and_suppresses_late_output)
 
 
 async def test_llm_c07_timeout_stalled_provider() -> None:
-    h, fx, ep, handle = await ready(deadline_s=0.03)
-    fx.queue([CREATED, *text_events("early"), Stall(None), completed()])
-    h.send(ep, generate("g1", handle))
-    await asyncio.wait_for(h.settle(), 2)
-    result = check_generation(h, ep, "g1")
-    assert_safe_error(result, ErrorCode.TIMEOUT)
-    assert fx.submissions == 1 and fx.closed_early == 1
+    await drive(sc.llm_c07_timeout_stalled_provider)
 
 
 async def test_llm_c07_timeout_with_slow_but_finite_provider_discards_late_output() -> None:
-    h, fx, ep, handle = await ready(deadline_s=0.02)
-    fx.queue([CREATED, Stall(0.1), *text_events("late"), completed()])
-    h.send(ep, generate("g1", handle))
-    await asyncio.sleep(0.15)
-    await h.settle()
-    assert_safe_error(check_generation(h, ep, "g1"), ErrorCode.TIMEOUT)
-    assert h.deltas(ep, "g1") == []
+    await drive(sc.llm_c07_timeout_with_slow_but_finite_provider_discards_late_output)
 
 
 async def test_llm_c07_revalidation_after_consent_refuses_edited_connection() -> None:
-    h, fx, ep, handle = await ready()
-    h.consent.hold = True
-    h.send(ep, generate("g1", handle))
-    await until(lambda: len(h.consent.asked) == 1)
-    h.registry.edit("fx", name="Renamed")
-    assert error_code(h, ep, "g1") == "selection-expired"
-    h.consent.release()
-    await h.settle()
-    assert fx.submissions == 0 and h.consent.cancelled == 1
+    await drive(sc.llm_c07_revalidation_after_consent_refuses_edited_connection)
 
 
 # --------------------------------------------------------------------------
@@ -454,42 +230,11 @@ async def test_llm_c07_revalidation_after_consent_refuses_edited_connection() ->
 
 
 async def test_llm_c08_account_switch_during_consent() -> None:
-    h, fx, ep, handle = await ready()
-    h.consent.hold = True
-    h.send(ep, generate("g1", handle))
-    await until(lambda: len(h.consent.asked) == 1)
-    h.shell.switch_account("second")
-    assert_safe_error(terminal(h, ep, "g1"), ErrorCode.CANCELLED)
-    h.consent.release()
-    await h.settle()
-    assert h.consent.cancelled == 1 and fx.submissions == 0
-    before = len(h.out(ep))
-    h.send(ep, {"type": "llm.describe", "id": "d1", "handle": handle})
-    h.send(ep, generate("g2", handle))
-    await h.settle()
-    assert error_code(h, ep, "d1", "llm.describe.result") == "selection-expired"
-    assert error_code(h, ep, "g2") == "selection-expired"
-    assert len(h.out(ep)) == before + 2 and fx.submissions == 0
+    await drive(sc.llm_c08_account_switch_during_consent)
 
 
 async def test_llm_c08_account_switch_during_generation_and_select() -> None:
-    h, fx, ep, handle = await ready()
-    fx.queue([CREATED, *text_events("first account"), Stall(None), completed()])
-    h.send(ep, generate("g1", handle))
-    await until(lambda: len(h.deltas(ep, "g1")) >= 1)
-    h.chooser.hold = True
-    h.send(ep, {"type": "llm.select", "id": "s2"})
-    await until(lambda: len(h.chooser.requests) == 2)
-    h.shell.switch_account("second")
-    h.chooser.release()
-    await h.settle()
-    assert_safe_error(check_generation(h, ep, "g1"), ErrorCode.CANCELLED)
-    assert error_code(h, ep, "s2", "llm.select.result") == "cancelled"
-    assert fx.closed_early == 1 and h.chooser.cancelled == 1
-    # a fresh selection under the new account works and is a new handle
-    h.chooser.hold = False
-    fresh = await h.select(ep, rid="s3")
-    assert fresh != handle
+    await drive(sc.llm_c08_account_switch_during_generation_and_select)
 
 
 async def test_llm_c08_endpoint_closed_during_consent() -> None:
@@ -511,21 +256,7 @@ async def test_llm_c08_endpoint_closed_during_consent() -> None:
 
 @pytest.mark.parametrize("change", cases.CONNECTION_CHANGES)
 async def test_llm_c08_connection_changed_during_consent(change: str) -> None:
-    h, fx, ep, handle = await ready()
-    h.consent.hold = True
-    h.send(ep, generate("g1", handle))
-    await until(lambda: len(h.consent.asked) == 1)
-    if change == "edit":
-        h.registry.edit("fx", model="replacement-model")
-    else:
-        h.registry.remove("fx")
-    assert error_code(h, ep, "g1") == "selection-expired"
-    h.consent.release()
-    await h.settle()
-    assert fx.submissions == 0 and h.consent.cancelled == 1
-    h.send(ep, {"type": "llm.describe", "id": "d1", "handle": handle})
-    await h.settle()
-    assert error_code(h, ep, "d1", "llm.describe.result") == "selection-expired"
+    await drive(sc.llm_c08_connection_changed_during_consent, change)
 
 
 async def test_llm_c08_a_pick_on_a_chooser_list_that_changed_is_not_bound() -> None:
@@ -556,14 +287,7 @@ async def test_llm_c08_a_pick_on_a_chooser_list_that_changed_is_not_bound() -> N
 
 
 async def test_llm_c08_connection_removed_during_generation_cancels() -> None:
-    h, fx, ep, handle = await ready()
-    fx.queue([CREATED, *text_events("partial"), Stall(None), completed()])
-    h.send(ep, generate("g1", handle))
-    await until(lambda: len(h.deltas(ep, "g1")) >= 1)
-    h.registry.remove("fx")
-    await h.settle()
-    assert_safe_error(check_generation(h, ep, "g1"), ErrorCode.CANCELLED)
-    assert fx.closed_early == 1
+    await drive(sc.llm_c08_connection_removed_during_generation_cancels)
 
 
 # --------------------------------------------------------------------------
@@ -581,35 +305,11 @@ async def test_llm_c09_streamed_deltas_are_ordered_and_match_result() -> None:
 
 
 async def test_llm_c09_buffered_provider_output() -> None:
-    h, fx, ep, handle = await ready()
-    buffered = [
-        CREATED,
-        LmspEvent(
-            event="response.output_item.done",
-            data={
-                "response_id": "resp_fixture",
-                "output_index": 0,
-                "item": {
-                    "id": "m",
-                    "type": "message",
-                    "role": "assistant",
-                    "content": [{"type": "output_text", "text": "all at once"}],
-                },
-            },
-        ),
-        completed(),
-    ]
-    fx.queue(buffered)
-    result = await run(h, ep, generate("g1", handle))
-    assert result["result"]["content"] == [{"type": "text", "text": "all at once"}]
+    await drive(sc.llm_c09_buffered_provider_output)
 
 
 async def test_llm_c09_completion_wins_then_cancel_is_false() -> None:
-    h, _fx, ep, handle = await ready()
-    await run(h, ep, generate("g1", handle))
-    h.send(ep, {"type": "llm.cancel", "id": "c1", "requestId": "g1"})
-    assert terminal(h, ep, "c1", "llm.cancel.result")["cancelled"] is False
-    assert code(terminal(h, ep, "g1")) is None
+    await drive(sc.llm_c09_completion_wins_then_cancel_is_false)
 
 
 @pytest.mark.parametrize("ticks", range(0, 24))
@@ -637,43 +337,25 @@ async def test_llm_c09_cancel_completion_race(ticks: int) -> None:
 
 
 async def test_llm_c10_length_is_partial() -> None:
-    h, fx, ep, handle = await ready()
-    fx.queue([CREATED, *text_events(["Incomplete ", "answer"]), incomplete("max_output_tokens")])
-    result = await run(h, ep, generate("g1", handle, maxTokens=3))
-    assert result["result"]["finish"] == "length"
-    assert result["result"]["content"] == [{"type": "text", "text": "Incomplete answer"}]
-    assert fx.requests[0].max_output_tokens == 3
+    await drive(sc.llm_c10_length_is_partial)
 
 
 async def test_llm_c10_refusal_is_partial() -> None:
-    h, fx, ep, handle = await ready()
-    fx.queue([CREATED, *text_events("I can"), incomplete("content_filter")])
-    result = await run(h, ep, generate("g1", handle))
-    assert result["result"]["finish"] == "refusal"
+    await drive(sc.llm_c10_refusal_is_partial)
 
 
 async def test_llm_c10_length_with_json_format_is_not_validated_as_complete() -> None:
-    h, fx, ep, handle = await ready()
-    fx.queue([CREATED, *text_events('{"a": '), incomplete("max_output_tokens")])
-    result = await run(h, ep, generate("g1", handle, format="json"))
-    assert result["result"]["finish"] == "length"
+    await drive(sc.llm_c10_length_with_json_format_is_not_validated_as_complete)
 
 
 @pytest.mark.parametrize("case", sorted(cases.MISSING_COMPLETION))
 async def test_llm_c10_missing_completion_marker_is_provider_error(case: str) -> None:
-    h, fx, ep, handle = await ready()
-    fx.queue(cases.MISSING_COMPLETION[case])
-    assert_safe_error(await run(h, ep, generate("g1", handle)), ErrorCode.PROVIDER_ERROR)
+    await drive_case(sc.llm_c10_missing_completion_marker_is_provider_error, case)
 
 
 @pytest.mark.parametrize("case", sorted(cases.JSON_NOT_OBJECT))
 async def test_llm_c10_json_format_needs_an_object(case: str) -> None:
-    text = cases.JSON_NOT_OBJECT[case]
-    h, fx, ep, handle = await ready()
-    fx.queue(text_script(text))
-    result = await run(h, ep, generate("g1", handle, format="json"))
-    assert_safe_error(result, ErrorCode.PROVIDER_ERROR)
-    assert text not in json.dumps(result)
+    await drive_case(sc.llm_c10_json_format_needs_an_object, case)
 
 
 # --------------------------------------------------------------------------
@@ -713,26 +395,11 @@ async def test_llm_c11_provider_failure_leaks_nothing(
 
 @pytest.mark.parametrize("case", sorted(cases.MISSING_PARALLEL_RESULTS))
 async def test_llm_c12_missing_result_of_parallel_calls_is_invalid(case: str) -> None:
-    h, fx, ep, handle = await ready()
-    messages = cases.MISSING_PARALLEL_RESULTS[case]
-    h.send(ep, generate("g1", handle, messages, tools=[WEATHER_TOOL]))
-    await h.settle()
-    assert error_code(h, ep, "g1") == "invalid-request"
-    assert fx.submissions == 0 and h.consent.asked == []
+    await drive_case(sc.llm_c12_missing_result_of_parallel_calls_is_invalid, case)
 
 
 async def test_llm_c12_all_results_in_any_order_are_accepted() -> None:
-    h, fx, ep, handle = await ready()
-    messages = [
-        user("weather in B and P?"),
-        assistant(CALL, CALL_2),
-        result_msg("call_2", "sunny"),
-        result_msg("call_1", "rain"),
-    ]
-    result = await run(h, ep, generate("g1", handle, messages, tools=[WEATHER_TOOL]))
-    assert "result" in result and fx.submissions == 1
-    outputs = [i for i in fx.requests[0].input if isinstance(i, FunctionCallOutputIn)]
-    assert [(o.call_id, o.output) for o in outputs] == [("call_2", "sunny"), ("call_1", "rain")]
+    await drive(sc.llm_c12_all_results_in_any_order_are_accepted)
 
 
 # --------------------------------------------------------------------------
@@ -741,29 +408,16 @@ async def test_llm_c12_all_results_in_any_order_are_accepted() -> None:
 
 @pytest.mark.parametrize("case", sorted(cases.IGNORED_FORCED))
 async def test_llm_c13_ignored_forced_tool_is_provider_error(case: str) -> None:
-    h, fx, ep, handle = await ready()
-    fx.queue(cases.IGNORED_FORCED[case])
-    envelope = generate("g1", handle, tools=[WEATHER_TOOL, OTHER_TOOL], toolChoice=FORCED)
-    result = await run(h, ep, envelope)
-    assert_safe_error(result, ErrorCode.PROVIDER_ERROR)
-    choice = fx.requests[0].tool_choice
-    assert choice is not None and not isinstance(choice, str) and choice.name == "get_weather"
+    await drive_case(sc.llm_c13_ignored_forced_tool_is_provider_error, case)
 
 
 async def test_llm_c13_forced_tool_obeyed() -> None:
-    h, fx, ep, handle = await ready()
-    fx.queue(tool_call_script([("get_weather", {"city": "B"}, "c1")]))
-    envelope = generate("g1", handle, tools=[WEATHER_TOOL, OTHER_TOOL], toolChoice=FORCED)
-    result = await run(h, ep, envelope)
-    assert result["result"]["finish"] == "toolUse"
+    await drive(sc.llm_c13_forced_tool_obeyed)
 
 
 @pytest.mark.parametrize("choice", sorted(cases.VIOLATED_MODES))
 async def test_llm_c13_violated_mode_is_provider_error(choice: str) -> None:
-    h, fx, ep, handle = await ready()
-    fx.queue(cases.VIOLATED_MODES[choice])
-    result = await run(h, ep, generate("g1", handle, tools=[WEATHER_TOOL], toolChoice=choice))
-    assert_safe_error(result, ErrorCode.PROVIDER_ERROR)
+    await drive_case(sc.llm_c13_violated_mode_is_provider_error, choice)
 
 
 # --------------------------------------------------------------------------
@@ -772,40 +426,15 @@ async def test_llm_c13_violated_mode_is_provider_error(choice: str) -> None:
 
 @pytest.mark.parametrize("delivery", sorted(cases.ARGUMENT_DELIVERY))
 async def test_llm_c14_synthesized_call_id_is_stable_and_round_trips(delivery: str) -> None:
-    stream_arguments = cases.ARGUMENT_DELIVERY[delivery]
-    h, fx, ep, handle = await ready()
-    fx.queue(
-        tool_call_script([("get_weather", {"city": "B"}, None)], stream_arguments=stream_arguments)
-    )
-    result = await run(h, ep, generate("g1", handle, [user("w?")], tools=[WEATHER_TOOL]))
-    call = result["result"]["content"][0]
-    call_id = call["toolCallId"]
-    assert call_id and result["result"]["finish"] == "toolUse"
-    start = h.deltas(ep, "g1")[0]
-    assert start["event"] == "start" and start["toolCallId"] == call_id
-    history = [user("w?"), assistant(call), result_msg(call_id, "18 C")]
-    fx.queue(text_script("It is 18 C."))
-    second = await run(h, ep, generate("g2", handle, history, tools=[WEATHER_TOOL]))
-    assert second["result"]["finish"] == "stop"
-    items = fx.requests[1].input
-    calls = [i for i in items if isinstance(i, FunctionCallIn)]
-    outputs = [i for i in items if isinstance(i, FunctionCallOutputIn)]
-    assert [c.call_id for c in calls] == [call_id] and [o.call_id for o in outputs] == [call_id]
+    await drive(sc.llm_c14_synthesized_call_id_is_stable_and_round_trips, delivery)
 
 
 async def test_llm_c14_empty_provider_id_is_synthesized() -> None:
-    h, fx, ep, handle = await ready()
-    fx.queue(tool_call_script([("get_weather", {"city": "B"}, "")]))
-    result = await run(h, ep, generate("g1", handle, tools=[WEATHER_TOOL]))
-    assert result["result"]["content"][0]["toolCallId"] != ""
+    await drive(sc.llm_c14_empty_provider_id_is_synthesized)
 
 
 async def test_llm_c14_parallel_calls_without_ids_get_distinct_ids() -> None:
-    h, fx, ep, handle = await ready()
-    fx.queue(tool_call_script([("get_weather", {"city": "B"}, None)] * 2))
-    result = await run(h, ep, generate("g1", handle, tools=[WEATHER_TOOL]))
-    ids = [p["toolCallId"] for p in result["result"]["content"]]
-    assert len(ids) == 2 and len(set(ids)) == 2
+    await drive(sc.llm_c14_parallel_calls_without_ids_get_distinct_ids)
 
 
 # --------------------------------------------------------------------------
@@ -814,45 +443,16 @@ async def test_llm_c14_parallel_calls_without_ids_get_distinct_ids() -> None:
 
 @pytest.mark.parametrize("case", sorted(cases.STOP_LABELS))
 async def test_llm_c15_completed_calls_normalize_to_tool_use(case: str) -> None:
-    label = cases.STOP_LABELS[case]
-    h, fx, ep, handle = await ready()
-    final = completed()
-    if label is not None:
-        final = LmspEvent(event=final.event, data={**final.data, "stop_reason": label})
-    script = [*tool_call_script([("get_weather", {"city": "B"}, "c1")])[:-1], final]
-    fx.queue(script)
-    result = await run(h, ep, generate("g1", handle, tools=[WEATHER_TOOL]))
-    assert result["result"]["finish"] == "toolUse"
+    await drive_case(sc.llm_c15_completed_calls_normalize_to_tool_use, case)
 
 
 async def test_llm_c15_text_and_call_turn_is_tool_use() -> None:
-    h, fx, ep, handle = await ready()
-    fx.queue(
-        [
-            CREATED,
-            *text_events("Let me check.", output_index=0),
-            *call_events(
-                "get_weather", {"city": "B"}, output_index=1, fragments=['{"ci', 'ty":"B"}']
-            ),
-            completed(),
-        ]
-    )
-    result = await run(h, ep, generate("g1", handle, tools=[WEATHER_TOOL]))
-    assert result["result"]["finish"] == "toolUse"
-    assert [p["type"] for p in result["result"]["content"]] == ["text", "toolCall"]
+    await drive(sc.llm_c15_text_and_call_turn_is_tool_use)
 
 
 @pytest.mark.parametrize("reason", sorted(cases.TRUNCATED_TURNS))
 async def test_llm_c15_truncated_parallel_turn_keeps_finish_without_calls(reason: str) -> None:
-    finish = cases.TRUNCATED_TURNS[reason]
-    h, fx, ep, handle = await ready()
-    fx.queue(truncated_parallel_turn(reason))
-    result = await run(h, ep, generate("g1", handle, tools=[WEATHER_TOOL]))
-    assert result["result"]["finish"] == finish
-    assert result["result"]["content"] == [{"type": "text", "text": "Checking both."}]
-    # the provisional call blocks were streamed but are not executable content
-    kinds = {d["block"] for d in h.deltas(ep, "g1")}
-    assert "toolCall" in kinds
+    await drive_case(sc.llm_c15_truncated_parallel_turn_keeps_finish_without_calls, reason)
 
 
 # --------------------------------------------------------------------------
@@ -861,12 +461,7 @@ async def test_llm_c15_truncated_parallel_turn_keeps_finish_without_calls(reason
 
 @pytest.mark.parametrize("case", sorted(cases.INVALID_CALLS))
 async def test_llm_c16_invalid_completed_call_is_provider_error(case: str) -> None:
-    name, arguments = cases.INVALID_CALLS[case]
-    h, fx, ep, handle = await ready()
-    fx.queue(tool_call_script([(name, arguments, "c1")], stream_arguments=False))
-    result = await run(h, ep, generate("g1", handle, tools=[WEATHER_TOOL]))
-    assert_safe_error(result, ErrorCode.PROVIDER_ERROR)
-    assert arguments not in json.dumps(result)
+    await drive_case(sc.llm_c16_invalid_completed_call_is_provider_error, case)
 
 
 # --------------------------------------------------------------------------
@@ -874,34 +469,15 @@ async def test_llm_c16_invalid_completed_call_is_provider_error(case: str) -> No
 
 
 async def test_llm_c17_thinking_omitted_from_provider_input() -> None:
-    h, fx, ep, handle = await ready()
-    result = await run(h, ep, generate("g1", handle, THINKING_HISTORY))
-    assert "result" in result
-    sent = json.dumps(fx.requests[0].to_json())
-    assert "PRIVATE-CHAIN" not in sent
-    assistant_items = [
-        i for i in fx.requests[0].input if isinstance(i, MessageItemIn) and i.role == "assistant"
-    ]
-    assert [[c.text for c in i.content] for i in assistant_items] == [["4"]]  # type: ignore[union-attr]
+    await drive(sc.llm_c17_thinking_omitted_from_provider_input)
 
 
 async def test_llm_c17_required_reasoning_state_is_unsupported() -> None:
-    caps = Capabilities(requires_reasoning_state=True)
-    h, fx, ep, handle = await ready(caps)
-    h.send(ep, generate("g1", handle, THINKING_HISTORY))
-    await h.settle()
-    assert error_code(h, ep, "g1") == "unsupported"
-    assert fx.submissions == 0 and h.consent.asked == []
-    # the same connection without replayed thinking works
-    assert "result" in await run(h, ep, generate("g2", handle))
+    await drive(sc.llm_c17_required_reasoning_state_is_unsupported)
 
 
 async def test_llm_c17_thinking_in_user_message_is_invalid() -> None:
-    h, fx, ep, handle = await ready()
-    messages = [{"role": "user", "content": [{"type": "thinking", "text": "x"}]}]
-    h.send(ep, generate("g1", handle, messages))
-    await h.settle()
-    assert error_code(h, ep, "g1") == "invalid-request" and fx.submissions == 0
+    await drive(sc.llm_c17_thinking_in_user_message_is_invalid)
 
 
 # --------------------------------------------------------------------------
@@ -909,34 +485,11 @@ async def test_llm_c17_thinking_in_user_message_is_invalid() -> None:
 
 
 async def test_llm_c18_interleaved_tool_call_blocks() -> None:
-    h, fx, ep, handle = await ready()
-    fx.queue(interleaved_calls())
-    result = await run(h, ep, generate("g1", handle, tools=[WEATHER_TOOL]))
-    assert result["result"]["finish"] == "toolUse"
-    assert [(p["toolCallId"], p["arguments"]) for p in result["result"]["content"]] == [
-        ("ca", {"city": "Berlin"}),
-        ("cb", {"city": "Paris"}),
-    ]
-    blocks = delta_blocks(h, ep, "g1")
-    for index, call_id in ((0, "ca"), (1, "cb")):
-        events = blocks[index]
-        assert events[0]["event"] == "start"
-        assert (events[0]["toolCallId"], events[0]["name"]) == (call_id, "get_weather")
-        assert events[-1]["event"] == "end"
-        assert {e["event"] for e in events[1:-1]} == {"delta"}
-    # the blocks really interleave on the wire
-    order = [d["blockIndex"] for d in h.deltas(ep, "g1")]
-    assert order != sorted(order)
-    # the runtime executes nothing: exactly one provider submission, no further requests
-    assert fx.submissions == 1 and len(fx.requests) == 1
+    await drive(sc.llm_c18_interleaved_tool_call_blocks)
 
 
 async def test_llm_c18_provisional_block_then_failure_is_not_executable() -> None:
-    h, fx, ep, handle = await ready()
-    fx.queue([*interleaved_calls()[:-3], Fail(detail="stream reset")])
-    result = await run(h, ep, generate("g1", handle, tools=[WEATHER_TOOL]))
-    assert_safe_error(result, ErrorCode.PROVIDER_ERROR)
-    assert any(d["block"] == "toolCall" for d in h.deltas(ep, "g1"))
+    await drive(sc.llm_c18_provisional_block_then_failure_is_not_executable)
 
 
 # --------------------------------------------------------------------------
@@ -945,21 +498,11 @@ async def test_llm_c18_provisional_block_then_failure_is_not_executable() -> Non
 
 @pytest.mark.parametrize("case", sorted(cases.UNLISTED_MODES))
 async def test_llm_c19_unlisted_mode_is_unsupported(case: str) -> None:
-    choice = cases.UNLISTED_MODES[case]
-    h, fx, ep, handle = await ready(AUTO_NONE)
-    model = terminal(h, ep, "s1", "llm.select.result")["model"]
-    assert model["toolChoiceModes"] == ["auto", "none"]
-    h.send(ep, generate("g1", handle, tools=[WEATHER_TOOL], toolChoice=choice))
-    await h.settle()
-    assert error_code(h, ep, "g1") == "unsupported"
-    assert fx.submissions == 0 and h.consent.asked == []
+    await drive_case(sc.llm_c19_unlisted_mode_is_unsupported, case)
 
 
 async def test_llm_c19_listed_modes_pass_through_unchanged() -> None:
-    h, fx, ep, handle = await ready(AUTO_NONE)
-    for rid, choice in (("g1", "auto"), ("g2", "none")):
-        await run(h, ep, generate(rid, handle, tools=[WEATHER_TOOL], toolChoice=choice))
-    assert [r.tool_choice for r in fx.requests] == ["auto", "none"]
+    await drive(sc.llm_c19_listed_modes_pass_through_unchanged)
 
 
 # --------------------------------------------------------------------------
@@ -968,20 +511,11 @@ async def test_llm_c19_listed_modes_pass_through_unchanged() -> None:
 
 @pytest.mark.parametrize("case", sorted(cases.INVALID_TOOLS))
 async def test_llm_c20_invalid_tools_and_limits(case: str) -> None:
-    h, fx, ep, handle = await ready()
-    envelope = generate("g1", handle)
-    envelope["request"].update(cases.INVALID_TOOLS[case])
-    h.send(ep, envelope)
-    await h.settle()
-    assert error_code(h, ep, "g1") == "invalid-request"
-    assert fx.submissions == 0 and h.consent.asked == []
+    await drive_case(sc.llm_c20_invalid_tools_and_limits, case)
 
 
 async def test_llm_c20_schema_keywords_are_not_unknown_fields() -> None:
-    h, fx, ep, handle = await ready()
-    tool = cases.SCHEMA_KEYWORDS_TOOL
-    result = await run(h, ep, generate("g1", handle, tools=[tool]))
-    assert "result" in result and fx.submissions == 1
+    await drive(sc.llm_c20_schema_keywords_are_not_unknown_fields)
 
 
 # --------------------------------------------------------------------------
@@ -990,39 +524,19 @@ async def test_llm_c20_schema_keywords_are_not_unknown_fields() -> None:
 
 @pytest.mark.parametrize("case", sorted(cases.INVALID_HISTORIES))
 async def test_llm_c21_invalid_histories_rejected(case: str) -> None:
-    h, fx, ep, handle = await ready()
-    h.send(ep, generate("g1", handle, cases.INVALID_HISTORIES[case], tools=[WEATHER_TOOL]))
-    await h.settle()
-    assert error_code(h, ep, "g1") == "invalid-request"
-    assert fx.submissions == 0
+    await drive_case(sc.llm_c21_invalid_histories_rejected, case)
 
 
 async def test_llm_c21_history_without_current_tools_accepted() -> None:
-    h, fx, ep, handle = await ready()
-    fx.queue(text_script("It was 18 C."))
-    result = await run(h, ep, generate("g1", handle, HISTORY))
-    assert result["result"]["finish"] == "stop"
-    request = fx.requests[0]
-    assert request.tools is None and request.tool_choice is None
-    assert [type(i).__name__ for i in request.input] == [
-        "MessageItemIn",
-        "FunctionCallIn",
-        "FunctionCallOutputIn",
-        "MessageItemIn",
-    ]
+    await drive(sc.llm_c21_history_without_current_tools_accepted)
 
 
 async def test_llm_c21_no_new_calls_without_current_tools() -> None:
-    h, fx, ep, handle = await ready()
-    fx.queue(tool_call_script([("get_weather", {"city": "B"}, "c2")]))
-    assert_safe_error(await run(h, ep, generate("g1", handle, HISTORY)), ErrorCode.PROVIDER_ERROR)
+    await drive(sc.llm_c21_no_new_calls_without_current_tools)
 
 
 async def test_llm_c21_history_on_connection_without_tools_is_unsupported() -> None:
-    h, fx, ep, handle = await ready(TEXT_ONLY)
-    h.send(ep, generate("g1", handle, HISTORY))
-    await h.settle()
-    assert error_code(h, ep, "g1") == "unsupported" and fx.submissions == 0
+    await drive(sc.llm_c21_history_on_connection_without_tools_is_unsupported)
 
 
 # --------------------------------------------------------------------------
@@ -1030,42 +544,19 @@ async def test_llm_c21_history_on_connection_without_tools_is_unsupported() -> N
 
 
 async def test_llm_c22_image_in_tool_result_unsupported_before_submission() -> None:
-    caps = Capabilities(images=True, tools=True, tool_choice_modes=("auto", "none"))
-    h, fx, ep, handle = await ready(caps)
-    h.send(ep, generate("g1", handle, IMAGE_RESULT, tools=[WEATHER_TOOL]))
-    await h.settle()
-    assert error_code(h, ep, "g1") == "unsupported"
-    assert fx.submissions == 0 and h.consent.asked == []
+    await drive(sc.llm_c22_image_in_tool_result_unsupported_before_submission)
 
 
 async def test_llm_c22_image_in_tool_result_accepted_where_supported() -> None:
-    h, fx, ep, handle = await ready()
-    result = await run(h, ep, generate("g1", handle, IMAGE_RESULT, tools=[WEATHER_TOOL]))
-    assert "result" in result
-    output = next(i for i in fx.requests[0].input if isinstance(i, FunctionCallOutputIn))
-    assert output.images is not None and output.images[0].data == cases.PNG
+    await drive(sc.llm_c22_image_in_tool_result_accepted_where_supported)
 
 
 async def test_llm_c22_error_flag_maps_to_prefix() -> None:
-    h, fx, ep, handle = await ready()
-    messages = [
-        user("weather?"),
-        assistant(CALL),
-        result_msg("call_1", "service unreachable", isError=True),
-    ]
-    await run(h, ep, generate("g1", handle, messages, tools=[WEATHER_TOOL]))
-    output = next(i for i in fx.requests[0].input if isinstance(i, FunctionCallOutputIn))
-    assert TOOL_FAILED_PREFIX == "Tool execution failed."
-    assert output.output.startswith("Tool execution failed.")
-    assert output.output == "Tool execution failed.\nservice unreachable"
+    await drive(sc.llm_c22_error_flag_maps_to_prefix)
 
 
 async def test_llm_c22_error_flag_false_has_no_prefix() -> None:
-    h, fx, ep, handle = await ready()
-    messages = [user("weather?"), assistant(CALL), result_msg("call_1", "18 C", isError=False)]
-    await run(h, ep, generate("g1", handle, messages, tools=[WEATHER_TOOL]))
-    output = next(i for i in fx.requests[0].input if isinstance(i, FunctionCallOutputIn))
-    assert output.output == "18 C"
+    await drive(sc.llm_c22_error_flag_false_has_no_prefix)
 
 
 # --------------------------------------------------------------------------

@@ -7,7 +7,8 @@ assert that promise: every `test_llm_c*` name of one suite exists in the
 other (apart from the listed browser-only tests, which check the page's own
 parts), every test that parametrizes over a table of
 tests/conformance_cases.py does so in both suites, with the same argument
-name, and every table is used.
+name, every table is used, and a test running a scenario of
+tests/conformance_scenarios.py runs the same one in both suites.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import re
 from pathlib import Path
 
 import conformance_cases
+import conformance_scenarios
 
 TESTS = Path(__file__).resolve().parents[1]
 CORE = TESTS / "unit" / "test_conformance_core.py"
@@ -73,6 +75,32 @@ def test_both_suites_parametrize_over_the_same_shared_tables() -> None:
     assert browser_tables == core_tables
     used = {table for tables in core_tables.values() for _, table in tables}
     assert used == set(conformance_cases.TABLES)
+
+
+def _scenarios(test: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """The `sc.<scenario>` names a test hands to its driver."""
+    return {
+        node.attr
+        for node in ast.walk(test)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "sc"
+        and node.attr.startswith("llm_c")
+    }
+
+
+def test_shared_scenarios_run_in_both_suites_under_their_own_names() -> None:
+    """A test that runs a scenario of tests/conformance_scenarios.py runs the one of
+    its own name, the other suite's test of that name runs it too, and every
+    scenario is run."""
+    core, browser = _tests(CORE), _tests(BROWSER)
+    core_runs = {name: _scenarios(test) for name, test in core.items()}
+    browser_runs = {name: _scenarios(test) for name, test in browser.items() if name in core}
+    assert browser_runs == core_runs
+    for name, runs in core_runs.items():
+        assert runs in (set(), {name.removeprefix("test_")}), (name, runs)
+    defined = {name for name in vars(conformance_scenarios) if name.startswith("llm_c")}
+    assert {s for runs in core_runs.values() for s in runs} == defined
 
 
 def test_every_table_is_named_and_non_empty() -> None:
