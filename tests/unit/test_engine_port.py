@@ -409,8 +409,9 @@ def test_every_spec_names_a_kind_of_the_kinds_table_and_has_hints_for_every_kind
 
 
 #: The declaration fields web/engines/engine-host.js reads (its module rules).
-HOST_OPTIONS = {
-    "kind", "worker", "workers", "oneModel", "report", "urlFields", "room", "progressVerb", "adapter"
+HOST_OPTIONS = {"kind", "worker", "workers", "oneModel", "report", "urlFields", "room"} | {
+    "progressVerb",
+    "adapter",
 }
 
 

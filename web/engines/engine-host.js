@@ -12,7 +12,8 @@
  *   (made once per kind and kept for the page's lifetime). A declaration:
  *   `{kind, worker?, workers?: "shared" | "per-model", oneModel?, report,
  *   urlFields?, room?, adapter?}`:
- *   `worker`: the worker's URL relative to the shell page;
+ *   `worker`: the worker's URL relative to the shell's folder (the one
+ *   above engines/, so a page elsewhere on the origin reaches it too);
  *   `workers`: one worker for every model of the engine (`shared`, the
  *   default), or one per model key (`per-model`: a failed load ends its
  *   worker, so the next try starts afresh);
@@ -26,7 +27,7 @@
  *   browser's storage before a download (storage.js `roomForModel`: one
  *   copy, the service worker's);
  *   `progressVerb`: the first word of its progress labels (default `Loading`);
- *   `adapter`: a page module (relative to the shell page) for an engine
+ *   `adapter`: a page module (relative to the shell's folder) for an engine
  *   whose worker is driven by its library's own page-side client (WebLLM):
  *   it exports `report()`, `connect(key, fields, onProgress)` ->
  *   `{target, close()}` (`target`: a MessagePort speaking the worker
@@ -72,19 +73,24 @@ export function open(declarationJson) {
   return host;
 }
 
-/** An absolute URL for `path`, read against the shell page. */
+/** An absolute URL for `path`, read against the page. */
 function pageUrl(path) {
   return new URL(String(path), document.baseURI).href;
 }
 
-/** A new module worker at `path` (relative to the shell page). */
+/** An absolute URL for `path`, read against the shell's folder (the one above engines/). */
+function shellUrl(path) {
+  return new URL(String(path), new URL("../", import.meta.url)).href;
+}
+
+/** A new module worker at `path` (relative to the shell's folder). */
 export function startWorker(path) {
-  return new Worker(pageUrl(path), { type: "module" });
+  return new Worker(shellUrl(path), { type: "module" });
 }
 
 /**
- * Post `message` to a worker of its own at `path` (relative to the shell
- * page) and resolve with the first answer whose `op` is `answerOp`, then end
+ * Post `message` to a worker of its own at `path` (relative to the shell's
+ * folder) and resolve with the first answer whose `op` is `answerOp`, then end
  * the worker; null when it fails or does not answer within `timeoutMs`.
  * Never rejects. (A question that needs no model, e.g. the files of one.)
  */
@@ -151,7 +157,7 @@ class EngineHost {
   }
 
   async adapter() {
-    if (!this.adapterModule) this.adapterModule = import(pageUrl(this.declaration.adapter));
+    if (!this.adapterModule) this.adapterModule = import(shellUrl(this.declaration.adapter));
     return this.adapterModule;
   }
 

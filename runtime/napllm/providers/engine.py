@@ -46,8 +46,8 @@ from typing import Any, Protocol
 
 from ..errors import ErrorCode, ProviderFailure
 from ..jsontext import read_json, read_stream_payload
-from ..lmsp import LmspEvent, LmspRequest
 from ..kinds import route_for
+from ..lmsp import LmspEvent, LmspRequest
 from ..records import Capabilities, Connection
 from .base import Provider
 from .chat_stream import ChatStreamToLmsp
@@ -167,7 +167,7 @@ class EngineSpec(Protocol):
     kind: str
     #: The declaration the page's engine host works from (plain JSON data;
     #: web/engines/engine-host.js lists the fields): `kind`, `worker` (the
-    #: worker's URL relative to the shell page), `workers` (`shared` or
+    #: worker's URL relative to the shell's folder, dist/), `workers` (`shared` or
     #: `per-model`), `oneModel`, `report` (`environment`, `webgpu` or
     #: `adapter`), `urlFields`, `room`, `progressVerb`, `adapter`.
     page: Mapping[str, Any]

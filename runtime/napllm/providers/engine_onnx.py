@@ -150,13 +150,22 @@ class OnnxDevice:
     unavailable: str | None = None
 
 
+#: What the page's engine host works from (`EngineSpec.page`): one worker per
+#: model (a failed load ends it); WebGPU is probed without starting one.
+ONNX_PAGE: Mapping[str, Any] = {
+    "kind": "onnx",
+    "urlFields": ["source.base"],
+    "workers": "per-model",
+    "worker": "engines/transformers-worker.js",
+    "report": "webgpu",
+}
+
+
 class OnnxSpec(SpecDefaults):
     """The `onnx` engine (`providers.engine.EngineSpec`; module rules)."""
 
     kind = "onnx"
-    page = {"kind": kind, "worker": "engines/transformers-worker.js", "report": "webgpu"} | {
-        "workers": "per-model", "urlFields": ["source.base"]
-    }
+    page = ONNX_PAGE
     report_at_start = True
     hints = ONNX_HINTS
 

@@ -133,13 +133,23 @@ class WasmDevice:
     hardware_concurrency: int = 1
 
 
+#: What the page's engine host works from (`EngineSpec.page`): one worker for
+#: every model; the GGUF URL is read against the page and must fit in storage.
+WASM_PAGE: Mapping[str, Any] = {
+    "kind": "wasm",
+    "worker": "engines/wllama-worker.js",
+    "report": "environment",
+    "urlFields": ["url"],
+    "room": "url",
+    "progressVerb": "Downloading",
+}
+
+
 class WasmSpec(SpecDefaults):
     """The `wasm` engine (`providers.engine.EngineSpec`; module rules)."""
 
     kind = "wasm"
-    page = {"kind": kind, "worker": "engines/wllama-worker.js", "report": "environment"} | {
-        "urlFields": ["url"], "room": "url", "progressVerb": "Downloading"
-    }
+    page = WASM_PAGE
 
     def read_device(self, report: object) -> WasmDevice:
         """Isolation and core count; anything missing reads as 1 thread."""

@@ -378,13 +378,22 @@ class WebLLMDevice:
         )
 
 
+#: What the page's engine host works from (`EngineSpec.page`): WebLLM's own
+#: page-side client drives its worker, so an adapter module connects,
+#: reports the catalogue and names failures; one model at a time.
+WEBLLM_PAGE: Mapping[str, Any] = {
+    "kind": "webllm",
+    "adapter": "engines/webllm-engine.js",
+    "report": "adapter",
+    "oneModel": True,
+}
+
+
 class WebLLMSpec(SpecDefaults):
     """The `webllm` engine (`providers.engine.EngineSpec`; module rules)."""
 
     kind = "webllm"
-    #: WebLLM's own page-side client drives its worker: the adapter module
-    #: (web/engines/webllm-engine.js) connects, reports and names failures.
-    page = {"kind": kind, "adapter": "engines/webllm-engine.js", "report": "adapter", "oneModel": True}
+    page = WEBLLM_PAGE
     report_at_start = True
     report_before_chat = False
     load_error = "unknown"
