@@ -63,6 +63,7 @@ sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "tools")]  # napllm; the build
 from buildsys.dist import build, dist_is_stale  # noqa: E402
 from buildsys.paths import DIST  # noqa: E402
 
+from napllm.devtools.engines import engine_host_js  # noqa: E402
 from napllm.devtools.headless import launch_options, make_server  # noqa: E402
 
 LONG_PROMPT = "Count from 1 to 100."
@@ -429,9 +430,7 @@ def main() -> None:
                 page.click(".consent-dialog button.allow")
                 frame.evaluate("() => window.warm")
                 env = json.loads(
-                    page.evaluate(
-                        "import('./engines/wllama-engine.js').then((m) => m.environment())"
-                    )
+                    page.evaluate(f"{engine_host_js('wasm')}.then((host) => host.report())")
                 )
                 isolated = env["crossOriginIsolated"]
                 cores = int(env["hardwareConcurrency"])

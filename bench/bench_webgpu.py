@@ -11,15 +11,15 @@ are those of a software adapter, for the record; the target is the ratio.
 Paths, all greedy (temperature 0) on the same prompts:
 - onnx-shell: a napplet calls ``napplet.llm.generate`` on the built-in
   "TinyChat (WebGPU, transformers.js)" connection (postMessage envelopes ->
-  the Python runtime in Pyodide -> web/engines/transformers-engine.js -> its
+  the Python runtime in Pyodide -> web/engines/engine-host.js -> its
   worker -> NAP-LLM deltas back to the frame); consent is granted once with
   "remember", so no dialog is timed;
-- onnx-direct: the page calls transformers-engine.js itself (its own worker
+- onnx-direct: the page calls the engine host (engine-host.js) itself (its own worker
   with its own copy of the model; the same chat body the runtime sends),
   reading chunks as the runtime does;
 - webllm-shell: the same napplet on the built-in "TinyChat (WebGPU, WebLLM)"
-  connection (-> web/engines/webllm-engine.js -> WebLLM's worker);
-- webllm-direct: the page calls webllm-engine.js itself with the chat body
+  connection (-> web/engines/engine-host.js -> WebLLM's worker);
+- webllm-direct: the page calls the engine host itself with the chat body
   the runtime sends (the same engine: one WebLLM model is loaded at a time),
   reading chunks as the runtime does;
 - wllama-direct: dist/vendor/wllama/wllama.js with the shipped GGUF (one
@@ -51,6 +51,7 @@ sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "tools")]  # napllm; the build
 from buildsys.dist import build, dist_is_stale  # noqa: E402
 from buildsys.paths import DIST  # noqa: E402
 
+from napllm.devtools.engines import engine_host_js  # noqa: E402
 from napllm.devtools.headless import launch_options, make_server  # noqa: E402
 
 PROMPTS = [
@@ -91,10 +92,10 @@ window.runShell = async (prompts, key) => {
 
 ONNX_DIRECT = """
 async (prompts) => {
-  const api = await import('./engines/transformers-engine.js');
-  const source = JSON.stringify({kind: 'path', base: 'models/', model: 'tinychat-onnx'});
-  const loaded = JSON.parse(
-    await api.ensureModel('bench', source, 'webgpu', 'fp32', 'bench', 'TinyChat'));
+  const api = await @ONNX@;
+  const fields = JSON.stringify({source: {kind: 'path', base: 'models/', model: 'tinychat-onnx'},
+    device: 'webgpu', dtype: 'fp32'});
+  const loaded = JSON.parse(await api.ensureModel('bench', fields, 'bench', 'TinyChat'));
   if (!loaded.ok) throw new Error('the ONNX model did not load: ' + loaded.kind);
   const out = [];
   for (const prompt of prompts) {
@@ -119,12 +120,12 @@ async (prompts) => {
   }
   return out;
 }
-"""
+""".replace("@ONNX@", engine_host_js("onnx"))
 
 WEBLLM_DIRECT = """
 async (prompts) => {
-  const api = await import('./engines/webllm-engine.js');
-  const loaded = JSON.parse(await api.ensureEngine('@MODEL@', 'bench', 'TinyChat'));
+  const api = await @WEBLLM@;
+  const loaded = JSON.parse(await api.ensureModel('@MODEL@', '{}', 'bench', 'TinyChat'));
   if (!loaded.ok) throw new Error('the WebLLM model did not load: ' + loaded.kind);
   const out = [];
   for (const prompt of prompts) {
@@ -149,7 +150,7 @@ async (prompts) => {
   }
   return out;
 }
-""".replace("@MODEL@", WEBLLM_MODEL)
+""".replace("@MODEL@", WEBLLM_MODEL).replace("@WEBLLM@", engine_host_js("webllm"))
 
 WLLAMA_DIRECT = """
 async (prompts) => {

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from flaky_host import FlakyHost, HostedFile
 
+from napllm.devtools.engines import engine_host_js
+
 STEP_TIMEOUT_MS = 90_000
 BOOT_TIMEOUT_MS = 120_000
 POLL_MS = 50
@@ -522,12 +524,13 @@ def download_entry_for_offline_use(page: Any, name: str) -> None:
 
 
 #: Loads an ONNX model folder (`base` + tinychat-onnx) on the wasm device
-#: through the shell's engine module, then answers "Hello!" greedily (fp32:
+#: through the shell's engine host, then answers "Hello!" greedily (fp32:
 #: the dtype WebGPU would pick for it; wasm's default is q8).
 ONNX_HELLO = """async (base) => {
-  const api = await import("./engines/transformers-engine.js");
-  const source = JSON.stringify({kind: "path", base, model: "tinychat-onnx"});
-  const loaded = JSON.parse(await api.ensureModel("later", source, "wasm", "fp32", "c", "Later"));
+  const api = await @HOST@;
+  const source = {kind: "path", base, model: "tinychat-onnx"};
+  const fields = {source, device: "wasm", dtype: "fp32"};
+  const loaded = JSON.parse(await api.ensureModel("later", JSON.stringify(fields), "c", "Later"));
   if (!loaded.ok) return {loaded};
   const body = {messages: [{role: "user", content: "Hello!"}], temperature: 0, max_tokens: 16};
   const id = api.startChat("later", JSON.stringify(body));
@@ -539,7 +542,7 @@ ONNX_HELLO = """async (base) => {
     }
     if (batch.done) return {loaded, text, error: batch.error};
   }
-}"""
+}""".replace("@HOST@", engine_host_js("onnx"))
 #: Whether WebLLM itself finds TinyChat's weights in its cache, and the
 #: keys of its config and model library caches.
 WEBLLM_CACHED = """async (id) => {

@@ -25,6 +25,7 @@ from urllib.parse import quote
 import pytest
 
 from fixtures import user
+from napllm.devtools.engines import engine_host_js
 
 pytestmark = pytest.mark.browser
 
@@ -226,9 +227,9 @@ def test_chat_hello_streams_the_exact_answer(shell: Shell) -> None:
     # dist/ is served with COOP/COEP: llama.cpp gets half the cores as threads.
     isolated, cores = shell.page.evaluate("[crossOriginIsolated, navigator.hardwareConcurrency]")
     loaded = json.loads(
-        shell.page.evaluate("import('./engines/wllama-engine.js').then((m) => m.loadedModels())")
+        shell.page.evaluate(f"{engine_host_js('wasm')}.then((h) => h.loadedModels())")
     )
-    assert [m["url"] for m in loaded] == ["models/tinychat/tiny-chat-q8_0.gguf"]
+    assert [json.loads(m["key"])[0] for m in loaded] == ["models/tinychat/tiny-chat-q8_0.gguf"]
     assert isolated is True
     threads = max(1, min(8, cores // 2))
     assert loaded[0]["threads"] == threads
@@ -339,9 +340,7 @@ def test_cancel_mid_stream_stops_the_engine_and_the_shell_stays_usable(shell: Sh
     frame.wait_for_timeout(600)
     assert len(frame.evaluate("window.view('slow')")["deltas"]) == count  # nothing after cancel
     # The engine released the stream, and the next request still works.
-    open_streams = shell.page.evaluate(
-        "import('./engines/wllama-engine.js').then((m) => m.openStreams())"
-    )
+    open_streams = shell.page.evaluate(f"{engine_host_js('wasm')}.then((h) => h.openStreams())")
     assert open_streams == 0
     after = shell.generate(frame, "after", {"messages": [user("Thanks!")], "temperature": 0})
     assert after["error"] is None, after
@@ -400,7 +399,7 @@ def test_without_cross_origin_isolation_llama_cpp_uses_one_thread(shell: Shell) 
     view = shell.generate(frame, "hello", {"messages": [user("Hello!")], "temperature": 0})
     assert text_of(view["result"]) == "Hello! How can I help you today?"
     loaded = json.loads(
-        shell.page.evaluate("import('./engines/wllama-engine.js').then((m) => m.loadedModels())")
+        shell.page.evaluate(f"{engine_host_js('wasm')}.then((h) => h.loadedModels())")
     )
     assert loaded[0]["threads"] == 1 and loaded[0]["multithread"] is False
 

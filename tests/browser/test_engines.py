@@ -33,6 +33,8 @@ from test_e2e_tinychat import (
     user,
 )
 
+from napllm.devtools.engines import engine_host_js
+
 pytestmark = pytest.mark.browser
 
 TestPage = Callable[[str, str], str]
@@ -304,9 +306,7 @@ def test_webllm_cancel_interrupts_once_and_drains_the_stream(shell: Shell) -> No
     assert frame.evaluate("window.view('slow')")["error"]["code"] == "cancelled"
     shell.page.wait_for_function("window.__webllmDouble.drained === 1")
     assert shell.page.evaluate("window.__webllmDouble.interrupts") == 1
-    streams = shell.page.evaluate(
-        "import('./engines/webllm-engine.js').then((m) => m.openStreams())"
-    )
+    streams = shell.page.evaluate(f"{engine_host_js('webllm')}.then((h) => h.openStreams())")
     assert streams == 0
     # The engine is free again: the next request runs to the end.
     after = shell.generate(frame, "after", {"messages": [user("Hello!")]})

@@ -304,7 +304,8 @@ def test_precache_manifest_is_relative_and_covers_the_offline_shell(dist_dir: Pa
         "pyodide/pyodide.asm.wasm",
         "pyodide/python_stdlib.zip",
         "pyodide/pyodide-lock.json",
-        "engines/wllama-engine.js",
+        "engines/engine-host.js",
+        "engines/wllama-worker.js",
         "vendor/wllama/wllama.js",
         "vendor/wllama/wllama.wasm",
         "vendor/workbox-window/workbox-window.prod.mjs",
@@ -330,7 +331,7 @@ def test_manifest_icons_are_pngs_of_their_stated_size(dist_dir: Path) -> None:
     assert {192, 512} <= sizes
 
 
-ENGINE = "engines/wllama-engine.js"
+ENGINE = "engines/engine-host.js"
 MARKER_B = "\n// build B\n"
 #: The text of the engine file as this page gets it.
 ENGINE_TEXT = f"() => fetch('./{ENGINE}').then((r) => r.text())"
@@ -349,7 +350,7 @@ def deploy_build_b(site: Path) -> None:
     build_js.write_text(build_js.read_text().replace(old_id, new_id))
     sw = site / "sw.js"
     text, changed = re.subn(
-        r'(url:"engines/wllama-engine\.js",revision:")[0-9a-f]+"',
+        r'(url:"engines/engine-host\.js",revision:")[0-9a-f]+"',
         r'\g<1>0123456789abcdef"',
         sw.read_text(),
     )
@@ -394,7 +395,7 @@ def test_a_tab_keeps_its_build_when_another_tab_updates(
 
         # T2 did not reload: it is still served build A's files, from A's precache.
         assert t2.evaluate(ENGINE_TEXT) == build_a
-        assert t2.evaluate(f"() => import('./{ENGINE}').then((m) => typeof m.ensureModel)") == (
+        assert t2.evaluate(f"() => import('./{ENGINE}').then((m) => typeof m.open)") == (
             "function"
         )
         assert len(t2.evaluate(PRECACHES)) == 2

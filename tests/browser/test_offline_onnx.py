@@ -5,7 +5,7 @@ model are not precached (a first visit should not download 30 MB for an
 engine it may never use); the service worker keeps them once fetched, in
 the build's own cache. Chromium runs with a persistent profile against the
 product dist/ on a server the test stops; the shell page calls
-web/engines/transformers-engine.js directly, on the wasm device, the way the
+the onnx engine host (web/engines/engine-host.js) directly, on the wasm device, the way the
 Python port does.
 """
 
@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from test_offline import Server, persistent  # noqa: F401 (persistent is a fixture)
 
+from napllm.devtools.engines import engine_host_js
+
 pytestmark = pytest.mark.browser
 
 BOOT_TIMEOUT_MS = 120_000
@@ -24,13 +26,14 @@ BOOT_TIMEOUT_MS = 120_000
 #: Loads TinyChat (ONNX) on the wasm device through the shell's own engine
 #: module; resolves with the engine's answer.
 LOAD = """async () => {
-  const api = await import("./engines/transformers-engine.js");
-  const source = JSON.stringify({kind: "path", base: "./models/", model: "tinychat-onnx"});
-  return JSON.parse(await api.ensureModel("tiny", source, "wasm", "fp32", "c", "TinyChat"));
-}"""
+  const api = await @HOST@;
+  const source = {kind: "path", base: "./models/", model: "tinychat-onnx"};
+  const fields = JSON.stringify({source, device: "wasm", dtype: "fp32"});
+  return JSON.parse(await api.ensureModel("tiny", fields, "c", "TinyChat"));
+}""".replace("@HOST@", engine_host_js("onnx"))
 #: A greedy answer to "Hello!" from the loaded model: {text, error}.
 HELLO = """async () => {
-  const api = await import("./engines/transformers-engine.js");
+  const api = await @HOST@;
   const body = {messages: [{role: "user", content: "Hello!"}], temperature: 0, max_tokens: 16};
   const id = api.startChat("tiny", JSON.stringify(body));
   let text = "";
@@ -41,7 +44,7 @@ HELLO = """async () => {
     }
     if (batch.done) return {text, error: batch.error};
   }
-}"""
+}""".replace("@HOST@", engine_host_js("onnx"))
 LOADED = {"ok": True, "device": "wasm", "contextSize": 512}
 
 

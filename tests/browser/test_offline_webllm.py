@@ -18,6 +18,7 @@ import pytest
 from test_offline import Server
 
 from conftest import RETURNING_VISITOR_SCRIPT, WEBGPU_ARGS
+from napllm.devtools.engines import engine_host_js
 
 pytestmark = [pytest.mark.browser, pytest.mark.webgpu]
 
@@ -26,12 +27,12 @@ STEP_TIMEOUT_MS = 150_000
 MODEL = "TinyChat-q0f32-MLC"
 
 LOAD = """async (model) => {
-  const api = await import("./engines/webllm-engine.js");
-  return JSON.parse(await api.ensureEngine(model, "offline-test", "TinyChat"));
-}"""
+  const api = await @HOST@;
+  return JSON.parse(await api.ensureModel(model, "{}", "offline-test", "TinyChat"));
+}""".replace("@HOST@", engine_host_js("webllm"))
 #: A greedy answer to "Hello!": {text, error}.
 HELLO = """async (model) => {
-  const api = await import("./engines/webllm-engine.js");
+  const api = await @HOST@;
   const body = {messages: [{role: "user", content: "Hello!"}], temperature: 0, max_tokens: 16,
     stream: true};
   const id = api.startChat(model, JSON.stringify(body));
@@ -43,7 +44,7 @@ HELLO = """async (model) => {
     }
     if (batch.done) return {text, error: batch.error};
   }
-}"""
+}""".replace("@HOST@", engine_host_js("webllm"))
 
 
 @pytest.fixture

@@ -1,13 +1,13 @@
 """ONNX model files are cached only once checked; a failed load is forgotten.
 
-The onnx engine (web/engines/transformers-engine.js) is called directly from
+The onnx engine (its host, web/engines/engine-host.js) is called directly from
 a test page, the way the Python port calls it, on the wasm device (no GPU
 needed). The model is the committed TinyChat ONNX export, served by a model
 host of the test's own on another 127.0.0.1 port (so transformers.js keeps
 its files in its Cache Storage), whose answers the test switches: a
 download cut off midway, then a fallback page (``200 text/html``) that the
 HTTP cache may keep for an hour, then the real files. The last test does
-the same for a GGUF file and the wasm engine (web/engines/wllama-engine.js).
+the same for a GGUF file and the wasm engine.
 
 Downloads are bounded: a host that streams a model without a length, or
 sends a compressed body that decodes past what it declared on the wire, is
@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from napllm.devtools.engines import engine_host_js
 
 pytestmark = [pytest.mark.browser]
 
@@ -51,12 +53,13 @@ STEP_TIMEOUT_MS = 120_000
 
 ENGINE_PAGE = """<!doctype html><meta charset="utf-8"><title>onnx engine</title>
 <script type="module">
-const api = await import("../engines/transformers-engine.js");
+const api = await @HOST@;
+const fields = (base) => ({source: {kind: "path", base, model: "tinychat-onnx"}, device: "wasm"});
 window.load = async (base) => JSON.parse(await api.ensureModel(
-  "tiny", JSON.stringify({kind: "path", base, model: "tinychat-onnx"}), "wasm", "fp32", "c", "T"));
+  "tiny", JSON.stringify({...fields(base), dtype: "fp32"}), "c", "T"));
 window.ready = true;
 </script>
-"""
+""".replace("@HOST@", engine_host_js("onnx", "../"))
 
 #: Every cached request under `prefix`, in every Cache Storage cache of the
 #: origin (the library's and napllm's): [cache name, URL, body size].
@@ -245,12 +248,13 @@ def test_bad_onnx_downloads_are_never_cached_and_the_fixed_host_loads(
 
 WASM_PAGE = """<!doctype html><meta charset="utf-8"><title>wasm engine</title>
 <script type="module">
-const api = await import("../engines/wllama-engine.js");
-const params = JSON.stringify({n_ctx: 512, n_threads: 1, n_gpu_layers: 0});
-window.load = async (url) => JSON.parse(await api.ensureModel("m", url, params, "c", "M"));
+const api = await @HOST@;
+const params = {n_ctx: 512, n_threads: 1, n_gpu_layers: 0};
+window.load = async (url) =>
+  JSON.parse(await api.ensureModel("m", JSON.stringify({url, params}), "c", "M"));
 window.ready = true;
 </script>
-"""
+""".replace("@HOST@", engine_host_js("wasm", "../"))
 #: wllama's own (OPFS) cache: the original URL of every file in it.
 WLLAMA_FILES = """async () => {
   const { CacheManager } = await import('../vendor/wllama/wllama.js');

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from napllm.devtools.engines import engine_host_js
+
 pytestmark = [pytest.mark.browser]
 
 MODEL = "SmolLM2-360M-Instruct-q4f32_1-MLC"
@@ -26,6 +28,7 @@ STEP_TIMEOUT_MS = 60_000
 PAGE = """<!doctype html><meta charset="utf-8"><title>webllm eviction</title>
 <script type="module">
 const engines = await import("../engines/webllm-engine.js");
+const host = await @HOST@;
 const lib = await import("../vendor/web-llm/web-llm.js");
 const record = (id) => lib.prebuiltAppConfig.model_list.find((r) => r.model_id === id);
 const folder = (id) => {
@@ -60,14 +63,14 @@ window.cached = async () => {
 window.failLoad = async (id, error) => {
   engines.setEngineFactoryForTests(async () => { throw error(); });
   try {
-    return JSON.parse(await engines.ensureEngine(id, "c", "WebLLM model"));
+    return JSON.parse(await host.ensureModel(id, "{}", "c", "WebLLM model"));
   } finally {
     engines.setEngineFactoryForTests(null);
   }
 };
 window.ready = true;
 </script>
-"""
+""".replace("@HOST@", engine_host_js("webllm", "../"))
 
 NETWORK_ERROR = "() => new TypeError('Failed to fetch')"
 NO_WEBGPU = (

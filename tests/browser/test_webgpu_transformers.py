@@ -37,6 +37,7 @@ from shellpage import linked_napplet_frame
 
 from fixtures import user
 from llama_isolated import greedy_tokens, run_llama
+from napllm.devtools.engines import engine_host_js
 
 pytestmark = [pytest.mark.browser, pytest.mark.webgpu]
 
@@ -59,17 +60,18 @@ POLL_MS = 20
 
 TestPage = Callable[[str, str], str]
 
-#: Calls web/engines/transformers-engine.js directly, the way the Python port does.
+#: Calls the onnx engine's host (web/engines/engine-host.js) directly, the way the Python port does.
 DIRECT_PAGE = """<!doctype html><meta charset="utf-8"><title>onnx engine</title>
 <script type="module">
-const api = await import("../engines/transformers-engine.js");
-const source = JSON.stringify({kind: "path", base: "../models/", model: "tinychat-onnx"});
-window.probe = async () => JSON.parse(await api.probe());
+const api = await @HOST@;
+const source = {kind: "path", base: "../models/", model: "tinychat-onnx"};
+window.probe = async () => JSON.parse(await api.report());
+const fields = (from, dtype) => JSON.stringify({source: from, device: "webgpu", dtype});
 window.load = async () => JSON.parse(
-  await api.ensureModel("tiny", source, "webgpu", "fp32", "c", "TinyChat"));
-const corrupt = JSON.stringify({kind: "path", base: "./", model: "corrupt-onnx"});
+  await api.ensureModel("tiny", fields(source, "fp32"), "c", "TinyChat"));
+const corrupt = {kind: "path", base: "./", model: "corrupt-onnx"};
 window.loadCorrupt = async () =>
-  JSON.parse(await api.ensureModel("corrupt", corrupt, "webgpu", "", "c", "X"));
+  JSON.parse(await api.ensureModel("corrupt", fields(corrupt, ""), "c", "X"));
 window.chat = async (body, cancelAfter = 0) => {
   // When cancelling, chunks are handed over 50 ms apart (the engine's
   // delivery delay), so the cancel lands mid-stream on any adapter.
@@ -95,7 +97,7 @@ window.chat = async (body, cancelAfter = 0) => {
 };
 window.ready = true;
 </script>
-"""
+""".replace("@HOST@", engine_host_js("onnx", "../"))
 
 #: The napplet of the shell tests: records every delta and the outcome per run.
 DRIVER_NAPPLET = """<!doctype html>
@@ -410,7 +412,7 @@ def test_shell_cancel_mid_stream_then_a_next_generation_works(shell: Shell) -> N
     shell.frame.wait_for_timeout(500)
     assert len(shell.frame.evaluate("window.view('slow')")["deltas"]) == count
     open_streams = shell.page.evaluate(
-        "import('./engines/transformers-engine.js').then((m) => m.openStreams())"
+        f"{engine_host_js('onnx')}.then((host) => host.openStreams())"
     )
     assert open_streams == 0
     after = shell.generate("after", {"messages": [user("Thanks!")], "temperature": 0})

@@ -41,6 +41,7 @@ from shellpage import linked_napplet_frame
 
 from fixtures import user
 from llama_isolated import greedy_tokens, run_llama
+from napllm.devtools.engines import engine_host_js
 
 pytestmark = [pytest.mark.browser, pytest.mark.webgpu]
 
@@ -326,10 +327,7 @@ def test_cancel_mid_stream_then_the_engine_answers_again(shell: Shell) -> None:
     after = shell.generate("after", {"messages": [user("Thanks!")], "temperature": 0})
     assert after["error"] is None, after
     assert text_of(after["result"]) == "You are welcome!"
-    assert (
-        shell.page.evaluate("import('./engines/webllm-engine.js').then((m) => m.openStreams())")
-        == 0
-    )
+    assert shell.page.evaluate(f"{engine_host_js('webllm')}.then((h) => h.openStreams())") == 0
 
 
 def test_swap_between_two_webllm_connections(shell: Shell) -> None:

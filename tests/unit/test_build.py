@@ -200,6 +200,30 @@ def test_dist_writer_copies_only_changes_and_prunes_the_rest(tmp_path: Path) -> 
     assert (dist / "info.json").stat().st_mtime_ns == mtime
 
 
+def test_the_precache_never_lists_a_file_an_earlier_build_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A web/ file removed since the last build was still listed by Workbox (it
+    globbed dist/ before the prune), so the service worker's install failed."""
+    from buildsys import service_worker
+
+    dist = tmp_path / "dist"
+    (dist / "engines").mkdir(parents=True)
+    (dist / "engines" / "removed-engine.js").write_text("// left by an earlier build")
+    (dist / "build-info.json").write_text("{}")
+    monkeypatch.setattr(paths, "BUILD", tmp_path / "build")
+    monkeypatch.setattr(paths, "STAMPS", tmp_path / "build" / "stamps")
+    out = base.DistWriter(dist)
+    out.write_bytes("index.html", b"<!doctype html>")
+    out.write_bytes("engines/engine-host.js", b"export {};")
+    service_worker.build_service_worker(out)
+    sw = (dist / "sw.js").read_text()
+    assert "engines/engine-host.js" in sw
+    assert "removed-engine.js" not in sw
+    assert not (dist / "engines" / "removed-engine.js").exists()
+    assert (dist / "build-info.json").is_file()  # written after this step
+
+
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[str]:
     (tmp_path / "a.wasm").write_bytes(b"\0asm")

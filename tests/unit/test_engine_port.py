@@ -1,11 +1,12 @@
 """The engine port (napllm.providers.engine): every engine's spec through the one
-provider, with the page's JS module replaced by a stand-in bridge.
+provider, with the page's engine host replaced by a stand-in bridge.
 
-Covers, per engine: when the device report is read, the load call (function,
-key, arguments; once per key), the chat body and stream, the failure kinds
-(with the engine's hints), a blocked device, a module that cannot be
-imported, and the abort of a stream left unread. Also: the package has no
-import cycle, and every spec names a kind of the one kinds table.
+Covers, per engine: when the device report is read, the load (key, worker
+fields, connection; once per key), the chat body and stream, the failure
+kinds (with the engine's hints), a blocked device, a host that cannot be
+opened, and the abort of a stream left unread. Also: the package has no
+import cycle, every spec names a kind of the one kinds table, and every
+spec's page declaration names files that exist and options the host knows.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, get_args
 
@@ -64,7 +65,7 @@ def batch(chunks: list[str], done: bool = False, error: str | None = None) -> st
 
 
 class FakeBridge:
-    """An engine's JS module: records every call, answers from its settings."""
+    """An engine's host in the page: records every call, answers from its settings."""
 
     def __init__(
         self,
@@ -92,16 +93,16 @@ class FakeBridge:
         if name in self.fail:
             raise EngineBridgeError(name)
 
-    async def report(self, function: str) -> str:
-        self.calls.append(("report", function))
+    async def report(self) -> str:
+        self.calls.append(("report",))
         self._check("report")
         return self.report_text
 
     def is_loaded(self, key: str) -> bool:
         return key in self.loaded
 
-    async def load(self, function: str, key: str, args: Sequence[str]) -> str:
-        self.calls.append(("load", function, key, tuple(args)))
+    async def load(self, key: str, fields: str, connection_id: str, label: str) -> str:
+        self.calls.append(("load", key, json.loads(fields), connection_id, label))
         self._check("load")
         if isinstance(self.load_answer, dict) and self.load_answer.get("ok") is True:
             self.loaded.add(key)
@@ -125,10 +126,10 @@ class FakeBridge:
 
 
 def engine_with(spec: EngineSpec, bridge: FakeBridge | None) -> SpecEngine:
-    async def opener(path: str) -> FakeBridge:
-        assert path == spec.module
+    async def opener(declaration: Mapping[str, Any]) -> FakeBridge:
+        assert declaration == spec.page
         if bridge is None:
-            raise EngineBridgeError(path)
+            raise EngineBridgeError("engines/engine-host.js")
         return bridge
 
     return SpecEngine(spec, opener)
@@ -187,10 +188,9 @@ def test_a_chat_loads_once_streams_and_completes(spec: EngineSpec) -> None:
         assert text_of(events) == "Hello"
         loads = [c for c in bridge.calls if c[0] == "load"]
         assert len(loads) == 1
-        _, function, key, args = loads[0]
-        expected = spec.load_call(connection, engine.device)
-        assert (function, key, args) == (spec.load_function, *expected)
-        assert connection.id in args and connection.name in args
+        _, key, fields, connection_id, label = loads[0]
+        assert (key, fields) == spec.load_call(connection, engine.device)
+        assert (connection_id, label) == (connection.id, connection.name)
         start = next(c for c in bridge.calls if c[0] == "start")
         assert start[1] == key and start[2] == spec.chat_body(REQUEST) and start[3] == 0
         assert "abort" not in bridge.names()
@@ -199,7 +199,7 @@ def test_a_chat_loads_once_streams_and_completes(spec: EngineSpec) -> None:
         await collect(engine, connection)
         assert len([c for c in bridge.calls if c[0] == "load"]) == 1
         # The device report was read once, at start or before the first chat.
-        assert bridge.calls.count(("report", spec.report_function)) == 1
+        assert bridge.calls.count(("report",)) == 1
 
     asyncio.run(go())
 
@@ -224,12 +224,11 @@ def test_wasm_loads_with_the_threads_the_page_reported() -> None:
         await collect(engine_with(WASM, bridge), tinychat_connection())
         return next(c for c in bridge.calls if c[0] == "load")
 
-    _, function, key, args = asyncio.run(go())
-    assert function == "ensureModel"
-    params = json.loads(args[1])
+    _, key, fields, _, _ = asyncio.run(go())
+    params = fields["params"]
     assert params == {"n_ctx": 512, "n_threads": 4, "n_gpu_layers": 0}
-    assert args[0] == "models/tinychat/tiny-chat-q8_0.gguf"
-    assert json.loads(key) == [args[0], params]
+    assert fields["url"] == "models/tinychat/tiny-chat-q8_0.gguf"
+    assert json.loads(key) == [fields["url"], params]
 
 
 def test_built_in_connections_come_from_the_specs() -> None:
@@ -406,9 +405,32 @@ def test_every_spec_names_a_kind_of_the_kinds_table_and_has_hints_for_every_kind
     assert {s.kind for s in SPECS} <= set(get_args(FormKind))
     for spec in SPECS:
         assert set(ENGINE_HINTS) <= set(spec.hints)
-        assert spec.module.startswith("engines/") and spec.module.endswith("-engine.js")
-        assert (Path(__file__).resolve().parents[2] / "web" / spec.module).is_file()
     assert ONNX_HINTS["load"] != ENGINE_HINTS["load"]
+
+
+#: The declaration fields web/engines/engine-host.js reads (its module rules).
+HOST_OPTIONS = {"kind", "worker", "workers", "oneModel", "report", "urlFields", "room"} | {
+    "progressVerb",
+    "adapter",
+}
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.kind)
+def test_each_page_declaration_names_existing_files_and_known_options(spec: EngineSpec) -> None:
+    web = Path(__file__).resolve().parents[2] / "web"
+    page = dict(spec.page)
+    assert page["kind"] == spec.kind and set(page) <= HOST_OPTIONS
+    assert json.loads(json.dumps(page)) == page  # plain JSON data
+    # Either a worker the host starts, or an adapter that drives the library's own client.
+    assert ("worker" in page) != ("adapter" in page)
+    for field in ("worker", "adapter"):
+        if field in page:
+            assert (web / page[field]).is_file()
+    assert page["report"] in {"environment", "webgpu", "adapter"}
+    assert page.get("workers", "shared") in {"shared", "per-model"}
+    host = (web / "engines" / "engine-host.js").read_text(encoding="utf-8")
+    for option in HOST_OPTIONS:
+        assert f"declaration.{option}" in host or option == "kind"
 
 
 def test_the_runtime_has_no_import_cycle() -> None:

@@ -116,12 +116,12 @@ class DistWriter:
         self.written.add(dst)
         return dst
 
-    def prune(self) -> int:
-        """Delete files of dist/ not written by this build, then empty folders."""
+    def prune(self, keep: frozenset[Path] = frozenset()) -> int:
+        """Delete files of dist/ not written by this build (nor in `keep`), then empty folders."""
         removed = 0
         for path in sorted(self.root.rglob("*"), reverse=True):
             if path.is_file() or path.is_symlink():
-                if path not in self.written:
+                if path not in self.written and path not in keep:
                     path.unlink()
                     removed += 1
             elif path.is_dir() and not any(path.iterdir()):

@@ -197,6 +197,11 @@ def build_service_worker(out: DistWriter) -> dict[str, Any]:
         "vendor/workbox-window/workbox-window.prod.mjs",
     )
     sw = out.claim("sw.js")
+    # Workbox lists what is in dist/: a file an earlier build left (a removed
+    # web/ file) goes first, or the precache would name a file that is gone
+    # and the service worker's install would fail. Only the build's record,
+    # written after this step, is not written yet.
+    out.prune(keep=frozenset({out.root / "build-info.json"}))
     build_id = precache_build_id(out, exclude={sw, out.root / "sw-build.js"})
     cache_id = f"napllm-{build_id}"
     out.write_bytes(

@@ -1,6 +1,6 @@
 /**
  * WebGPU as the engines that run on the GPU see it (webllm-engine.js,
- * transformers-engine.js): one adapter request with a time limit.
+ * engine-host.js's `webgpu` report): one adapter request with a time limit.
  *
  * Rules
  * - Some drivers never answer `requestAdapter`: after `ADAPTER_TIMEOUT_MS`

@@ -1,6 +1,7 @@
 /**
  * The transformers.js worker: one ONNX chat model, run by @huggingface/transformers
- * (onnxruntime-web) off the page's main thread. Driven by transformers-engine.js.
+ * (onnxruntime-web) off the page's main thread. Driven by the engine host
+ * (engine-host.js), one worker per model.
  *
  * Rules
  * - The protocol of every engine worker (worker-bridge.js). Messages in:

@@ -1,13 +1,23 @@
 /**
- * The webllm engine: @mlc-ai/web-llm (dist/vendor/web-llm/) on WebGPU, in a
- * Web Worker (webllm-worker.js), driven by napllm.providers.engine (Python,
- * spec providers/engine_webllm.py) through napllm.browser.engines.
+ * The webllm engine's page adapter: what the engine host (engine-host.js)
+ * cannot do from data alone for @mlc-ai/web-llm (dist/vendor/web-llm/) on
+ * WebGPU. Everything else (model bookkeeping, one model at a time,
+ * progress, chats, streams, cancel) is the host's, as for every engine;
+ * the spec is providers/engine_webllm.py, its worker webllm-worker.js.
+ *
+ * Why WebLLM keeps a page part (docs/design.md, "Adding an engine"):
+ * WebLLM's worker is driven by WebLLM's own page-side client
+ * (`CreateWebWorkerMLCEngine`), which must run on the page; it is the one
+ * place a test build substitutes a double. Its catalogue report reads the
+ * build-time catalogue and, on a device with an adapter, WebLLM's cache
+ * through the bundle (which a worker could only do by starting WebLLM), and
+ * offline.js reads the record files of a model here without the bundle.
  *
  * Rules (docs/design.md, "The data path" and "Known behaviours"; kind `webllm`)
  * - The web-llm bundle (6 MB) is loaded only on a device with a WebGPU
  *   adapter; without one, the model records come from
  *   `vendor/web-llm/catalog.json`, which build.py extracts from the bundle.
- * - `catalog()` reports, as JSON text, what WebGPU offers (`gpu`: adapter,
+ * - `report()` reports, as JSON text, what WebGPU offers (`gpu`: adapter,
  *   features, buffer limits, fallback adapter, `navigator.deviceMemory`, or
  *   why there is no adapter: `no-webgpu`, `no-adapter`, `timeout`),
  *   WebLLM's prebuilt model records (`records`), its function-calling model
@@ -17,38 +27,29 @@
  * - Engines get WebLLM's `appConfig`: its prebuilt records plus the bundled
  *   ones, whose relative URLs are resolved against the shell's folder (no
  *   model host). WebLLM then loads, caches and runs them like any other.
- * - One engine (one worker, one model) at a time: loading another model
- *   unloads the previous one, which frees the GPU memory. Concurrent loads
- *   of one model share one promise; a failed load is forgotten.
- * - Load progress goes to `napllmHost.engineProgress(connectionId, label,
- *   fraction)` when the page has it (WebLLM's `initProgressCallback`),
- *   otherwise one `napllmHost.notice` says the model is being loaded.
+ * - `connect(modelId, fields, onProgress)` starts a worker through
+ *   `CreateWebWorkerMLCEngine` (load progress from its
+ *   `initProgressCallback`) and hands the host a MessagePort that speaks
+ *   the engine-worker protocol's chats (chat-queue.js): WebLLM's page-side
+ *   stream would pull one chunk per round trip to its worker (the engine
+ *   waiting for the page between tokens), so a chat runs whole in our
+ *   worker instead, which posts the chunks in batches (batcher.js). An
+ *   engine that is not WebLLM's worker client (a test build's double) is
+ *   served on the page by the same chat queue, read chunk by chunk.
  * - Requests run one at a time per engine (WebLLM holds one generation
- *   lock). Cancel is per request: `interruptGenerate()` is called only while
- *   the cancelled request is the one generating, and the cancelled stream is
- *   drained to its end before the next request starts, because an
- *   interrupted stream keeps the engine's lock until it is read out
- *   (mlc-ai/web-llm #447).
+ *   lock); a cancel interrupts only the chat generating, which is then read
+ *   to its end (mlc-ai/web-llm #447; chat-queue.js).
  * - Errors become kinds (`webgpu`, `feature`, `network`, `download` (a
  *   model file over its byte ceiling, webllm-worker.js), `storage`,
- *   `context`, `inference`, `unknown`); the engine's own text never leaves
- *   this module except in the console.
- * - Streams are read from Python through streams.js (JSON text batches).
- *   WebLLM's page-side stream would pull one chunk per round trip to its
- *   worker (the engine waiting for the page between tokens), so a chat runs
- *   whole in our worker instead (webllm-worker.js, on a MessagePort of its
- *   own, reached through worker-bridge.js as every engine worker is), which
- *   posts the chunks in batches as wllama's worker does (batcher.js). An engine that is not WebLLM's worker client (a test
- *   build's double) is read chunk by chunk on the page, as before.
- * - Engines are created only through the bundle's `CreateWebWorkerMLCEngine`
- *   (the one place a test build substitutes a double; nothing here knows).
+ *   `context`, `inference`, `unknown`): `failureKind` for a load,
+ *   `classify` for a chat; the engine's own text never leaves this module
+ *   except in the console. After a failed load `forget` removes the
+ *   model's files from WebLLM's caches.
  */
 
 import { requestPersistentStorage } from "../js/storage.js";
 import { isFallback, requestAdapter, vendorOf } from "./gpu.js";
-import { loadingNotice, progress } from "./page.js";
-import * as streams from "./streams.js";
-import { WorkerBridge } from "./worker-bridge.js";
+import { serveChats } from "./chat-queue.js";
 
 const RECOMMENDED_PREFIXES = [
   "SmolLM2-360M-Instruct",
@@ -143,7 +144,7 @@ export async function modelRecordFiles(modelId) {
  * extracts from the bundle); the bundle itself is loaded only on a device
  * with an adapter, to see which recommended models are already cached.
  */
-export async function catalog() {
+export async function report() {
   const gpu = await probeGpu();
   const data = await catalogFile();
   const records = Array.isArray(data.records) ? data.records : [];
@@ -185,13 +186,17 @@ function errorKind(error) {
   return "unknown";
 }
 
-/** The engine in use: {modelId, promise, engine, bridge, chain, active}. */
-let current = null;
-
-async function createEngine(modelId, connectionId, label) {
+/**
+ * Start WebLLM's worker on `modelId` through WebLLM's own page-side client
+ * (`CreateWebWorkerMLCEngine`; a test build substitutes a double there) and
+ * open the port our chats run on (module rules). `onProgress(fraction)`
+ * gets WebLLM's load progress. Resolves with `{target, close()}` (the engine
+ * host's adapter interface, engine-host.js); rejects with WebLLM's error.
+ */
+export async function connect(modelId, fields, onProgress) {
   const initProgressCallback = (report) => {
     const fraction = Number(report && report.progress);
-    progress(connectionId, `Loading ${label}`, Number.isFinite(fraction) ? fraction : 0);
+    onProgress(Number.isFinite(fraction) ? fraction : 0);
   };
   const lib = await webllm();
   // Weights of hundreds of MB: ask the browser not to evict them under pressure.
@@ -199,28 +204,46 @@ async function createEngine(modelId, connectionId, label) {
   const worker = new Worker(new URL("./webllm-worker.js", import.meta.url), { type: "module" });
   let engine;
   try {
-    engine = await lib.CreateWebWorkerMLCEngine(worker, modelId, {
-      initProgressCallback,
-      appConfig: await appConfig(lib),
-    });
+    engine = await lib.CreateWebWorkerMLCEngine(worker, String(modelId), { initProgressCallback, appConfig: await appConfig(lib) });
   } catch (error) {
     worker.terminate();
     throw error;
   }
-  let port = null;
+  const channel = new MessageChannel();
   if (engine instanceof lib.WebWorkerMLCEngine) {
-    const channel = new MessageChannel();
     worker.postMessage({ kind: "napllmPort" }, [channel.port2]);
-    port = channel.port1;
+  } else {
+    // Not WebLLM's worker client (a test build's double): its chats run here, read chunk by chunk.
+    serveChats(channel.port2, {
+      run: async (body, post) => {
+        for await (const chunk of await engine.chat.completions.create(body)) post({ op: "chunks", chunks: [JSON.stringify(chunk)] });
+        return [];
+      },
+      interrupt: () => engine.interruptGenerate(),
+    });
   }
-  return { engine, port };
+  const close = async () => {
+    try {
+      await engine.unload();
+    } catch {
+      /* already gone */
+    }
+    worker.terminate();
+    channel.port1.close();
+  };
+  return { target: channel.port1, close };
+}
+
+/** The failure kind of a load's error (module rules). */
+export function failureKind(error) {
+  return errorKind(error);
 }
 
 /**
  * The failure kind of a chat's error, as its worker reported it
  * (`{name, message}`): an unknown one is an `inference` failure.
  */
-function chatFailure(error) {
+export function classify(error) {
   console.error("napllm webllm engine: generation failed", error);
   const kind = errorKind(error);
   return kind === "unknown" ? "inference" : kind;
@@ -251,7 +274,7 @@ function modelFolder(url) {
  * else too. Not when the device lacks WebGPU or a feature: the download was
  * not the problem. Resolves with the number of entries removed; never rejects.
  */
-async function forgetModelFiles(modelId, kind) {
+export async function forget(modelId, kind) {
   if (kind === "webgpu" || kind === "feature" || !("caches" in globalThis)) return 0;
   let removed = 0;
   try {
@@ -274,111 +297,4 @@ async function forgetModelFiles(modelId, kind) {
     console.error("napllm webllm engine: could not clear cached model files", error);
   }
   return removed;
-}
-
-/**
- * Load (or reuse) the engine for `modelId`. Resolves with JSON text
- * `{"ok": true}` or `{"ok": false, "kind"}`; never rejects.
- */
-export async function ensureEngine(modelId, connectionId, label) {
-  modelId = String(modelId);
-  if (!current || current.modelId !== modelId) {
-    const previous = current;
-    const entry = {
-      modelId,
-      engine: null,
-      bridge: null,
-      chain: Promise.resolve(),
-      active: null,
-      promise: null,
-    };
-    current = entry;
-    entry.promise = (async () => {
-      if (previous && previous.engine) {
-        try {
-          await previous.engine.unload();
-        } catch {
-          /* already gone */
-        }
-      }
-      loadingNotice(`Loading the model of ${label}…`, connectionId);
-      progress(connectionId, `Loading ${label}`, 0);
-      try {
-        const created = await createEngine(modelId, connectionId, String(label));
-        entry.engine = created.engine;
-        if (created.port) entry.bridge = new WorkerBridge(created.port, { classify: chatFailure });
-        progress(connectionId, `${label} is ready`, 1);
-        return { ok: true };
-      } catch (error) {
-        console.error("napllm webllm engine: the model could not be loaded", error);
-        if (current === entry) current = null;
-        progress(connectionId, `${label} could not be loaded`, -1);
-        const kind = errorKind(error);
-        await forgetModelFiles(modelId, kind);
-        return { ok: false, kind };
-      }
-    })();
-  }
-  return JSON.stringify(await current.promise);
-}
-
-async function run(entry, body, stream) {
-  let failure = null;
-  let chunks = null;
-  try {
-    if (stream.aborted) return;
-    entry.active = stream;
-    if (entry.bridge) {
-      // The worker reads the chat to its end, after a cancel too (mlc-ai/web-llm #447);
-      // the bridge ends the stream, with the failure kind of the worker's error.
-      await entry.bridge.chat(stream, body);
-      return;
-    }
-    chunks = await entry.engine.chat.completions.create(body);
-    for await (const chunk of chunks) {
-      // After a cancel the stream is still read to its end (mlc-ai/web-llm #447).
-      streams.push(stream, chunk);
-    }
-  } catch (error) {
-    if (!stream.aborted) {
-      console.error("napllm webllm engine: generation failed", error);
-      failure = errorKind(error);
-      if (failure === "unknown") failure = "inference";
-    }
-  } finally {
-    if (entry.active === stream) entry.active = null;
-    streams.end(stream, failure);
-  }
-}
-
-/**
- * Start a streamed chat completion with body `bodyJson` on the loaded
- * engine of `modelId`; returns the stream id. Requests queue behind the
- * one generating (module rules).
- */
-export function startChat(modelId, bodyJson, deliveryDelayMs = 0) {
-  const entry = current;
-  if (!entry || entry.modelId !== String(modelId) || !entry.engine) throw new Error("model not loaded");
-  const body = JSON.parse(String(bodyJson));
-  const stream = streams.open("webllm", deliveryDelayMs);
-  stream.entry = entry;
-  entry.chain = entry.chain.then(() => run(entry, body, stream));
-  return stream.id;
-}
-
-export { nextChunks, openStreams } from "./worker-bridge.js";
-
-/** Cancel stream `id`: interrupt it only if it is the one generating. */
-export function abort(id) {
-  const entry = current;
-  const active = entry && entry.active && entry.active.id === String(id) ? entry.active : null;
-  const found = streams.cancel(id);
-  if (active && entry.engine && typeof entry.engine.interruptGenerate === "function") {
-    try {
-      entry.engine.interruptGenerate();
-    } catch {
-      /* the stream ends on its own */
-    }
-  }
-  return found;
 }

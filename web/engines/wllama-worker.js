@@ -4,7 +4,7 @@
  * here, so the token loop never waits for the page or for Python.
  *
  * Rules (README, "Design note: generation off the main thread")
- * - Loaded as a module worker by wllama-engine.js; holds no napllm policy.
+ * - Loaded as a module worker by the engine host (engine-host.js); holds no napllm policy.
  *   wllama starts its own llama.cpp worker from here (a nested worker), and
  *   its per-token round trips stay between the two workers.
  * - The protocol of every engine worker (worker-bridge.js). From the page:

@@ -231,6 +231,23 @@ async function keptJson(file) {
 }
 
 /**
+ * The files the onnx model of `source` (`{kind: "path", base, model}` or
+ * `{kind: "hub", model}`; a relative `base` is read against the page)
+ * needs on WebGPU with `dtype` ("" for the model's default), listed by a
+ * transformers.js worker of its own that loads no model (its `files`
+ * answer), then ends. Resolves with `{urls, cache, engine}` or null when
+ * they cannot be listed; never rejects.
+ */
+async function onnxFileList(source, dtype) {
+  const { askWorker } = await import("../engines/engine-host.js");
+  const copy = { ...source };
+  if (copy.kind === "path") copy.base = new URL(String(copy.base), document.baseURI).href;
+  const data = await askWorker("engines/transformers-worker.js", { op: "files", source: copy, device: "webgpu", dtype: String(dtype || "") }, "files");
+  if (!data || data.ok !== true || !Array.isArray(data.urls) || !Array.isArray(data.engine)) return null;
+  return { urls: data.urls.map(String), cache: data.cache ? String(data.cache) : null, engine: data.engine.map(String) };
+}
+
+/**
  * What "Download for offline use" keeps for `connection` (module rules):
  * `{files: [{url, store, gguf?}], limit(url), first: [...]}` where `first`
  * are small files read to list the rest (WebLLM's config and tensor cache
@@ -244,9 +261,8 @@ async function offlinePlan(connection) {
   if (connection?.kind === "onnx") {
     const source = onnxSource(connection);
     if (!source) return null;
-    const engine = await import("../engines/transformers-engine.js");
     const dtype = typeof settingsOf(connection).dtype === "string" ? settingsOf(connection).dtype : "";
-    const listed = await engine.modelFileList(source, "webgpu", dtype);
+    const listed = await onnxFileList(source, dtype);
     if (!listed) return null;
     const files = [
       ...listed.engine.map((url) => ({ url, store: null })),

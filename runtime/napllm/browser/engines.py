@@ -1,17 +1,18 @@
-"""The engine bridge in the page: each engine's JS module behind `EngineBridge`.
+"""The engine bridge in the page: each engine's host behind `EngineBridge`.
 
 Every engine's provider is `providers.engine.EngineProvider`, driven by the
-engine's spec (`ENGINE_SPECS`); this module only reaches the JS modules.
+engine's spec (`ENGINE_SPECS`); this module only reaches the page's one
+engine host (web/engines/engine-host.js).
 
 Rules (docs/design.md, "The data path", "Known behaviours" and "Adding an
 engine"; providers/engine.py)
-- Each engine is a JS module under web/engines/ (copied to dist/engines/),
-  imported with a dynamic `import()` of an absolute URL built from the
-  page's base URL, so the shell works under any sub-path. Each module's
-  namespace is imported once and kept for the page's lifetime (the browser
-  keeps one instance per URL anyway): a request then makes no `import()`
-  and no event-loop turn for it. Beyond those few namespaces Python holds
-  no JS object longer than one call.
+- The engine host is a JS module under web/engines/ (copied to
+  dist/engines/), imported with a dynamic `import()` of an absolute URL
+  built from the page's base URL, so the shell works under any sub-path.
+  Each engine's host is opened once with its spec's declaration
+  (`EngineSpec.page`, as JSON) and kept for the page's lifetime: a request
+  then makes no `import()` and no event-loop turn for it. Beyond those few
+  hosts Python holds no JS object longer than one call.
 - Everything crossing the bridge is JSON text or a plain string: the chat
   body goes in as JSON, chunks come back in batches of JSON text
   (web/engines/streams.js): every chunk the engine produced since the last
@@ -30,7 +31,7 @@ engine"; providers/engine.py)
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urljoin
 
@@ -46,37 +47,36 @@ from ..providers.engine_webllm import WEBLLM
 #: Every engine of the page, in the order their built-in connections are listed.
 ENGINE_SPECS: tuple[EngineSpec, ...] = (WASM, WEBLLM, ONNX)
 
+#: The page's one engine host, relative to the shell page.
+ENGINE_HOST = "engines/engine-host.js"
+
 
 class JsEngineModule:
-    """`EngineBridge` over one engine's JS module namespace (module rules)."""
+    """`EngineBridge` over one engine's host object in the page (module rules)."""
 
     def __init__(self, module: Any) -> None:
         self._module = module
 
-    async def report(self, function: str) -> str:
-        """The module's device report (a sync or async function returning JSON text)."""
+    async def report(self) -> str:
+        """The host's device report (JSON text)."""
         try:
-            answer = getattr(self._module, function)()
-            if not isinstance(answer, str):
-                answer = await answer
-            return str(answer)
+            return str(await self._module.report())
         except JsException as exc:
-            raise EngineBridgeError(function) from exc
+            raise EngineBridgeError("report") from exc
 
     def is_loaded(self, key: str) -> bool:
-        """The module's `isLoaded(key)`; False for a module without one."""
-        check = getattr(self._module, "isLoaded", None)
+        """The host's `isLoaded(key)`."""
         try:
-            return check is not None and check(key) is True
+            return self._module.isLoaded(key) is True
         except JsException:
             return False
 
-    async def load(self, function: str, key: str, args: Sequence[str]) -> str:
-        """`function(key, *args)` of the module; its JSON text answer."""
+    async def load(self, key: str, fields: str, connection_id: str, label: str) -> str:
+        """`ensureModel(key, fields, connection_id, label)`; its JSON text answer."""
         try:
-            return str(await getattr(self._module, function)(key, *args))
+            return str(await self._module.ensureModel(key, fields, connection_id, label))
         except JsException as exc:
-            raise EngineBridgeError(function) from exc
+            raise EngineBridgeError("ensureModel") from exc
 
     def start_chat(self, key: str, body: str, delay_ms: int) -> str:
         """`startChat(key, body, delay_ms)`; the stream id."""
@@ -100,23 +100,25 @@ class JsEngineModule:
             raise EngineBridgeError("abort") from exc
 
 
-#: path -> the bridge over its JS module, imported once (module rules).
+#: engine kind -> the bridge over its host, opened once (module rules).
 _bridges: dict[str, JsEngineModule] = {}
 
 
-async def open_bridge(path: str) -> EngineBridge:
-    """The bridge to the JS module at `path` (relative to the shell page).
+async def open_bridge(declaration: Mapping[str, Any]) -> EngineBridge:
+    """The bridge to the engine host of `declaration` (`EngineSpec.page`).
 
     Raises `EngineBridgeError` when the import fails (tried again next time).
     """
-    bridge = _bridges.get(path)
+    kind = str(declaration["kind"])
+    bridge = _bridges.get(kind)
     if bridge is None:
-        url = urljoin(str(document.baseURI), path)
+        url = urljoin(str(document.baseURI), ENGINE_HOST)
         try:
             module = await run_js(f"import({json.dumps(url)})")
+            host = module.open(json.dumps(dict(declaration)))
         except JsException as exc:
-            raise EngineBridgeError(path) from exc
-        bridge = _bridges[path] = JsEngineModule(module)
+            raise EngineBridgeError(ENGINE_HOST) from exc
+        bridge = _bridges[kind] = JsEngineModule(host)
     return bridge
 
 
@@ -126,4 +128,4 @@ def register_engines(engines: dict[str, Engine]) -> None:
         engines[spec.kind] = SpecEngine(spec, open_bridge)
 
 
-__all__ = ["ENGINE_SPECS", "JsEngineModule", "open_bridge", "register_engines"]
+__all__ = ["ENGINE_HOST", "ENGINE_SPECS", "JsEngineModule", "open_bridge", "register_engines"]

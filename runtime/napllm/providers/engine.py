@@ -1,21 +1,24 @@
 """The engine port: one provider for every engine that runs inside the page.
 
-An engine is a library running a model in a worker of the page (wllama,
-WebLLM, transformers.js), reached through one JS module of ours under
-web/engines/. Every engine speaks OpenAI chat completions, so the Python
-side of all of them is the same provider (`EngineProvider`); what differs
-is data and pure functions, one `EngineSpec` per engine
+An engine is a library running a model in a worker of ours in the page
+(wllama, WebLLM, transformers.js: web/engines/<name>-worker.js), reached
+through the one page-side engine host (web/engines/engine-host.js), which
+does every engine's model bookkeeping from the plain data the spec declares
+(`EngineSpec.page`). Every engine speaks OpenAI chat completions, so the
+Python side of all of them is the same provider (`EngineProvider`); what
+differs is data and pure functions, one `EngineSpec` per engine
 (`providers.engine_wasm`, `providers.engine_webllm`,
-`providers.engine_onnx`). Nothing here imports `js`: the page's modules are
+`providers.engine_onnx`). Nothing here imports `js`: the engine host is
 reached through the `EngineBridge` port (`browser.engines.JsEngineModule` in
 the page, stand-ins in the unit tests), so all of it runs under CPython.
 
 Rules (docs/design.md, "The data path" and "Adding an engine"; LMSP 6.1, 6.3)
-- A submission runs: the engine's JS module (imported once), the device
+- A submission runs: the engine's host (opened once), the device
   report if the spec wants it before a chat and it was not read yet
   (`EngineSpec.report_before_chat`), the spec's blocker (a failure kind
   decided from the device alone, before any download), the model load
-  (once per key: `EngineSpec.load_call`; skipped when `is_loaded(key)`),
+  (once per key: `EngineSpec.load_call`, the load fields the worker takes;
+  skipped when `is_loaded(key)`),
   the chat body (`EngineSpec.chat_body`), the stream, read in batches
   (`read_stream`) and mapped by the spec's `chat_stream.ChatStreamToLmsp`
   (`EngineSpec.chunk_mapping`).
@@ -37,12 +40,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing
 from typing import Any, Protocol
 
 from ..errors import ErrorCode, ProviderFailure
 from ..jsontext import read_json, read_stream_payload
+from ..kinds import route_for
 from ..lmsp import LmspEvent, LmspRequest
 from ..records import Capabilities, Connection
 from .base import Provider
@@ -92,7 +96,7 @@ def engine_failure(
 # WebGPU, as the engines on the GPU report it
 
 NO_WEBGPU = "WebGPU is not available in this browser (no GPU adapter)."
-#: The JS probes' reason codes (web/engines/*-engine.js) -> user-facing text.
+#: The WebGPU probes' reason codes (web/engines/gpu.js) -> user-facing text.
 NO_ADAPTER_REASONS: dict[str, str] = {
     "no-webgpu": "WebGPU is not available in this browser.",
     "no-adapter": NO_WEBGPU,
@@ -110,27 +114,28 @@ def no_adapter_reason(code: object) -> str:
 
 
 class EngineBridgeError(Exception):
-    """The engine's JS module failed a call (its text is not kept)."""
+    """The engine's page side failed a call (its text is not kept)."""
 
 
 class EngineBridge(Protocol):
-    """An engine's JS module as the provider sees it (web/engines/*-engine.js).
+    """An engine's host in the page as the provider sees it (web/engines/engine-host.js).
 
     Every method raises `EngineBridgeError` when the JS call fails.
     Arguments and answers are plain strings (JSON text where structured).
     """
 
-    async def report(self, function: str) -> str:
-        """The device report: JSON text from the module's `function()`."""
+    async def report(self) -> str:
+        """The device report the spec's declaration names (`page["report"]`), as JSON text."""
         ...
 
     def is_loaded(self, key: str) -> bool:
         """Whether the model of `key` is loaded (False when the module cannot tell)."""
         ...
 
-    async def load(self, function: str, key: str, args: Sequence[str]) -> str:
-        """Load the model of `key` with `function(key, *args)`; JSON text
-        `{"ok": true, ...}` or `{"ok": false, "kind"}`."""
+    async def load(self, key: str, fields: str, connection_id: str, label: str) -> str:
+        """Load the model of `key` with the worker's load `fields` (a JSON
+        object); `connection_id` and `label` name it in progress reports.
+        JSON text `{"ok": true, ...}` or `{"ok": false, "kind"}`."""
         ...
 
     def start_chat(self, key: str, body: str, delay_ms: int) -> str:
@@ -147,8 +152,8 @@ class EngineBridge(Protocol):
         ...
 
 
-#: Opens an engine's JS module by its path (relative to the shell page).
-BridgeOpener = Callable[[str], Awaitable[EngineBridge]]
+#: Opens an engine's host in the page by the spec's declaration (`EngineSpec.page`).
+BridgeOpener = Callable[[Mapping[str, Any]], Awaitable[EngineBridge]]
 
 
 class EngineSpec(Protocol):
@@ -160,16 +165,16 @@ class EngineSpec(Protocol):
 
     #: The `Connection.kind` (`kinds.FormKind`).
     kind: str
-    #: The page module, relative to the shell page: `engines/<name>-engine.js`.
-    module: str
-    #: Its function reporting the device (JSON text), e.g. `probe`.
-    report_function: str
+    #: The declaration the page's engine host works from (plain JSON data;
+    #: web/engines/engine-host.js lists the fields): `kind`, `worker` (the
+    #: worker's URL relative to the shell's folder, dist/), `workers` (`shared` or
+    #: `per-model`), `oneModel`, `report` (`environment`, `webgpu` or
+    #: `adapter`), `urlFields`, `room`, `progressVerb`, `adapter`.
+    page: Mapping[str, Any]
     #: Read the report when the shell starts (for the built-in connections).
     report_at_start: bool
     #: Read the report before the first chat, if not read yet.
     report_before_chat: bool
-    #: Its function that loads a model: `function(key, *args)`.
-    load_function: str
     #: The failure kind when the load call itself fails.
     load_error: str
     #: User hints by failure kind (`ENGINE_HINTS` with the engine's wording).
@@ -195,8 +200,8 @@ class EngineSpec(Protocol):
         """The failure kind that stops `model` before any download, or None."""
         ...
 
-    def load_call(self, connection: Connection, device: Any) -> tuple[str, tuple[str, ...]]:
-        """The model key and the load function's other arguments.
+    def load_call(self, connection: Connection, device: Any) -> tuple[str, dict[str, Any]]:
+        """The model key and the fields of the worker's `load` message (JSON data).
 
         Raises `ValueError` when the connection names no usable model.
         """
@@ -209,6 +214,40 @@ class EngineSpec(Protocol):
     def chunk_mapping(self, request: LmspRequest, body: Mapping[str, Any]) -> ChatStreamToLmsp:
         """A fresh `chat_stream.ChatStreamToLmsp` for one chat's chunks (`body` was sent)."""
         ...
+
+
+class SpecDefaults:
+    """The `EngineSpec` settings most engines share; a spec overrides what differs."""
+
+    report_at_start = False
+    report_before_chat = True
+    load_error = "load"
+    hints: Mapping[str, str] = ENGINE_HINTS
+
+
+def builtin_connection(
+    kind: str,
+    ids: tuple[str, str, str],
+    capabilities: Capabilities,
+    settings: Mapping[str, Any],
+    unavailable_reason: str | None = None,
+) -> Connection:
+    """A built-in connection of engine `kind`: `ids` is (id, name, model).
+
+    Marked `builtin` in its settings; available unless `unavailable_reason`.
+    """
+    connection_id, name, model = ids
+    return Connection(
+        id=connection_id,
+        name=name,
+        kind=kind,
+        model=model,
+        route=route_for(kind, {}),
+        capabilities=capabilities,
+        settings={**settings, "builtin": True},
+        available=unavailable_reason is None,
+        unavailable_reason=unavailable_reason,
+    )
 
 
 class Engine(Protocol):
@@ -240,7 +279,7 @@ class Engine(Protocol):
 
 
 class SpecEngine:
-    """The `Engine` for one spec, reaching its JS module through `open_bridge`.
+    """The `Engine` for one spec, reaching its page-side host through `open_bridge`.
 
     Holds what the page reported about the device (`device`, read once).
     """
@@ -255,14 +294,14 @@ class SpecEngine:
         self._reported = False
 
     async def bridge(self) -> EngineBridge:
-        """The engine's JS module; `EngineBridgeError` when it cannot be imported."""
-        return await self._open_bridge(self.spec.module)
+        """The engine's host in the page; `EngineBridgeError` when it cannot be opened."""
+        return await self._open_bridge(self.spec.page)
 
     async def read_report(self, bridge: EngineBridge) -> Any:
         """Read the device report once; an unreadable one reads as "unknown"."""
         if not self._reported:
             try:
-                report = read_json(await bridge.report(self.spec.report_function))
+                report = read_json(await bridge.report())
             except (EngineBridgeError, ValueError):
                 log.warning("%s: the device report could not be read", self.kind)
                 report = None
@@ -276,7 +315,7 @@ class SpecEngine:
             try:
                 bridge = await self.bridge()
             except EngineBridgeError:
-                log.warning("%s: the engine module could not be loaded", self.kind)
+                log.warning("%s: the engine host could not be opened", self.kind)
                 return []
             await self.read_report(bridge)
         return self.spec.built_in(self.device)
@@ -301,13 +340,14 @@ class SpecEngine:
         """Load the connection's model (once); returns its key. Raises `ProviderFailure`."""
         spec = self.spec
         try:
-            key, args = spec.load_call(connection, self.device)
+            key, fields = spec.load_call(connection, self.device)
         except ValueError as exc:
             raise self.failure("load") from exc
         if bridge.is_loaded(key):
             return key  # no promise to await: this is on every request's path
         try:
-            result = read_json(await bridge.load(spec.load_function, key, args))
+            answer = await bridge.load(key, json.dumps(fields), connection.id, connection.name)
+            result = read_json(answer)
         except (EngineBridgeError, ValueError) as exc:
             raise self.failure(spec.load_error) from exc
         if not isinstance(result, dict) or result.get("ok") is not True:

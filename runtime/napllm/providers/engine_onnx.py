@@ -5,7 +5,8 @@ chat template and streams OpenAI chunks, so requests and chunks go through
 `chat_request` and `chat_stream` like the other engines. Pure data and
 functions, tested under CPython; the one provider every engine shares is
 `providers.engine.EngineProvider`, and the page module is
-web/engines/transformers-engine.js.
+the engine host (web/engines/engine-host.js) around
+web/engines/transformers-worker.js, one worker per model (`OnnxSpec.page`).
 
 Rules
 - Connection kind "ONNX model in this browser (WebGPU)". The built-in
@@ -29,7 +30,7 @@ Rules
 - Engine failures are kinds reported by JS, turned into fixed hints
   (`ONNX_HINTS`: the shared table, with the download and load sentences
   about ONNX model files); no engine text reaches a napplet.
-- The page probes WebGPU (`probe()`) when the shell starts, and before the
+- The page probes WebGPU (the host's `webgpu` report) when the shell starts, and before the
   first chat if it could not then.
 """
 
@@ -42,12 +43,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..kinds import route_for
 from ..lmsp import LmspRequest
 from ..records import Capabilities, Connection
 from .chat_request import lmsp_to_chat
 from .chat_stream import ChatStreamToLmsp
-from .engine import ENGINE_HINTS, no_adapter_reason
+from .engine import ENGINE_HINTS, SpecDefaults, builtin_connection, no_adapter_reason
 
 ONNX_TINYCHAT_ID = "builtin-tinychat-webgpu"
 ONNX_TINYCHAT_NAME = "TinyChat (WebGPU, transformers.js)"
@@ -119,22 +119,10 @@ def webgpu_unavailable_reason(probe: object) -> str | None:
 
 def onnx_tinychat_connection(unavailable_reason: str | None = None) -> Connection:
     """The built-in "TinyChat (WebGPU, transformers.js)" connection."""
-    return Connection(
-        id=ONNX_TINYCHAT_ID,
-        name=ONNX_TINYCHAT_NAME,
-        kind="onnx",
-        model=ONNX_TINYCHAT_MODEL,
-        route=route_for("onnx", {}),
-        capabilities=ONNX_CAPABILITIES,
-        settings={
-            "source": {"kind": "path", "base": ONNX_TINYCHAT_BASE, "model": ONNX_TINYCHAT_MODEL},
-            "dtype": "fp32",
-            "builtin": True,
-            "rank": ONNX_TINYCHAT_RANK,
-        },
-        available=unavailable_reason is None,
-        unavailable_reason=unavailable_reason,
-    )
+    source = {"kind": "path", "base": ONNX_TINYCHAT_BASE, "model": ONNX_TINYCHAT_MODEL}
+    settings = {"source": source, "dtype": "fp32", "rank": ONNX_TINYCHAT_RANK}
+    ids = (ONNX_TINYCHAT_ID, ONNX_TINYCHAT_NAME, ONNX_TINYCHAT_MODEL)
+    return builtin_connection("onnx", ids, ONNX_CAPABILITIES, settings, unavailable_reason)
 
 
 def onnx_chat_body(request: LmspRequest) -> dict[str, Any]:
@@ -162,16 +150,23 @@ class OnnxDevice:
     unavailable: str | None = None
 
 
-class OnnxSpec:
+#: What the page's engine host works from (`EngineSpec.page`): one worker per
+#: model (a failed load ends it); WebGPU is probed without starting one.
+ONNX_PAGE: Mapping[str, Any] = {
+    "kind": "onnx",
+    "urlFields": ["source.base"],
+    "workers": "per-model",
+    "worker": "engines/transformers-worker.js",
+    "report": "webgpu",
+}
+
+
+class OnnxSpec(SpecDefaults):
     """The `onnx` engine (`providers.engine.EngineSpec`; module rules)."""
 
     kind = "onnx"
-    module = "engines/transformers-engine.js"
-    report_function = "probe"
+    page = ONNX_PAGE
     report_at_start = True
-    report_before_chat = True
-    load_function = "ensureModel"
-    load_error = "load"
     hints = ONNX_HINTS
 
     def read_device(self, report: object) -> OnnxDevice:
@@ -198,13 +193,13 @@ class OnnxSpec:
 
     def load_call(
         self, connection: Connection, device: OnnxDevice | None
-    ) -> tuple[str, tuple[str, ...]]:
-        """Key `[source, "webgpu", dtype]` (JSON); arguments: source JSON,
-        device, dtype, connection id and name. `ValueError` without a source."""
+    ) -> tuple[str, dict[str, Any]]:
+        """Key `[source, "webgpu", dtype]` (JSON); load fields `source`,
+        `device` and `dtype` (transformers-worker.js). `ValueError` without a source."""
         source = onnx_source(connection.model, connection.settings)
         dtype = onnx_dtype(connection.settings)
         key = json.dumps([source, "webgpu", dtype], sort_keys=True)
-        return key, (json.dumps(source), "webgpu", dtype, connection.id, connection.name)
+        return key, {"source": source, "device": "webgpu", "dtype": dtype}
 
     def chat_body(self, request: LmspRequest) -> dict[str, Any]:
         """`onnx_chat_body`."""

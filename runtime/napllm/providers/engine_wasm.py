@@ -1,8 +1,9 @@
 """The `wasm` engine's spec: llama.cpp compiled to WebAssembly through wllama.
 
 Pure data and functions, tested under CPython; the one provider every
-engine shares is `providers.engine.EngineProvider`, and the page module is
-web/engines/wllama-engine.js (its worker: wllama-worker.js).
+engine shares is `providers.engine.EngineProvider`, and the page side is
+the engine host (web/engines/engine-host.js) around its worker,
+web/engines/wllama-worker.js, as `WasmSpec.page` declares.
 
 Rules
 - The built-in connection is TinyChat (`models/tinychat/`), served from the
@@ -17,8 +18,12 @@ Rules
 - Threads: 1 without cross-origin isolation (no `SharedArrayBuffer`), half
   the logical cores (at most 8) with it. No GPU layers (`n_gpu_layers: 0`):
   wllama's WebGPU start-up aborts on adapters without `shader-f16`. The page
-  reports isolation and cores (`environment()`) before the first load.
-- A model is loaded once per key (the GGUF URL and the load parameters).
+  reports isolation and cores (the host's `environment` report) before the
+  first load.
+- A model is loaded once per key (the GGUF URL and the load parameters),
+  all of them in one worker. Before a download the file must fit in the
+  browser's storage (the host's `room` check: one copy, the service
+  worker's); a failed load removes the file from every cache (the worker).
 """
 
 from __future__ import annotations
@@ -28,12 +33,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..kinds import route_for
 from ..lmsp import LmspRequest
 from ..records import Capabilities, Connection
 from .chat_request import lmsp_to_chat
 from .chat_stream import ChatStreamToLmsp
-from .engine import ENGINE_HINTS
+from .engine import SpecDefaults, builtin_connection
 
 TINYCHAT_ID = "builtin-tinychat"
 TINYCHAT_NAME = "TinyChat (on this device)"
@@ -101,20 +105,9 @@ def wasm_chat_body(request: LmspRequest) -> dict[str, Any]:
 
 def tinychat_connection() -> Connection:
     """The built-in TinyChat connection (always available, offline)."""
-    return Connection(
-        id=TINYCHAT_ID,
-        name=TINYCHAT_NAME,
-        kind="wasm",
-        model=TINYCHAT_MODEL,
-        route=route_for("wasm", {}),
-        capabilities=WASM_CAPABILITIES,
-        settings={
-            "url": TINYCHAT_PATH,
-            "contextSize": TINYCHAT_CONTEXT,
-            "builtin": True,
-            "rank": TINYCHAT_RANK,
-        },
-    )
+    settings = {"url": TINYCHAT_PATH, "contextSize": TINYCHAT_CONTEXT, "rank": TINYCHAT_RANK}
+    ids = (TINYCHAT_ID, TINYCHAT_NAME, TINYCHAT_MODEL)
+    return builtin_connection("wasm", ids, WASM_CAPABILITIES, settings)
 
 
 def wasm_capabilities(model: str, settings: Mapping[str, Any]) -> Capabilities:
@@ -134,23 +127,29 @@ def wasm_capabilities(model: str, settings: Mapping[str, Any]) -> Capabilities:
 
 @dataclass(frozen=True)
 class WasmDevice:
-    """What the page reports for wllama (`environment()` of wllama-engine.js)."""
+    """What the page reports for wllama (the engine host's `environment` report)."""
 
     cross_origin_isolated: bool = False
     hardware_concurrency: int = 1
 
 
-class WasmSpec:
+#: What the page's engine host works from (`EngineSpec.page`): one worker for
+#: every model; the GGUF URL is read against the page and must fit in storage.
+WASM_PAGE: Mapping[str, Any] = {
+    "kind": "wasm",
+    "worker": "engines/wllama-worker.js",
+    "report": "environment",
+    "urlFields": ["url"],
+    "room": "url",
+    "progressVerb": "Downloading",
+}
+
+
+class WasmSpec(SpecDefaults):
     """The `wasm` engine (`providers.engine.EngineSpec`; module rules)."""
 
     kind = "wasm"
-    module = "engines/wllama-engine.js"
-    report_function = "environment"
-    report_at_start = False
-    report_before_chat = True
-    load_function = "ensureModel"
-    load_error = "load"
-    hints = ENGINE_HINTS
+    page = WASM_PAGE
 
     def read_device(self, report: object) -> WasmDevice:
         """Isolation and core count; anything missing reads as 1 thread."""
@@ -184,8 +183,8 @@ class WasmSpec:
 
     def load_call(
         self, connection: Connection, device: WasmDevice | None
-    ) -> tuple[str, tuple[str, ...]]:
-        """Key `[url, params]` (JSON); arguments: URL, params JSON, connection id and name."""
+    ) -> tuple[str, dict[str, Any]]:
+        """Key `[url, params]` (JSON); load fields `url` and `params` (wllama's)."""
         device = device or WasmDevice()
         params = wasm_load_params(
             connection.settings,
@@ -194,7 +193,7 @@ class WasmSpec:
         )
         url = str(connection.settings.get("url", ""))
         key = json.dumps([url, params], sort_keys=True)
-        return key, (url, json.dumps(params), connection.id, connection.name)
+        return key, {"url": url, "params": params}
 
     def chat_body(self, request: LmspRequest) -> dict[str, Any]:
         """`wasm_chat_body`."""

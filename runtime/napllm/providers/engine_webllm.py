@@ -1,7 +1,8 @@
 """The `webllm` engine's spec: WebLLM's prebuilt models on WebGPU.
 
 Pure data and functions, tested under CPython; the one provider every
-engine shares is `providers.engine.EngineProvider`, and the page module is
+engine shares is `providers.engine.EngineProvider`, and the page side is
+the engine host (web/engines/engine-host.js) with WebLLM's adapter,
 web/engines/webllm-engine.js (its worker: webllm-worker.js).
 
 Rules (webllm)
@@ -26,7 +27,7 @@ Rules (webllm)
   the last chunk only (docs/design.md, "Known behaviours"): such streams are
   mapped with `tool_text_in_content`.
 - The page reports the GPU, WebLLM's catalogue, its function-calling ids
-  and which recommended models are cached (`catalog()`) when the shell
+  and which recommended models are cached (the adapter's `report()`) when the shell
   starts; until then every model is blocked as `webgpu`.
 """
 
@@ -42,7 +43,7 @@ from ..lmsp import LmspRequest
 from ..records import Capabilities, Connection
 from .chat_request import lmsp_to_chat
 from .chat_stream import ChatStreamToLmsp
-from .engine import ENGINE_HINTS, NO_WEBGPU, no_adapter_reason
+from .engine import NO_WEBGPU, SpecDefaults, no_adapter_reason
 
 #: WebLLM's default `buffer_size_required_bytes` (src/config.ts), 256 MB.
 WEBLLM_DEFAULT_BUFFER_BYTES = 262_144_000
@@ -106,7 +107,7 @@ class WebLLMRecord:
 
 @dataclass(frozen=True)
 class GpuReport:
-    """What the page learnt about WebGPU (see web/engines/webllm-engine.js `probe`).
+    """What the page learnt about WebGPU (see web/engines/webllm-engine.js `report`).
 
     `adapter`: an adapter was granted; `reason`: why not (a sentence from
     `engine.NO_ADAPTER_REASONS`, chosen by the probe's reason code);
@@ -331,7 +332,7 @@ def webllm_tinychat_connection(
 
 @dataclass(frozen=True)
 class WebLLMDevice:
-    """What the page reported (`catalog()` of webllm-engine.js), read strictly.
+    """What the page reported (`report()` of webllm-engine.js), read strictly.
 
     `gpu`: the WebGPU facts; `records`: WebLLM's prebuilt records by model
     id (the models shipped in dist/ among them); `function_calling`: ids
@@ -377,17 +378,25 @@ class WebLLMDevice:
         )
 
 
-class WebLLMSpec:
+#: What the page's engine host works from (`EngineSpec.page`): WebLLM's own
+#: page-side client drives its worker, so an adapter module connects,
+#: reports the catalogue and names failures; one model at a time.
+WEBLLM_PAGE: Mapping[str, Any] = {
+    "kind": "webllm",
+    "adapter": "engines/webllm-engine.js",
+    "report": "adapter",
+    "oneModel": True,
+}
+
+
+class WebLLMSpec(SpecDefaults):
     """The `webllm` engine (`providers.engine.EngineSpec`; module rules)."""
 
     kind = "webllm"
-    module = "engines/webllm-engine.js"
-    report_function = "catalog"
+    page = WEBLLM_PAGE
     report_at_start = True
     report_before_chat = False
-    load_function = "ensureEngine"
     load_error = "unknown"
-    hints = ENGINE_HINTS
 
     def read_device(self, report: object) -> WebLLMDevice:
         """`WebLLMDevice.from_json`."""
@@ -439,9 +448,9 @@ class WebLLMSpec:
 
     def load_call(
         self, connection: Connection, device: WebLLMDevice | None
-    ) -> tuple[str, tuple[str, ...]]:
-        """One engine per model id: the key is the id; then the connection's id and name."""
-        return connection.model, (connection.id, connection.name)
+    ) -> tuple[str, dict[str, Any]]:
+        """One engine per model id: the key is the id; no other load fields."""
+        return connection.model, {}
 
     def chat_body(self, request: LmspRequest) -> dict[str, Any]:
         """`webllm_chat_body`."""
