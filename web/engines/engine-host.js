@@ -8,7 +8,7 @@
  * (worker-bridge.js); this module does each engine's model bookkeeping once.
  *
  * Rules (docs/design.md, "The data path" and "Adding an engine")
- * - `open(declarationJson)` gives the host of the declaration's `kind`
+ * - `hostFor(declarationJson)` gives the host of the declaration's `kind`
  *   (made once per kind and kept for the page's lifetime). A declaration:
  *   `{kind, worker?, workers?: "shared" | "per-model", oneModel?, report,
  *   urlFields?, room?, adapter?}`:
@@ -62,7 +62,7 @@ export { nextChunks, openStreams } from "./worker-bridge.js";
 const hosts = new Map();
 
 /** The host of `declarationJson`'s kind (made on the first call; module rules). */
-export function open(declarationJson) {
+export function hostFor(declarationJson) {
   const declaration = JSON.parse(String(declarationJson));
   const kind = String(declaration.kind);
   let host = hosts.get(kind);

@@ -115,7 +115,7 @@ async def open_bridge(declaration: Mapping[str, Any]) -> EngineBridge:
         url = urljoin(str(document.baseURI), ENGINE_HOST)
         try:
             module = await run_js(f"import({json.dumps(url)})")
-            host = module.open(json.dumps(dict(declaration)))
+            host = module.hostFor(json.dumps(dict(declaration)))
         except JsException as exc:
             raise EngineBridgeError(ENGINE_HOST) from exc
         bridge = _bridges[kind] = JsEngineModule(host)

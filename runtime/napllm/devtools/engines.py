@@ -27,7 +27,7 @@ def engine_host_js(kind: str, folder: str = "./") -> str:
     """
     declaration = json.dumps(json.dumps(dict(SPECS[kind].page)))
     module = json.dumps(folder + "engines/engine-host.js")
-    return f"import({module}).then((m) => m.open({declaration}))"
+    return f"import({module}).then((m) => m.hostFor({declaration}))"
 
 
 __all__ = ["SPECS", "engine_host_js"]
