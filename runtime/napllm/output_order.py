@@ -54,13 +54,12 @@ from .streaming import (
     join_surrogates,
 )
 
-
 #: Output items one response may have (a message, reasoning, each tool call).
 MAX_OUTPUT_ITEMS = 256
 #: Characters (code points) of text, thinking and tool-call arguments one
 #: response may hold, all its items together: about a million tokens, far
-#: past any model's context; 128 generations at this bound stay within the
-#: page's WebAssembly memory.
+#: past any model's context (how many generations run at once is
+#: `ShellPolicy.max_active_total`).
 MAX_OUTPUT_CHARS = 4 * 1024 * 1024
 
 

@@ -554,8 +554,12 @@ def reasoning_added() -> LmspEvent:
             *[ev("response.reasoning_summary_text.delta", item_id="rs_0", delta="a" * MIB)] * 5,
         ],
         call_events("get_weather", "x", fragments=['{"city":"' + "a" * MIB] + ["a" * MIB] * 4)[:-1],
-        [message_added(), text_delta("a" * (3 * MIB)), message_added(1, "msg_1"),
-         text_delta("a" * (3 * MIB), "msg_1")],
+        [
+            message_added(),
+            text_delta("a" * (3 * MIB)),
+            message_added(1, "msg_1"),
+            text_delta("a" * (3 * MIB), "msg_1"),
+        ],
     ],
     ids=["text-deltas", "completed-text", "completed-only", "thinking", "arguments", "two-items"],
 )
