@@ -35,7 +35,9 @@ const longNumbers = Array(1000).fill(-1.2345678901234567e-300);
 shapes.push(Array(8000).fill(longNumbers));
 const received = [];
 for (let round = 0; round < 2; round++) {
-  for (const shape of shapes) received.push(structuredClone({ type: "llm.generate", id: "g", request: shape }));
+  for (const shape of shapes) {
+    received.push(structuredClone({ type: "llm.generate", id: "g", request: shape }));
+  }
 }
 const t = performance.now();
 const wires = received.map((data) => toWireJson(data));
@@ -75,7 +77,8 @@ cases.sharedString = { type: "llm.generate", id: "g", r: Array(9).fill("x".repea
 const out = {};
 for (const [name, value] of Object.entries(cases)) {
   const cloned = structuredClone(value);
-  out[name] = { wire: JSON.parse(toWireJson(cloned)), json: name === "cycle" ? null : JSON.stringify(cloned) };
+  const json = name === "cycle" ? null : JSON.stringify(cloned);
+  out[name] = { wire: JSON.parse(toWireJson(cloned)), json };
 }
 process.stdout.write(JSON.stringify(out));
 """
