@@ -35,8 +35,9 @@ MAX_RECORDED_CHARS = 64 * 1024 * 1024
 #: Most "the shell stopped the napplet" notices one check keeps.
 MAX_STOPS_KEPT = 20
 #: Frame events (console errors, exceptions, CSP reports) kept per kind: a
-#: napplet calling `console.error` in a loop sent millions of DevTools
-#: events, each kept, until the checker ran out of memory with no report.
+#: napplet calling `console.error` in a loop sends DevTools events as fast
+#: as they are delivered, and keeping each grew the checker's memory
+#: without bound (it could be killed before writing a report).
 #: Past the bound they are counted (`event-limit`), and a flood of one kind
 #: cannot push another kind out of the report.
 MAX_FRAME_EVENTS_PER_KIND = 1000
