@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fixtures import WEATHER_FUNCTION, lmsp_request
+from fixtures import WEATHER_FUNCTION, lmsp_request, text_of
 from napllm.errors import ErrorCode, ProviderFailure
 from napllm.lmsp import LmspEvent, LmspRequest
 from napllm.providers.chat_fields import usage_to_lmsp
@@ -1125,3 +1125,24 @@ def test_completeness_of_arguments_split_anywhere_is_the_strict_readers(text: st
             assert arguments.complete() == _is_complete_json(arguments.text), pieces
         assert arguments.complete() == expected
         assert arguments.text == text
+
+
+def test_whitespace_before_any_text_costs_linear_time_and_is_bounded() -> None:
+    # Held whitespace was grown with a copy (and stripped whole) per piece:
+    # 40,000 fragments of 20 spaces took 53 s; and it was counted by no bound.
+    import time
+
+    from napllm.output_order import MAX_OUTPUT_CHARS
+
+    state = ChatStreamToLmsp(parse_tool_call_blocks=True)
+    started = time.perf_counter()
+    for _ in range(40_000):
+        state.feed(chunk({"content": " " * 20}))
+    assert time.perf_counter() - started < 10
+    events = [*state.feed(chunk({"content": "Hi"}, "stop")), *state.finish()]
+    assert text_of(events) == " " * 800_000 + "Hi"
+    state = ChatStreamToLmsp(parse_tool_call_blocks=True)
+    with pytest.raises(ProviderFailure) as info:
+        for _ in range(MAX_OUTPUT_CHARS // (1024 * 1024) + 1):
+            state.feed(chunk({"content": " " * (1024 * 1024)}))
+    assert info.value.code is ErrorCode.PROVIDER_ERROR

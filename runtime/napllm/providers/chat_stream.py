@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from ..errors import ErrorCode, ProviderFailure
 from ..lmsp import CONTEXT_TOO_LONG, LmspEvent
+from ..output_order import MAX_OUTPUT_CHARS
 from ..toolcall_text import MalformedToolCall, ToolCallScanner, parse_tool_call
 from .chat_fields import arguments_text, is_complete_json, malformed, usage_to_lmsp
 
@@ -258,7 +259,11 @@ class ChatStreamToLmsp:
         self._calls: list[_OutputItem] = []
         self._call_at: dict[int, _OutputItem] = {}
         self._scanner = ToolCallScanner()
-        self._ws_hold = ""  # whitespace-only text while no message is open
+        # whitespace-only text while no message is open, as pieces: joined
+        # only when released (a copy per piece was quadratic), at most
+        # MAX_OUTPUT_CHARS of it (it is output, counted nowhere else yet)
+        self._ws_hold: list[str] = []
+        self._ws_chars = 0
         self._withheld: list[str] = []
         self._tool_list_seen = False  # a chunk carried a `tool_calls` list
         self.finish_reason: str | None = None
@@ -331,16 +336,23 @@ class ChatStreamToLmsp:
             },
         )
 
+    def _drop_ws(self) -> None:
+        self._ws_hold = []
+        self._ws_chars = 0
+
     def _plain_text(self, text: str) -> None:
         """Emit text outside tool-call blocks, holding whitespace between blocks."""
         if not text:
             return
         if self._parse_blocks and self._message is None:
-            text = self._ws_hold + text
-            self._ws_hold = ""
             if not text.strip():
-                self._ws_hold = text
+                self._ws_hold.append(text)
+                self._ws_chars += len(text)
+                if self._ws_chars > MAX_OUTPUT_CHARS:
+                    raise _malformed("whitespace longer than the output bound")
                 return
+            text = "".join(self._ws_hold) + text
+            self._drop_ws()
         self._message_part("output_text", text)
 
     def _scan_text(self, text: str) -> None:
@@ -349,7 +361,7 @@ class ChatStreamToLmsp:
             if kind == "text":
                 self._plain_text(piece)
             elif kind == "open":
-                self._ws_hold = ""  # whitespace before a block is dropped
+                self._drop_ws()  # whitespace before a block is dropped
             else:
                 self._block_call(piece)
 
@@ -564,8 +576,8 @@ class ChatStreamToLmsp:
             if open_body is not None and self.finish_reason in _COMPLETED:
                 self._block_call(open_body)  # models often stop right after the JSON
         if self._ws_hold and not self._calls:
-            self._message_part("output_text", self._ws_hold)
-        self._ws_hold = ""
+            self._message_part("output_text", "".join(self._ws_hold))
+        self._drop_ws()
         for call in self._calls:
             if not call.announced:
                 self._start_call(call)
