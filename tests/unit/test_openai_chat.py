@@ -1146,3 +1146,21 @@ def test_whitespace_before_any_text_costs_linear_time_and_is_bounded() -> None:
         for _ in range(MAX_OUTPUT_CHARS // (1024 * 1024) + 1):
             state.feed(chunk({"content": " " * (1024 * 1024)}))
     assert info.value.code is ErrorCode.PROVIDER_ERROR
+
+
+@pytest.mark.parametrize(
+    ("opening", "tools_in_content"),
+    [("<tool_call>", False), ("", True)],
+    ids=["open-block", "webllm-withheld"],
+)
+def test_text_held_back_is_bounded(opening: str, tools_in_content: bool) -> None:
+    # An open <tool_call> block, or WebLLM's text held until its final chunk,
+    # reached no output bound: a server could fill memory until the deadline.
+    from napllm.output_order import MAX_OUTPUT_CHARS
+
+    state = ChatStreamToLmsp(parse_tool_call_blocks=True, tool_text_in_content=tools_in_content)
+    state.feed(chunk({"content": opening}))
+    with pytest.raises(ProviderFailure) as info:
+        for _ in range(MAX_OUTPUT_CHARS // (1024 * 1024) + 1):
+            state.feed(chunk({"content": "x" * (1024 * 1024)}))
+    assert info.value.code is ErrorCode.PROVIDER_ERROR

@@ -260,10 +260,12 @@ class ChatStreamToLmsp:
         self._call_at: dict[int, _OutputItem] = {}
         self._scanner = ToolCallScanner()
         # whitespace-only text while no message is open, as pieces: joined
-        # only when released (a copy per piece was quadratic), at most
-        # MAX_OUTPUT_CHARS of it (it is output, counted nowhere else yet)
+        # only when released (a copy per piece was quadratic)
         self._ws_hold: list[str] = []
-        self._ws_chars = 0
+        # content characters received: text held back (whitespace, a
+        # `<tool_call>` block still open, WebLLM's withheld text) is output
+        # no later bound counts yet, so all of it stays within MAX_OUTPUT_CHARS
+        self._content_chars = 0
         self._withheld: list[str] = []
         self._tool_list_seen = False  # a chunk carried a `tool_calls` list
         self.finish_reason: str | None = None
@@ -338,7 +340,6 @@ class ChatStreamToLmsp:
 
     def _drop_ws(self) -> None:
         self._ws_hold = []
-        self._ws_chars = 0
 
     def _plain_text(self, text: str) -> None:
         """Emit text outside tool-call blocks, holding whitespace between blocks."""
@@ -347,9 +348,6 @@ class ChatStreamToLmsp:
         if self._parse_blocks and self._message is None:
             if not text.strip():
                 self._ws_hold.append(text)
-                self._ws_chars += len(text)
-                if self._ws_chars > MAX_OUTPUT_CHARS:
-                    raise _malformed("whitespace longer than the output bound")
                 return
             text = "".join(self._ws_hold) + text
             self._drop_ws()
@@ -380,6 +378,9 @@ class ChatStreamToLmsp:
     def _text(self, text: str) -> None:
         if not text:
             return
+        self._content_chars += len(text)
+        if self._content_chars > MAX_OUTPUT_CHARS:
+            raise _malformed("content longer than the output bound")
         if self._withhold_text:
             self._withheld.append(text)
         elif self._parse_blocks:
