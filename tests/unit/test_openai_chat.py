@@ -1149,18 +1149,19 @@ def test_whitespace_before_any_text_costs_linear_time_and_is_bounded() -> None:
 
 
 @pytest.mark.parametrize(
-    ("opening", "tools_in_content"),
-    [("<tool_call>", False), ("", True)],
-    ids=["open-block", "webllm-withheld"],
+    ("opening", "tools_in_content", "field"),
+    [("<tool_call>", False, "content"), ("", True, "content"), ("", False, "refusal")],
+    ids=["open-block", "webllm-withheld", "refusal"],
 )
-def test_text_held_back_is_bounded(opening: str, tools_in_content: bool) -> None:
-    # An open <tool_call> block, or WebLLM's text held until its final chunk,
-    # reached no output bound: a server could fill memory until the deadline.
+def test_text_held_back_is_bounded(opening: str, tools_in_content: bool, field: str) -> None:
+    # An open <tool_call> block, WebLLM's text held until its final chunk,
+    # and refusal text reached no output bound: a server could fill memory
+    # until the deadline.
     from napllm.output_order import MAX_OUTPUT_CHARS
 
     state = ChatStreamToLmsp(parse_tool_call_blocks=True, tool_text_in_content=tools_in_content)
     state.feed(chunk({"content": opening}))
     with pytest.raises(ProviderFailure) as info:
         for _ in range(MAX_OUTPUT_CHARS // (1024 * 1024) + 1):
-            state.feed(chunk({"content": "x" * (1024 * 1024)}))
+            state.feed(chunk({field: "x" * (1024 * 1024)}))
     assert info.value.code is ErrorCode.PROVIDER_ERROR

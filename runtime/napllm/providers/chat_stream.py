@@ -375,12 +375,15 @@ class ChatStreamToLmsp:
         self._start_call(call)
         self._call_arguments(call, parsed.arguments)
 
-    def _text(self, text: str) -> None:
-        if not text:
-            return
+    def _count_content(self, text: str) -> None:
         self._content_chars += len(text)
         if self._content_chars > MAX_OUTPUT_CHARS:
             raise _malformed("content longer than the output bound")
+
+    def _text(self, text: str) -> None:
+        if not text:
+            return
+        self._count_content(text)
         if self._withhold_text:
             self._withheld.append(text)
         elif self._parse_blocks:
@@ -533,6 +536,7 @@ class ChatStreamToLmsp:
         if refusal is not None and not isinstance(refusal, str):
             raise malformed("refusal is not text")
         if refusal:
+            self._count_content(refusal)  # kept here, and by no later bound
             self._message_part("refusal", refusal)
         tool_calls = delta.get("tool_calls")
         if tool_calls is not None:
