@@ -378,7 +378,7 @@ class ChatStreamToLmsp:
     def _count_content(self, text: str) -> None:
         self._content_chars += len(text)
         if self._content_chars > MAX_OUTPUT_CHARS:
-            raise _malformed("content longer than the output bound")
+            raise malformed("content longer than the output bound")
 
     def _text(self, text: str) -> None:
         if not text:
