@@ -19,6 +19,13 @@ Rules (LMSP 6.3 output items and their events; NAP-LLM, Delta, Message)
 - A delta for an unknown item, of the wrong kind, after its item completed,
   or an item completed twice, is `provider-error` with the fixed safe
   message (`provider_error`); no provider text is echoed.
+- One response's output is bounded (docs/security.md, "Provider output"):
+  at most `MAX_OUTPUT_ITEMS` output items and `MAX_OUTPUT_CHARS` characters
+  of text, thinking and arguments together (counted as they are kept);
+  past either bound the response is `provider-error` at once. Without them
+  a fast server fills the page's memory before the deadline, and reading
+  an item costs time linear in the items before it (output order), so
+  20,000 items held the page's only thread for minutes.
 """
 
 from __future__ import annotations
@@ -46,6 +53,14 @@ from .streaming import (
     has_lone_surrogate,
     join_surrogates,
 )
+
+#: Output items one response may have (a message, reasoning, each tool call).
+MAX_OUTPUT_ITEMS = 256
+#: Characters (code points) of text, thinking and tool-call arguments one
+#: response may hold, all its items together: about a million tokens, far
+#: past any model's context (how many generations run at once is
+#: `ShellPolicy.max_active_total`).
+MAX_OUTPUT_CHARS = 4 * 1024 * 1024
 
 
 def provider_error(reason: str) -> NapError:
@@ -95,6 +110,14 @@ class OutputOrder:
         self.items: dict[int, _ItemBlocks] = {}
         self._by_id: dict[str, _ItemBlocks] = {}
         self._held_back = False  # a ready block waits for an earlier item
+        self._chars = 0  # characters kept by every block so far
+
+    def _keep(self, block: _Block, piece: str) -> None:
+        """Append `piece` to `block`, within `MAX_OUTPUT_CHARS` for the response."""
+        self._chars += len(piece)
+        if self._chars > MAX_OUTPUT_CHARS:
+            raise provider_error("output longer than the bound")
+        block.fragments.append(piece)
 
     # -- events ----------------------------------------------------------------
 
@@ -124,6 +147,8 @@ class OutputOrder:
         index = self._index_of(data)
         if index in self.items:
             raise provider_error("output_index reused")
+        if len(self.items) >= MAX_OUTPUT_ITEMS:
+            raise provider_error("more output items than the bound")
         if any(
             block.index is not None
             for later, other in self.items.items()
@@ -228,7 +253,7 @@ class OutputOrder:
             return
         piece = block.joiner.feed(delta)
         if piece:
-            block.fragments.append(piece)
+            self._keep(block, piece)
             self._sync(item, block)
 
     def _arguments_delta(self, item: _ItemBlocks, delta: object) -> None:
@@ -239,7 +264,7 @@ class OutputOrder:
         block = item.blocks[0]
         piece = block.joiner.feed(delta)
         if piece:
-            block.fragments.append(piece)
+            self._keep(block, piece)
             self._sync(item, block)
 
     def done(self, data: dict[str, Any]) -> None:
@@ -295,7 +320,7 @@ class OutputOrder:
         block.joiner.discard()
         streamed = block.text
         if not streamed:
-            block.fragments.append(arguments)
+            self._keep(block, arguments)
         elif streamed != arguments and loads_or_invalid(streamed) != loads_or_invalid(arguments):
             raise provider_error("streamed arguments differ from the completed call")
         block.final = arguments
@@ -313,7 +338,7 @@ class OutputOrder:
         if streamed != final:
             if not final.startswith(streamed):
                 raise provider_error("streamed text differs from the completed item")
-            blocks[-1].fragments.append(final[len(streamed) :])
+            self._keep(blocks[-1], final[len(streamed) :])
         for block in blocks:
             block.joiner.discard()  # the completed text holds the whole pair
             block.final = block.text

@@ -21,6 +21,7 @@ from napcheck import assert_safe_error, check_generation, ready, run
 
 from fixtures import WEATHER_TOOL
 from napllm import generations as generations_module
+from napllm import output_order
 from napllm import selections as selections_module
 from napllm.errors import ErrorCode
 from napllm.lmsp import LmspEvent
@@ -499,6 +500,80 @@ async def test_an_item_added_below_a_streaming_one_is_a_provider_error() -> None
     )
     result = await run(h, ep, generate("g1", handle))
     assert_safe_error(result, ErrorCode.PROVIDER_ERROR)
+
+
+# ==========================================================================
+# C. The size of one generation's output (items and characters) is bounded
+
+
+def many_messages(count: int) -> list[LmspEvent]:
+    events = [CREATED]
+    for index in range(count):
+        item_id = f"msg_{index}"
+        events += [
+            message_added(index, item_id),
+            text_delta("x", item_id),
+            message_done("x", index, item_id),
+        ]
+    return [*events, completed()]
+
+
+async def test_output_items_up_to_the_bound_reach_the_napplet() -> None:
+    h, fx, ep, handle = await ready()
+    fx.queue(many_messages(output_order.MAX_OUTPUT_ITEMS))
+    result = await run(h, ep, generate("g1", handle))
+    assert len(result["result"]["content"]) == output_order.MAX_OUTPUT_ITEMS
+
+
+async def test_a_flood_of_output_items_ends_early_with_provider_error() -> None:
+    # Reading each item cost time linear in the items before it: 4,000
+    # items took 5 s of the page's only thread, 20,000 minutes.
+    h, fx, ep, handle = await ready()
+    fx.queue(many_messages(20_000))
+    result = await run(h, ep, generate("g1", handle))
+    assert_safe_error(result, ErrorCode.PROVIDER_ERROR)
+    assert len(h.out(ep)) < 4 * output_order.MAX_OUTPUT_ITEMS  # start, delta, end each
+
+
+MIB = 1024 * 1024
+
+
+def reasoning_added() -> LmspEvent:
+    item = {"id": "rs_0", "type": "reasoning", "summary": []}
+    return ev("response.output_item.added", output_index=0, item=item)
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        [message_added(), *[text_delta("a" * MIB)] * 5],
+        [message_added(), text_delta("a"), message_done("a" * (5 * MIB))],
+        [message_added(), message_done("a" * (5 * MIB))],
+        [
+            reasoning_added(),
+            *[ev("response.reasoning_summary_text.delta", item_id="rs_0", delta="a" * MIB)] * 5,
+        ],
+        call_events("get_weather", "x", fragments=['{"city":"' + "a" * MIB] + ["a" * MIB] * 4)[:-1],
+        [
+            message_added(),
+            text_delta("a" * (3 * MIB)),
+            message_added(1, "msg_1"),
+            text_delta("a" * (3 * MIB), "msg_1"),
+        ],
+    ],
+    ids=["text-deltas", "completed-text", "completed-only", "thinking", "arguments", "two-items"],
+)
+async def test_output_text_past_the_bound_ends_with_provider_error(
+    script: list[LmspEvent],
+) -> None:
+    # Nothing else bounded what one generation keeps: a fast server could
+    # stream gigabytes into the page before the deadline.
+    h, fx, ep, handle = await ready()
+    fx.queue([CREATED, *script, completed()])
+    result = await run(h, ep, with_tools("g1", handle))
+    assert_safe_error(result, ErrorCode.PROVIDER_ERROR)
+    sent = sum(len(json.dumps(e)) for e in h.out(ep))
+    assert sent < output_order.MAX_OUTPUT_CHARS + MIB
 
 
 async def test_shell_keeps_serving_after_hostile_output() -> None:

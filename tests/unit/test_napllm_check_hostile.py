@@ -288,3 +288,23 @@ def test_each_stop_the_shell_shows_is_a_finding() -> None:
     assert len(stops) == check_observe.MAX_STOPS_KEPT
     assert "too many messages" in stops[0].message
     assert analysis.CATEGORIES["napplet-stopped"] == "protocol"
+
+
+def test_a_flood_of_console_errors_is_counted_not_kept_and_cannot_hide_another_kind() -> None:
+    # Every DevTools event was kept: a napplet calling console.error in a
+    # loop grew the checker's memory without bound.
+    run = Run(napplet="n.html")
+    observer = object.__new__(check_observe._Observer)  # only its handlers are used
+    observer.run = run
+    observer._pending_codes = []
+    error = {"type": "error", "args": [{"type": "string", "value": "x" * 5000}]}
+    flood = 20 * check_observe.MAX_FRAME_EVENTS_PER_KIND
+    for _ in range(flood):
+        observer._frame_console(error)
+    observer._record({"kind": "page-error", "data": {"message": "late"}}, None)
+    assert len(run.frame_events) == check_observe.MAX_FRAME_EVENTS_PER_KIND + 1
+    findings = run.conclude()
+    [limit] = [f for f in findings if f.kind == "event-limit"]
+    assert limit.detail == {"kind": "console-error", "count": flood}
+    assert analysis.CATEGORIES["event-limit"] == "errors"
+    assert [f.message for f in findings if f.kind == "page-error"] == ["Uncaught: late"]

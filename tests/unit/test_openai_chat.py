@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fixtures import WEATHER_FUNCTION, lmsp_request
+from fixtures import WEATHER_FUNCTION, lmsp_request, text_of
 from napllm.errors import ErrorCode, ProviderFailure
 from napllm.lmsp import LmspEvent, LmspRequest
 from napllm.providers.chat_fields import usage_to_lmsp
@@ -1050,3 +1050,118 @@ def test_any_chunking_of_the_content_gives_the_same_items(
     for kind, value in whole:
         if kind == "message":
             assert all("<tool_call>{" not in part["text"] for part in value)
+
+
+# --------------------------------------------------------------------------
+# arguments in many fragments: linear, and the same verdicts
+
+
+def test_arguments_in_many_fragments_repeating_the_name_cost_linear_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each fragment copied the whole arguments text, and each that repeated
+    # the name parsed it whole: 50,000 fragments of 20 characters took 85 s,
+    # these 5,000 about a minute.
+    from napllm.providers import chat_fields
+
+    parsed: list[int] = []
+    real = chat_fields.read_json
+
+    def counting(text: str, **options: Any) -> Any:
+        parsed.append(len(text))
+        return real(text, **options)
+
+    monkeypatch.setattr(chat_fields, "read_json", counting)
+    state = ChatStreamToLmsp(parse_tool_call_blocks=False)
+    pieces = ['{"city":"'] + ['Oslo \\" }{ ] ' * 3] * 5_000 + ['"}']
+
+    def fragment(text: str) -> dict[str, Any]:
+        call = {"index": 0, "function": {"name": "get_weather", "arguments": text}}
+        return chunk({"tool_calls": [call]})
+
+    for piece in pieces:
+        state.feed(fragment(piece))
+    events = [*state.feed(chunk({}, "tool_calls")), *state.finish()]
+    [call] = call_items(events)
+    assert call["arguments"] == "".join(pieces)
+    assert sum(parsed) <= 2 * len(call["arguments"])
+
+
+ARGUMENT_TEXTS = [
+    '{"city":"Oslo"}',
+    ' {"a":[1,{"b":"}"}]} \n',
+    '{"a":"\\"}"}',
+    '{"a":"\\\\"}',
+    '{"a":"\\\\"} x',
+    '{"a":1}{"b":2}',
+    '{"a":1',
+    '{"a":1]}',
+    "[1,2,[3]]",
+    '"just a string"',
+    '"\\"',
+    "42",
+    "true ",
+    "1e400",
+    "[" * 50 + "]" * 50,
+    "",
+    "   ",
+    '{"a":"\ud800"}',
+    '{"a":NaN}',
+    "}",
+]
+
+
+@pytest.mark.parametrize("text", ARGUMENT_TEXTS)
+def test_completeness_of_arguments_split_anywhere_is_the_strict_readers(text: str) -> None:
+    from napllm.providers.chat_fields import is_complete_json as _is_complete_json
+    from napllm.providers.chat_stream import _Arguments
+
+    expected = _is_complete_json(text)
+    splits = [[text[:i], text[i:]] for i in range(len(text) + 1)] + [list(text)]
+    for pieces in splits:
+        arguments = _Arguments()
+        for piece in pieces:
+            arguments.append(piece)
+            assert arguments.complete() == _is_complete_json(arguments.text), pieces
+        assert arguments.complete() == expected
+        assert arguments.text == text
+
+
+def test_whitespace_before_any_text_costs_linear_time_and_is_bounded() -> None:
+    # Held whitespace was grown with a copy (and stripped whole) per piece:
+    # 40,000 fragments of 20 spaces took 53 s; and it was counted by no bound.
+    import time
+
+    from napllm.output_order import MAX_OUTPUT_CHARS
+
+    state = ChatStreamToLmsp(parse_tool_call_blocks=True)
+    started = time.perf_counter()
+    for _ in range(40_000):
+        state.feed(chunk({"content": " " * 20}))
+    assert time.perf_counter() - started < 10
+    events = [*state.feed(chunk({"content": "Hi"}, "stop")), *state.finish()]
+    assert text_of(events) == " " * 800_000 + "Hi"
+    state = ChatStreamToLmsp(parse_tool_call_blocks=True)
+    with pytest.raises(ProviderFailure) as info:
+        for _ in range(MAX_OUTPUT_CHARS // (1024 * 1024) + 1):
+            state.feed(chunk({"content": " " * (1024 * 1024)}))
+    assert info.value.code is ErrorCode.PROVIDER_ERROR
+
+
+@pytest.mark.parametrize(
+    ("opening", "tools_in_content", "field"),
+    [("<tool_call>", False, "content"), ("", True, "content"), ("", False, "refusal")],
+    ids=["open-block", "webllm-withheld", "refusal"],
+)
+def test_text_held_back_is_bounded(opening: str, tools_in_content: bool, field: str) -> None:
+    # An open <tool_call> block, WebLLM's text held until its final chunk,
+    # and refusal text reached no output bound: a server could fill memory
+    # until the deadline.
+    from napllm.output_order import MAX_OUTPUT_CHARS
+
+    state = ChatStreamToLmsp(parse_tool_call_blocks=True, tool_text_in_content=tools_in_content)
+    state.feed(chunk({"content": opening}))
+    with pytest.raises(ProviderFailure) as info:
+        for _ in range(MAX_OUTPUT_CHARS // (1024 * 1024) + 1):
+            state.feed(chunk({field: "x" * (1024 * 1024)}))
+    assert info.value.code is ErrorCode.PROVIDER_ERROR

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -269,6 +269,22 @@ async def test_unreachable_and_cut_off() -> None:
             provider(streaming(Body(sse(chunk({"content": "Hi"}), done=False), drop=True)))
         )
     assert info.value.user_hint == CONNECTION_LOST_HINT
+
+
+async def test_a_stream_line_that_never_ends_is_a_provider_error() -> None:
+    class Endless(Body):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield b'data: {"choices": [{"index": 0, "delta": {"content": "'
+            for _ in range(64):  # "without end": 64 MiB, so a regression fails, not hangs
+                yield b"x" * (1024 * 1024)
+                await asyncio.sleep(0)
+
+    body = Endless()
+    with pytest.raises(ProviderFailure) as info:
+        await collect(provider(streaming(body)))
+    assert info.value.code is ErrorCode.PROVIDER_ERROR
+    assert_no_leak(info.value)
+    assert body.closed
 
 
 async def test_cancel_closes_the_stream() -> None:

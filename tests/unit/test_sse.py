@@ -5,10 +5,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from napllm.providers.sse import SseEvent, SseParser, aiter_sse
+from napllm.providers.sse import (
+    MAX_EVENT_CHARS,
+    SseEvent,
+    SseEventTooLarge,
+    SseParser,
+    aiter_sse,
+)
 
 
 def parse(*chunks: bytes) -> list[SseEvent]:
@@ -198,3 +205,38 @@ def test_long_line_in_many_small_chunks() -> None:
     payload = b"id: 9\ndata: " + b"x" * 100_000 + b"\r\n\r\n"
     events = parse(*[payload[i : i + 7] for i in range(0, len(payload), 7)])
     assert events == [SseEvent(event="message", data="x" * 100_000, id="9")]
+
+
+MIB = 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("opening", "piece"),
+    [
+        (b"data: ", b"x" * MIB),  # one line that never ends
+        (b"", b"data: " + b"x" * (MIB - 7) + b"\n"),  # data lines, no blank line
+        (b": ", b"x" * MIB),  # a comment that never ends
+        (b"data: ", "\u00e9".encode() * (MIB // 2)),  # counted in characters
+    ],
+    ids=["line", "data-lines", "comment", "two-byte-characters"],
+)
+def test_an_event_that_never_ends_is_refused_at_the_bound(opening: bytes, piece: bytes) -> None:
+    # A hostile server's event used to grow in the page's memory until the
+    # deadline; the parser now stops at MAX_EVENT_CHARS and stays closed.
+    parser = SseParser()
+    parser.feed(opening)
+    fed = 0
+    with pytest.raises(SseEventTooLarge):
+        while fed <= 4 * MAX_EVENT_CHARS:
+            parser.feed(piece)
+            fed += len(piece)
+    assert fed <= MAX_EVENT_CHARS * 2 + len(piece)
+    assert isinstance(SseEventTooLarge(), ConnectionError)  # callers treat it as a cut
+    assert parser.feed(b"\n\ndata: 1\n\n") == []
+
+
+def test_an_event_just_under_the_bound_and_many_small_events_pass() -> None:
+    big = b"data: " + b"x" * (MAX_EVENT_CHARS - 10) + b"\n\n"
+    assert parse(big[:MIB], big[MIB:]) == [SseEvent("message", "x" * (MAX_EVENT_CHARS - 10), "")]
+    small = b"data: " + b"y" * 1000 + b"\n\n"
+    assert len(parse(small * 20_000)) == 20_000  # 20 MB of events: the bound is per event

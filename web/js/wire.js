@@ -13,7 +13,9 @@
  * - Data larger than `MAX_WIRE_CHARS` of JSON text, or nested deeper than
  *   `MAX_DEPTH`, becomes `{"tooLarge": true, "type", "id"}` instead.
  * - The walk is iterative and stops as soon as a limit is passed, so a
- *   hostile message cannot exhaust the shell's stack or memory.
+ *   hostile message cannot exhaust the shell's stack or memory; it walks
+ *   each object once (shared references are counted, not walked again),
+ *   so its time is linear in what was cloned, not in the JSON text.
  *
  * Own code rather than a library: the check is specific to what structured
  * clone can produce in this realm, and it must never throw.
@@ -42,18 +44,36 @@ function isPlainObject(value) {
  *
  * `budget` is a lower bound of the JSON text length; passing it proves the
  * text would be too large.
+ *
+ * Structured clone keeps shared references, so a message of a few hundred
+ * bytes can be a graph whose JSON text is exponential (`d = [d, d]` forty
+ * times). Walking such a graph value by value costs time in proportion to
+ * its JSON text, up to the budget: a second of the shell's only thread per
+ * message. Each object is therefore walked once: when it is met again, its
+ * text length and the depth below it (kept when its walk ended) are added
+ * without walking it again, so the walk is linear in what was cloned.
  */
 function classify(data, maxChars, maxDepth) {
   let budget = 0;
-  // Each frame: [value, depth, ancestorsAtThisLevel]; `path` holds the
-  // current ancestor chain to detect cycles (shared, non-cyclic references
-  // are legal JSON and are simply walked again).
+  // Each frame: [value, depth, leaving]. `path` holds the ancestor chain
+  // (records of the objects being walked), `onPath` the same objects, to
+  // detect cycles; `done` the objects already walked: {chars, height}.
   const stack = [[data, 0, false]];
   const path = [];
+  const onPath = new Set();
+  const done = new Map();
+  // Note that an object at `depth` exists below the innermost open object.
+  const reach = (depth) => {
+    const top = path[path.length - 1];
+    if (top && depth > top.deepest) top.deepest = depth;
+  };
   while (stack.length > 0) {
     const [value, depth, leaving] = stack.pop();
     if (leaving) {
-      path.pop();
+      const record = path.pop();
+      onPath.delete(value);
+      done.set(value, { chars: budget - record.start, height: record.deepest - depth });
+      reach(record.deepest);
       continue;
     }
     if (value === null) {
@@ -68,10 +88,20 @@ function classify(data, maxChars, maxDepth) {
           break;
         case "number":
           if (!Number.isFinite(value)) return UNCLONABLE;
+          budget += String(value).length; // what JSON writes for it
           break;
         case "object": {
+          const seen = done.get(value);
+          if (seen !== undefined) {
+            if (depth + seen.height >= maxDepth) return TOO_LARGE;
+            budget += seen.chars;
+            reach(depth + seen.height);
+            break;
+          }
           if (depth >= maxDepth) return TOO_LARGE;
-          if (path.includes(value)) return UNCLONABLE;
+          if (onPath.has(value)) return UNCLONABLE;
+          const record = { start: budget, deepest: depth };
+          reach(depth);
           if (Array.isArray(value)) {
             if (Object.getPrototypeOf(value) !== Array.prototype) return UNCLONABLE;
             // Brackets and commas; each element counts its own text when visited.
@@ -80,7 +110,8 @@ function classify(data, maxChars, maxDepth) {
             const keys = Object.keys(value);
             // A hole or an extra named property would be lost or changed by JSON.
             if (keys.length !== value.length) return UNCLONABLE;
-            path.push(value);
+            path.push(record);
+            onPath.add(value);
             stack.push([value, depth, true]);
             for (let i = value.length - 1; i >= 0; i -= 1) {
               if (!Object.prototype.hasOwnProperty.call(value, i)) return UNCLONABLE;
@@ -91,7 +122,8 @@ function classify(data, maxChars, maxDepth) {
             const keys = Object.keys(value);
             budget += 2 + keys.length * 3; // quotes and colon per key
             if (budget > maxChars) return TOO_LARGE;
-            path.push(value);
+            path.push(record);
+            onPath.add(value);
             stack.push([value, depth, true]);
             for (let i = keys.length - 1; i >= 0; i -= 1) {
               const key = keys[i];

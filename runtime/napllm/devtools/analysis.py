@@ -36,6 +36,9 @@ Findings (kind: meaning; every one is a violation)
 - `envelope-limit`: the napplet exchanged more envelopes or text than the
   check records (`check_observe.MAX_RECORDED_ENVELOPES`, `MAX_RECORDED_CHARS`);
   the rest were not checked.
+- `event-limit`: the napplet caused more console errors, exceptions or
+  CSP reports of one kind than the check keeps
+  (`check_observe.MAX_FRAME_EVENTS_PER_KIND`); the rest were counted.
 - `napplet-stopped`: the shell stopped the napplet (too many messages or
   reloads, or its frame left its sandboxed page); the notice it showed.
 - `check-aborted`: the check ended early (the browser or its driver
@@ -68,6 +71,7 @@ CATEGORIES: dict[str, str] = {
     "check-aborted": "steps",
     "inspector-gap": "protocol",
     "envelope-limit": "protocol",
+    "event-limit": "errors",
     "napplet-stopped": "protocol",
 }
 

@@ -34,6 +34,13 @@ MAX_RECORDED_ENVELOPES = 20_000
 MAX_RECORDED_CHARS = 64 * 1024 * 1024
 #: Most "the shell stopped the napplet" notices one check keeps.
 MAX_STOPS_KEPT = 20
+#: Frame events (console errors, exceptions, CSP reports) kept per kind: a
+#: napplet calling `console.error` in a loop sends DevTools events as fast
+#: as they are delivered, and keeping each grew the checker's memory
+#: without bound (it could be killed before writing a report).
+#: Past the bound they are counted (`event-limit`), and a flood of one kind
+#: cannot push another kind out of the report.
+MAX_FRAME_EVENTS_PER_KIND = 1000
 
 #: Runs in the shell page's isolated world `SHELL_WORLD`, before the shell's
 #: own scripts: answers the inspector's "napllm-inspector-listen" event so
@@ -270,7 +277,7 @@ class _Observer:
         if event is None:
             return
         if self._in_napplet(params.get("executionContextId")):
-            self.run.frame_events.append(event)
+            self.run.add_frame_event(event)
         else:
             self.run.shell_console.append("error: " + event["data"]["message"])
 
@@ -289,7 +296,7 @@ class _Observer:
         event = log_event(params)
         # Log entries carry no frame id: a napplet document is about:srcdoc.
         if event is not None and url.startswith("about:"):
-            self.run.frame_events.append(event)
+            self.run.add_frame_event(event)
 
     def _binding(self, params: dict[str, Any]) -> None:
         if params.get("name") != ENVELOPE_BINDING:
@@ -337,15 +344,16 @@ class _Observer:
     def _frame_console(self, params: dict[str, Any]) -> None:
         event = console_event(params)
         if event is not None:
-            self.run.frame_events.append(event)
+            self.run.add_frame_event(event)
 
     def _frame_log(self, params: dict[str, Any]) -> None:
         event = log_event(params)
         if event is not None:
-            self.run.frame_events.append(event)
+            self.run.add_frame_event(event)
 
     def _record(self, event: dict[str, Any], session: Any) -> None:
-        self.run.frame_events.append(event)
+        if not self.run.add_frame_event(event):
+            return
         if event["kind"] == "unhandled-llm-error" and "objectId" in event["data"]:
             self._pending_codes.append((session, event["data"]))
 
@@ -414,6 +422,18 @@ class Run:
     limit_at: int | None = None
     recorded_chars: int = 0
     stops: list[str] = field(default_factory=list)
+    frame_event_counts: dict[str, int] = field(default_factory=dict)
+
+    def add_frame_event(self, event: dict[str, Any]) -> bool:
+        """Keep `event` unless `MAX_FRAME_EVENTS_PER_KIND` of its kind are kept
+        already (then it is only counted, for `event-limit`); True when kept."""
+        kind = str(event.get("kind"))
+        count = self.frame_event_counts.get(kind, 0) + 1
+        self.frame_event_counts[kind] = count
+        if count > MAX_FRAME_EVENTS_PER_KIND:
+            return False
+        self.frame_events.append(event)
+        return True
 
     def take(self, message: Any) -> None:
         """Record one report of `SHELL_SCRIPT` (a JSON list; anything else is a gap).
@@ -464,7 +484,8 @@ class Run:
 
     def recording_findings(self) -> list[Finding]:
         """Findings about the recording itself: envelopes that never arrived
-        (`inspector-gap`) or the check's bound reached (`envelope-limit`)."""
+        (`inspector-gap`) or the check's bounds reached (`envelope-limit`,
+        `event-limit`)."""
         found: list[Finding] = []
         for first, last in self.gaps[:20]:
             found.append(
@@ -475,6 +496,16 @@ class Run:
                     {"first": first, "last": last},
                 )
             )
+        for kind, count in self.frame_event_counts.items():
+            if count > MAX_FRAME_EVENTS_PER_KIND:
+                found.append(
+                    Finding(
+                        "event-limit",
+                        f"The napplet caused {count} {kind} events; the check keeps "
+                        f"{MAX_FRAME_EVENTS_PER_KIND} of each kind, the rest were only counted.",
+                        {"kind": kind, "count": count},
+                    )
+                )
         if self.limit_at is not None:
             found.append(
                 Finding(

@@ -19,14 +19,125 @@ raises `ProviderFailure` without echoing the body.
 
 from __future__ import annotations
 
+import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ErrorCode, ProviderFailure
 from ..lmsp import CONTEXT_TOO_LONG, LmspEvent
+from ..output_order import MAX_OUTPUT_CHARS
 from ..toolcall_text import MalformedToolCall, ToolCallScanner, parse_tool_call
 from .chat_fields import arguments_text, is_complete_json, malformed, usage_to_lmsp
+
+#: Longest top-level scalar (a number or literal, no brackets or quotes)
+#: still parsed to see whether it is complete; call arguments are objects.
+_MAX_SCALAR_ARGUMENTS = 1024
+_WHITESPACE = " \t\r\n"
+_SPECIAL = re.compile(r'[\\"{}\[\]]')
+
+
+class _Arguments:
+    """A tool call's arguments text, appended piece by piece.
+
+    Why not a `str` grown with `+=`: each piece copied the whole text, and
+    `complete()` parsed it whole at every fragment that repeated the call's
+    name, so 50,000 fragments of 20 characters (1 MB, what a server sends
+    in a few MB of SSE) took 85 s of the page's only thread. Pieces are
+    joined when the text is read; `complete()` runs the strict reader only
+    when a scan kept across pieces (brackets and strings, linear in the
+    text) finds one top-level value followed by nothing but whitespace, and
+    keeps the reader's verdict until something else than whitespace
+    arrives, so every piece is scanned once and parsed at most once.
+    """
+
+    def __init__(self) -> None:
+        self._pieces: list[str] = []
+        self._joined = ""
+        self._depth = 0
+        self._in_string = False
+        self._escape = False
+        self._started = ""  # first non-whitespace character: "{", "[", '"' or other
+        self._ended = False  # the top-level value has ended
+        self._extra = False  # something else than whitespace came after it
+        self._length = 0
+        self._verdict: bool | None = None  # the reader's, since the value ended
+
+    def __bool__(self) -> bool:
+        return self._length > 0
+
+    def append(self, piece: str) -> None:
+        """Add `piece` to the text (linear in `piece`)."""
+        if not piece:
+            return
+        self._pieces.append(piece)
+        self._length += len(piece)
+        self._scan(piece)
+
+    @property
+    def text(self) -> str:
+        """The whole text so far."""
+        if len(self._pieces) > 1 or (self._pieces and self._pieces[0] is not self._joined):
+            self._joined = "".join(self._pieces)
+            self._pieces = [self._joined]
+        return self._joined
+
+    def complete(self) -> bool:
+        """Whether the text is one strict JSON value (`jsontext.read_json`)."""
+        if self._extra or not self._started:
+            return False
+        if self._started not in '{["':
+            return self._length <= _MAX_SCALAR_ARGUMENTS and is_complete_json(self.text)
+        if not self._ended:
+            return False
+        if self._verdict is None:
+            self._verdict = is_complete_json(self.text)
+        return self._verdict
+
+    def _scan(self, piece: str) -> None:
+        if self._extra:
+            return
+        pos = 0
+        if not self._started:
+            rest = piece.lstrip(_WHITESPACE)
+            if not rest:
+                return
+            self._started = rest[0]
+            pos = len(piece) - len(rest)
+        if self._started not in '{["':
+            return  # a scalar: parsed whole by `complete`, within its bound
+        if self._escape:  # the previous piece ended in a backslash
+            self._escape = False
+            pos += 1
+        if self._ended:
+            self._extra = bool(piece[pos:].strip(_WHITESPACE))
+            return
+        skip = pos  # a backslash escapes the next character, whatever it is
+        for match in _SPECIAL.finditer(piece, pos):
+            at = match.start()
+            if at < skip:
+                continue
+            char = match.group()
+            if self._in_string:
+                if char == "\\":
+                    skip = at + 2
+                    self._escape = skip > len(piece)
+                    continue
+                if char != '"':
+                    continue
+                self._in_string = False
+            elif char == '"':
+                self._in_string = True
+                continue
+            elif char in "{[":
+                self._depth += 1
+                continue
+            elif char in "}]":
+                self._depth -= 1
+            if self._depth <= 0 and not self._in_string:
+                self._ended = True
+                self._extra = bool(piece[at + 1 :].strip(_WHITESPACE))
+                return
 
 
 @dataclass
@@ -43,7 +154,7 @@ class _OutputItem:
     raw_id: str | None = None  # the server's tool call id
     call_id: str = ""
     name: str = ""
-    arguments: str = ""
+    arguments: _Arguments = field(default_factory=_Arguments)
     announced: bool = False
     done: bool = False
 
@@ -63,7 +174,7 @@ class _OutputItem:
             "type": "function_call",
             "call_id": self.call_id,
             "name": self.name,
-            "arguments": self.arguments,
+            "arguments": self.arguments.text,
         }
 
 
@@ -148,7 +259,13 @@ class ChatStreamToLmsp:
         self._calls: list[_OutputItem] = []
         self._call_at: dict[int, _OutputItem] = {}
         self._scanner = ToolCallScanner()
-        self._ws_hold = ""  # whitespace-only text while no message is open
+        # whitespace-only text while no message is open, as pieces: joined
+        # only when released (a copy per piece was quadratic)
+        self._ws_hold: list[str] = []
+        # content characters received: text held back (whitespace, a
+        # `<tool_call>` block still open, WebLLM's withheld text) is output
+        # no later bound counts yet, so all of it stays within MAX_OUTPUT_CHARS
+        self._content_chars = 0
         self._withheld: list[str] = []
         self._tool_list_seen = False  # a chunk carried a `tool_calls` list
         self.finish_reason: str | None = None
@@ -221,16 +338,19 @@ class ChatStreamToLmsp:
             },
         )
 
+    def _drop_ws(self) -> None:
+        self._ws_hold = []
+
     def _plain_text(self, text: str) -> None:
         """Emit text outside tool-call blocks, holding whitespace between blocks."""
         if not text:
             return
         if self._parse_blocks and self._message is None:
-            text = self._ws_hold + text
-            self._ws_hold = ""
             if not text.strip():
-                self._ws_hold = text
+                self._ws_hold.append(text)
                 return
+            text = "".join(self._ws_hold) + text
+            self._drop_ws()
         self._message_part("output_text", text)
 
     def _scan_text(self, text: str) -> None:
@@ -239,7 +359,7 @@ class ChatStreamToLmsp:
             if kind == "text":
                 self._plain_text(piece)
             elif kind == "open":
-                self._ws_hold = ""  # whitespace before a block is dropped
+                self._drop_ws()  # whitespace before a block is dropped
             else:
                 self._block_call(piece)
 
@@ -255,9 +375,15 @@ class ChatStreamToLmsp:
         self._start_call(call)
         self._call_arguments(call, parsed.arguments)
 
+    def _count_content(self, text: str) -> None:
+        self._content_chars += len(text)
+        if self._content_chars > MAX_OUTPUT_CHARS:
+            raise malformed("content longer than the output bound")
+
     def _text(self, text: str) -> None:
         if not text:
             return
+        self._count_content(text)
         if self._withhold_text:
             self._withheld.append(text)
         elif self._parse_blocks:
@@ -291,7 +417,7 @@ class ChatStreamToLmsp:
         self._close(self._reasoning)
         self._announce(call)
         if call.arguments:
-            self._emit_arguments(call, call.arguments)
+            self._emit_arguments(call, call.arguments.text)
 
     def _emit_arguments(self, call: _OutputItem, delta: str) -> None:
         self._emit(
@@ -302,7 +428,7 @@ class ChatStreamToLmsp:
     def _call_arguments(self, call: _OutputItem, delta: str) -> None:
         if not delta:
             return
-        call.arguments += delta
+        call.arguments.append(delta)
         if call.announced:
             self._emit_arguments(call, delta)
 
@@ -333,9 +459,7 @@ class ChatStreamToLmsp:
                 call.raw_id = call.call_id = raw_id
         else:
             # no id: a new name after a finished call starts the next call
-            new_call = bool(
-                name and call.name and (name != call.name or is_complete_json(call.arguments))
-            )
+            new_call = bool(name and call.name and (name != call.name or call.arguments.complete()))
         if new_call:
             call = _OutputItem(
                 "function_call",
@@ -351,7 +475,7 @@ class ChatStreamToLmsp:
         if call.announced:
             self._call_arguments(call, arguments)
         else:
-            call.arguments += arguments
+            call.arguments.append(arguments)
             if call.name:
                 self._start_call(call)
 
@@ -412,6 +536,7 @@ class ChatStreamToLmsp:
         if refusal is not None and not isinstance(refusal, str):
             raise malformed("refusal is not text")
         if refusal:
+            self._count_content(refusal)  # kept here, and by no later bound
             self._message_part("refusal", refusal)
         tool_calls = delta.get("tool_calls")
         if tool_calls is not None:
@@ -456,8 +581,8 @@ class ChatStreamToLmsp:
             if open_body is not None and self.finish_reason in _COMPLETED:
                 self._block_call(open_body)  # models often stop right after the JSON
         if self._ws_hold and not self._calls:
-            self._message_part("output_text", self._ws_hold)
-        self._ws_hold = ""
+            self._message_part("output_text", "".join(self._ws_hold))
+        self._drop_ws()
         for call in self._calls:
             if not call.announced:
                 self._start_call(call)

@@ -23,6 +23,13 @@ Rules (WHATWG "Interpreting an event stream")
 - Dispatch: an event whose data buffer is empty (no `data` line) is not
   dispatched; otherwise the final LF of the data is removed.
 - A final event not terminated by a blank line is discarded at end of stream.
+
+Bound (docs/security.md, "Provider output"): the event being built (its
+data so far and the line not yet ended) holds at most `MAX_EVENT_CHARS`
+characters; past that `feed` raises `SseEventTooLarge`, a `ConnectionError`
+(the stream is unusable, as when it is cut off). A stream is otherwise
+unbounded in length; a line that never ends, or `data:` lines without the
+blank line that dispatches them, used to grow in memory until the deadline.
 """
 
 from __future__ import annotations
@@ -33,6 +40,15 @@ from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
+
+#: Characters one event may hold while it is built (its data lines and the
+#: line not yet ended): the strict JSON reader's own limit
+#: (`jsontext.DEFAULT_MAX_CHARS`), so no payload it would accept is refused.
+MAX_EVENT_CHARS = 16 * 1024 * 1024
+
+
+class SseEventTooLarge(ConnectionError):
+    """An event (or one line) grew past `MAX_EVENT_CHARS` before it ended."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,13 +72,16 @@ class SseParser:
 
     Usage: `events = parser.feed(chunk)` for every chunk of the body, then
     `parser.close()` at the end of the stream (which discards an event not
-    terminated by a blank line). Never raises on any input.
+    terminated by a blank line). Raises `SseEventTooLarge` past
+    `MAX_EVENT_CHARS`, and nothing else on any input.
     Implements WHATWG HTML 9.2.6 (see the module docstring).
     """
 
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._partial: list[str] = []  # decoded text of the line not yet ended
+        self._partial_chars = 0
+        self._data_chars = 0  # characters in `_data`, with one per line end
         self._skip_lf = False  # the previous text ended in CR
         self._bom_checked = False
         self._event_type = ""
@@ -108,10 +127,11 @@ class SseParser:
         if _LINE_END.search(text) is None:
             # no line end: keep the piece (joining only when a line completes
             # keeps a long line arriving in many chunks linear, not quadratic)
-            self._partial.append(text)
+            self._hold(text)
             return []
         buffer = "".join(self._partial) + text
         self._partial = []
+        self._partial_chars = 0
         events: list[SseEvent] = []
         start = 0
         for match in _LINE_END.finditer(buffer):
@@ -123,8 +143,22 @@ class SseParser:
                 # a CR ending this text may be the first half of a CRLF
                 self._skip_lf = True
         if start < len(buffer):
-            self._partial.append(buffer[start:])
+            self._hold(buffer[start:])
         return events
+
+    def _hold(self, piece: str) -> None:
+        """Keep `piece` of the line not yet ended, within the bound."""
+        self._partial.append(piece)
+        self._partial_chars += len(piece)
+        self._check_size()
+
+    def _check_size(self) -> None:
+        if self._partial_chars + self._data_chars > MAX_EVENT_CHARS:
+            self._closed = True
+            self._partial = []
+            self._partial_chars = 0
+            self._reset_event()
+            raise SseEventTooLarge("an event of the stream is larger than the bound")
 
     def _process_line(self, line: str) -> SseEvent | None:
         if not line:
@@ -138,7 +172,9 @@ class SseParser:
             self._event_type = value
         elif name == "data":
             self._data.append(value)
+            self._data_chars += len(value) + 1
             self._has_data = True
+            self._check_size()
         elif name == "id" and "\x00" not in value:
             self.last_event_id = value
         elif name == "retry" and value.isascii() and value.isdigit():
@@ -161,6 +197,7 @@ class SseParser:
     def _reset_event(self) -> None:
         self._event_type = ""
         self._data = []
+        self._data_chars = 0
         self._has_data = False
 
 

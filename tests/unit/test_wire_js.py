@@ -1,0 +1,93 @@
+"""web/js/wire.js on values with shared references, as structured clone delivers them.
+
+`toWireJson` runs on the shell's only thread for every message a napplet
+posts. Structured clone keeps shared references, so a message of a few
+hundred bytes can be a graph whose JSON text is exponential; the walk must
+cost time in proportion to what was cloned, not to that text (see
+docs/security.md, "Memory and work per napplet"). node runs the module as it
+is; every value is passed through `structuredClone` first, as postMessage
+would.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from nodejs import needs_node, run_module
+
+MODULE = Path(__file__).resolve().parents[2] / "web" / "js" / "wire.js"
+
+pytestmark = needs_node
+
+HOSTILE = """
+import { toWireJson } from %s;
+const shapes = [];
+let d = "s"; for (let i = 0; i < 60; i++) d = [d, d];
+shapes.push(d);
+let o = 0; for (let i = 0; i < 60; i++) o = { a: o, b: o };
+shapes.push(o);
+const numbers = Array.from({ length: 1000 }, (_, i) => i);
+shapes.push(Array(8400).fill(numbers));
+const wide = {}; for (let i = 0; i < 1000; i++) wide["k" + i] = 0;
+shapes.push(Array(2500).fill(wide));
+const longNumbers = Array(1000).fill(-1.2345678901234567e-300);
+shapes.push(Array(8000).fill(longNumbers));
+const received = [];
+for (let round = 0; round < 2; round++) {
+  for (const shape of shapes) {
+    received.push(structuredClone({ type: "llm.generate", id: "g", request: shape }));
+  }
+}
+const t = performance.now();
+const wires = received.map((data) => toWireJson(data));
+const ms = performance.now() - t;
+process.stdout.write(JSON.stringify({ ms, out: wires.map((w) => JSON.parse(w)) }));
+"""
+
+
+def test_a_message_sharing_references_costs_its_clone_not_its_json_text() -> None:
+    # Each of these took 0.7 to 1.3 s (walked value by value up to the 8 MiB
+    # budget); a frame's flood budget let a napplet post eight of them per
+    # 10 s window, holding the shell's thread for as long.
+    got = run_module(HOSTILE % json.dumps(MODULE.as_uri()))
+    assert got["out"] == [{"tooLarge": True, "type": "llm.generate", "id": "g"}] * 10
+    assert got["ms"] < 1000, got["ms"]
+
+
+SHARED = """
+import { toWireJson } from %s;
+const cases = {};
+const str = { type: "string" };
+const schema = { type: "object", properties: { a: str, b: str, c: { type: "array", items: str } } };
+const message = { role: "user", content: [{ type: "text", text: "hi" }] };
+cases.shared = { type: "llm.generate", id: "g", request: { messages: [message, message],
+  tools: [{ name: "t", parameters: schema }, { name: "u", parameters: schema }] } };
+// A shared object met first near the top and again deep down: too deep there.
+const leaf = { x: { y: {} } }; let deep = leaf; for (let i = 0; i < 125; i++) deep = { a: deep };
+let chain = leaf; for (let i = 0; i < 3; i++) chain = { a: chain };
+cases.deepAgain = { type: "llm.generate", id: "g", first: chain, then: deep };
+const fits = { x: leaf };
+let under = fits; for (let i = 0; i < 100; i++) under = { a: under };
+cases.notTooDeep = { type: "llm.generate", id: "g", first: fits, then: under };
+const cyc = { type: "llm.generate", id: "g", a: {} }; cyc.a.back = cyc; cyc.b = cyc.a;
+cases.cycle = cyc;
+// Many references to one string: counted each time.
+cases.sharedString = { type: "llm.generate", id: "g", r: Array(9).fill("x".repeat(1024 * 1024)) };
+const out = {};
+for (const [name, value] of Object.entries(cases)) {
+  const cloned = structuredClone(value);
+  const json = name === "cycle" ? null : JSON.stringify(cloned);
+  out[name] = { wire: JSON.parse(toWireJson(cloned)), json };
+}
+process.stdout.write(JSON.stringify(out));
+"""
+
+
+def test_shared_references_keep_their_verdicts() -> None:
+    got = run_module(SHARED % json.dumps(MODULE.as_uri()))
+    assert got["shared"]["wire"] == {"json": got["shared"]["json"]}
+    assert got["notTooDeep"]["wire"] == {"json": got["notTooDeep"]["json"]}
+    assert got["deepAgain"]["wire"] == {"tooLarge": True, "type": "llm.generate", "id": "g"}
+    assert got["cycle"]["wire"] == {"unclonable": True, "type": "llm.generate", "id": "g"}
+    assert got["sharedString"]["wire"] == {"tooLarge": True, "type": "llm.generate", "id": "g"}
