@@ -1114,12 +1114,12 @@ ARGUMENT_TEXTS = [
 @pytest.mark.parametrize("text", ARGUMENT_TEXTS)
 def test_completeness_of_arguments_split_anywhere_is_the_strict_readers(text: str) -> None:
     from napllm.providers.chat_fields import is_complete_json as _is_complete_json
-    from napllm.providers.chat_stream import _Arguments
+    from napllm.providers.chat_arguments import ArgumentsText
 
     expected = _is_complete_json(text)
     splits = [[text[:i], text[i:]] for i in range(len(text) + 1)] + [list(text)]
     for pieces in splits:
-        arguments = _Arguments()
+        arguments = ArgumentsText()
         for piece in pieces:
             arguments.append(piece)
             assert arguments.complete() == _is_complete_json(arguments.text), pieces
