@@ -395,7 +395,7 @@ def test_a_tab_keeps_its_build_when_another_tab_updates(
 
         # T2 did not reload: it is still served build A's files, from A's precache.
         assert t2.evaluate(ENGINE_TEXT) == build_a
-        assert t2.evaluate(f"() => import('./{ENGINE}').then((m) => typeof m.open)") == (
+        assert t2.evaluate(f"() => import('./{ENGINE}').then((m) => typeof m.hostFor)") == (
             "function"
         )
         assert len(t2.evaluate(PRECACHES)) == 2
