@@ -5,7 +5,9 @@
  *
  * Rules
  * - Model files are cached only once verified (`verifiedModel`): status
- *   200, or 206 covering the whole file; a content type that is not text,
+ *   200 or 206, read with its `Content-Range` (when present, whatever the
+ *   status, it must cover the whole file: a 200 carrying a slice's range is
+ *   refused) and an uncompressed `Content-Length` that agrees with it; a content type that is not text,
  *   HTML, JSON or XML; for GGUF the magic `GGUF` at byte 0; exactly the
  *   declared length; and no more bytes than the ceiling of its kind
  *   (`LIMITS`, the numbers of web/engines/limits.js, which this classic
@@ -77,9 +79,9 @@
 
   // ------------------------------------------------------------ model files
 
-  /** Total size of a 206 answer that covers the whole file, else null. */
+  /** Total size of an answer whose Content-Range covers the whole file, else null. */
   function completeRange(response) {
-    const match = /^bytes 0-(\d+)\/(\d+)$/.exec(response.headers.get("content-range") || "");
+    const match = /^bytes 0-(\d+)\/(\d+)$/.exec((response.headers.get("content-range") || "").trim());
     if (!match) return null;
     const last = Number(match[1]);
     const total = Number(match[2]);
@@ -95,16 +97,19 @@
    */
   function verifiedModel(response, { gguf, limit = limitOf(response.url || (gguf ? "m.gguf" : "m.onnx")) }) {
     if (!response || !response.body) return null;
+    if (response.status !== 200 && response.status !== 206) return null;
+    // Read by status, Content-Range, Content-Length and Content-Encoding
+    // together: a Content-Range (whatever the status) must be the whole
+    // file, and an uncompressed length must agree with it.
     let total = null;
-    if (response.status === 206) {
+    if (response.status === 206 || response.headers.has("content-range")) {
       total = completeRange(response);
       if (total === null) return null;
-    } else if (response.status !== 200) {
-      return null;
     }
     if (NOT_A_MODEL.test(response.headers.get("content-type") || "")) return null;
     const encoding = (response.headers.get("content-encoding") || "identity").toLowerCase();
     const declared = Number(response.headers.get("content-length"));
+    if (total !== null && encoding === "identity" && response.headers.has("content-length") && declared !== total) return null;
     const expected = total !== null
       ? total
       : encoding === "identity" && response.headers.has("content-length") && Number.isSafeInteger(declared)
@@ -190,13 +195,17 @@
     event.respondWith(
       fetch(request).then((response) => {
         if (response.status !== 200 && response.status !== 206) return response;
-        if (response.status === 206 && request.headers.has("range")) {
-          // The rest of a resumed download (web/engines/download.js checks
-          // the joined bytes; no cache can keep a 206): its total must still
-          // be within the ceiling, and it must not be text.
+        if (request.headers.has("range")) {
+          // An answer to a resumed download (web/engines/download.js reads
+          // its status, ranges, lengths and validators together and checks
+          // the joined bytes; nothing here caches it): it must not be text,
+          // and the total it names must be within the ceiling. A 200 that
+          // carries a slice's Content-Range reaches download.js, which asks
+          // for the whole file again.
           const range = /\/(\d+)$/.exec(response.headers.get("content-range") || "");
-          const total = range ? Number(range[1]) : NaN;
-          if (!Number.isSafeInteger(total) || total > limitOf(request.url)
+          const total = range ? Number(range[1]) : null;
+          if (response.status === 206 && total === null) return Response.error();
+          if ((total !== null && (!Number.isSafeInteger(total) || total > limitOf(request.url)))
             || NOT_A_MODEL.test(response.headers.get("content-type") || "")) return Response.error();
           return response;
         }

@@ -8,9 +8,14 @@
  * - A body that goes past its bound errors with `DownloadTooLarge` (which
  *   cancels the download); the engine reports its usual download failure
  *   and evicts the URL, as for any bad download.
+ * - Time (`timedFetch`; docs/security.md, "Every wait on a model host or a
+ *   worker is bounded"): an answer's headers come within
+ *   `HEADERS_TIMEOUT_MS` and its body never goes `IDLE_TIMEOUT_MS` without
+ *   a byte (limits.js), else the request is aborted and fails with
+ *   `DownloadStalled`, which a fresh request may cure.
  */
 
-import { MAX_ONNX_OTHER_BYTES, MAX_ONNX_WEIGHTS_BYTES } from "./limits.js";
+import { HEADERS_TIMEOUT_MS, IDLE_TIMEOUT_MS, MAX_ONNX_OTHER_BYTES, MAX_ONNX_WEIGHTS_BYTES } from "./limits.js";
 
 /** Statuses whose answers have no body (a Response with one cannot be made). */
 const NULL_BODY_STATUS = new Set([101, 103, 204, 205, 304]);
@@ -22,6 +27,96 @@ export class DownloadTooLarge extends Error {
     this.name = "DownloadTooLarge";
     this.type = "download_error";
   }
+}
+
+/** A request whose answer or body stopped coming (`timedFetch`): a fresh request may cure it. */
+export class DownloadStalled extends Error {
+  constructor(what, ms) {
+    const time = ms >= 1000 ? `${Math.round(ms / 1000)} s` : `${ms} ms`;
+    super(what === "headers" ? `the host sent no answer within ${time}` : `the host sent nothing for ${time}`);
+    this.name = "DownloadStalled";
+    this.type = "download_error";
+    this.retryable = true;
+  }
+}
+
+/**
+ * `fetchFn` bounded in time (module rules): its promise rejects with
+ * `DownloadStalled` when no answer came within `headersMs`, and the
+ * answer's body errors with it when it goes `idleMs` without a byte; the
+ * request is aborted either way. The caller's `init.signal` still aborts
+ * it. The answer keeps its status, headers, `type` and `url`.
+ */
+export function timedFetch(fetchFn, { headersMs = HEADERS_TIMEOUT_MS, idleMs = IDLE_TIMEOUT_MS } = {}) {
+  return async (input, init = {}) => {
+    const controller = new AbortController();
+    const outer = init.signal || (input && typeof input === "object" && input.signal) || null;
+    const follow = () => controller.abort(outer.reason);
+    if (outer?.aborted) controller.abort(outer.reason);
+    else outer?.addEventListener("abort", follow, { once: true });
+    const done = () => outer?.removeEventListener("abort", follow);
+    // Ends the wait whether or not `fetchFn` honours the abort.
+    let give = () => {};
+    const given = new Promise((resolve, reject) => {
+      give = reject;
+    });
+    given.catch(() => {});
+    const stall = (what, ms) => {
+      const stalled = new DownloadStalled(what, ms);
+      controller.abort(stalled);
+      give(stalled);
+    };
+    let timer = setTimeout(() => stall("headers", headersMs), headersMs);
+    let response;
+    try {
+      response = await Promise.race([fetchFn(input, { ...init, signal: controller.signal }), given]);
+    } catch (error) {
+      done();
+      throw error;
+    } finally {
+      clearTimeout(timer);
+    }
+    if (!response || !response.body) {
+      done();
+      return response;
+    }
+    const reader = response.body.getReader();
+    const body = new ReadableStream({
+      async pull(stream) {
+        const next = new Promise((resolve, reject) => {
+          give = reject;
+        });
+        timer = setTimeout(() => stall("body", idleMs), idleMs);
+        try {
+          const step = await Promise.race([reader.read(), next]);
+          clearTimeout(timer);
+          if (step.done) {
+            done();
+            stream.close();
+          } else {
+            stream.enqueue(step.value);
+          }
+        } catch (error) {
+          clearTimeout(timer);
+          done();
+          reader.cancel(error).catch(() => {});
+          stream.error(error);
+        }
+      },
+      cancel(reason) {
+        clearTimeout(timer);
+        done();
+        return reader.cancel(reason);
+      },
+    });
+    const timed = new Response(NULL_BODY_STATUS.has(response.status) ? null : body, {
+      status: response.status,
+      statusText: response.statusText,
+      headers: response.headers,
+    });
+    for (const name of ["type", "url", "redirected"]) Object.defineProperty(timed, name, { value: response[name] });
+    return timed;
+  };
 }
 
 /**

@@ -2,84 +2,102 @@
  * Resumable model downloads: one module every engine (and the page's
  * "Download for offline use") fetches model files through.
  *
- * Rules (docs/security.md, "Stored data": downloads are bounded and resumed
- * only from verified bytes)
+ * Rules (docs/security.md, "Stored data": a model file is stored only
+ * whole, downloads are bounded, every wait is bounded)
+ * - Every answer is read by its status, `Content-Range`, `Content-Length`,
+ *   `Content-Encoding` and validators together (download-answer.js
+ *   `readAnswer`), before any byte of its body is used.
  * - A file is downloaded into *parts*: its bytes so far, already checked,
  *   kept in the Cache Storage cache `napllm-download-parts` together with a
  *   record of the file (`meta`: URL, total length, validator, content type,
- *   the parts' offsets). A part is written before the record that names it,
- *   so a record never names bytes that are not stored. When the download
- *   is cut (the body errors, the tab closes), what arrived stays there.
- * - The next attempt (right away: up to `RETRIES` times while each attempt
- *   adds bytes; a restart from zero adds none; or after a reload, in
- *   another tab, by another engine) asks for the rest only:
- *   `Range: bytes=<received>-` with `If-Range:` the stored validator (a
- *   strong ETag, else a strong Last-Modified: `validatorOf`). It continues
- *   only when the answer is `206` with `Content-Range: bytes <received>-<total-1>/<total>`
- *   for the same total, repeating the stored validator exactly (a `206`
- *   without it or with another is another file: restart `changed`). A `200`
- *   means the file changed (another validator: restart `changed`) or the
- *   host ignores ranges (restart `no-ranges`); the stored parts are then
- *   dropped and the `200` body is the new download from byte 0. A file with
- *   no validator, no declared length or a compressed body is never resumed:
- *   its bytes are not stored as parts (a cut fails the download at once).
- * - Every check of a whole answer holds over the joined bytes: status (200,
- *   or 206 for the rest), a content type that is not text, HTML, JSON or
- *   XML (`binary`), the GGUF magic at byte 0 (`gguf`), exactly the declared
- *   total, and at most `limit` bytes (the ceiling of the file's kind,
- *   limits.js; a declared total above it fails before any byte is read).
- *   Nothing partial is ever handed to an engine: the result is the whole
- *   file or an error.
+ *   the parts' offsets; download-store.js). A part is written before the
+ *   record that names it. When the download is cut, what arrived stays.
+ *   Only a file with a strong validator (a strong ETag, else a strong
+ *   Last-Modified), an announced length and an uncompressed body is kept
+ *   in parts and *resumed*: `Range: bytes=<received>-` with `If-Range:`
+ *   the validator, continued only by a `206` that is the rest of the same
+ *   file. Any other file is *restarted* from zero after a cut (a weak ETag,
+ *   no validator, a compressed body, no length): nothing says the next
+ *   answer is the same file, so no bytes of an earlier try are joined.
+ * - A `200` to a request for the rest is the whole file again (the host
+ *   ignores ranges, or the file changed): the parts are dropped and it is
+ *   the new download from byte 0. An answer that cannot be used but a
+ *   request from zero may cure (a `200` carrying a slice's
+ *   `Content-Range`, a `206` that is not the asked rest, a `416`, lengths
+ *   that disagree) drops the parts; the next try asks for the whole file.
+ * - Stored only whole: the file handed over (and put into `store`) has
+ *   exactly the length the host announced for the whole file
+ *   (`Content-Range`'s total, else an uncompressed `Content-Length`; a
+ *   compressed or unannounced body is whole when its transfer ended
+ *   cleanly), and `size` when the caller knows it (a catalogue). Besides:
+ *   a content type that is not text, HTML, JSON or XML (`binary`), the
+ *   GGUF magic at byte 0 (`gguf`), at most `limit` bytes (the ceiling of
+ *   the file's kind, limits.js) and at most `room` bytes (the space the
+ *   storage check found, storage.js; an announced size above it fails
+ *   before any byte is read). A body longer than announced fails.
+ * - Tries: every failure a fresh request may cure is tried again, whatever
+ *   validators the host sends: a cut, a reset, no answer, a stall
+ *   (bounded.js `timedFetch`: no headers within `HEADERS_TIMEOUT_MS`, no
+ *   byte for `IDLE_TIMEOUT_MS`), a `5xx`/`408`/`429` (after its
+ *   `Retry-After`, when at most `MAX_RETRY_AFTER_MS`; a longer one fails at
+ *   once), an unusable answer (a restart). Each waits `RETRY_BASE_MS *
+ *   2^(n-1)` before the n-th try in a row without progress; a try that
+ *   stored `MIN_PROGRESS` bytes of the same file starts the count again.
+ *   At most `RETRIES` tries in a row without progress and `MAX_REQUESTS`
+ *   requests in all. The user's `signal` cancels at any time (the parts
+ *   stay). Each retry is reported (`retrying`), each restart says why.
+ * - Errors: `NotAModel` (status, type, magic, a length beyond the
+ *   announced one or the catalogue's; `type: "download_error"`; the parts
+ *   are dropped), `DownloadTooLarge` (bounded.js; dropped too),
+ *   `DownloadNoRoom` (`type: "storage_error"`), `DownloadRestarted` (the
+ *   tries were spent on restarts from zero; says why) or
+ *   `DownloadInterrupted` (the tries were spent on cuts, stalls or host
+ *   errors; the parts stay for the next call). Every message is this
+ *   module's own text. `discardDownload(url)` forgets an unfinished
+ *   download (the Storage panel's Delete).
  * - Once whole, the file is put into the cache `store` (when given: the
  *   cache its engine reads from; not a file a build's precache holds, which
- *   ships with the app), and its parts are deleted. When a file
- *   of a `store` was last used (downloaded, or read from there) is kept in
- *   the cache `napllm-model-use` (`modelUse`), for the Storage panel.
+ *   ships with the app), and its parts are deleted. When a file of a
+ *   `store` was last used is kept in `napllm-model-use` (`modelUse`).
  * - One download per URL across tabs and workers of this origin: the
- *   download runs under the Web Lock `napllm-download <url>`. A second
- *   caller waits for the lock and meanwhile reports the first one's
- *   progress (BroadcastChannel `napllm-downloads`); with the lock it finds
- *   the file in `store` (or resumes from the parts the first one left).
- * - Progress (`onProgress`): `{url, received, total, bytesPerSecond,
- *   secondsLeft, resumedFrom, restarted, shared}`; `restarted` is null or
- *   the reason the download began again from zero; `shared`: the bytes are
- *   another tab's download. At most every `PROGRESS_MS`.
- * - Errors: `NotAModel` (status, type, magic, length; `type:
- *   "download_error"`; the parts are dropped), `DownloadTooLarge`
- *   (bounded.js; dropped too), `DownloadRestarted` (the retries were spent
- *   on restarts from zero; says why) or, when the retries are spent, the network's
- *   error (a cut body, no answer at all, or a host error 5xx/408/429: the
- *   parts stay for the next try). `discardDownload(url)` forgets an
- *   unfinished download (the Storage panel's Delete).
- * - Layout: this module is the fetch and resume loop; the parts store,
- *   the records of use and the lookups of whole copies are
- *   download-store.js.
+ *   download runs under the Web Lock `napllm-download <url>`, released when
+ *   it ends, which every bound above makes happen. A second caller waits
+ *   for the lock and meanwhile reports the first one's progress
+ *   (BroadcastChannel `napllm-downloads`); with the lock it finds the file
+ *   in `store` (or resumes from the parts the first one left).
+ * - Progress (`onProgress`): download-progress.js.
  * - Own code, not a library: Workbox's range support only answers ranges
  *   from a whole cached copy, and the download libraries for browsers keep
  *   their bytes in memory or hand them to a file picker; none checks bytes
  *   before keeping them or resumes across tabs and reloads.
  */
 
-import { DownloadTooLarge } from "./bounded.js";
+import { DownloadStalled, DownloadTooLarge, timedFetch } from "./bounded.js";
+import { readAnswer, validatorOf } from "./download-answer.js";
+import { Meter, RESTART_TEXT } from "./download-progress.js";
 import {
   dropParts, inAppCache, partsCache, readMeta, readPart, storedCopy, storePart, touchModel,
 } from "./download-store.js";
+import { HEADERS_TIMEOUT_MS, IDLE_TIMEOUT_MS, MAX_RETRY_AFTER_MS, RETRY_BASE_MS } from "./limits.js";
 
-// The parts store and the records of use live in download-store.js; the
-// page and the engines import them from here as before.
+// The parts store and the records of use live in download-store.js, the
+// progress texts in download-progress.js; the page and the engines import
+// them from here as before.
 export {
   discardDownload, forgetModelUse, modelUse, PARTS_CACHE, touchModel, unfinishedDownloads, USE_CACHE,
 } from "./download-store.js";
+export { describeProgress } from "./download-progress.js";
 
 /** BroadcastChannel name on which downloads report progress to other tabs. */
 export const CHANNEL = "napllm-downloads";
 /** Bytes gathered in memory before they are stored as one part. */
 const PART_BYTES = 8 * 1024 * 1024;
-/** Attempts after a cut, each of which must add bytes. */
+/** Tries in a row without progress after the first. */
 const RETRIES = 4;
-/** Wait before the n-th retry (ms): RETRY_MS * 2^(n-1). */
-const RETRY_MS = 300;
-const PROGRESS_MS = 100;
+/** Requests of one download call, however much each added. */
+const MAX_REQUESTS = 64;
+/** Bytes a try must add to the kept parts to count as progress. */
+const MIN_PROGRESS = 256 * 1024;
 const GGUF_MAGIC = [0x47, 0x47, 0x55, 0x46];
 const NOT_BINARY = /^text\/|html|json|xml/i;
 
@@ -92,178 +110,73 @@ export class NotAModel extends Error {
   }
 }
 
+/** The file is larger than the space the storage check found (`room`). */
+export class DownloadNoRoom extends Error {
+  constructor(total) {
+    super(`the file (${total} bytes or more) does not fit in the space this browser has left`);
+    this.name = "DownloadNoRoom";
+    this.type = "storage_error";
+  }
+}
+
 /**
- * The tries ran out while each began again from zero: `reason` is
- * `"changed"` (the file changed on the server at every try) or
- * `"no-ranges"` (the server cannot resume and the body broke off at every
- * try). The parts of the last try stay. The message is this module's own
+ * The tries ran out while each began again from zero: `reason` is a key of
+ * download-progress.js `RESTART_TEXT` (`"changed"`, `"no-ranges"`,
+ * `"slice"`, `"inconsistent"`, `"cut"`). The message is this module's own
  * text, fit for the user.
  */
 export class DownloadRestarted extends Error {
   constructor(reason, tries) {
-    super(reason === "changed"
-      ? `the file changed on the server at every try (${tries} tries)`
-      : `the server cannot resume downloads and the download broke off at every try (${tries} tries)`);
+    const text = reason === "no-ranges"
+      ? "the server cannot resume downloads and the download broke off"
+      : RESTART_TEXT[reason] || "the download began again";
+    super(`${text} at every try (${tries} tries)`);
     this.name = "DownloadRestarted";
     this.type = "download_error";
     this.reason = reason;
   }
 }
 
-/** The body broke off before the whole file arrived (the parts are kept). */
-class Cut extends Error {
-  constructor(cause) {
-    super("the download was cut off");
-    this.name = "DownloadCut";
+/**
+ * The tries ran out on cuts, stalls or host errors (`why`: the last one,
+ * in this module's words). What arrived of a resumable file is kept: the
+ * next call continues. `retryable`: always true.
+ */
+export class DownloadInterrupted extends Error {
+  constructor(why, tries) {
+    super(`${why} (${tries} ${tries === 1 ? "try" : "tries"})`);
+    this.name = "DownloadInterrupted";
+    this.type = "download_error";
+    this.why = why;
+    this.retryable = true;
+  }
+}
+
+/**
+ * A try that a fresh request may cure: `why` (text), `wait` (ms asked by
+ * `Retry-After`, or null), `restart` (null, or why the next try starts from zero).
+ */
+class Retry extends Error {
+  constructor(why, { wait = null, restart = null, cause = null } = {}) {
+    super(why);
+    this.name = "DownloadRetry";
+    this.wait = wait;
+    this.restart = restart;
     this.cause = cause;
   }
 }
 
-// ------------------------------------------------------------ validators
-
-/**
- * The validator `If-Range` may carry (RFC 9110 13.1.5, which compares
- * strongly): a strong ETag; else, only when the file has no ETag at all,
- * Last-Modified when it is strong (8.8.2.2: the answer's Date is at least
- * one second later); else null (the file is not resumed). A weak ETag
- * (`W/`) is never sent, and hides the date too.
- */
-function validatorOf(headers) {
-  const etag = headers.get("etag");
-  if (etag) return etag.startsWith("W/") ? null : { etag, lastModified: null };
-  const lastModified = headers.get("last-modified");
-  if (!lastModified) return null;
-  const modified = Date.parse(lastModified);
-  const date = Date.parse(headers.get("date") || "");
-  return Number.isFinite(modified) && Number.isFinite(date) && date - modified >= 1000
-    ? { etag: null, lastModified }
-    : null;
-}
-
-/** Whether a 200's `headers` name another version than the stored validator `stored` (for the progress text). */
-function changed(stored, headers) {
-  if (!stored) return false;
-  if (stored.etag) return headers.has("etag") && headers.get("etag") !== stored.etag;
-  return headers.has("last-modified") && headers.get("last-modified") !== stored.lastModified;
-}
-
-/**
- * Whether a 206's `headers` repeat the stored validator exactly: the same
- * strong ETag (the stored one is strong, so equal text is the strong
- * comparison), else the same Last-Modified. A 206 that lacks it or carries
- * another is of another file, whatever If-Range asked for.
- */
-function sameFile(stored, headers) {
-  if (!stored) return false;
-  if (stored.etag) return headers.get("etag") === stored.etag;
-  return Boolean(stored.lastModified) && headers.get("last-modified") === stored.lastModified;
-}
-
-/** `[start, end, total]` of a `Content-Range: bytes start-end/total`, else null. */
-function contentRange(headers) {
-  const match = /^bytes (\d+)-(\d+)\/(\d+)$/.exec(headers.get("content-range") || "");
-  if (!match) return null;
-  const values = match.slice(1).map(Number);
-  return values.every(Number.isSafeInteger) ? values : null;
-}
-
-// ------------------------------------------------------------ progress
-
-/** Reports progress at most every PROGRESS_MS, with speed and time left. */
-class Meter {
-  constructor(url, onProgress, channel) {
-    this.url = url;
-    this.onProgress = onProgress;
-    this.channel = channel;
-    this.last = 0;
-    this.samples = [];
-    this.resumedFrom = 0;
-    this.restarted = null;
-  }
-
-  report(received, total, force = false) {
-    const now = Date.now();
-    this.samples.push([now, received]);
-    while (this.samples.length > 2 && now - this.samples[0][0] > 3000) this.samples.shift();
-    if (!force && now - this.last < PROGRESS_MS) return;
-    this.last = now;
-    const [t0, b0] = this.samples[0];
-    const bytesPerSecond = now > t0 && received >= b0 ? ((received - b0) * 1000) / (now - t0) : 0;
-    const secondsLeft = total && bytesPerSecond > 0 ? Math.max(0, (total - received) / bytesPerSecond) : null;
-    const event = {
-      url: this.url,
-      received,
-      total,
-      bytesPerSecond,
-      secondsLeft,
-      resumedFrom: this.resumedFrom,
-      restarted: this.restarted,
-      shared: false,
-    };
-    try {
-      this.onProgress(event);
-    } catch {
-      /* a failing reporter never breaks a download */
-    }
-    if (this.channel) this.channel.postMessage({ type: "progress", ...event });
-  }
-}
-
-function bytesText(bytes) {
-  const units = ["B", "kB", "MB", "GB"];
-  let amount = Number(bytes) || 0;
-  let unit = 0;
-  while (amount >= 1000 && unit < units.length - 1) {
-    amount /= 1000;
-    unit += 1;
-  }
-  return unit === 0 ? `${amount} B` : `${amount.toFixed(amount < 10 ? 1 : 0)} ${units[unit]}`;
-}
-
-/**
- * One line for a progress event (`onProgress`): "12 MB of 40 MB, 2.1 MB/s,
- * 14 s left", with why it began again or where it resumed.
- */
-export function describeProgress(event) {
-  if (!event) return "";
-  const parts = [event.total ? `${bytesText(event.received)} of ${bytesText(event.total)}` : bytesText(event.received)];
-  if (event.bytesPerSecond > 0) parts.push(`${bytesText(event.bytesPerSecond)}/s`);
-  if (Number.isFinite(event.secondsLeft) && event.secondsLeft !== null) parts.push(`${Math.ceil(event.secondsLeft)} s left`);
-  let text = parts.join(", ");
-  if (event.restarted === "no-ranges") text += " (the server cannot resume downloads: started again)";
-  else if (event.restarted === "changed") text += " (the file changed on the server: started again)";
-  else if (event.resumedFrom > 0) text += ` (resumed at ${bytesText(event.resumedFrom)})`;
-  if (event.shared) text += " (in another tab)";
-  return text;
-}
-
-// ------------------------------------------------------------ one attempt
-
-/**
- * Check the headers of an answer that starts at byte 0 (status 200) and
- * return `{total, resumable}`; throws NotAModel / DownloadTooLarge.
- */
-function checkWhole(response, { binary, limit }) {
-  if (response.status !== 200 || !response.body) throw new NotAModel(`status ${response.status}`);
-  if (binary && NOT_BINARY.test(response.headers.get("content-type") || "")) {
-    throw new NotAModel("not a model content type");
-  }
-  const encoding = (response.headers.get("content-encoding") || "identity").toLowerCase();
-  const declared = Number(response.headers.get("content-length"));
-  const hasLength = response.headers.has("content-length") && Number.isSafeInteger(declared) && declared >= 0;
-  if (hasLength && declared > limit) throw new DownloadTooLarge("the declared length is above the ceiling");
-  const total = encoding === "identity" && hasLength ? declared : null;
-  const ranges = (response.headers.get("accept-ranges") || "").toLowerCase() !== "none";
-  return { total, resumable: total !== null && ranges && validatorOf(response.headers) !== null };
-}
+// ------------------------------------------------------------ one try
 
 /**
  * Read `response`'s body into `state` from `state.received` on, checking
- * magic, length and ceiling; stores parts when `state.meta` is set.
- * Resolves when the body ended; throws NotAModel, DownloadTooLarge or Cut.
+ * magic, length, ceiling and room; stores parts when `state.meta` is set.
+ * Resolves when the whole file arrived; throws NotAModel,
+ * DownloadTooLarge, DownloadNoRoom or Retry (a cut, a stall, a body that
+ * ended early).
  */
 async function readBody(response, state, options, meter) {
-  const { gguf, limit } = options;
+  const { gguf, limit, room } = options;
   const reader = response.body.getReader();
   let buffered = [];
   let size = 0;
@@ -282,7 +195,10 @@ async function readBody(response, state, options, meter) {
       try {
         step = await reader.read();
       } catch (error) {
-        throw new Cut(error);
+        throw new Retry(error instanceof DownloadStalled ? error.message : "the download was cut off", {
+          restart: state.meta ? null : "cut",
+          cause: error,
+        });
       }
       if (step.done) break;
       const value = step.value;
@@ -292,8 +208,9 @@ async function readBody(response, state, options, meter) {
         }
       }
       seen += value.byteLength;
-      if (state.total !== null && seen > state.total) throw new NotAModel("longer than declared");
+      if (state.total !== null && seen > state.total) throw new NotAModel("longer than the host announced");
       if (seen > limit) throw new DownloadTooLarge();
+      if (room !== null && seen > room) throw new DownloadNoRoom(seen);
       buffered.push(value);
       size += value.byteLength;
       if (size >= PART_BYTES) {
@@ -304,8 +221,8 @@ async function readBody(response, state, options, meter) {
     }
   } catch (error) {
     reader.cancel().catch(() => {});
-    if (error instanceof Cut && state.meta) {
-      // What arrived is checked so far: keep it for the next attempt.
+    if (error instanceof Retry && state.meta) {
+      // What arrived is checked so far: keep it for the next try.
       await flush().catch(() => {});
       state.received = state.meta.received;
     }
@@ -314,100 +231,93 @@ async function readBody(response, state, options, meter) {
   await flush();
   state.received = seen;
   if (gguf && seen < GGUF_MAGIC.length) throw new NotAModel("not a GGUF file");
-  if (state.total !== null && seen !== state.total) throw new NotAModel("incomplete file");
+  if (state.total !== null && seen < state.total) {
+    // The body ended cleanly before the announced size: the connection closed early.
+    throw new Retry("the download ended before the whole file arrived", { restart: state.meta ? null : "cut" });
+  }
 }
 
-/** Start `state` afresh from the 200 `response` (byte 0). */
-async function startWhole(response, state, options, meter) {
-  const { total, resumable } = checkWhole(response, options);
+/** The size checks of an announced `total` (null: none) before any byte is read. */
+function checkTotal(total, options) {
+  if (total === null) return;
+  if (total > options.limit) throw new DownloadTooLarge("the announced length is above the ceiling");
+  if (options.size !== null && total !== options.size) throw new NotAModel("not the size its catalogue names");
+  if (options.room !== null && total > options.room) throw new DownloadNoRoom(total);
+}
+
+/** Refuse a text answer where a binary file is expected (`binary`). */
+function checkType(response, options) {
+  if (options.binary && NOT_BINARY.test(response.headers.get("content-type") || "")) {
+    throw new NotAModel("not a model content type");
+  }
+}
+
+/** Start `state` afresh from `response`, whose body is the whole file (`verdict`: readAnswer's `whole`). */
+async function startWhole(response, verdict, state, options, meter) {
+  checkType(response, options);
+  checkTotal(verdict.total, options);
   if (state.cache) await dropParts(state.cache, state.url);
-  state.total = total;
+  if (verdict.restarted) {
+    meter.restarted = verdict.restarted;
+    state.restarted = verdict.restarted;
+  }
+  state.total = verdict.total;
   state.received = 0;
   state.memory = [];
-  state.meta = resumable && state.cache
-    ? {
-      url: state.url,
-      total,
-      validator: validatorOf(response.headers),
-      type: response.headers.get("content-type") || "application/octet-stream",
-      parts: [],
-      received: 0,
-    }
-    : null;
   state.type = response.headers.get("content-type") || "application/octet-stream";
-  state.validator = validatorOf(response.headers);
+  state.validator = verdict.validator;
+  // Resumed later only with a strong validator, an announced total and a plain body.
+  const encoding = (response.headers.get("content-encoding") || "identity").toLowerCase();
+  const ranges = (response.headers.get("accept-ranges") || "").toLowerCase() !== "none";
+  const resumable = verdict.validator !== null && verdict.total !== null && encoding === "identity" && ranges;
+  state.meta = resumable && state.cache
+    ? { url: state.url, total: verdict.total, validator: verdict.validator, type: state.type, parts: [], received: 0 }
+    : null;
   meter.resumedFrom = 0;
   await readBody(response, state, options, meter);
 }
 
-/** Note that this attempt begins again from byte 0, and why (`"changed"` or `"no-ranges"`). */
-function restarting(state, meter, reason) {
-  meter.restarted = reason;
-  state.restarted = reason;
-}
-
-/** One request: the rest after the stored parts, or the whole file. */
-async function attempt(state, options, meter) {
-  const { fresh } = options;
-  // A request that never got an answer (offline, host unreachable) is a
-  // cut: the stored parts stay.
-  const fetchFn = (url, init) => options.fetchFn(url, init).catch((error) => {
-    throw error instanceof TypeError && !options.signal?.aborted ? new Cut(error) : error;
-  });
-  const init = { cache: fresh ? "reload" : "default", signal: options.signal, headers: options.headers };
+/** One request: the rest after the stored parts, or the whole file; throws Retry for another try. */
+async function attempt(state, options, meter, retry) {
   const meta = state.meta;
-  if (!meta || meta.received === 0) {
-    await startWhole(await fetchFn(state.url, init), state, options, meter);
-    return;
+  const start = meta && meta.received > 0 ? meta.received : 0;
+  // A retry goes past the HTTP cache, which may hold the answer that failed.
+  const init = { cache: options.fresh || retry ? "reload" : "default", signal: options.signal, headers: options.headers };
+  if (start > 0) {
+    // no-store: a range answer is not worth keeping in the HTTP cache.
+    init.cache = "no-store";
+    init.headers = { ...options.headers, Range: `bytes=${start}-`, "If-Range": meta.validator.etag || meta.validator.lastModified };
   }
-  const validator = meta.validator.etag || meta.validator.lastModified;
-  // no-store: a range answer is not worth keeping in the HTTP cache.
-  const response = await fetchFn(state.url, {
-    ...init,
-    cache: "no-store",
-    headers: { ...options.headers, Range: `bytes=${meta.received}-`, "If-Range": validator },
-  });
-  if (response.status === 206) {
-    const range = contentRange(response.headers);
-    const encoding = (response.headers.get("content-encoding") || "identity").toLowerCase();
-    if (!range || range[0] !== meta.received || range[2] !== meta.total || range[1] !== meta.total - 1
-      || encoding !== "identity" || !sameFile(meta.validator, response.headers)) {
-      // Not the rest of the same file: start again from zero.
+  let response;
+  try {
+    response = await options.fetchFn(state.url, init);
+  } catch (error) {
+    // No answer at all (offline, host unreachable, a stall): the parts stay.
+    if (options.signal?.aborted || !(error instanceof TypeError || error instanceof DownloadStalled)) throw error;
+    throw new Retry(error instanceof DownloadStalled ? error.message : "no answer from the host", { cause: error });
+  }
+  const verdict = readAnswer(response, { start, validator: meta?.validator ?? null, total: meta?.total ?? null });
+  if (verdict.use !== "whole" && verdict.use !== "rest") response.body?.cancel().catch(() => {});
+  if (verdict.use === "whole") {
+    try {
+      await startWhole(response, verdict, state, options, meter);
+    } catch (error) {
       response.body?.cancel().catch(() => {});
-      await dropParts(state.cache, state.url);
-      state.meta = null;
-      restarting(state, meter, "changed");
-      await startWhole(await fetchFn(state.url, init), state, options, meter);
-      return;
+      throw error;
     }
-    if (options.binary && NOT_BINARY.test(response.headers.get("content-type") || "")) {
-      response.body?.cancel().catch(() => {});
-      throw new NotAModel("not a model content type");
-    }
+  } else if (verdict.use === "rest") {
+    checkType(response, options);
     state.total = meta.total;
     state.received = meta.received;
     meter.resumedFrom = meta.received;
     await readBody(response, state, options, meter);
-    return;
+  } else if (verdict.use === "restart") {
+    throw new Retry(verdict.why, { restart: verdict.reason });
+  } else if (verdict.use === "retry") {
+    throw new Retry(verdict.why, { wait: verdict.wait });
+  } else {
+    throw new NotAModel(verdict.why);
   }
-  if (response.status === 200) {
-    restarting(state, meter, changed(meta.validator, response.headers) ? "changed" : "no-ranges");
-    await startWhole(response, state, options, meter);
-    return;
-  }
-  response.body?.cancel().catch(() => {});
-  if (response.status >= 500 || response.status === 408 || response.status === 429) {
-    // The host is unwell for now: the stored parts stay, the attempt counts as cut.
-    throw new Cut(new NotAModel(`status ${response.status}`));
-  }
-  if (response.status === 416) {
-    await dropParts(state.cache, state.url);
-    state.meta = null;
-    restarting(state, meter, "changed");
-    await startWhole(await fetchFn(state.url, init), state, options, meter);
-    return;
-  }
-  throw new NotAModel(`status ${response.status}`);
 }
 
 /** The whole file as a Blob: the stored parts (or the bytes kept in memory). */
@@ -416,25 +326,29 @@ async function joined(state) {
   const blobs = [];
   for (const [offset] of state.meta.parts) {
     const part = await readPart(state.cache, state.url, offset);
-    if (!part) throw new Cut(new Error("a stored part is gone"));
+    if (!part) throw new Retry("a stored part is gone", { restart: "inconsistent" });
     blobs.push(await part.blob());
   }
   const blob = new Blob(blobs, { type: state.type });
-  if (blob.size !== state.total) throw new NotAModel("the stored parts do not add up to the file");
+  if (blob.size !== state.total) throw new Retry("the stored parts do not add up to the file", { restart: "inconsistent" });
   return blob;
 }
 
 function sleep(ms, signal) {
   return new Promise((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(signal.reason);
+      return;
+    }
     const timer = setTimeout(resolve, ms);
     signal?.addEventListener("abort", () => {
       clearTimeout(timer);
       reject(signal.reason);
-    });
+    }, { once: true });
   });
 }
 
-/** The download itself (the caller holds the lock). */
+/** The download itself (the caller holds the lock): tries until whole or spent (module rules). */
 async function run(url, options, meter) {
   const state = {
     url, cache: null, meta: null, memory: [], total: null, received: 0, type: "", validator: null, restarted: null,
@@ -456,34 +370,48 @@ async function run(url, options, meter) {
     }
   }
   let tries = 0;
+  let requests = 0;
   // Why the tries since the last real progress began again from zero.
   let restartedFor = null;
-  for (;;) {
+  let blob = null;
+  while (blob === null) {
     const before = state.meta ? state.meta.received : 0;
     state.restarted = null;
+    requests += 1;
     try {
-      await attempt(state, options, meter);
-      break;
+      await attempt(state, options, meter, requests > 1);
+      meter.report(state.received, state.total, true);
+      blob = await joined(state);
     } catch (error) {
-      const aborted = Boolean(options.signal?.aborted);
-      if (!(error instanceof Cut) || aborted) {
-        // A bad answer: none of its bytes are kept (an abort keeps them).
-        if (state.cache && !(error instanceof Cut) && !aborted) await dropParts(state.cache, url).catch(() => {});
-        throw error instanceof Cut ? error.cause : error;
+      if (options.signal?.aborted) throw error instanceof Retry && error.cause ? error.cause : error;
+      if (!(error instanceof Retry)) {
+        // A bad answer: none of its bytes are kept.
+        if (state.cache) await dropParts(state.cache, url).catch(() => {});
+        throw error;
+      }
+      if (error.restart) {
+        if (state.cache) await dropParts(state.cache, url).catch(() => {});
+        state.meta = null;
+        state.restarted = error.restart;
+        meter.restarted = error.restart;
       }
       // A restart from zero is no progress, however far it got: a host
       // whose file changes at every try would otherwise be tried forever.
-      const progressed = !state.restarted && state.meta && state.meta.received > before;
+      const progressed = !state.restarted && state.meta !== null && state.meta.received - before >= MIN_PROGRESS;
       if (state.restarted) restartedFor = state.restarted;
       else if (progressed) restartedFor = null;
       tries = progressed ? 1 : tries + 1;
-      if (tries > RETRIES && restartedFor) throw new DownloadRestarted(restartedFor, tries);
-      if (!state.meta || tries > RETRIES) throw error.cause;
-      await sleep(RETRY_MS * 2 ** (tries - 1), options.signal);
+      const tooLong = error.wait !== null && error.wait > options.maxRetryAfterMs;
+      if (tries > RETRIES || requests >= MAX_REQUESTS || tooLong) {
+        if (tooLong) throw new DownloadInterrupted(`${error.message}: the host asks to wait ${Math.ceil(error.wait / 1000)} s`, requests);
+        if (restartedFor) throw new DownloadRestarted(restartedFor, tries);
+        throw new DownloadInterrupted(`${error.message} at every try`, tries);
+      }
+      const wait = error.wait ?? options.retryMs * 2 ** (tries - 1);
+      meter.retry(error.message, wait, requests);
+      await sleep(wait, options.signal);
     }
   }
-  meter.report(state.received, state.total, true);
-  const blob = await joined(state);
   if (options.store && "caches" in self && !(await inAppCache(url))) {
     const headers = { "content-type": state.type || "application/octet-stream", "content-length": String(blob.size) };
     if (state.validator?.etag) headers.etag = state.validator.etag;
@@ -499,12 +427,17 @@ async function run(url, options, meter) {
  * what an earlier attempt left (module rules).
  * Options: `limit` (bytes, required: the ceiling of the file's kind),
  * `gguf` (check the magic), `binary` (refuse text types; default true),
- * `fresh` (past the HTTP cache and not from `store`: a retry after a failed
- * load; stored parts are still resumed), `store` (Cache Storage
- * name the whole file is put into under `url`, and looked up in first),
- * `onProgress(event)`, `signal` (AbortSignal), `fetchFn` (default `fetch`),
- * `headers` (sent with every request, besides `Range`/`If-Range`).
- * Throws NotAModel, DownloadTooLarge, or the network's error.
+ * `size` (bytes: the length a catalogue names, or null), `room` (bytes the
+ * storage check allows, or null), `fresh` (past the HTTP cache and not
+ * from `store`: a retry after a failed load; stored parts are still
+ * resumed), `store` (Cache Storage name the whole file is put into under
+ * `url`, and looked up in first), `onProgress(event)`, `signal`
+ * (AbortSignal: cancels at any time), `fetchFn` (default `fetch`),
+ * `headers` (sent with every request, besides `Range`/`If-Range`), and the
+ * time bounds `headersMs`, `idleMs`, `retryMs`, `maxRetryAfterMs`
+ * (default: limits.js).
+ * Throws NotAModel, DownloadTooLarge, DownloadNoRoom, DownloadRestarted,
+ * DownloadInterrupted, or the signal's reason.
  */
 export async function downloadModelFile(url, options) {
   url = new URL(String(url), self.location.href).href;
@@ -513,13 +446,22 @@ export async function downloadModelFile(url, options) {
     gguf: false,
     fresh: false,
     store: null,
+    size: null,
+    room: null,
     onProgress: () => {},
     fetchFn: (input, init) => fetch(input, init),
+    headersMs: HEADERS_TIMEOUT_MS,
+    idleMs: IDLE_TIMEOUT_MS,
+    retryMs: RETRY_BASE_MS,
+    maxRetryAfterMs: MAX_RETRY_AFTER_MS,
     ...options,
   };
   // The caller's own request headers (a token, say), as a plain object.
   opts.headers = Object.fromEntries(new Headers(options.headers || {}).entries());
   if (!Number.isSafeInteger(opts.limit) || opts.limit <= 0) throw new TypeError("downloadModelFile needs a limit");
+  if (!Number.isSafeInteger(opts.size) || opts.size < 0) opts.size = null;
+  if (!Number.isFinite(opts.room) || opts.room < 0) opts.room = null;
+  opts.fetchFn = timedFetch(opts.fetchFn, { headersMs: opts.headersMs, idleMs: opts.idleMs });
   if (!opts.fresh) {
     const stored = await storedCopy(opts.store, url);
     if (stored) {
@@ -561,16 +503,18 @@ export async function downloadModelFile(url, options) {
 /**
  * A `fetch` replacement for a library that fetches model files itself
  * (transformers.js, WebLLM): GET requests for which `isModelFile(url)`
- * holds are downloaded through `downloadModelFile` (with
- * `limitFor(url)`) and answered as a whole `200` from the joined bytes;
- * every other request goes to `fetchFn` unchanged.
+ * holds are downloaded through `downloadModelFile` (with `limitFor(url)`
+ * and `extra`'s options) and answered as a whole `200` from the joined
+ * bytes; every other request goes to `fetchFn` bounded in time (bounded.js
+ * `timedFetch`).
  */
 export function resumableFetch(fetchFn, isModelFile, limitFor, extra = {}) {
+  const timed = timedFetch(fetchFn, { headersMs: extra.headersMs, idleMs: extra.idleMs });
   return async (input, init = {}) => {
     const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
     const method = (init.method || (typeof input === "object" && input.method) || "GET").toUpperCase();
     const headers = new Headers(init.headers || (typeof input === "object" && !(input instanceof URL) ? input.headers : {}));
-    if (method !== "GET" || headers.has("range") || !isModelFile(url)) return fetchFn(input, init);
+    if (method !== "GET" || headers.has("range") || !isModelFile(url)) return timed(input, init);
     const blob = await downloadModelFile(url, {
       ...extra,
       headers,

@@ -24,8 +24,9 @@
  *   `urlFields`: load fields (dotted paths) holding URLs relative to the
  *   shell page, sent to the worker as absolute URLs;
  *   `room`: the load field with the model file's URL that must fit in the
- *   browser's storage before a download (storage.js `roomForModel`: one
- *   copy, the service worker's);
+ *   browser's storage before a download (storage.js `roomCheck`: one
+ *   copy, the service worker's); the worker gets the space found as the
+ *   load field `roomBytes`, where its download stops;
  *   `progressVerb`: the first word of its progress labels (default `Loading`);
  *   `adapter`: a page module (relative to the shell's folder) for an engine
  *   whose worker is driven by its library's own page-side client (WebLLM):
@@ -42,6 +43,10 @@
  *   without that hook gets one `napllmHost.notice` per load.
  * - A worker that dies ends its open chats with `inference` and its pending
  *   loads with `load` (worker-bridge.js) and forgets the models it held.
+ *   A worker whose load goes `WORKER_IDLE_MS` (limits.js) without a
+ *   message is ended the same way, that load answering `stalled`; an
+ *   adapter's `connect` is bounded by the adapter (webllm-engine.js). The
+ *   failed entry is forgotten either way, so the next request loads again.
  * - Every value crossing to Python is JSON text or a plain string:
  *   `ensureModel` answers `{"ok": true, ...}` or `{"ok": false, "kind"}`;
  *   a chat is started with `startChat` (a stream id), read with
@@ -50,8 +55,9 @@
  *   (batcher.js: false while a delivery delay hands chunks over one by one).
  */
 
-import { roomForModel } from "../js/storage.js";
+import { roomCheck } from "../js/storage.js";
 import { isFallback, requestAdapter, vendorOf } from "./gpu.js";
+import { WORKER_IDLE_MS } from "./limits.js";
 import { loadingNotice, progress } from "./page.js";
 import * as streams from "./streams.js";
 import { WorkerBridge, cancelChat } from "./worker-bridge.js";
@@ -176,10 +182,11 @@ class EngineHost {
   /** The bridge of the worker that loads `entry`'s model. */
   bridgeFor(entry) {
     if (this.declaration.workers === "per-model") {
-      return new WorkerBridge(startWorker(this.declaration.worker), { onFailure: () => this.forgetLoaded(entry.bridge) });
+      return new WorkerBridge(startWorker(this.declaration.worker), { loadIdleMs: WORKER_IDLE_MS, onFailure: () => this.forgetLoaded(entry.bridge) });
     }
     if (!this.shared) {
       const bridge = new WorkerBridge(startWorker(this.declaration.worker), {
+        loadIdleMs: WORKER_IDLE_MS,
         onFailure: () => {
           if (this.shared === bridge) this.shared = null;
           this.forgetLoaded(bridge);
@@ -230,10 +237,13 @@ class EngineHost {
     const declaration = this.declaration;
     resolveUrls(fields, Array.isArray(declaration.urlFields) ? declaration.urlFields : []);
     if (declaration.room && typeof fields[declaration.room] === "string") {
-      if (!(await roomForModel(fields[declaration.room], { copies: 1, connectionId }))) {
+      const { ok, room } = await roomCheck(fields[declaration.room], { copies: 1, connectionId });
+      if (!ok) {
         progress(connectionId, `${label} does not fit in this browser's storage`, -1);
         return { ok: false, kind: "storage" };
       }
+      // The download stops at the space found, whatever size a HEAD reported.
+      if (room !== null) fields.roomBytes = room;
     }
     const verb = String(declaration.progressVerb || "Loading");
     loadingNotice(`Loading the model of ${label}…`, connectionId);

@@ -41,3 +41,23 @@ export const MAX_ONNX_OTHER_BYTES = 256 * MiB;
  * config). WebLLM splits weights into shards of tens of MB.
  */
 export const MAX_WEBLLM_FILE_BYTES = 1 * GiB;
+
+// ------------------------------------------------------------ time bounds
+
+/*
+ * Every wait on the network or on an engine worker ends within a bound
+ * (docs/security.md, "Every wait on a model host or a worker is bounded"):
+ * a host that sends its headers and a few bytes, then nothing, must not
+ * keep a download, its Web Lock or a model load pending for good.
+ */
+
+/** The most a request waits for its answer's status and headers. */
+export const HEADERS_TIMEOUT_MS = 30_000;
+/** The most a body may go without delivering a byte. */
+export const IDLE_TIMEOUT_MS = 30_000;
+/** The most an engine worker's load may go without a message (progress or answer). */
+export const WORKER_IDLE_MS = 180_000;
+/** The wait before the n-th retry of a download: RETRY_BASE_MS * 2^(n-1). */
+export const RETRY_BASE_MS = 300;
+/** The longest `Retry-After` a download waits out; a host asking more fails the try at once. */
+export const MAX_RETRY_AFTER_MS = 60_000;

@@ -36,7 +36,8 @@
  * - Weights files (`.onnx`, `.onnx_data`) are downloaded through
  *   download.js: a cut download continues from the checked bytes already
  *   stored (its rules); the library gets the whole file or an error.
- * - Every file the library fetches is bounded (bounded.js `limitedFetch`):
+ * - Every file the library fetches is bounded in time (bounded.js
+ *   `timedFetch`, through download.js `resumableFetch`) and in bytes (bounded.js `limitedFetch`):
  *   weights by `MAX_ONNX_WEIGHTS_BYTES`, other files by
  *   `MAX_ONNX_OTHER_BYTES` (limits.js), and an uncompressed body by its
  *   declared length; past that the download is cancelled and the load
@@ -54,7 +55,7 @@ import {
   env,
   wasmPaths,
 } from "../vendor/transformers/transformers.js";
-import { limitedFetch, onnxLimit } from "./bounded.js";
+import { limitedFetch, onnxLimit, timedFetch } from "./bounded.js";
 import { describeProgress, resumableFetch } from "./download.js";
 
 env.backends.onnx.wasm.wasmPaths = { ...wasmPaths };
@@ -169,7 +170,7 @@ let loadKey = "";
 let tooLarge = false;
 
 function loadKind(error) {
-  if (tooLarge || (error && error.name === "DownloadTooLarge")) return "download";
+  if (tooLarge || (error && /^Download/.test(String(error.name)))) return "download";
   const text = String((error && error.message) || error || "");
   if (/fetch|network|40\d|50\d|Could not locate file|Unauthorized/i.test(text)) return "download";
   return "load";
@@ -222,7 +223,7 @@ function configure(source) {
  */
 async function listFiles({ source, device, dtype }) {
   try {
-    env.fetch = limitedFetch(fetch.bind(self), onnxLimit, () => {});
+    env.fetch = limitedFetch(timedFetch(fetch.bind(self)), onnxLimit, () => {});
     const { prefix, cache } = configure(source);
     const names = await ModelRegistry.get_files(modelName, {
       device,

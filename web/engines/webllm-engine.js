@@ -39,8 +39,10 @@
  * - Requests run one at a time per engine (WebLLM holds one generation
  *   lock); a cancel interrupts only the chat generating, which is then read
  *   to its end (mlc-ai/web-llm #447; chat-queue.js).
+ * - `connect` is bounded: `WORKER_IDLE_MS` (limits.js) without a progress
+ *   report from WebLLM ends the load (its worker terminated) as `stalled`.
  * - Errors become kinds (`webgpu`, `feature`, `network`, `download` (a
- *   model file over its byte ceiling, webllm-worker.js), `storage`,
+ *   model file over its byte ceiling, webllm-worker.js), `stalled`, `storage`,
  *   `context`, `inference`, `unknown`): `failureKind` for a load,
  *   `classify` for a chat; the engine's own text never leaves this module
  *   except in the console. After a failed load `forget` removes the
@@ -50,6 +52,7 @@
 import { requestPersistentStorage } from "../js/storage.js";
 import { isFallback, requestAdapter, vendorOf } from "./gpu.js";
 import { serveChats } from "./chat-queue.js";
+import { WORKER_IDLE_MS } from "./limits.js";
 
 const RECOMMENDED_PREFIXES = [
   "SmolLM2-360M-Instruct",
@@ -173,6 +176,8 @@ function errorKind(error) {
   // Errors from the worker may arrive as plain strings ("TypeError: Failed to fetch").
   const name = String((error && typeof error === "object" && (error.name || error.constructor?.name)) || "");
   const text = typeof error === "string" ? error : String((error && error.message) || "");
+  // No sign of life from WebLLM's worker while it loads (`connect`).
+  if (name === "EngineStalled") return "stalled";
   // A model file over its ceiling (webllm-worker.js, bounded.js): a bad download.
   if (name === "DownloadTooLarge" || text.includes("DownloadTooLarge")) return "download";
   // A shard that failed download.js's checks (no model file, cut for good).
@@ -194,7 +199,22 @@ function errorKind(error) {
  * host's adapter interface, engine-host.js); rejects with WebLLM's error.
  */
 export async function connect(modelId, fields, onProgress) {
+  // The load is bounded: WORKER_IDLE_MS without a progress report ends it.
+  let stall = () => {};
+  let timer = null;
+  const stalled = new Promise((resolve, reject) => {
+    stall = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => {
+        const error = new Error("WebLLM's worker sent nothing while loading");
+        error.name = "EngineStalled";
+        reject(error);
+      }, WORKER_IDLE_MS);
+    };
+  });
+  stalled.catch(() => {});
   const initProgressCallback = (report) => {
+    stall();
     const fraction = Number(report && report.progress);
     onProgress(Number.isFinite(fraction) ? fraction : 0);
   };
@@ -204,10 +224,18 @@ export async function connect(modelId, fields, onProgress) {
   const worker = new Worker(new URL("./webllm-worker.js", import.meta.url), { type: "module" });
   let engine;
   try {
-    engine = await lib.CreateWebWorkerMLCEngine(worker, String(modelId), { initProgressCallback, appConfig: await appConfig(lib) });
+    const config = await appConfig(lib);
+    stall();
+    engine = await Promise.race([
+      lib.CreateWebWorkerMLCEngine(worker, String(modelId), { initProgressCallback, appConfig: config }),
+      stalled,
+    ]);
   } catch (error) {
     worker.terminate();
     throw error;
+  } finally {
+    clearTimeout(timer);
+    stall = () => {};
   }
   const channel = new MessageChannel();
   if (engine instanceof lib.WebWorkerMLCEngine) {

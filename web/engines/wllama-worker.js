@@ -8,7 +8,8 @@
  *   wllama starts its own llama.cpp worker from here (a nested worker), and
  *   its per-token round trips stay between the two workers.
  * - The protocol of every engine worker (worker-bridge.js). From the page:
- *   `{op: "load", key, url, params}`, `{op: "unload", key}`,
+ *   `{op: "load", key, url, params, roomBytes?}` (`roomBytes`: the space
+ *   the page's storage check found, where the download stops), `{op: "unload", key}`,
  *   `{op: "chat", id, key, body, merge}` (`merge`: see batcher.js), `{op: "cancel", id}`.
  * - Messages to the page:
  *   `{op: "progress", key, fraction, detail}` while downloading (at most
@@ -64,6 +65,7 @@ function errorKind(error, stage) {
   const type = error && typeof error.type === "string" ? error.type : "";
   if (type === "kv_cache_full") return "context";
   if (type === "download_error") return "download";
+  if (type === "storage_error") return "storage";
   if (type === "load_error" || type === "version_mismatch") return "load";
   if (stage === "download") return "download";
   if (stage === "load") return "load";
@@ -78,12 +80,14 @@ function errorKind(error, stage) {
  * earlier attempt left). `fresh`: fetch past the HTTP cache, for a retry
  * after a failed load, so an answer it kept from before (a fallback page)
  * is not reused. The whole file is put into the service worker's model
- * cache (`napllm-models`), which answers first next time.
- * `onBytes(event)` gets download.js's progress events. Throws NotAModel,
- * DownloadTooLarge (the download is cancelled) or the network's error.
+ * cache (`napllm-models`), which answers first next time. `room`: the
+ * bytes the page's storage check found (null: unknown); the download stops
+ * past them. `onBytes(event)` gets download.js's progress events. Throws
+ * download.js's errors (NotAModel, DownloadTooLarge, DownloadNoRoom,
+ * DownloadRestarted, DownloadInterrupted).
  */
-function download(url, gguf, fresh, budget, onBytes) {
-  return downloadModelFile(url, { gguf, fresh, limit: budget, store: MODEL_CACHE, onProgress: onBytes });
+function download(url, gguf, fresh, budget, room, onBytes) {
+  return downloadModelFile(url, { gguf, fresh, limit: budget, room, store: MODEL_CACHE, onProgress: onBytes });
 }
 
 /**
@@ -127,7 +131,7 @@ async function forgetServiceWorkerCopies(urls) {
   }
 }
 
-async function load(key, url, params) {
+async function load(key, url, params, roomBytes) {
   // All shards of a split model (`-00001-of-00003.gguf`), in order.
   const urls = ModelManager.parseModelUrl(url);
   const wllama = new Wllama(wasmPaths, { logger: quietLogger, suppressNativeLog: true });
@@ -141,13 +145,15 @@ async function load(key, url, params) {
     // verified the same way (web/sw-napllm.js).
     const blobs = [];
     let budget = MAX_GGUF_MODEL_BYTES;
+    let room = Number.isFinite(roomBytes) && roomBytes >= 0 ? roomBytes : null;
     for (let index = 0; index < urls.length; index += 1) {
-      blobs.push(await download(urls[index], true, failed.has(url), budget, (event) => {
+      blobs.push(await download(urls[index], true, failed.has(url), budget, room, (event) => {
         const part = event.total ? Math.min(1, event.received / event.total) : 0;
         const detail = describeProgress(event);
         self.postMessage({ op: "progress", key, fraction: (index + part) / urls.length, detail });
       }));
       budget -= blobs[index].size;
+      if (room !== null) room -= blobs[index].size;
       self.postMessage({ op: "progress", key, fraction: (index + 1) / urls.length });
     }
     stage = "load";
@@ -214,7 +220,7 @@ async function chat(id, key, body, merge) {
 self.onmessage = async ({ data }) => {
   if (!data || typeof data !== "object") return;
   if (data.op === "load") {
-    const info = await load(String(data.key), String(data.url), data.params || {});
+    const info = await load(String(data.key), String(data.url), data.params || {}, Number(data.roomBytes));
     self.postMessage({ op: "loaded", key: data.key, info });
   } else if (data.op === "chat") {
     chat(String(data.id), String(data.key), data.body || {}, data.merge !== false);

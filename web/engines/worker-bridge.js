@@ -30,6 +30,11 @@
  *   of this bridge with `inference` and answers every pending load
  *   `{ok: false, kind: "load"}`; then `onFailure` runs. Nothing of the
  *   worker's own error text reaches Python.
+ * - A load is bounded in time (`loadIdleMs`, the engine host gives
+ *   limits.js `WORKER_IDLE_MS`): when the worker sends nothing for it
+ *   (no progress, no answer) for that long, the load answers
+ *   `{ok: false, kind: "stalled"}` and the worker is ended as failed (a
+ *   Worker is terminated), so no caller waits on it any longer.
  */
 
 import * as streams from "./streams.js";
@@ -65,11 +70,14 @@ export class WorkerBridge {
    * @param {(error: object) => string} [options.classify] the failure kind
    *   of an end's `error` (default `inference`).
    * @param {() => void} [options.onFailure] runs after the worker failed.
+   * @param {number|null} [options.loadIdleMs] the most ms a load may go
+   *   without a message from the worker (null: unbounded).
    */
-  constructor(target, { classify = () => "inference", onFailure = () => {} } = {}) {
+  constructor(target, { classify = () => "inference", onFailure = () => {}, loadIdleMs = null } = {}) {
     this.target = target;
     this.classify = classify;
     this.onFailure = onFailure;
+    this.loadIdleMs = loadIdleMs;
     /** stream id -> {stream, resolve}: chats posted and not ended. */
     this.chats = new Map();
     /** key -> {promise, resolve, onProgress}: loads posted and not answered. */
@@ -96,9 +104,25 @@ export class WorkerBridge {
     const promise = new Promise((done) => {
       resolve = done;
     });
-    this.loads.set(key, { promise, resolve, onProgress });
+    const load = { promise, resolve, onProgress, timer: null };
+    this.loads.set(key, load);
+    this.watch(key, load);
     this.post({ ...fields, op: "load", key });
     return promise;
+  }
+
+  /** (Re)start the idle bound of `load` (module rules). */
+  watch(key, load) {
+    if (!Number.isFinite(this.loadIdleMs) || this.loadIdleMs === null) return;
+    clearTimeout(load.timer);
+    load.timer = setTimeout(() => {
+      if (this.loads.get(key) !== load) return;
+      console.error("napllm engine: the engine worker sent nothing while loading; ended");
+      this.loads.delete(key);
+      load.resolve({ ok: false, kind: "stalled" });
+      if (typeof this.target.terminate === "function") this.target.terminate();
+      this.fail();
+    }, this.loadIdleMs);
   }
 
   /** Post `unload` for `key`. */
@@ -149,10 +173,14 @@ export class WorkerBridge {
       }
     } else if (data.op === "progress") {
       const load = this.loads.get(String(data.key));
-      if (load) load.onProgress(Number(data.fraction) || 0, detailText(data));
+      if (load) {
+        this.watch(String(data.key), load);
+        load.onProgress(Number(data.fraction) || 0, detailText(data));
+      }
     } else if (data.op === "loaded") {
       const load = this.loads.get(String(data.key));
       if (!load) return;
+      clearTimeout(load.timer);
       this.loads.delete(String(data.key));
       load.resolve(data.info && typeof data.info === "object" ? data.info : { ok: false, kind: "load" });
     }
@@ -160,7 +188,10 @@ export class WorkerBridge {
 
   /** The worker is gone: end every chat and answer every load (module rules). */
   fail() {
-    for (const load of this.loads.values()) load.resolve({ ok: false, kind: "load" });
+    for (const load of this.loads.values()) {
+      clearTimeout(load.timer);
+      load.resolve({ ok: false, kind: "load" });
+    }
     this.loads.clear();
     this.endAll("inference");
     this.onFailure();

@@ -28,9 +28,11 @@
  *   offline use" later, offline too, and what removing the connection
  *   may delete.
  * - The download goes through web/engines/download.js (resumable, checked,
- *   one per URL across tabs); the space check (storage.js `roomForModel`,
- *   over every file not yet kept) comes before the first byte of the
- *   weights and tells the user when they do not fit.
+ *   one per URL across tabs, every wait bounded); the space check
+ *   (storage.js `roomCheck`, over every file not yet kept) comes before
+ *   the first byte of the weights and tells the user when they do not
+ *   fit; the downloads then stop at the space it found, whatever size a
+ *   HEAD reported.
  * - Progress goes to `onProgress(label, fraction)` (fraction 0..1, 1 done,
  *   -1 failed), the same contract as an engine's load progress.
  * - Removing a connection offers to delete its stored files
@@ -38,11 +40,11 @@
  * - Nothing here is shown as markup; no text of a host reaches the page.
  */
 
-import { onnxLimit } from "../engines/bounded.js";
+import { onnxLimit, timedFetch } from "../engines/bounded.js";
 import { describeProgress, downloadModelFile, forgetModelUse, NotAModel } from "../engines/download.js";
 import { MAX_GGUF_MODEL_BYTES, MAX_WEBLLM_FILE_BYTES } from "../engines/limits.js";
 import { el, whileBusy } from "./dom.js";
-import { formatBytes, MODEL_CACHE, roomForModel } from "./storage.js";
+import { formatBytes, MODEL_CACHE, roomCheck } from "./storage.js";
 
 const SPLIT = /-(\d{5})-of-(\d{5})\.gguf$/i;
 /** More shards than any real split model has: a URL claiming more is refused. */
@@ -192,17 +194,19 @@ export async function storedForOffline(connection) {
 /**
  * Download one file and keep it where its engine looks (`file.store`), or
  * fetch it through the service worker (store null), which keeps it.
- * Resolves with its size in bytes; throws NotAModel, DownloadTooLarge,
- * DownloadRestarted or the network's error.
+ * `room`: the bytes the storage check left (null: unknown), where the
+ * download stops. Resolves with its size in bytes; throws download.js's
+ * errors, or bounded.js's `DownloadStalled` for a file of the service
+ * worker's.
  */
-async function keepFile(file, limit, onEvent) {
+async function keepFile(file, limit, onEvent, room = null) {
   if (!file.store) {
-    const response = await fetch(file.url);
+    const response = await timedFetch(fetch.bind(globalThis))(file.url);
     if (!response.ok) throw new NotAModel(`status ${response.status}`);
     return (await response.blob()).size;
   }
   const json = JSON_FILE.test(new URL(file.url).pathname);
-  const options = { gguf: Boolean(file.gguf), binary: !json, limit, onProgress: onEvent };
+  const options = { gguf: Boolean(file.gguf), binary: !json, limit, room, onProgress: onEvent };
   if (!json) return (await downloadModelFile(file.url, { ...options, store: file.store })).size;
   const cache = await caches.open(file.store);
   const kept = await cache.match(file.url);
@@ -320,10 +324,13 @@ export async function downloadForOffline(connection, onProgress = () => {}) {
     const files = plan.rest ? await plan.rest() : plan.files;
     const missing = [];
     for (const file of files) if (!(await isKept(file.url, file.store))) missing.push(file.url);
-    if (missing.length && !(await roomForModel(missing, { copies: 1, connectionId: connection.id }))) {
+    const { ok, room } = missing.length ? await roomCheck(missing, { copies: 1, connectionId: connection.id }) : { ok: true, room: null };
+    if (!ok) {
       onProgress(`${name} does not fit in this browser's storage`, -1);
       return "no-room";
     }
+    // The downloads stop at the space found, whatever sizes a HEAD reported.
+    let left = room;
     let budget = MAX_GGUF_MODEL_BYTES;
     for (let index = 0; index < files.length; index += 1) {
       const file = files[index];
@@ -333,21 +340,22 @@ export async function downloadForOffline(connection, onProgress = () => {}) {
         // Never 1 before the last file is stored (1 means done).
         const fraction = Math.min(0.999, (index + part) / files.length);
         onProgress(`Downloading ${name} for offline use — ${describeProgress(event)}`, fraction);
-      });
+      }, left);
       if (plan.budget) budget -= size;
+      if (left !== null) left = Math.max(0, left - size);
       kept.push(file);
     }
     if (connection.kind !== "wasm") await recordFiles(connection, kept);
   } catch (error) {
     console.error("napllm: the download for offline use failed", error?.name ?? "");
     // Why it gave up, when download.js says so in its own words (never a host's text).
-    const why = error?.name === "DownloadRestarted" ? `: ${error.message}` : "";
+    const why = ["DownloadRestarted", "DownloadInterrupted", "DownloadNoRoom", "DownloadStalled"].includes(error?.name) ? `: ${error.message}` : "";
     onProgress(`${name} could not be downloaded${why}`, -1);
     const page = globalThis.napllmHost;
     if (page && typeof page.notice === "function") {
-      const text = why
+      const text = why && error?.name !== "DownloadInterrupted"
         ? `${name} could not be downloaded for offline use${why}. Try again later.`
-        : `${name} could not be downloaded for offline use. What arrived is kept: try again to continue.`;
+        : `${name} could not be downloaded for offline use${why}. What arrived is kept: try again to continue.`;
       page.notice(JSON.stringify({ level: "error", text, connectionId: String(connection?.id ?? "") }));
     }
     return "failed";

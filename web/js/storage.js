@@ -265,31 +265,43 @@ export function requestPersistentStorage() {
   return persistRequest;
 }
 
+/** The most a HEAD request for a model's size waits for its answer (ms). */
+const HEAD_TIMEOUT_MS = 15_000;
+
 /**
  * Before a model download: does it fit? `url`: the model file's URL, or a
- * list of them (their sizes add up). Reads each size (HEAD) and
+ * list of them (their sizes add up). Reads each size (HEAD, bounded by
+ * `HEAD_TIMEOUT_MS`; a size a HEAD reports is a hint only) and
  * `navigator.storage.estimate()`; asks for persistent storage on the way.
  * `copies`: how many copies the engine stores (the wasm engine keeps one,
- * the service worker's). A model already in the model cache needs no room. When it does not fit, tells the user (model size, space left)
- * through `napllmHost.notice` and resolves false; resolves true when it
- * fits or when the size or the quota is unknown. Never rejects.
+ * the service worker's). A model already in the model cache needs no room.
+ * When it does not fit, tells the user (model size, space left) through
+ * `napllmHost.notice`. Resolves with `{ok, room}`: `ok` false when it does
+ * not fit (true when it fits or the size or quota is unknown); `room`: the
+ * bytes one copy of the download may take (the free space over `copies`),
+ * or null when the quota is unknown. The download itself stops at `room`
+ * whatever a HEAD said (download.js `room`). Never rejects.
  */
-export async function roomForModel(url, { copies = 1, connectionId = null } = {}) {
+export async function roomCheck(url, { copies = 1, connectionId = null } = {}) {
   requestPersistentStorage();
   try {
     const storage = globalThis.navigator?.storage;
-    if (!storage || typeof storage.estimate !== "function") return true;
+    if (!storage || typeof storage.estimate !== "function") return { ok: true, room: null };
+    const { usage, quota } = await storage.estimate();
+    const free = Math.max(0, Number(quota) - Number(usage));
+    const room = Number.isFinite(free) ? Math.floor(free / Math.max(1, copies)) : null;
     let size = 0;
     for (const each of Array.isArray(url) ? url : [url]) {
       if ("caches" in globalThis && (await (await caches.open(MODEL_CACHE)).match(String(each)))) continue;
-      const head = await fetch(String(each), { method: "HEAD" });
-      const bytes = Number(head.headers.get("content-length"));
-      if (head.ok && Number.isSafeInteger(bytes) && bytes > 0) size += bytes;
+      try {
+        const head = await fetch(String(each), { method: "HEAD", signal: AbortSignal.timeout(HEAD_TIMEOUT_MS) });
+        const bytes = Number(head.headers.get("content-length"));
+        if (head.ok && Number.isSafeInteger(bytes) && bytes > 0) size += bytes;
+      } catch {
+        /* no size known: the download checks what it announces */
+      }
     }
-    if (size <= 0) return true;
-    const { usage, quota } = await storage.estimate();
-    const free = Math.max(0, Number(quota) - Number(usage));
-    if (!Number.isFinite(free) || size * copies <= free) return true;
+    if (size <= 0 || room === null || size * copies <= free) return { ok: true, room };
     const text = `Not enough storage to download the model: it needs ${formatBytes(size * copies)}`
       + ` and this browser has ${formatBytes(free)} left for napllm. Delete cached models in Storage`
       + " or free disk space, then try again.";
@@ -299,8 +311,13 @@ export async function roomForModel(url, { copies = 1, connectionId = null } = {}
       if (connectionId) notice.connectionId = String(connectionId);
       page.notice(JSON.stringify(notice));
     }
-    return false;
+    return { ok: false, room };
   } catch {
-    return true;
+    return { ok: true, room: null };
   }
+}
+
+/** Whether the model at `url` fits (`roomCheck`'s `ok`). Never rejects. */
+export async function roomForModel(url, options = {}) {
+  return (await roomCheck(url, options)).ok;
 }

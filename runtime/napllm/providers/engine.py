@@ -70,6 +70,7 @@ ENGINE_HINTS: dict[str, str] = {
         "(or weights already in the browser cache)."
     ),
     "storage": "The browser ran out of storage space for the model.",
+    "stalled": "The engine or the model host stopped answering; try again.",
     "context": "The conversation is longer than the model's context window.",
     "inference": "The model failed while generating.",
     "busy": "The engine is still busy with another request.",
