@@ -19,6 +19,9 @@ itself, each by its ``HostedFile`` plan:
 - ``changes``: every answer is of a new version of the file (other bytes,
   the next ETag), as a host whose file changes between attempts.
 - ``cut_step``: bytes added to ``cut_at`` after each cut.
+- ``stalls``: how many of the next answers send their headers and
+  ``cut_at`` bytes of body, then nothing until ``recover()`` (or the
+  host stops); the connection stays open meanwhile.
 
 ``FlakyHost(folder, cors=True)`` answers every origin (a model host of
 its own: CORS headers on every answer, preflights allowed).
@@ -63,6 +66,7 @@ class HostedFile:
     partial_etag: str | None = None
     changes: bool = False
     cut_step: int = 0
+    stalls: int = 0
     version: int = 1
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -116,6 +120,8 @@ class FlakyHost:
         )
         self.httpd = DistServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        #: Set by ``recover()`` and ``stop()``: stalled answers then end.
+        self.released = threading.Event()
         self.timer = threading.Timer(LIFETIME_S, self.stop)
         self.timer.daemon = True
         self.timer.start()
@@ -138,9 +144,12 @@ class FlakyHost:
                 plan.etag = f'"v{plan.version}"'
             body = plan.body
             etag, modified = plan.etag, plan.last_modified
-            cut = plan.cuts > 0 and not head
+            stall = plan.stalls > 0 and not head
+            if stall:
+                plan.stalls -= 1
+            cut = (plan.cuts > 0 or stall) and not head
             cut_at = plan.cut_at
-            if cut:
+            if cut and not stall:
                 plan.cuts -= 1
                 plan.cut_at += plan.cut_step
             refuse = plan.refuse > 0 and not cut
@@ -208,6 +217,13 @@ class FlakyHost:
                     time.sleep(plan.delay)
         except OSError:
             return
+        if stall:
+            # Nothing more until the host recovers; then the connection drops.
+            self.released.wait(LIFETIME_S)
+            handler.close_connection = True
+            with contextlib.suppress(OSError):
+                handler.connection.shutdown(socket.SHUT_RDWR)
+            return
         if cut:
             # The connection stalls, then drops: Chromium errors a body
             # without handing over bytes it had not delivered yet, so the
@@ -217,7 +233,14 @@ class FlakyHost:
             with contextlib.suppress(OSError):
                 handler.connection.shutdown(socket.SHUT_RDWR)
 
+    def recover(self) -> None:
+        """End every stalled answer (its connection drops); later answers follow their plans."""
+        for plan in self.files.values():
+            plan.stalls = 0
+        self.released.set()
+
     def stop(self) -> None:
+        self.released.set()
         self.timer.cancel()
         self.httpd.shutdown()
         self.httpd.server_close()

@@ -122,7 +122,8 @@ def test_a_download_resumes_after_a_reload(blank: Any, host: FlakyHost) -> None:
     body = model_bytes(2)
     host.files[MODEL_PATH] = HostedFile(body=body, cuts=1, cut_at=1_200_000, refuse=100)
     failed = download(blank, host)
-    assert not failed["ok"] and failed["message"] == "status 503"
+    assert not failed["ok"] and failed["name"] == "DownloadInterrupted"
+    assert failed["message"] == "status 503 at every try (5 tries)"
     [left] = blank.evaluate(UNFINISHED)
     assert left["url"] == host.url + MODEL_PATH.lstrip("/")
     assert 0 < left["received"] <= 1_200_000 and left["total"] == SIZE
@@ -193,14 +194,17 @@ def test_a_206_without_the_stored_validator_is_another_file(blank: Any, host: Fl
 
 def test_a_weak_etag_is_no_validator_for_if_range(blank: Any, host: FlakyHost) -> None:
     # RFC 9110 13.1.5: no weak ETag in If-Range, and no date when the file
-    # has an ETag: such a file is not resumed (nothing is kept).
+    # has an ETag: such a file is not resumed but started again from zero.
     when = "Tue, 01 Dec 2026 10:00:00 GMT"
+    body = model_bytes(15)
     host.files[MODEL_PATH] = HostedFile(
-        body=model_bytes(15), etag='W/"v1"', last_modified=when, cuts=1, cut_at=600_000
+        body=body, etag='W/"v1"', last_modified=when, cuts=1, cut_at=600_000
     )
     result = download(blank, host)
-    assert not result["ok"]
-    assert blank.evaluate(PARTS) == 0 and len(host.requests(MODEL_PATH)) == 1
+    assert result["ok"] and result["sha"] == sha(body), result
+    first, second = host.requests(MODEL_PATH)
+    assert second["range"] is None and second["if_range"] is None and second["status"] == 200
+    assert result["restarted"] == ["cut"] and blank.evaluate(PARTS) == 0
 
 
 def test_a_file_that_changes_at_every_try_gives_up_and_says_why(
@@ -229,12 +233,15 @@ def test_last_modified_is_the_validator_without_an_etag(blank: Any, host: FlakyH
     assert host.requests(MODEL_PATH)[-1]["status"] == 206
 
 
-def test_a_file_without_a_validator_is_not_resumed(blank: Any, host: FlakyHost) -> None:
-    # Nothing says the next answer is the same file: no bytes are kept.
-    host.files[MODEL_PATH] = HostedFile(body=model_bytes(7), etag=None, cuts=1, cut_at=600_000)
+def test_a_file_without_a_validator_starts_again_after_a_cut(blank: Any, host: FlakyHost) -> None:
+    # Nothing says the next answer is the same file: no bytes are kept, and
+    # the next try asks for all of it.
+    body = model_bytes(7)
+    host.files[MODEL_PATH] = HostedFile(body=body, etag=None, cuts=1, cut_at=600_000)
     result = download(blank, host)
-    assert not result["ok"]
-    assert blank.evaluate(PARTS) == 0 and len(host.requests(MODEL_PATH)) == 1
+    assert result["ok"] and result["sha"] == sha(body), result
+    assert [r["range"] for r in host.requests(MODEL_PATH)] == [None, None]
+    assert result["restarted"] == ["cut"] and blank.evaluate(PARTS) == 0
 
 
 def test_checks_hold_over_the_joined_bytes(blank: Any, host: FlakyHost) -> None:
@@ -284,6 +291,57 @@ def test_two_tabs_share_one_download(browser: Any, host: FlakyHost) -> None:
         # One request for the file; the second tab showed the first one's progress.
         assert len(host.requests(MODEL_PATH)) == 1
         assert two["shared"] and not one["shared"]
+    finally:
+        context.close()
+
+
+#: Start loading the wasm model at `url` through the engine host (as the
+#: runtime's ensureModel does); the answer lands in `window.loaded`.
+START_LOAD = """(url) => {
+  window.loaded = undefined;
+  const fields = JSON.stringify({url, params: {n_ctx: 256, n_threads: 1, n_gpu_layers: 0}});
+  @HOST@.then((api) => api.ensureModel(JSON.stringify([url]), fields, "stall", "Stalling host"))
+    .then((text) => { window.loaded = JSON.parse(text); },
+      (error) => { window.loaded = {ok: false, threw: String(error)}; });
+  return true;
+}""".replace("@HOST@", engine_host_js("wasm", "../"))
+
+
+def test_a_stalled_host_blocks_no_tab_and_no_later_try(
+    browser: Any, host: FlakyHost, test_dist_dir: Path
+) -> None:
+    # Headers and 1 KiB, then nothing: each tab's load ends with a download
+    # failure (the test build's bounds are short), the Web Lock passes on,
+    # and once the host recovers the same model loads in both tabs.
+    model = (test_dist_dir / "models" / "tinychat" / "tiny-chat-q8_0.gguf").read_bytes()
+    path = "/_dl/stall-tinychat.gguf"
+    url = host.url + path.lstrip("/")
+    host.files[path] = HostedFile(body=model, stalls=1000, cut_at=1024)
+    context = browser.new_context()
+    context.set_default_timeout(STEP_TIMEOUT_MS)
+    try:
+        first, second = context.new_page(), context.new_page()
+        for page in (first, second):
+            page.goto(host.url + BLANK.lstrip("/"))
+        first.evaluate(START_LOAD, url)
+        deadline = time.monotonic() + 30
+        while not host.requests(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second.evaluate(START_LOAD, url)
+        for page in (first, second):
+            page.wait_for_function("() => window.loaded !== undefined", polling=POLL_MS)
+            assert page.evaluate("() => window.loaded") == {"ok": False, "kind": "download"}
+        # Bounded: five tries per tab at most.
+        stalled = len(host.requests(path))
+        assert 2 <= stalled <= 10
+        host.recover()
+        for page in (first, second):
+            page.evaluate(START_LOAD, url)
+            page.wait_for_function("() => window.loaded !== undefined", polling=POLL_MS)
+            loaded = page.evaluate("() => window.loaded")
+            assert loaded["ok"] is True, loaded
+        # The later tries asked the host again.
+        assert len(host.requests(path)) > stalled
     finally:
         context.close()
 
