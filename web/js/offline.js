@@ -21,7 +21,8 @@
  *   `mlc-chat-config.json` (cache `webllm/config`), the tokenizer it names,
  *   `tensor-cache.json` and every parameter shard it lists (`webllm/model`),
  *   and the model library (`webllm/wasm`): WebLLM's cache scopes, keyed by
- *   URL, where it looks before any download. JSON files are kept only when
+ *   URL, where it looks before any download; a shard is kept only at the
+ *   size (`nbytes`) the list names for it. JSON files are kept only when
  *   they parse as a JSON object. Other kinds: nothing (no button).
  * - Once every file is kept, the list is recorded in the cache
  *   `napllm-offline-files` (per connection id), which says "Stored for
@@ -206,7 +207,7 @@ async function keepFile(file, limit, onEvent, room = null) {
     return (await response.blob()).size;
   }
   const json = JSON_FILE.test(new URL(file.url).pathname);
-  const options = { gguf: Boolean(file.gguf), binary: !json, limit, room, onProgress: onEvent };
+  const options = { gguf: Boolean(file.gguf), binary: !json, limit, room, size: file.size ?? null, onProgress: onEvent };
   if (!json) return (await downloadModelFile(file.url, { ...options, store: file.store })).size;
   const cache = await caches.open(file.store);
   const kept = await cache.match(file.url);
@@ -289,13 +290,15 @@ async function offlinePlan(connection) {
         const list = await keptJson(tensors);
         const records = Array.isArray(list.records) ? list.records : [];
         const shards = records.map((r) => (r && typeof r.dataPath === "string" ? new URL(r.dataPath, record.folder).href : null));
+        // The size the list names for each shard: the download must have exactly it.
+        const sizes = records.map((r) => (r && Number.isSafeInteger(r.nbytes) && r.nbytes > 0 ? r.nbytes : null));
         // A hostile list must not name files elsewhere, or thousands of them.
         if (shards.length > MAX_SHARDS || shards.some((url) => !url || !url.startsWith(record.folder))) {
           throw new NotAModel("not a tensor cache list of this model");
         }
         return [
           ...(tokenizer ? [{ url: new URL(tokenizer, record.folder).href, store: "webllm/model" }] : []),
-          ...shards.map((url) => ({ url, store: "webllm/model" })),
+          ...shards.map((url, i) => ({ url, store: "webllm/model", size: sizes[i] })),
           { url: record.library, store: "webllm/wasm" },
         ];
       },
