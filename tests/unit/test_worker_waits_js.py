@@ -106,3 +106,19 @@ console.log(JSON.stringify({
     assert result["slice200"] == "refused" and result["sliceStart0"] == "refused"
     assert result["disagree"] == "refused" and result["malformed"] == "refused"
     assert result["short"] == "errored"
+
+
+@needs_node
+def test_webllm_names_the_download_failures_and_a_stalled_load() -> None:
+    engine = (ROOT / "web" / "engines" / "webllm-engine.js").as_uri()
+    result = run_module(
+        f"globalThis.self = globalThis;\nconst e = await import({json.dumps(engine)});\n"
+        """
+const kind = (name, message = "") => e.failureKind(Object.assign(new Error(message), { name }));
+console.log(JSON.stringify([
+  kind("EngineStalled"), kind("DownloadInterrupted"), kind("DownloadRestarted"), kind("DownloadNoRoom"),
+  e.failureKind("Error: DownloadInterrupted: the host sent nothing for 30 s at every try (5 tries)"),
+]));
+"""
+    )
+    assert result == ["stalled", "download", "download", "storage", "download"]

@@ -182,6 +182,9 @@ function errorKind(error) {
   if (name === "DownloadTooLarge" || text.includes("DownloadTooLarge")) return "download";
   // A shard that failed download.js's checks (no model file, cut for good).
   if (name === "NotAModel" || text.includes("NotAModel")) return "download";
+  // download.js's other failures: no room left, or the tries spent on cuts, stalls, restarts.
+  if (name === "DownloadNoRoom" || text.includes("DownloadNoRoom")) return "storage";
+  if (/^Download(Interrupted|Restarted|Stalled)$/.test(name) || /Download(Interrupted|Restarted|Stalled)/.test(text)) return "download";
   if (name === "WebGPUNotAvailableError" || text.includes("compatible GPU")) return "webgpu";
   if (name === "ShaderF16SupportError" || name === "FeatureSupportError") return "feature";
   if (name === "QuotaExceededError" || text.includes("Quota")) return "storage";
