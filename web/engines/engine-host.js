@@ -29,9 +29,10 @@
  *   `progressVerb`: the first word of its progress labels (default `Loading`);
  *   `adapter`: a page module (relative to the shell's folder) for an engine
  *   whose worker is driven by its library's own page-side client (WebLLM):
- *   it exports `report()`, `connect(key, fields, onProgress)` ->
+ *   it exports `report()`, `connect(key, fields, onProgress, onFailure)` ->
  *   `{target, close()}` (`target`: a MessagePort speaking the worker
- *   protocol's chats) or a thrown error, `failureKind(error)`,
+ *   protocol's chats; `onFailure()`: to call when the worker behind it
+ *   fails) or a thrown error, `failureKind(error)`,
  *   `classify(error)` (a chat error's kind) and `forget(key, kind)` (after
  *   a failed load).
  * - Models are keyed by the key Python gives. Concurrent loads of one key
@@ -41,7 +42,11 @@
  * - Load progress goes to `napllmHost.engineProgress` (page.js); a page
  *   without that hook gets one `napllmHost.notice` per load.
  * - A worker that dies ends its open chats with `inference` and its pending
- *   loads with `load` (worker-bridge.js) and forgets the models it held.
+ *   loads with `load` (worker-bridge.js) and forgets the models it held;
+ *   an adapter's worker too (`connect` gets `onFailure`).
+ * - Unloading a model (`unloadModel`, and a `oneModel` load unloading the
+ *   others) ends its open chats with `unloaded` before the worker is told
+ *   or stopped, so a chat on it always gets its end.
  * - Every value crossing to Python is JSON text or a plain string:
  *   `ensureModel` answers `{"ok": true, ...}` or `{"ok": false, "kind"}`;
  *   a chat is started with `startChat` (a stream id), read with
@@ -261,8 +266,17 @@ class EngineHost {
   async connect(entry, fields, onProgress) {
     const adapter = await this.adapter();
     try {
-      const connection = await adapter.connect(entry.key, fields, onProgress);
-      entry.bridge = new WorkerBridge(connection.target, { classify: (error) => adapter.classify(error) });
+      // The adapter's worker failing ends the chats on its port (and forgets the model).
+      let bridge = null;
+      const onFailure = () => {
+        if (bridge) bridge.fail();
+      };
+      const connection = await adapter.connect(entry.key, fields, onProgress, onFailure);
+      bridge = new WorkerBridge(connection.target, {
+        classify: (error) => adapter.classify(error),
+        onFailure: () => this.forgetLoaded(bridge),
+      });
+      entry.bridge = bridge;
       entry.close = () => connection.close();
       return { ok: true };
     } catch (error) {
@@ -295,8 +309,10 @@ class EngineHost {
       /* a load never rejects */
     }
     if (!entry.loaded || !entry.bridge) return;
+    // Its open chats end now, with a result, whatever the engine does next.
+    entry.bridge.endChats(entry.key, "unloaded");
     if (entry.close) await entry.close();
-    else if (this.declaration.workers === "per-model") entry.bridge.terminate();
+    else if (this.declaration.workers === "per-model") entry.bridge.terminate("unloaded");
     else entry.bridge.unload(entry.key);
   }
 

@@ -30,6 +30,10 @@
  *   of this bridge with `inference` and answers every pending load
  *   `{ok: false, kind: "load"}`; then `onFailure` runs. Nothing of the
  *   worker's own error text reaches Python.
+ * - A chat never outlives its model: unloading a key (`unload`,
+ *   `endChats`) or stopping the worker (`terminate`) first ends every
+ *   open chat of that key (or of the worker) with `unloaded` and posts
+ *   its `cancel`; the worker's own end, if it comes, is then ignored.
  */
 
 import * as streams from "./streams.js";
@@ -101,9 +105,24 @@ export class WorkerBridge {
     return promise;
   }
 
-  /** Post `unload` for `key`. */
+  /** End the open chats of `key` (module rules), then post `unload` for it. */
   unload(key) {
+    this.endChats(key, "unloaded");
     this.post({ op: "unload", key: String(key) });
+  }
+
+  /**
+   * End every open chat on the model `key` with the failure `kind` (the
+   * model goes away under it) and post their cancels.
+   */
+  endChats(key, kind) {
+    for (const [id, chat] of this.chats) {
+      if (chat.key !== String(key)) continue;
+      this.chats.delete(id);
+      this.post({ op: "cancel", id });
+      streams.end(chat.stream, kind);
+      chat.resolve(kind);
+    }
   }
 
   /**
@@ -112,7 +131,8 @@ export class WorkerBridge {
    * message, or the worker's failure). Aborting the stream posts `cancel`.
    */
   chat(stream, body, fields = {}) {
-    const ended = new Promise((resolve) => this.chats.set(stream.id, { stream, resolve }));
+    const key = fields.key === undefined ? null : String(fields.key);
+    const ended = new Promise((resolve) => this.chats.set(stream.id, { stream, resolve, key }));
     stream.controller.signal.addEventListener("abort", () => this.post({ op: "cancel", id: stream.id }), { once: true });
     this.post({ ...fields, op: "chat", id: stream.id, body });
     return ended;
@@ -175,9 +195,12 @@ export class WorkerBridge {
     this.chats.clear();
   }
 
-  /** Stop the worker (a Worker target) and end its open chats with `inference`. */
-  terminate() {
+  /**
+   * Stop the worker (a Worker target) and end its open chats with `kind`
+   * (`unloaded` when its model was unloaded, `inference` when it failed).
+   */
+  terminate(kind = "inference") {
     if (typeof this.target.terminate === "function") this.target.terminate();
-    this.endAll("inference");
+    this.endAll(kind);
   }
 }
