@@ -513,7 +513,10 @@ def bench_large(shell: Any, mib: int, runs: int) -> bool:
             stalls.append(max(tasks, default=0.0))
             app.close()
         rows.append((label, statistics.median(stalls), max(stalls), statistics.median(trips)))
-    print(f"\n(g) one envelope of {mib} MiB of text per transport, {runs} per transport (a fresh napplet each)")
+    print(
+        f"\n(g) one envelope of {mib} MiB of text per transport,"
+        f" {runs} per transport (a fresh napplet each)"
+    )
     print(f"{'transport':<34}{'longest task ms':>17}{'max ms':>9}{'round trip ms':>15}")
     for label, stall, worst, trip in rows:
         print(f"{label:<34}{stall:>17.1f}{worst:>9.1f}{trip:>15.1f}")

@@ -634,7 +634,8 @@ def test_download_for_offline_use_of_onnx_and_webllm_connections(
         for name in ("Later ONNX", "Later WebLLM"):
             remove_connection(page, name)
         assert page.evaluate(WEBLLM_CACHED, "TinyChat-q0f32-MLC")["cached"] is True
-        assert len(page.evaluate("() => caches.open('transformers-cache').then((c) => c.keys())")) == 5
+        onnx_kept = "() => caches.open('transformers-cache').then((c) => c.keys())"
+        assert len(page.evaluate(onnx_kept)) == 5
         assert "Twin WebLLM" in (webllm_row.locator(".storage-users").text_content() or "")
 
         # Delete frees every file of the entry.

@@ -198,7 +198,10 @@ def test_without_llm_access_every_request_gets_unsupported(shell: ShellPage) -> 
         app.post({"type": "llm.select"})
         app.post({"type": "llm.select.result", "id": f"r-{transport}"})
     app.evaluate("() => probe.useTransport('parent')")
-    unsupported = {"code": "unsupported", "message": "The llm domain is not available to this napplet."}
+    unsupported = {
+        "code": "unsupported",
+        "message": "The llm domain is not available to this napplet.",
+    }
     for rid, kind in ids:
         assert app.wait_for(rid, kind + ".result") == {
             "type": kind + ".result",
