@@ -31,7 +31,16 @@ f. the round trip of ``llm.describe`` on each raw transport, measured in
    the napplet: posted to ``window.parent`` (the NIP-5D web projection's
    transport, held by the shell until the napplet's prelude answers a ping)
    and posted to the napplet's own window (forwarded by the prelude over its
-   port). The probe napplet of (d) and (e) posts to ``window.parent``.
+   port). The probe napplet of (d) and (e) posts to ``window.parent``;
+g. a large envelope (64 MiB of text; ``--quick``: 16 MiB) on each raw
+   transport, side by side: the longest task it holds the shell's main
+   thread for (the shell page's long tasks while it is handled) and its
+   round trip until the napplet has the answer (``quota-exceeded``: it is
+   over the wire bound). A fresh napplet per envelope: one such envelope
+   spends a frame's traffic budget for the window
+   (docs/security.md, "Memory and work per napplet"). Goal for (f) and (g):
+   the standard wire (``window.parent``) within 10 % of the own-window
+   channel.
 """
 
 from __future__ import annotations
@@ -438,7 +447,7 @@ def bench_transports(shell: Any, count: int) -> bool:
     app.evaluate(ROUND_TRIPS, [handle, 10, "parent"])  # warm-up
     rows = []
     for transport, label in (
-        ("parent", "window.parent (confirmed by ping)"),
+        ("parent", "window.parent (standard wire)"),
         ("self", "own window (prelude's port)"),
     ):
         times = sorted(app.evaluate(ROUND_TRIPS, [handle, count, transport]))
@@ -448,19 +457,89 @@ def bench_transports(shell: Any, count: int) -> bool:
     print(f"{'transport':<40}{'median ms':>12}{'p90 ms':>10}")
     for label, median, p90 in rows:
         print(f"{label:<40}{median:>12.2f}{p90:>10.2f}")
+    ratio = rows[0][1] / max(rows[1][1], 1e-9)
+    print(f"{'standard / own window':<40}{ratio:>11.2f}x   (goal <= 1.10x)")
     return len(rows) == 2
+
+
+#: In the shell page: start collecting the durations of long tasks (ms).
+WATCH_TASKS = """() => {
+  window.__benchTasks = [];
+  window.__benchObserver?.disconnect();
+  window.__benchObserver = new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) window.__benchTasks.push(entry.duration);
+  });
+  window.__benchObserver.observe({ type: "longtask" });
+}"""
+
+#: In the probe napplet: post one envelope of `mib` MiB of text on
+#: `transport`; the round trip in ms until its result arrives (and its code).
+LARGE_ROUND_TRIP = """async ([transport, mib, id]) => {
+  probe.useTransport(transport);
+  const text = 'x'.repeat(mib * 1024 * 1024);
+  const done = new Promise((resolve) => {
+    const on = (e) => {
+      if (e.source === window.parent && e.data && e.data.id === id) {
+        removeEventListener('message', on);
+        resolve(e.data.error ? e.data.error.code : 'ok');
+      }
+    };
+    addEventListener('message', on);
+  });
+  const start = performance.now();
+  probe.post({type: 'llm.describe', id, handle: text});
+  const code = await done;
+  return [performance.now() - start, code];
+}"""
+
+
+def bench_large(shell: Any, mib: int, runs: int) -> bool:
+    rows = []
+    ok = True
+    for transport, label in (
+        ("parent", "window.parent (standard wire)"),
+        ("self", "own window (prelude's port)"),
+    ):
+        trips, stalls = [], []
+        for run in range(runs):
+            app = shell.open_napplet()
+            shell.page.evaluate(WATCH_TASKS)
+            trip, code = app.evaluate(LARGE_ROUND_TRIP, [transport, mib, f"big-{transport}-{run}"])
+            # the long tasks of the answer are reported after it arrived
+            shell.page.wait_for_timeout(200)
+            tasks = shell.page.evaluate("() => window.__benchTasks")
+            ok = ok and code == "quota-exceeded"
+            trips.append(trip)
+            stalls.append(max(tasks, default=0.0))
+            app.close()
+        rows.append((label, statistics.median(stalls), max(stalls), statistics.median(trips)))
+    print(
+        f"\n(g) one envelope of {mib} MiB of text per transport,"
+        f" {runs} per transport (a fresh napplet each)"
+    )
+    print(f"{'transport':<34}{'longest task ms':>17}{'max ms':>9}{'round trip ms':>15}")
+    for label, stall, worst, trip in rows:
+        print(f"{label:<34}{stall:>17.1f}{worst:>9.1f}{trip:>15.1f}")
+    (_, parent_stall, _, parent_trip), (_, own_stall, _, own_trip) = rows
+    print(
+        f"{'standard / own window':<34}{parent_stall / max(own_stall, 1e-9):>16.2f}x"
+        f"{'':>9}{parent_trip / max(own_trip, 1e-9):>14.2f}x   (goal <= 1.10x)"
+    )
+    return ok
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5, help="boot runs of (a), median")
-    ap.add_argument("--only", default="a,b,c,d,e,f")
+    ap.add_argument("--only", default="a,b,c,d,e,f,g")
     ap.add_argument("--deltas", type=int, default=20_000)
     ap.add_argument("--quick", action="store_true", help="a short run that checks it works")
     a = ap.parse_args()
     generations, napplets, concurrent, round_trips = 2_000, 10, 50, 200
+    large_mib, large_runs = 64, 5
     if a.quick:
         a.runs, a.deltas, generations, napplets, concurrent, round_trips = 1, 2_000, 200, 3, 9, 20
+        large_mib, large_runs = 16, 1
     ok = True
     only = set(a.only.split(","))
     if dist_is_stale():
@@ -477,19 +556,21 @@ def main() -> None:
                 bench_boot(p.chromium, server, a.runs, precache=not a.quick)
             if "b" in only:
                 bench_bytes(p.chromium, server, precache=not a.quick)
-            if only & {"d", "e", "f"}:
+            if only & {"d", "e", "f", "g"}:
                 # the relay and concurrency runs drive fixture connections,
                 # which only the test build (dist-test/) has
                 test_server = Server({f"/{TEST}/": tests}, build_test_dist())
                 browser = p.chromium.launch(**launch_options())
                 try:
-                    if only & {"d", "f"}:
-                        # one booted shell for both (a boot is the slow part of a quick run)
+                    if only & {"d", "f", "g"}:
+                        # one booted shell for all (a boot is the slow part of a quick run)
                         shell = boot_test_shell(browser, test_server, tests)
                         if "d" in only:
                             ok = bench_relay(shell, a.deltas) and ok
                         if "f" in only:
                             ok = bench_transports(shell, round_trips) and ok
+                        if "g" in only:
+                            ok = bench_large(shell, large_mib, large_runs) and ok
                         shell.page.context.close()
                     if "e" in only:
                         ok = (

@@ -43,7 +43,15 @@
  *   method the prelude uses on it, on events and on the window is captured
  *   (bound) at install, before any napplet script can replace a prototype.
  * - Every envelope from the shell is also dispatched on the window as a
- *   `message` event whose `source` is `window.parent`.
+ *   `message` event whose `source` is `window.parent` and whose `origin` is
+ *   the shell's origin (written into this source by the shell, like the
+ *   secret), `ports` empty and `data` the envelope: what a `postMessage`
+ *   from the shell's window would carry, so a napplet that checks `origin`
+ *   and `source` (as the web platform advises) accepts it. The event is
+ *   the prelude's (`isTrusted` is false): the envelopes come over the
+ *   document's port, never by `postMessage` to the frame's window, since
+ *   that window is shared by every document the frame ever shows and a
+ *   reply posted to it could reach a document the napplet navigated to.
  * - WebRTC is not governed by CSP in Chromium (no `webrtc` directive), so the
  *   prelude removes the WebRTC constructors from this window and from every
  *   frame the napplet creates (a nested frame's window is closed the same way
@@ -58,8 +66,10 @@
  *
  * @param {string[]} domains granted domains; only "llm" is known here.
  * @param {string} secret the per-frame secret the shell wrote into this source.
+ * @param {string} shellOrigin the shell page's origin (`location.origin`),
+ *   given to the `message` events the envelopes are dispatched as.
  */
-export function installNappletPrelude(domains, secret) {
+export function installNappletPrelude(domains, secret, shellOrigin) {
   "use strict";
   const win = window;
   const doc = win.document;
@@ -471,7 +481,7 @@ export function installNappletPrelude(domains, secret) {
       }
     }
     try {
-      dispatch(new MessageEventCtor("message", { data: message, source: parentWindow }));
+      dispatch(new MessageEventCtor("message", { data: message, origin: shellOrigin, source: parentWindow }));
     } catch (err) {
       report(err);
     }
@@ -514,11 +524,12 @@ export function installNappletPrelude(domains, secret) {
  *
  * @param {string[]} domains e.g. ["llm"] or [].
  * @param {string} secret the frame's secret (hex digits only).
+ * @param {string} shellOrigin the shell page's origin (`location.origin`).
  * @returns {string} JavaScript source (contains no "</script").
  */
-export function preludeSource(domains, secret) {
-  const text =
-    "(" + installNappletPrelude.toString() + ")(" + JSON.stringify(domains) + ", " + JSON.stringify(String(secret)) + ");";
+export function preludeSource(domains, secret, shellOrigin) {
+  const args = [JSON.stringify(domains), JSON.stringify(String(secret)), JSON.stringify(String(shellOrigin))];
+  const text = "(" + installNappletPrelude.toString() + ")(" + args.join(", ") + ");";
   // Never possible with the source above, but a premature end tag would let
   // the napplet's bytes run before the prelude finished.
   return text.replace(/<\/(script)/gi, "<\\/$1");

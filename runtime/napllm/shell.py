@@ -19,9 +19,14 @@ Shell Behavior, Security Considerations)
   bound to the endpoint that sent it and to the current account; results,
   deltas and cancellation go only to that endpoint. A closed endpoint gets
   nothing more; its work is cancelled and its handles invalidated.
-- An endpoint without the `llm` domain gets no reply at all; a message that
-  is not a request is dropped (`Observer.dropped`), a malformed request gets
-  the error its check names.
+- An endpoint without the `llm` domain gets, for each request envelope (a
+  request type with a usable id, well-formed or not), its result with
+  `unsupported` and `DOMAIN_UNAVAILABLE` (NAP-LLM, Error Handling: domain
+  unavailable), the same for every request, so it learns nothing a missing
+  `window.napplet.llm` does not say (the page answers the same way for a
+  frame whose LLM access is off, web/js/wire.js); anything else is dropped.
+- A message that is not a request is dropped (`Observer.dropped`), a
+  malformed request gets the error its check names.
 - An account switch cancels every generation and pending select of every
   endpoint and invalidates every handle; a connection edited or removed
   takes its handles, grants and generations with it.
@@ -40,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .connections import ConnectionRegistry
+from .errors import unsupported
 from .generations import Generations
 from .grants import Grants
 from .intake import Cancel, Describe, Generate, Select, read_request
@@ -63,9 +69,13 @@ from .shell_ports import (
     ToolResultDisclosure,
     Transport,
 )
-from .wire import Dropped, Malformed, error_result
+from .wire import Dropped, Envelope, Malformed, error_result, parse_envelope
 
 log = logging.getLogger("napllm.shell")
+
+#: What every request of an endpoint without the `llm` domain is answered
+#: (module rules; web/js/wire.js `WITHOUT_LLM` has the same words).
+DOMAIN_UNAVAILABLE = "The llm domain is not available to this napplet."
 
 #: The ports and their records live in `shell_ports`; they are importable from here too.
 __all__ = [
@@ -225,7 +235,12 @@ class Shell:
 
     def _dispatch(self, endpoint: _Endpoint, message: object) -> None:
         if "llm" not in endpoint.napplet.domains:
-            self._observe("dropped", endpoint.id, "llm domain not exposed")
+            shaped = parse_envelope(message)
+            if isinstance(shaped, Envelope | Malformed):
+                error = unsupported(DOMAIN_UNAVAILABLE)
+                self._send(endpoint, error_result(shaped.type, shaped.id, error))
+            else:
+                self._observe("dropped", endpoint.id, "llm domain not exposed")
             return
         parsed = read_request(message)  # envelope shape -> records -> conversation rules
         if isinstance(parsed, Dropped):

@@ -136,7 +136,7 @@ def test_llm_c01_binding_select_describe_generate(shell: ShellPage) -> None:
     check_generation(app.quiet(), outcome["id"])
 
 
-def test_llm_c01_absent_domain_gets_no_replies_and_no_dialogs(shell: ShellPage) -> None:
+def test_llm_c01_absent_domain_gets_unsupported_and_no_dialogs(shell: ShellPage) -> None:
     plain = shell.open_napplet()
     plain.set_llm(False)
     # absence is discoverable without a handshake: no `llm` in the namespace
@@ -146,7 +146,10 @@ def test_llm_c01_absent_domain_gets_no_replies_and_no_dialogs(shell: ShellPage) 
     plain.post({"type": "llm.select", "id": "s1"})
     plain.post(generate("g1", "h-guess"))
     plain.post({"type": "llm.cancel", "id": "c1", "requestId": "g1"})
-    assert plain.quiet() == []
+    # each request is answered as an unavailable domain, nothing more
+    for rid, kind in (("s1", "llm.select"), ("g1", "llm.generate"), ("c1", "llm.cancel")):
+        assert code(plain.wait_for(rid, kind + ".result")) == "unsupported"
+    assert len(plain.quiet()) == 3
     assert shell.open_dialogs() == 0 and shell.submissions("fx-full") == before
     # the napplet's own (non-llm) functionality is unaffected
     assert plain.evaluate("() => document.querySelector('h1').textContent") == "Probe napplet"

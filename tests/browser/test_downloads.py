@@ -581,6 +581,18 @@ def download_entry_for_offline_use(page: Any, name: str) -> None:
     entry.locator(".offline-control[data-stored='true']").wait_for(state="attached")
 
 
+def remove_connection(page: Any, name: str) -> None:
+    """Remove the connection entry `name`, accepting whatever the question offers."""
+    page.eval_on_selector_all(
+        "li.unavailable-group > details", "ds => ds.forEach((d) => { d.open = true; })"
+    )
+    entry = page.locator("li.connection", has_text=name)
+    entry.locator("button.remove").click()
+    # (the answer waits for the offer, if any, which is checked by default)
+    entry.locator("button.confirm-remove").click()
+    entry.wait_for(state="detached")
+
+
 #: Loads an ONNX model folder (`base` + tinychat-onnx) on the wasm device
 #: through the shell's engine host, then answers "Hello!" greedily (fp32:
 #: the dtype WebGPU would pick for it; wasm's default is q8).
@@ -658,7 +670,9 @@ def test_download_for_offline_use_of_onnx_and_webllm_connections(
         webllm_row = rows.filter(has_text="tinychat-webllm (WebLLM)")
         webllm_row.wait_for()
         assert "Used by Later ONNX" in (onnx_row.locator(".storage-users").text_content() or "")
-        assert "Used by Later WebLLM" in (webllm_row.locator(".storage-users").text_content() or "")
+        # (the built-in TinyChat WebLLM connection reads the same model's files)
+        webllm_users = webllm_row.locator(".storage-users").text_content() or ""
+        assert webllm_users.startswith("Used by") and "Later WebLLM" in webllm_users
         assert int(onnx_row.get_attribute("data-bytes") or 0) > 1_000_000
 
         # The network off: the ONNX engine loads from the caches and answers.
@@ -667,6 +681,20 @@ def test_download_for_offline_use_of_onnx_and_webllm_connections(
         answer = page.evaluate(ONNX_HELLO, onnx_base)
         assert answer["loaded"]["ok"] is True, answer
         assert answer["error"] is None and answer["text"] == HELLO_ANSWER
+
+        # Another connection of each model, never downloaded, reads the same
+        # files: removing the one that downloaded them keeps them (the offer
+        # to delete them, checked by default, counted only downloads).
+        add_connection(page, "Twin ONNX", "onnx", onnx_base + "tinychat-onnx")
+        add_connection(page, "Twin WebLLM", "webllm", "TinyChat-q0f32-MLC")
+        onnx_row.locator(".storage-users", has_text="Twin ONNX").wait_for()
+        webllm_row.locator(".storage-users", has_text="Twin WebLLM").wait_for()
+        for name in ("Later ONNX", "Later WebLLM"):
+            remove_connection(page, name)
+        assert page.evaluate(WEBLLM_CACHED, "TinyChat-q0f32-MLC")["cached"] is True
+        onnx_kept = "() => caches.open('transformers-cache').then((c) => c.keys())"
+        assert len(page.evaluate(onnx_kept)) == 5
+        assert "Twin WebLLM" in (webllm_row.locator(".storage-users").text_content() or "")
 
         # Delete frees every file of the entry.
         webllm_row.locator("button.delete").click()

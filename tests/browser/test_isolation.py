@@ -234,7 +234,7 @@ def test_a_frame_cannot_inject_results_into_another(shell: ShellPage) -> None:
     assert victim.evaluate("() => window.probe.envelopes().length") == pending + 1
 
 
-def test_domain_absence_has_no_binding_and_no_reply(shell: ShellPage) -> None:
+def test_domain_absence_has_no_binding_and_answers_unsupported(shell: ShellPage) -> None:
     app = shell.open_napplet()
     app.set_llm(False)
     assert app.evaluate("() => [Object.isFrozen(window.napplet), Object.keys(window.napplet)]") == [
@@ -244,7 +244,10 @@ def test_domain_absence_has_no_binding_and_no_reply(shell: ShellPage) -> None:
     entries = inspector_entries(shell)
     app.post({"type": "llm.select", "id": "s1"})
     app.post(generate("g1", "h-guess"))
-    assert app.quiet() == [] and shell.open_dialogs() == 0
+    # each request gets the answer a missing domain gets (and nothing reaches the runtime)
+    assert code(app.wait_for("s1", "llm.select.result")) == "unsupported"
+    assert code(app.wait_for("g1")) == "unsupported"
+    assert len(app.quiet()) == 2 and shell.open_dialogs() == 0
     assert inspector_entries(shell) == entries
     # switched back on, the fresh frame has the domain again
     app.set_llm(True)

@@ -13,7 +13,12 @@ model):
   answers, and the round trip each costs is printed (the parent transport
   waits for one extra ping on the frame's control port; bench/bench_shell.py
   part f measures it);
-- LLM access off: envelopes posted to the parent get nothing.
+- replies carry what a `postMessage` from the shell would: the napplet
+  accepts only messages whose `source` is its parent and whose `origin` is
+  the shell's (the web platform's advice), and gets every reply;
+- LLM access off: every request envelope, on either transport, gets its
+  result with `unsupported` (the same answer for every request, as a
+  missing `window.napplet.llm`), nothing else gets anything.
 
 The hostile variants (a navigated document posting to the parent, nested
 frames posting to their grandparent, floods on the raw channel) are in
@@ -30,6 +35,7 @@ import statistics
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from shellpage import POLL_MS, Napplet, ShellPage, boot_shell
@@ -88,8 +94,15 @@ def inspector_text(shell: ShellPage) -> str:
     return text
 
 
-def test_a_raw_wire_napplet_passes_its_own_tests(shell: ShellPage) -> None:
-    app = open_by_url(shell, shell.napplets_url + "nip5d.html")
+def test_a_raw_wire_napplet_passes_its_own_tests(shell: ShellPage, test_pages_dir: Path) -> None:
+    # The napplet checks `event.origin` against the shell's origin, written into its page.
+    parts = urlsplit(shell.napplets_url)
+    napplet = test_pages_dir / "napplets" / "nip5d-origin.html"
+    source = (test_pages_dir / "napplets" / "nip5d.html").read_text(encoding="utf-8")
+    napplet.write_text(
+        source.replace("@SHELL_ORIGIN@", f"{parts.scheme}://{parts.netloc}"), encoding="utf-8"
+    )
+    app = open_by_url(shell, shell.napplets_url + napplet.name)
     # its select was posted while the document was parsed: the chooser opens
     shell.choose(FULL)
     shell.allow(remember=True)  # the second generation needs no dialog
@@ -163,11 +176,38 @@ def test_both_transports_get_the_same_answers_and_the_round_trip_is_measured(
     assert len(parent) == len(own) == count
 
 
-def test_without_llm_access_parent_posts_get_nothing(shell: ShellPage) -> None:
+def test_without_llm_access_every_request_gets_unsupported(shell: ShellPage) -> None:
     app = shell.open_napplet()
     app.set_llm(False)
-    app.post({"type": "llm.select", "id": "s-off"})
-    app.post({"type": "llm.describe", "id": "d-off", "handle": "h"})
-    assert app.quiet() == []
+    # the API path: the domain is missing
+    assert app.evaluate("() => Object.keys(window.napplet)") == []
+    requests = {
+        "llm.select": {},
+        "llm.describe": {"handle": "h"},
+        "llm.generate": {"request": {"handle": "h", "messages": []}},
+        "llm.cancel": {"requestId": "g"},
+    }
+    ids = []
+    for transport in ("parent", "self"):
+        app.evaluate("(t) => probe.useTransport(t)", transport)
+        for kind, fields in requests.items():
+            ids.append((f"{kind}-{transport}", kind))
+            app.post({"type": kind, "id": ids[-1][0], **fields})
+        # no answer: an unknown type, a request without an id, a result
+        app.post({"type": "llm.unknown", "id": f"u-{transport}"})
+        app.post({"type": "llm.select"})
+        app.post({"type": "llm.select.result", "id": f"r-{transport}"})
+    app.evaluate("() => probe.useTransport('parent')")
+    unsupported = {
+        "code": "unsupported",
+        "message": "The llm domain is not available to this napplet.",
+    }
+    for rid, kind in ids:
+        assert app.wait_for(rid, kind + ".result") == {
+            "type": kind + ".result",
+            "id": rid,
+            "error": unsupported,
+        }
+    assert sorted(e["id"] for e in app.quiet()) == sorted(rid for rid, _ in ids)
     assert shell.open_dialogs() == 0
-    assert "s-off" not in inspector_text(shell)
+    assert "llm.select-parent" not in inspector_text(shell)

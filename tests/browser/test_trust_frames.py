@@ -577,6 +577,21 @@ const pad = 'x'.repeat(8 * 1000 * 1000);
 </script>"""
 
 
+@pytest.mark.parametrize("transport", ["parent", "self"])
+def test_binary_payloads_are_metered_by_their_bytes(shell: ShellPage, transport: str) -> None:
+    # Six envelopes carrying 32 MiB ArrayBuffers, posted in one task: each
+    # was metered by its small `unclonable` marker, so no number of them
+    # stopped the frame; by their bytes the window's budget is spent by two.
+    app = shell.open_napplet()
+    app.evaluate(
+        """(t) => { probe.useTransport(t);
+             for (let i = 0; i < 6; i++)
+               probe.post({type: 'llm.describe', id: 'b' + i, handle: new ArrayBuffer(32 * 1024 * 1024)}); }""",
+        transport,
+    )
+    wait_stopped(app, "sent too many messages")
+
+
 def test_a_flooding_napplet_is_stopped_and_memory_stays_bounded(
     shell: ShellPage, hostile: Hostile
 ) -> None:

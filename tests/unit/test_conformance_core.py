@@ -99,7 +99,7 @@ async def test_llm_c01_select_describe_generate_correlate() -> None:
     await drive(sc.llm_c01_select_describe_generate_correlate)
 
 
-async def test_llm_c01_absent_domain_gets_no_replies_and_no_dialogs() -> None:
+async def test_llm_c01_absent_domain_gets_unsupported_and_no_dialogs() -> None:
     h = Harness()
     fx = h.connect()
     ep = h.endpoint(domains=frozenset())
@@ -107,10 +107,13 @@ async def test_llm_c01_absent_domain_gets_no_replies_and_no_dialogs() -> None:
     h.send(ep, generate("g1", "h-guess"))
     h.send(ep, {"type": "llm.cancel", "id": "c1", "requestId": "g1"})
     await h.settle()
-    assert h.out(ep) == []
+    assert [(e["id"], e["error"]["code"]) for e in h.out(ep)] == [
+        ("s1", "unsupported"),
+        ("g1", "unsupported"),
+        ("c1", "unsupported"),
+    ]
     assert h.chooser.requests == [] and h.consent.asked == []
     assert fx.submissions == 0
-    assert len(h.observer.drops) == 3
 
 
 async def test_llm_c01_domain_absence_does_not_affect_other_endpoints() -> None:

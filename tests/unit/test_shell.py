@@ -41,7 +41,14 @@ from napllm.providers.fixture import (
     text_script,
     tool_call_script,
 )
-from napllm.shell import ChoicePick, ChoiceRequest, ConsentDecision, NappletIdentity, ShellPolicy
+from napllm.shell import (
+    DOMAIN_UNAVAILABLE,
+    ChoicePick,
+    ChoiceRequest,
+    ConsentDecision,
+    NappletIdentity,
+    ShellPolicy,
+)
 from napllm.wire import Unclonable
 
 CREATED = LmspEvent(
@@ -1181,7 +1188,7 @@ async def test_requests_bound_to_endpoint_and_identity() -> None:
     assert [r.napplet.sha256 for r in h.chooser.requests] == ["11" * 32, "22" * 32]
 
 
-async def test_domain_less_endpoint_gets_no_replies() -> None:
+async def test_domain_less_endpoint_gets_unsupported_for_each_request() -> None:
     h = Harness()
     fx = h.connect()
     ep = h.endpoint(domains=frozenset({"identity"}))
@@ -1191,10 +1198,25 @@ async def test_domain_less_endpoint_gets_no_replies() -> None:
         generate("g1", "h"),
         {"type": "llm.cancel", "id": "c1", "requestId": "g1"},
         {"type": "llm.select", "id": "bad", "requirements": None},
+        # no answer: an unknown type, no usable id, not an envelope
+        {"type": "llm.other", "id": "o1"},
+        {"type": "llm.select"},
+        ["llm.select"],
     ):
         h.send(ep, message)
     await h.settle()
-    assert h.out(ep) == [] and fx.submissions == 0 and h.chooser.requests == []
+    unavailable = {"code": "unsupported", "message": DOMAIN_UNAVAILABLE}
+    assert h.out(ep) == [
+        {"type": f"{kind}.result", "id": rid, "error": unavailable}
+        for kind, rid in (
+            ("llm.select", "s1"),
+            ("llm.describe", "d1"),
+            ("llm.generate", "g1"),
+            ("llm.cancel", "c1"),
+            ("llm.select", "bad"),
+        )
+    ]
+    assert fx.submissions == 0 and h.chooser.requests == []
 
 
 async def test_unknown_endpoint_messages_are_ignored() -> None:

@@ -91,3 +91,96 @@ def test_shared_references_keep_their_verdicts() -> None:
     assert got["deepAgain"]["wire"] == {"tooLarge": True, "type": "llm.generate", "id": "g"}
     assert got["cycle"]["wire"] == {"unclonable": True, "type": "llm.generate", "id": "g"}
     assert got["sharedString"]["wire"] == {"tooLarge": True, "type": "llm.generate", "id": "g"}
+
+
+BINARY = """
+import { measureWire } from %s;
+import { FloodMeter } from %s;
+const MiB = 1024 * 1024;
+const envelope = (request) => ({ type: "llm.generate", id: "g", request });
+const shared = new ArrayBuffer(8 * MiB);
+const cases = {
+  small: envelope({ handle: "h" }),
+  buffer: envelope(new ArrayBuffer(32 * MiB)),
+  // a one-byte view carries its whole buffer
+  view: envelope(new Uint8Array(new ArrayBuffer(32 * MiB), 0, 1)),
+  dataView: envelope(new DataView(new ArrayBuffer(16 * MiB))),
+  // one buffer under two views is cloned (and counted) once
+  twoViews: envelope([new Uint8Array(shared), new Float64Array(shared)]),
+  blob: envelope(new Blob([new Uint8Array(4 * MiB)])),
+  // what follows a value JSON cannot carry, and what a Map or Set holds, still counts
+  afterUndefined: envelope([undefined, "x".repeat(4 * MiB)]),
+  map: envelope(new Map([["k", "x".repeat(4 * MiB)]])),
+  set: envelope(new Set([new ArrayBuffer(4 * MiB)])),
+};
+const out = {};
+for (const [name, value] of Object.entries(cases)) {
+  const { wire, cost } = measureWire(structuredClone(value));
+  out[name] = { wire: JSON.parse(wire), cost, wireLength: wire.length };
+}
+// 200 envelopes of 32 MiB each, metered as a frame's messages are
+const meter = new FloodMeter();
+out.stoppedAt = null;
+for (let i = 0; i < 200; i++) {
+  const { cost } = measureWire(structuredClone(envelope(new ArrayBuffer(32 * MiB))));
+  if (!meter.spend(cost, 0)) { out.stoppedAt = i; break; }
+}
+process.stdout.write(JSON.stringify(out));
+"""
+
+
+def test_binary_payloads_cost_their_bytes() -> None:
+    binding = MODULE.parent / "frame-binding.js"
+    got = run_module(BINARY % (json.dumps(MODULE.as_uri()), json.dumps(binding.as_uri())))
+    mib = 1024 * 1024
+    marker = {"unclonable": True, "type": "llm.generate", "id": "g"}
+    too_large = {"tooLarge": True, "type": "llm.generate", "id": "g"}
+    assert got["small"]["cost"] == got["small"]["wireLength"]
+    for name, least in (
+        ("buffer", 32 * mib),
+        ("view", 32 * mib),
+        ("dataView", 16 * mib),
+        ("twoViews", 8 * mib),
+        ("blob", 4 * mib),
+        ("afterUndefined", 4 * mib),
+        ("map", 4 * mib),
+        ("set", 4 * mib),
+    ):
+        assert got[name]["cost"] >= least, name
+        # what is forwarded is still a small marker (the runtime answers
+        # invalid-request, or quota-exceeded past the wire bound)
+        assert got[name]["wire"] in (marker, too_large), name
+    assert got["twoViews"]["cost"] < 16 * mib
+    # the flood bound (64 Mi units per window) stops the frame at its third
+    assert got["stoppedAt"] == 2
+
+
+REFUSALS = """
+import { refusalWithoutLlm, toWireJson } from %s;
+const wire = (value) => toWireJson(structuredClone(value));
+const out = {
+  select: refusalWithoutLlm(wire({ type: "llm.select", id: "s1" })),
+  generate: refusalWithoutLlm(wire({ type: "llm.generate", id: "g1", request: { any: "thing" } })),
+  marker: refusalWithoutLlm(wire({ type: "llm.describe", id: "d1", handle: new Map() })),
+  tooLarge: refusalWithoutLlm(wire({ type: "llm.cancel", id: "c1",
+    requestId: "x".repeat(9 * 1024 * 1024) })),
+  unknown: refusalWithoutLlm(wire({ type: "llm.other", id: "u1" })),
+  result: refusalWithoutLlm(wire({ type: "llm.select.result", id: "r1" })),
+  noId: refusalWithoutLlm(wire({ type: "llm.select" })),
+  longId: refusalWithoutLlm(wire({ type: "llm.select", id: "i".repeat(257) })),
+  loneSurrogate: refusalWithoutLlm(wire({ type: "llm.select", id: "\\ud800" })),
+  notAnObject: refusalWithoutLlm(wire(["llm.select"])),
+};
+process.stdout.write(JSON.stringify(out));
+"""
+
+
+def test_without_llm_each_request_gets_unsupported_and_nothing_else_an_answer() -> None:
+    got = run_module(REFUSALS % json.dumps(MODULE.as_uri()))
+    error = {"code": "unsupported", "message": "The llm domain is not available to this napplet."}
+    assert got["select"] == {"type": "llm.select.result", "id": "s1", "error": error}
+    assert got["generate"] == {"type": "llm.generate.result", "id": "g1", "error": error}
+    assert got["marker"] == {"type": "llm.describe.result", "id": "d1", "error": error}
+    assert got["tooLarge"] == {"type": "llm.cancel.result", "id": "c1", "error": error}
+    for name in ("unknown", "result", "noId", "longId", "loneSurrogate", "notAnObject"):
+        assert got[name] is None, name

@@ -30,9 +30,10 @@
  *   `progressVerb`: the first word of its progress labels (default `Loading`);
  *   `adapter`: a page module (relative to the shell's folder) for an engine
  *   whose worker is driven by its library's own page-side client (WebLLM):
- *   it exports `report()`, `connect(key, fields, onProgress)` ->
+ *   it exports `report()`, `connect(key, fields, onProgress, onFailure)` ->
  *   `{target, close()}` (`target`: a MessagePort speaking the worker
- *   protocol's chats) or a thrown error, `failureKind(error)`,
+ *   protocol's chats; `onFailure()`: to call when the worker behind it
+ *   fails) or a thrown error, `failureKind(error)`,
  *   `classify(error)` (a chat error's kind) and `forget(key, kind)` (after
  *   a failed load).
  * - Models are keyed by the key Python gives. Concurrent loads of one key
@@ -47,6 +48,11 @@
  *   message is ended the same way, that load answering `stalled`; an
  *   adapter's `connect` is bounded by the adapter (webllm-engine.js). The
  *   failed entry is forgotten either way, so the next request loads again.
+ *   An adapter's worker that fails is handled the same way (`connect` gets
+ *   `onFailure`).
+ * - Unloading a model (`unloadModel`, and a `oneModel` load unloading the
+ *   others) ends its open chats with `unloaded` before the worker is told
+ *   or stopped, so a chat on it always gets its end.
  * - Every value crossing to Python is JSON text or a plain string:
  *   `ensureModel` answers `{"ok": true, ...}` or `{"ok": false, "kind"}`;
  *   a chat is started with `startChat` (a stream id), read with
@@ -271,8 +277,17 @@ class EngineHost {
   async connect(entry, fields, onProgress) {
     const adapter = await this.adapter();
     try {
-      const connection = await adapter.connect(entry.key, fields, onProgress);
-      entry.bridge = new WorkerBridge(connection.target, { classify: (error) => adapter.classify(error) });
+      // The adapter's worker failing ends the chats on its port (and forgets the model).
+      let bridge = null;
+      const onFailure = () => {
+        if (bridge) bridge.fail();
+      };
+      const connection = await adapter.connect(entry.key, fields, onProgress, onFailure);
+      bridge = new WorkerBridge(connection.target, {
+        classify: (error) => adapter.classify(error),
+        onFailure: () => this.forgetLoaded(bridge),
+      });
+      entry.bridge = bridge;
       entry.close = () => connection.close();
       return { ok: true };
     } catch (error) {
@@ -305,8 +320,10 @@ class EngineHost {
       /* a load never rejects */
     }
     if (!entry.loaded || !entry.bridge) return;
+    // Its open chats end now, with a result, whatever the engine does next.
+    entry.bridge.endChats(entry.key, "unloaded");
     if (entry.close) await entry.close();
-    else if (this.declaration.workers === "per-model") entry.bridge.terminate();
+    else if (this.declaration.workers === "per-model") entry.bridge.terminate("unloaded");
     else entry.bridge.unload(entry.key);
   }
 

@@ -194,14 +194,20 @@ function errorKind(error) {
   return "unknown";
 }
 
+/** How long `close` waits for WebLLM to unload before it ends the worker anyway, in ms. */
+export const UNLOAD_WAIT_MS = 5000;
+
 /**
  * Start WebLLM's worker on `modelId` through WebLLM's own page-side client
  * (`CreateWebWorkerMLCEngine`; a test build substitutes a double there) and
  * open the port our chats run on (module rules). `onProgress(fraction)`
- * gets WebLLM's load progress. Resolves with `{target, close()}` (the engine
- * host's adapter interface, engine-host.js); rejects with WebLLM's error.
+ * gets WebLLM's load progress; `onFailure()` runs when the worker fails
+ * after the load (it is ended: the chats on the port get their end from the
+ * host). Resolves with `{target, close()}` (the engine host's adapter
+ * interface, engine-host.js); rejects with WebLLM's error. `close()` asks
+ * WebLLM to unload (at most `UNLOAD_WAIT_MS`), then ends the worker.
  */
-export async function connect(modelId, fields, onProgress) {
+export async function connect(modelId, fields, onProgress, onFailure = () => {}) {
   // The load is bounded: WORKER_IDLE_MS without a progress report ends it.
   let stall = () => {};
   let timer = null;
@@ -241,6 +247,11 @@ export async function connect(modelId, fields, onProgress) {
     stall = () => {};
   }
   const channel = new MessageChannel();
+  worker.addEventListener("error", (event) => {
+    console.error("napllm webllm engine: the engine worker failed", event && event.message);
+    worker.terminate();
+    onFailure();
+  });
   if (engine instanceof lib.WebWorkerMLCEngine) {
     worker.postMessage({ kind: "napllmPort" }, [channel.port2]);
   } else {
@@ -254,10 +265,14 @@ export async function connect(modelId, fields, onProgress) {
     });
   }
   const close = async () => {
+    let timer;
     try {
-      await engine.unload();
+      // WebLLM answers an unload only when its worker does: never wait longer than this.
+      await Promise.race([engine.unload(), new Promise((resolve) => (timer = setTimeout(resolve, UNLOAD_WAIT_MS)))]);
     } catch {
       /* already gone */
+    } finally {
+      clearTimeout(timer);
     }
     worker.terminate();
     channel.port1.close();

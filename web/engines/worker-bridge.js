@@ -35,6 +35,10 @@
  *   (no progress, no answer) for that long, the load answers
  *   `{ok: false, kind: "stalled"}` and the worker is ended as failed (a
  *   Worker is terminated), so no caller waits on it any longer.
+ * - A chat never outlives its model: unloading a key (`unload`,
+ *   `endChats`) or stopping the worker (`terminate`) first ends every
+ *   open chat of that key (or of the worker) with `unloaded` and posts
+ *   its `cancel`; the worker's own end, if it comes, is then ignored.
  */
 
 import * as streams from "./streams.js";
@@ -125,9 +129,24 @@ export class WorkerBridge {
     }, this.loadIdleMs);
   }
 
-  /** Post `unload` for `key`. */
+  /** End the open chats of `key` (module rules), then post `unload` for it. */
   unload(key) {
+    this.endChats(key, "unloaded");
     this.post({ op: "unload", key: String(key) });
+  }
+
+  /**
+   * End every open chat on the model `key` with the failure `kind` (the
+   * model goes away under it) and post their cancels.
+   */
+  endChats(key, kind) {
+    for (const [id, chat] of this.chats) {
+      if (chat.key !== String(key)) continue;
+      this.chats.delete(id);
+      this.post({ op: "cancel", id });
+      streams.end(chat.stream, kind);
+      chat.resolve(kind);
+    }
   }
 
   /**
@@ -136,7 +155,8 @@ export class WorkerBridge {
    * message, or the worker's failure). Aborting the stream posts `cancel`.
    */
   chat(stream, body, fields = {}) {
-    const ended = new Promise((resolve) => this.chats.set(stream.id, { stream, resolve }));
+    const key = fields.key === undefined ? null : String(fields.key);
+    const ended = new Promise((resolve) => this.chats.set(stream.id, { stream, resolve, key }));
     stream.controller.signal.addEventListener("abort", () => this.post({ op: "cancel", id: stream.id }), { once: true });
     this.post({ ...fields, op: "chat", id: stream.id, body });
     return ended;
@@ -206,9 +226,12 @@ export class WorkerBridge {
     this.chats.clear();
   }
 
-  /** Stop the worker (a Worker target) and end its open chats with `inference`. */
-  terminate() {
+  /**
+   * Stop the worker (a Worker target) and end its open chats with `kind`
+   * (`unloaded` when its model was unloaded, `inference` when it failed).
+   */
+  terminate(kind = "inference") {
     if (typeof this.target.terminate === "function") this.target.terminate();
-    this.endAll("inference");
+    this.endAll(kind);
   }
 }

@@ -53,7 +53,7 @@ export const RATE_WINDOW_MS = 10_000;
 export const START_GRACE_MS = 2000;
 /** Most documents one frame may start per window (a napplet reloading itself). */
 export const MAX_STARTS = 20;
-/** Most UTF-16 code units of envelopes one frame may send per window. */
+/** Most UTF-16 code units of envelopes one frame may send per window (binary values: one unit per byte). */
 export const FLOOD_MAX_CHARS = 64 * 1024 * 1024;
 /** Most envelopes one frame may send per window. */
 export const FLOOD_MAX_MESSAGES = 4000;
@@ -143,7 +143,15 @@ export class FloodMeter {
     this.total = 0;
   }
 
-  /** Count `cost` code units at `now` (ms); false once the window's budget is spent. */
+  /**
+   * Count `cost` units (frames.js `meter`: wire.js `measureWire`'s cost) at
+   * `now` (ms); false once the window's budget was spent: by more than
+   * `FLOOD_MAX_MESSAGES` messages, or by earlier messages holding more than
+   * `FLOOD_MAX_CHARS` together. The message at hand was received (and
+   * deserialized) already, so it is what ends the window's budget, never
+   * what is refused for its own size: one message larger than the budget
+   * gets its answer (too large), the next in the window stops the frame.
+   */
   spend(cost, now) {
     let drop = 0;
     while (drop < this.times.length && now - this.times[drop] > RATE_WINDOW_MS) {
@@ -154,10 +162,11 @@ export class FloodMeter {
       this.times.splice(0, drop);
       this.costs.splice(0, drop);
     }
+    const before = this.total;
     this.times.push(now);
     this.costs.push(cost);
     this.total += cost;
-    return this.times.length <= FLOOD_MAX_MESSAGES && this.total <= FLOOD_MAX_CHARS;
+    return this.times.length <= FLOOD_MAX_MESSAGES && before < FLOOD_MAX_CHARS;
   }
 }
 

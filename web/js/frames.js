@@ -15,7 +15,12 @@
  *   napplet-page.js `buildSrcdoc`.
  * - The prelude defines `window.napplet.llm` only while the tab's "LLM
  *   access" is on; otherwise `window.napplet` is an empty frozen object and
- *   no endpoint is opened, so the frame's messages reach nothing.
+ *   no endpoint is opened: the frame's messages reach no runtime, and each
+ *   request envelope (a request type with a usable id), on either
+ *   transport, is answered here with `unsupported` and one fixed message
+ *   (NAP-LLM, Error Handling: domain unavailable), which says no more than
+ *   the missing `window.napplet.llm` does; anything else gets nothing. The
+ *   messages are metered and confirmed as with LLM access on.
  * - Binding (web/prelude.js): each frame built here gets a fresh secret in
  *   its prelude. The prelude posts `{type: "napllm.documentStart", secret}`
  *   with two transferred `MessagePort`s; only such a start, from the frame's
@@ -44,7 +49,7 @@
  *   the change (the next start, or the unreported load below). The messages
  *   of one transport keep their order; the two transports are not ordered
  *   with respect to each other (frame-binding.js has the bounds).
- *   Messages from a frame with no bound document or with LLM access off are
+ *   Messages from a frame with no bound document are
  *   dropped without their data being read; one carrying ports is read only
  *   when it has two, as a possible start.
  * - Each `load` of a frame must be matched by the load report a started
@@ -73,7 +78,7 @@ import { limitResponse } from "../engines/bounded.js";
 import { FrameBinding, START_GRACE_MS } from "./frame-binding.js";
 import { buildSrcdoc, isHttpUrl, newSecret, originOf, pageCsp, promptApiMode, sanitiseName, sha256Hex } from "./napplet-page.js";
 import { TabStrip, showFrame, showIdentity, showStatus, showStopped, tabLabel } from "./tab-view.js";
-import { MAX_WIRE_CHARS, toWireJson } from "./wire.js";
+import { measureWire, refusalWithoutLlm } from "./wire.js";
 
 export {
   FLOOD_MAX_CHARS,
@@ -124,11 +129,6 @@ export function identityJson(tab) {
     domains: ["llm"],
     ...(tab.origin ? { origin: tab.origin } : {}),
   });
-}
-
-/** The wire cost of an envelope: a refused one (too large) counts as the largest. */
-function wireCost(wire) {
-  return wire.startsWith('{"tooLarge"') ? MAX_WIRE_CHARS : wire.length;
 }
 
 export class NappletArea {
@@ -471,8 +471,8 @@ export class NappletArea {
     if (source === window) return;
     const frame = this.byWindow.get(source);
     // The port count is checked before `data` is read: reading it is what
-    // deserializes a message, so a flood from a frame that cannot be heard
-    // costs nothing here.
+    // deserializes a message, so a flood from a frame with no bound
+    // document costs nothing here.
     if (!frame || !frame.live) return;
     const ports = event.ports.length;
     if (ports === 0) {
@@ -498,33 +498,46 @@ export class NappletArea {
    */
   onParentMessage(frame, event) {
     const doc = frame.doc;
-    if (!doc || !doc.live || !frame.llm) return;
+    if (!doc || !doc.live) return;
     const data = event.data;
     // Envelopes are objects (the prelude forwards nothing else either); the
     // prelude's start is never an envelope, whichever way it comes.
     if (typeof data !== "object" || data === null || data.type === DOCUMENT_START) return;
-    const wire = toWireJson(data);
-    if (!this.meter(frame, wire)) return;
-    doc.hold(wire);
+    const wire = this.meter(frame, data);
+    if (wire !== null) doc.hold(wire);
   }
 
   /** One message on a document's port: metered, converted, then waiting or delivered. */
   onPortMessage(doc, event) {
     if (!doc.live) return;
-    const wire = toWireJson(event.data);
-    if (this.meter(doc.frame, wire)) this.accept(doc, wire);
+    const wire = this.meter(doc.frame, event.data);
+    if (wire !== null) this.accept(doc, wire);
   }
 
-  /** Count `wire` against the frame's budget; false (and the frame stopped) once it is spent. */
-  meter(frame, wire) {
-    if (frame.meter.spend(wireCost(wire), performance.now())) return true;
+  /**
+   * Convert `data` and count what it holds against the frame's budget
+   * (wire.js `measureWire`: binary values by their bytes): its wire text, or
+   * null (and the frame stopped) once the budget is spent.
+   */
+  meter(frame, data) {
+    const { wire, cost } = measureWire(data);
+    if (frame.meter.spend(cost, performance.now())) return wire;
     this.stop(frame, "stopped", `Napplet “${frame.tab.name}” sent too many messages and was stopped.`, "warning");
-    return false;
+    return null;
   }
 
-  /** A metered envelope of a bound document: waiting until its endpoint opens, or delivered. */
+  /**
+   * A metered envelope of a bound document: waiting until its endpoint
+   * opens, or delivered. With LLM access off there is no endpoint: a
+   * request is answered here with the error a missing llm domain gets
+   * (wire.js `refusalWithoutLlm`), anything else is dropped.
+   */
   accept(doc, wire) {
-    if (!doc.frame.llm) return;
+    if (!doc.frame.llm) {
+      const refusal = refusalWithoutLlm(wire);
+      if (refusal !== null && doc.live) this.postTo(doc, refusal);
+      return;
+    }
     if (doc.accept(wire)) this.deliver(doc, wire);
   }
 
@@ -566,6 +579,11 @@ export class NappletArea {
     const doc = this.byEndpoint.get(endpointId);
     if (!doc || !doc.live) return;
     this.inspector.record(doc.endpointId, "out", JSON.stringify(envelope));
+    this.postTo(doc, envelope);
+  }
+
+  /** Post `envelope` on `doc`'s port (its prelude dispatches it as a message from the parent). */
+  postTo(doc, envelope) {
     try {
       doc.port.postMessage(envelope);
     } catch (err) {

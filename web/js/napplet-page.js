@@ -90,13 +90,15 @@ export function promptApiScript(mode) {
  * @param {string} secret the frame's secret (`newSecret()`).
  * @param {string | null} [promptApi] the napplet's Prompt API opt-in
  *   (`promptApiMode`); null or omitted: no layer.
+ * @param {string} [shellOrigin] the origin the prelude gives the shell's
+ *   envelopes (web/prelude.js); this page's origin unless given.
  * @returns {string}
  */
-export function buildSrcdoc(text, llm, secret, promptApi = null) {
+export function buildSrcdoc(text, llm, secret, promptApi = null, shellOrigin = globalThis.location?.origin ?? "null") {
   return (
     "<!doctype html>" +
     `<meta http-equiv="Content-Security-Policy" content="${NAPPLET_CSP}">` +
-    `<script>${preludeSource(llm ? ["llm"] : [], secret)}</script>` +
+    `<script>${preludeSource(llm ? ["llm"] : [], secret, shellOrigin)}</script>` +
     (promptApi === null ? "" : `<script>${promptApiScript(promptApi)}</script>`) +
     text
   );

@@ -37,7 +37,11 @@
  * - Progress goes to `onProgress(label, fraction)` (fraction 0..1, 1 done,
  *   -1 failed), the same contract as an engine's load progress.
  * - Removing a connection offers to delete its stored files
- *   (`fileRemovalOffer`), unless another connection uses them.
+ *   (`fileRemovalOffer`), except those another connection reads: any
+ *   connection whose engine would read the same files (the same GGUF
+ *   shards, WebLLM model record or onnx model folder), whether or not it
+ *   pressed "Download for offline use" (`connectionFileUrls`, which the
+ *   Storage panel's "Used by" reads too).
  * - Nothing here is shown as markup; no text of a host reaches the page.
  */
 
@@ -154,14 +158,49 @@ async function recordFiles(connection, files) {
   await (await caches.open(OFFLINE_CACHE)).put(listKey(connection), new Response(body, { headers: { "content-type": "application/json" } }));
 }
 
+/** The Hugging Face hub's folder of a model id (transformers.js's default remote host and path). */
+const HUB = "https://huggingface.co/";
+
 /**
- * The URLs of the model files `connection` reads that "Download for offline
- * use" kept (its GGUF shards for `wasm`; the recorded list for `onnx` and
- * `webllm`): a Set, empty when nothing is recorded. Never rejects.
+ * Where `connection`'s engine reads its model files, whether or not it ever
+ * downloaded them (module rules): `{urls, folders}`, the exact URLs (GGUF
+ * shards, WebLLM's model library) and the folders every file under which it
+ * reads (WebLLM's record folder, the onnx model folder or hub repository).
+ */
+async function readPlaces(connection) {
+  if (connection?.kind === "wasm") return { urls: modelFiles(connection).map((file) => file.url), folders: [] };
+  if (connection?.kind === "webllm") {
+    const engine = await import("../engines/webllm-engine.js");
+    const record = await engine.modelRecordFiles(String(connection.model ?? ""));
+    return record ? { urls: [record.library], folders: [record.folder] } : { urls: [], folders: [] };
+  }
+  const source = connection?.kind === "onnx" ? onnxSource(connection) : null;
+  if (!source) return { urls: [], folders: [] };
+  try {
+    const base = source.kind === "hub" ? HUB : new URL(source.base, document.baseURI).href;
+    return { urls: [], folders: [`${base}${source.model}/`] };
+  } catch {
+    return { urls: [], folders: [] };
+  }
+}
+
+/**
+ * Which model files `connection` reads: `{has(url)}`, true for every file
+ * "Download for offline use" kept for it (its recorded list) and for every
+ * file its engine would read for its model, downloaded by it or not (the
+ * same GGUF shards; WebLLM's files of the same model record; the files of
+ * the same onnx model folder or hub repository). Never rejects.
  */
 export async function connectionFileUrls(connection) {
-  const files = connection?.kind === "wasm" ? modelFiles(connection) : await recordedFiles(connection);
-  return new Set((files || []).map((file) => file.url));
+  const recorded = connection?.kind === "wasm" ? [] : (await recordedFiles(connection)) || [];
+  let places = { urls: [], folders: [] };
+  try {
+    places = await readPlaces(connection);
+  } catch {
+    // Not listed: the recorded files still count.
+  }
+  const urls = new Set([...recorded.map((file) => file.url), ...places.urls]);
+  return Object.freeze({ has: (url) => urls.has(url) || places.folders.some((folder) => String(url).startsWith(folder)) });
 }
 
 /** Whether `url` is kept: in `store`, or (store null: the service worker's) in any cache, a build's precache included. */
@@ -403,23 +442,23 @@ export function offlineControl(connection, setProgress) {
 
 /**
  * When `connection` is about to be removed: an offer to delete its stored
- * model files too, or null when it has none or another connection of
- * `connections` uses one of them. `{element, remove()}`: `element` is a
- * checkbox with its label (checked by default), `remove()` deletes the
- * files when it is still checked and tells the Storage panel. Never rejects.
+ * model files too, those no other connection of `connections` reads
+ * (`connectionFileUrls`: every connection of the same model counts, not
+ * only one that downloaded it), or null when none is left.
+ * `{element, remove()}`: `element` is a checkbox with its label (checked by
+ * default), `remove()` deletes the files when it is still checked and tells
+ * the Storage panel. Never rejects.
  */
 export async function fileRemovalOffer(connection, connections) {
   if (!KINDS.has(connection?.kind) || !(await storedForOffline(connection))) return null;
   // Only model files in a model cache: never the engine's or the app's own files.
-  const filesOf = async (item) => (item.kind === "wasm" ? modelFiles(item) : (await recordedFiles(item)) || [])
-    .filter((file) => file.store);
-  const files = await filesOf(connection);
-  if (files.length === 0) return null;
-  const urls = new Set(files.map((file) => file.url));
+  let files = (connection.kind === "wasm" ? modelFiles(connection) : (await recordedFiles(connection)) || []).filter((file) => file.store);
   for (const other of connections || []) {
     if (!other || other.id === connection.id || !KINDS.has(other.kind)) continue;
-    if ((await filesOf(other)).some((file) => urls.has(file.url))) return null;
+    const reads = await connectionFileUrls(other);
+    files = files.filter((file) => !reads.has(file.url));
   }
+  if (files.length === 0) return null;
   let bytes = 0;
   for (const file of files) {
     const response = await (await caches.open(file.store)).match(file.url);

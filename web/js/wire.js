@@ -16,6 +16,12 @@
  *   hostile message cannot exhaust the shell's stack or memory; it walks
  *   each object once (shared references are counted, not walked again),
  *   so its time is linear in what was cloned, not in the JSON text.
+ * - A message's cost to its frame's traffic budget (`measureWire`) is what
+ *   it holds, not what is forwarded: its JSON text, with binary values
+ *   (ArrayBuffer, typed arrays and DataView (their whole buffer, once),
+ *   Blob, ImageData) counted one unit per byte, and the contents of Map
+ *   and Set walked like arrays; a value JSON cannot carry still makes the
+ *   message a small `unclonable` marker, but never a cheap one.
  *
  * Own code rather than a library: the check is specific to what structured
  * clone can produce in this realm, and it must never throw.
@@ -39,11 +45,59 @@ function isPlainObject(value) {
   return proto === Object.prototype || proto === null;
 }
 
+/** What a value no JSON text can carry costs when it has no size of its own. */
+const OPAQUE_COST = 16;
+
 /**
- * Classify `data` without throwing: OK, UNCLONABLE or TOO_LARGE.
+ * The bytes a binary value brings (module rules: one unit per byte), or -1
+ * for a value that is not binary. A view counts its whole buffer (structured
+ * clone copies the buffer, not the view's window), once per message: the
+ * buffers already counted are in `buffers`.
+ */
+function binaryBytes(value, buffers) {
+  let buffer = null;
+  if (value instanceof ArrayBuffer) buffer = value;
+  else if (ArrayBuffer.isView(value)) buffer = value.buffer;
+  else if (typeof SharedArrayBuffer === "function" && value instanceof SharedArrayBuffer) buffer = value;
+  if (buffer !== null) {
+    if (buffers.has(buffer)) return 0;
+    buffers.add(buffer);
+    return buffer.byteLength;
+  }
+  if (typeof Blob === "function" && value instanceof Blob) return value.size;
+  if (typeof ImageData === "function" && value instanceof ImageData) return value.data.byteLength;
+  return -1;
+}
+
+/**
+ * The children of a non-plain object structured clone copies with their
+ * contents (Map, Set), or null; and the text an object of another kind
+ * carries (a String object's, a RegExp's source, an Error's message).
+ */
+function opaqueParts(value) {
+  if (value instanceof Map) {
+    const parts = [];
+    for (const [key, item] of value) parts.push(key, item);
+    return { children: parts, cost: 2 };
+  }
+  if (value instanceof Set) return { children: [...value], cost: 2 };
+  if (value instanceof String) return { children: null, cost: value.length + 2 };
+  if (value instanceof RegExp) return { children: null, cost: value.source.length + OPAQUE_COST };
+  if (value instanceof Error) return { children: null, cost: String(value.message).length + OPAQUE_COST };
+  return { children: null, cost: OPAQUE_COST };
+}
+
+/**
+ * Classify `data` without throwing: `{verdict, size}` with verdict OK,
+ * UNCLONABLE or TOO_LARGE and `size` a lower bound of what the message
+ * holds (module rules: its JSON text, or for a binary value its bytes).
  *
- * `budget` is a lower bound of the JSON text length; passing it proves the
- * text would be too large.
+ * `size` grows as values are met; passing `maxChars` proves the text
+ * would be too large and ends the walk (the value that passed it counted
+ * whole: one large string or buffer costs its length or bytes). A value
+ * JSON cannot carry makes the message unclonable but does not end the
+ * walk: what follows it (and what a Map or Set holds) is still counted,
+ * so a message cannot hide its bytes behind a marker.
  *
  * Structured clone keeps shared references, so a message of a few hundred
  * bytes can be a graph whose JSON text is exponential (`d = [d, d]` forty
@@ -55,6 +109,8 @@ function isPlainObject(value) {
  */
 function classify(data, maxChars, maxDepth) {
   let budget = 0;
+  let unclonable = false;
+  const buffers = new Set();
   // Each frame: [value, depth, leaving]. `path` holds the ancestor chain
   // (records of the objects being walked), `onPath` the same objects, to
   // detect cycles; `done` the objects already walked: {chars, height}.
@@ -62,10 +118,18 @@ function classify(data, maxChars, maxDepth) {
   const path = [];
   const onPath = new Set();
   const done = new Map();
+  const result = (verdict) => ({ verdict, size: budget });
   // Note that an object at `depth` exists below the innermost open object.
   const reach = (depth) => {
     const top = path[path.length - 1];
     if (top && depth > top.deepest) top.deepest = depth;
+  };
+  // Walk `value`'s `children` (pushed in order) below it at `depth`.
+  const open = (value, depth, record, children) => {
+    path.push(record);
+    onPath.add(value);
+    stack.push([value, depth, true]);
+    for (let i = children.length - 1; i >= 0; i -= 1) stack.push([children[i], depth + 1, false]);
   };
   while (stack.length > 0) {
     const [value, depth, leaving] = stack.pop();
@@ -87,62 +151,80 @@ function classify(data, maxChars, maxDepth) {
           budget += 4;
           break;
         case "number":
-          if (!Number.isFinite(value)) return UNCLONABLE;
+          if (!Number.isFinite(value)) unclonable = true;
           budget += String(value).length; // what JSON writes for it
           break;
         case "object": {
           const seen = done.get(value);
           if (seen !== undefined) {
-            if (depth + seen.height >= maxDepth) return TOO_LARGE;
+            if (depth + seen.height >= maxDepth) return result(TOO_LARGE);
             budget += seen.chars;
             reach(depth + seen.height);
             break;
           }
-          if (depth >= maxDepth) return TOO_LARGE;
-          if (onPath.has(value)) return UNCLONABLE;
+          if (depth >= maxDepth) return result(TOO_LARGE);
+          if (onPath.has(value)) {
+            unclonable = true;
+            break;
+          }
           const record = { start: budget, deepest: depth };
           reach(depth);
+          const bytes = binaryBytes(value, buffers);
+          if (bytes >= 0) {
+            unclonable = true;
+            budget += bytes;
+            done.set(value, { chars: 0, height: 0 });
+            break;
+          }
           if (Array.isArray(value)) {
-            if (Object.getPrototypeOf(value) !== Array.prototype) return UNCLONABLE;
             // Brackets and commas; each element counts its own text when visited.
             budget += 2 + Math.max(0, value.length - 1);
-            if (budget > maxChars) return TOO_LARGE;
+            if (budget > maxChars) return result(TOO_LARGE);
             const keys = Object.keys(value);
             // A hole or an extra named property would be lost or changed by JSON.
-            if (keys.length !== value.length) return UNCLONABLE;
-            path.push(record);
-            onPath.add(value);
-            stack.push([value, depth, true]);
-            for (let i = value.length - 1; i >= 0; i -= 1) {
-              if (!Object.prototype.hasOwnProperty.call(value, i)) return UNCLONABLE;
-              stack.push([value[i], depth + 1, false]);
+            if (Object.getPrototypeOf(value) !== Array.prototype || keys.length !== value.length) unclonable = true;
+            const children = [];
+            for (const key of keys) {
+              const descriptor = Object.getOwnPropertyDescriptor(value, key);
+              if (descriptor && "value" in descriptor) children.push(descriptor.value);
+              else unclonable = true;
             }
-          } else {
-            if (!isPlainObject(value)) return UNCLONABLE;
+            open(value, depth, record, children);
+          } else if (isPlainObject(value)) {
             const keys = Object.keys(value);
             budget += 2 + keys.length * 3; // quotes and colon per key
-            if (budget > maxChars) return TOO_LARGE;
-            path.push(record);
-            onPath.add(value);
-            stack.push([value, depth, true]);
-            for (let i = keys.length - 1; i >= 0; i -= 1) {
-              const key = keys[i];
+            if (budget > maxChars) return result(TOO_LARGE);
+            const children = [];
+            for (const key of keys) {
               const descriptor = Object.getOwnPropertyDescriptor(value, key);
-              if (!descriptor || !("value" in descriptor)) return UNCLONABLE;
               budget += key.length;
-              stack.push([descriptor.value, depth + 1, false]);
+              if (descriptor && "value" in descriptor) children.push(descriptor.value);
+              else unclonable = true;
             }
+            open(value, depth, record, children);
+          } else {
+            // Map, Set, Date, RegExp, Error, wrappers, platform objects.
+            unclonable = true;
+            const parts = opaqueParts(value);
+            budget += parts.cost;
+            if (parts.children) open(value, depth, record, parts.children);
+            else done.set(value, { chars: parts.cost, height: 0 });
           }
           break;
         }
+        case "bigint":
+          unclonable = true;
+          budget += String(value).length;
+          break;
         default:
-          // undefined, bigint, symbol, function.
-          return UNCLONABLE;
+          // undefined (symbols and functions never survive structured clone).
+          unclonable = true;
+          budget += 4;
       }
     }
-    if (budget > maxChars) return TOO_LARGE;
+    if (budget > maxChars) return result(TOO_LARGE);
   }
-  return OK;
+  return result(unclonable ? UNCLONABLE : OK);
 }
 
 function markerField(data, name) {
@@ -161,7 +243,50 @@ function marker(kind, data) {
 }
 
 /**
- * The bridge's `wireJson` for one received message.
+ * The bridge's `wireJson` for one received message, and what the message
+ * costs the frame's traffic budget (module rules).
+ *
+ * @param {*} data `MessageEvent.data` as received from a napplet frame.
+ * @param {{maxChars?: number, maxDepth?: number}} [limits] for tests.
+ * @returns {{wire: string, cost: number}} `wire`: `{"json": "..."}`,
+ *   `{"unclonable": true, ...}` or `{"tooLarge": true, ...}`, always valid
+ *   JSON text; `cost`: at least the wire text's length and the message's
+ *   measured size (its bytes for binary values), and at least `maxChars`
+ *   for a message refused as too large. Never throws.
+ */
+export function measureWire(data, limits = {}) {
+  const maxChars = limits.maxChars ?? MAX_WIRE_CHARS;
+  const maxDepth = limits.maxDepth ?? MAX_DEPTH;
+  let verdict;
+  let size = 0;
+  try {
+    ({ verdict, size } = classify(data, maxChars, maxDepth));
+  } catch {
+    verdict = UNCLONABLE;
+  }
+  const refuse = (kind) => {
+    const wire = marker(kind, data);
+    return { wire, cost: Math.max(wire.length, size, kind === "tooLarge" ? maxChars : 0) };
+  };
+  if (verdict === UNCLONABLE) return refuse("unclonable");
+  if (verdict === TOO_LARGE) return refuse("tooLarge");
+  let text;
+  try {
+    text = JSON.stringify(data);
+  } catch {
+    return refuse("unclonable");
+  }
+  // Escapes can make the text longer than the walk's estimate.
+  if (text.length > maxChars) {
+    size = Math.max(size, text.length);
+    return refuse("tooLarge");
+  }
+  const wire = JSON.stringify({ json: text });
+  return { wire, cost: wire.length };
+}
+
+/**
+ * The bridge's `wireJson` for one received message (`measureWire`'s `wire`).
  *
  * @param {*} data `MessageEvent.data` as received from a napplet frame.
  * @param {{maxChars?: number, maxDepth?: number}} [limits] for tests.
@@ -169,25 +294,35 @@ function marker(kind, data) {
  *   `{"tooLarge": true, ...}`, always valid JSON text.
  */
 export function toWireJson(data, limits = {}) {
-  const maxChars = limits.maxChars ?? MAX_WIRE_CHARS;
-  const maxDepth = limits.maxDepth ?? MAX_DEPTH;
-  let verdict;
-  try {
-    verdict = classify(data, maxChars, maxDepth);
-  } catch {
-    verdict = UNCLONABLE;
-  }
-  if (verdict === UNCLONABLE) return marker("unclonable", data);
-  if (verdict === TOO_LARGE) return marker("tooLarge", data);
-  let text;
-  try {
-    text = JSON.stringify(data);
-  } catch {
-    return marker("unclonable", data);
-  }
-  // Escapes can make the text longer than the walk's estimate.
-  if (text.length > maxChars) return marker("tooLarge", data);
-  return JSON.stringify({ json: text });
+  return measureWire(data, limits).wire;
+}
+
+/** The request types of the llm domain (NAP-LLM, Wire Protocol). */
+const REQUEST_TYPES = new Set(["llm.select", "llm.describe", "llm.generate", "llm.cancel"]);
+/** What a request gets while the llm domain is not available to its frame. */
+export const WITHOUT_LLM = Object.freeze({ code: "unsupported", message: "The llm domain is not available to this napplet." });
+
+/** An id the runtime could answer (napllm.wire `usable_id`): 1 to 256 code units, no lone surrogate. */
+function usableId(id) {
+  return typeof id === "string" && id.length > 0 && id.length <= MAX_MARKER_FIELD && id.isWellFormed();
+}
+
+/**
+ * The answer to one metered message of a frame whose llm domain is off
+ * (the tab's LLM access): for a request envelope (a request type with a
+ * usable id, read from the `wireJson` text or its marker) its result with
+ * `WITHOUT_LLM` as error, whatever else it holds; null for anything else
+ * (the rule the runtime applies to unknown types and ids it cannot use).
+ * NAP-LLM, Error Handling (`unsupported`: domain unavailable).
+ *
+ * @param {string} wire `measureWire`'s `wire`.
+ * @returns {{type: string, id: string, error: {code: string, message: string}} | null}
+ */
+export function refusalWithoutLlm(wire) {
+  let envelope = parseJsonOr(wire, null, isObject);
+  if (envelope && typeof envelope.json === "string") envelope = parseJsonOr(envelope.json, null, isObject);
+  if (!envelope || !REQUEST_TYPES.has(envelope.type) || !usableId(envelope.id)) return null;
+  return { type: `${envelope.type}.result`, id: envelope.id, error: { ...WITHOUT_LLM } };
 }
 
 /**

@@ -73,6 +73,9 @@ ENGINE_HINTS: dict[str, str] = {
     "stalled": "The engine or the model host stopped answering; try again.",
     "context": "The conversation is longer than the model's context window.",
     "inference": "The model failed while generating.",
+    "unloaded": (
+        "The model was unloaded while it was generating (another model was loaded in its place)."
+    ),
     "busy": "The engine is still busy with another request.",
     "unknown": "The in-browser engine failed.",
 }
