@@ -21,8 +21,20 @@ ended any other way than failing its check (or 503 `server_busy`), or took
 longer than its bound (its check's limit, plus waiting for the hostile
 checks ahead of it and for killed workers' replacements to start).
 
+With `--grammar` it measures the other kind instead, with the real model
+(TinyChat, models/tinychat/): a napllm-lmsp process is started (from
+`--runtime`, this checkout's runtime by default, so an older checkout can
+be measured the same way) and hostile clients send the grammars that are
+cheap to build but costly to follow (`a?` written out 300 and 500 times as
+structured output and as a forced tool's parameters) and the request that
+aborted the model worker (`{"type": "boolean"}`, temperature 1,
+`min_output_tokens` 40), while a benign client asks "Say hi" (16 tokens)
+one request after another. It prints each hostile request's status, code
+and duration and the benign latencies; exit status 1 when the benign p99
+is 1 s or more or any request failed `model_crashed`.
+
 Usage: python bench/bench_hostile_schemas.py [--n 40] [--hostile 4]
-       [--rounds 2] [--quick]
+       [--rounds 2] [--quick] [--grammar [--runtime DIR]]
 """
 
 from __future__ import annotations
@@ -205,13 +217,187 @@ async def measure(base: str, token: str, n: int, hostile_clients: int, rounds: i
     return 1 if failed else 0
 
 
+def grammar_bodies(quick: bool) -> list[tuple[str, dict[str, Any]]]:
+    """The grammar-cost hostile requests (module docstring), named."""
+
+    def message(text: str) -> list[dict[str, Any]]:
+        return [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+        ]
+
+    def written_out(copies: int) -> dict[str, Any]:
+        return {"type": "string", "pattern": "^" + "a?" * copies + "$"}
+
+    def structured(copies: int) -> dict[str, Any]:
+        fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": written_out(copies)}}
+        return {
+            "input": message("Write a's"),
+            "temperature": 1.0,
+            "max_output_tokens": 16,
+            "response_format": fmt,
+        }
+
+    tool = {
+        "type": "function",
+        "name": "t",
+        "parameters": {"type": "object", "properties": {"s": written_out(500)}, "required": ["s"]},
+    }
+    boolean = {"type": "json_schema", "json_schema": {"name": "b", "schema": {"type": "boolean"}}}
+    bodies = [
+        ("a? x300 structured output", structured(300)),
+        (
+            "boolean + min_output_tokens 40",
+            {
+                "input": message("Yes or no?"),
+                "temperature": 1.0,
+                "response_format": boolean,
+                "extensions": {"min_output_tokens": 40},
+            },
+        ),
+    ]
+    if not quick:
+        bodies += [
+            ("a? x500 structured output", structured(500)),
+            (
+                "a? x500 forced tool",
+                {
+                    "input": message("Call t"),
+                    "temperature": 1.0,
+                    "max_output_tokens": 16,
+                    "tools": [tool],
+                    "tool_choice": "required",
+                },
+            ),
+        ]
+    return bodies
+
+
+async def measure_grammar(base: str, token: str, model_id: str, quick: bool) -> int:
+    headers = {"Authorization": f"Bearer {token}", "LMSP-Version": "1.0"}
+    benign_body = {
+        "model": model_id,
+        "input": [
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "Say hi"}],
+            }
+        ],
+        "temperature": 0,
+        "max_output_tokens": 16,
+    }
+    async with (
+        httpx.AsyncClient(base_url=base, headers=headers, timeout=300) as client,
+        httpx.AsyncClient(base_url=base, headers=headers, timeout=300) as probe,
+    ):
+        await probe.post("/lmsp/v1/responses", json=benign_body)  # warm
+        stop = asyncio.Event()
+        latencies: list[float] = []
+
+        async def benign_loop() -> None:
+            while not stop.is_set():
+                started = time.monotonic()
+                answer = await probe.post("/lmsp/v1/responses", json=benign_body)
+                latencies.append(time.monotonic() - started)
+                if answer.status_code != 200:
+                    raise RuntimeError(f"benign request answered {answer.status_code}")
+
+        async def one(name: str, body: dict[str, Any]) -> tuple[str, int, str, float]:
+            started = time.monotonic()
+            answer = await client.post("/lmsp/v1/responses", json={"model": model_id, **body})
+            took = time.monotonic() - started
+            code = str(answer.json().get("code") or answer.json().get("status"))
+            return name, answer.status_code, code, took
+
+        benign_task = asyncio.create_task(benign_loop())
+        await asyncio.sleep(0.5)
+        results = []
+        for name, body in grammar_bodies(quick):  # one hostile request at a time
+            results.append(await one(name, body))
+            await asyncio.sleep(1.0)  # the benign client keeps asking meanwhile
+        stop.set()
+        await benign_task
+    ordered = sorted(latencies)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    for name, status, code, took in results:
+        print(f"  hostile {name}: {status} {code} in {took:.2f} s")
+    print(
+        f"benign 'Say hi' (16 tokens): {len(ordered)} requests, median "
+        f"{statistics.median(ordered) * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
+        f"max {ordered[-1] * 1000:.1f} ms"
+    )
+    crashed = any(code == "model_crashed" for _, _, code, _ in results)
+    failed = p99 >= 1.0 or crashed
+    print("verdict:", "FAIL" if failed else "ok (benign p99 < 1 s, the worker never died)")
+    return 1 if failed else 0
+
+
+def run_grammar(runtime: Path, quick: bool) -> int:
+    """Start napllm-lmsp with TinyChat from `runtime` and run `measure_grammar`."""
+    import os
+    import subprocess
+    import tempfile
+
+    model = REPO / "models" / "tinychat" / "tiny-chat-q8_0.gguf"
+    port = free_port()
+    with tempfile.TemporaryDirectory() as workdir:
+        token_file = Path(workdir) / "token"
+        env = {**os.environ, "PYTHONPATH": str(runtime), "XDG_CONFIG_HOME": workdir}
+        args = [
+            sys.executable,
+            "-m",
+            "napllm.lmsp_service",
+            "--model",
+            str(model),
+            "--model-id",
+            "tinychat",
+            "--port",
+            str(port),
+            "--token-file",
+            str(token_file),
+            "--n-ctx",
+            "2048",
+        ]
+        process = subprocess.Popen(
+            args, env=env, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 120
+            while True:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the service did not start")
+                if token_file.exists():
+                    token = token_file.read_text().strip()
+                    try:
+                        ready = httpx.get(
+                            base + "/lmsp/v1/models",
+                            timeout=2,
+                            headers={"Authorization": f"Bearer {token}"},
+                        )
+                        if ready.status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        pass
+                time.sleep(0.2)
+            print(f"engine: TinyChat in napllm-lmsp from {runtime.name}/ on 127.0.0.1:{port}")
+            return asyncio.run(measure_grammar(base, token, "tinychat", quick))
+        finally:
+            process.terminate()
+            process.wait(30)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=40, help="characters of the hostile string")
     parser.add_argument("--hostile", type=int, default=4, help="hostile clients at once")
     parser.add_argument("--rounds", type=int, default=2, help="requests per hostile client")
     parser.add_argument("--quick", action="store_true", help="one round of two hostile clients")
+    parser.add_argument("--grammar", action="store_true", help="grammar cost, with TinyChat")
+    parser.add_argument("--runtime", type=Path, default=REPO / "runtime", help="for --grammar")
     args = parser.parse_args()
+    if args.grammar:
+        return run_grammar(args.runtime.resolve(), args.quick)
     if args.quick:
         args.hostile, args.rounds = 2, 1
     port = free_port()

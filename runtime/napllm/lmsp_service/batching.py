@@ -347,12 +347,15 @@ class BatchRunner:
             sequence.token = None
             logits = np.ctypeslib.as_array(
                 ll.llama_get_logits_ith(self._ctx, index), shape=(self._n_vocab,)
-            ).copy()  # valid only until the next llama_decode
+            )
             sequence.sample_started = time.monotonic()
-            if sequence.grammar is None:
-                self._take(sequence, self._pick(sequence, logits))
-            else:
-                sequence.future = self._pool.submit(self._pick, sequence, logits)
+            if sequence.grammar is None:  # nothing can reject the token: llama.cpp samples
+                if sequence.produced < sequence.min_output and self._eog.size:
+                    logits[self._eog] = -np.inf
+                token = int(ll.llama_sampler_sample(sequence.sampler, self._ctx, index))
+                self._take(sequence, ("token", token, 0.0))
+            else:  # a copy: the logits are valid only until the next llama_decode
+                sequence.future = self._pool.submit(self._pick, sequence, logits.copy())
                 pending.append(sequence.future)
         if pending:
             wait(pending, SAMPLE_WAIT_S)
@@ -382,8 +385,7 @@ class BatchRunner:
     def _pick(self, sequence: _Sequence, logits: Any) -> tuple[str, int, float]:
         """Sample one token of `sequence` from a copy of its `logits` (n_vocab floats).
 
-        Runs on the main thread, or on a pool thread for a sequence with a
-        grammar. Returns `("token", id, grammar seconds)`, or `("complete",
+        Runs on a pool thread, for a sequence with a grammar. Returns `("token", id, grammar seconds)`, or `("complete",
         -1, s)` when the grammar accepts only the end of generation and the
         minimum output masks it, or `("empty", -1, s)` when no candidate is
         left. Never lets llama.cpp accept a token its grammar rejects.
