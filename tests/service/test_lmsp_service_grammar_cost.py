@@ -216,3 +216,33 @@ def test_a_complete_grammar_with_a_minimum_output_ends_instead_of_killing_the_wo
     text = answer.json()["output"][0]["content"][0]["text"]
     assert json.loads(text) in (True, False)
     assert [a.status_code for a in answers] == [200, 200, 200], [a.text for a in answers]
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        {"logit_bias": {"1": -100}},
+        {"stop": ["true"]},
+        {"seed": 1},
+        {"top_k": 1},
+        {"top_p": 0.1},
+        {"min_p": 0.5},
+    ],
+    ids=["logit_bias", "stop", "seed", "top_k", "top_p", "min_p"],
+)
+def test_sampling_options_the_service_does_not_define_never_reach_the_worker(
+    lmsp_service: LmspServiceHandle, option: dict[str, Any]
+) -> None:
+    # Only max_output_tokens, temperature and extensions.min_output_tokens
+    # shape sampling (each tested against a completed grammar in
+    # test_lmsp_grammar_worker.py); any other option is refused before generating.
+    fmt = {"type": "json_schema", "json_schema": {"name": "b", "schema": {"type": "boolean"}}}
+    with lmsp_service.client(timeout_s=60) as http:
+        answer = http.post(
+            "/responses",
+            json=body(lmsp_service, "Yes or no?", response_format=fmt, **option),
+        )
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["code"] == "invalid_request"
+        after = http.post("/responses", json=body(lmsp_service, "Hi", max_output_tokens=4))
+    assert after.status_code == 200
