@@ -385,9 +385,10 @@ class BatchRunner:
     def _pick(self, sequence: _Sequence, logits: Any) -> tuple[str, int, float]:
         """Sample one token of `sequence` from a copy of its `logits` (n_vocab floats).
 
-        Runs on a pool thread, for a sequence with a grammar. Returns `("token", id, grammar seconds)`, or `("complete",
-        -1, s)` when the grammar accepts only the end of generation and the
-        minimum output masks it, or `("empty", -1, s)` when no candidate is
+        Runs on a pool thread, for a sequence with a grammar. Returns
+        `("token", id, grammar seconds)`, or `("complete", -1, s)` when the
+        grammar accepts only the end of generation and the minimum output
+        masks it, or `("empty", -1, s)` when no candidate is
         left. Never lets llama.cpp accept a token its grammar rejects.
         """
         ll, np = self._ll, self._np
