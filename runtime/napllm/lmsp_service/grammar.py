@@ -9,6 +9,10 @@ and llama.cpp's GBNF parser (native code, recursive: a few thousand nested
 groups overflow its stack and kill the process).
 
 Rules
+- Before conversion, a keyword that constrains validity but that the
+  converter drops (`schema_keywords.unenforced_keyword`: number bounds,
+  `not`, `uniqueItems`, ...) is refused, naming it: it would otherwise be
+  generated and then rejected as `model_output_invalid`.
 - Before conversion, every repetition bound in the schema is checked:
   `minLength`/`maxLength`/`minItems`/`maxItems`/`minProperties`/
   `maxProperties`/`minContains`/`maxContains` and every `{n}`, `{n,}`,
@@ -50,6 +54,7 @@ from llama_cpp.llama_grammar import json_schema_to_gbnf
 from ..lmsp import FunctionTool
 from ..pattern_cost import pattern_is_affordable
 from .grammar_cost import GrammarCostError, parse_gbnf, worst_case
+from .schema_keywords import unenforced_keyword
 
 #: Largest repetition bound (a length, item or property count, a pattern count).
 MAX_REPETITION = 500
@@ -265,6 +270,12 @@ def grammar_nesting(gbnf: str) -> int:
 
 def _convert(schema: Any) -> str:
     check_schema_bounds(schema)
+    keyword = unenforced_keyword(schema)
+    if keyword is not None:
+        raise GrammarUnavailable(
+            f"The schema uses the keyword {keyword}, which this service cannot enforce "
+            "while generating."
+        )
     try:
         gbnf = str(json_schema_to_gbnf(json.dumps(schema)))
     except Exception as exc:  # the converter raises bare Exceptions, KeyErrors, ...
