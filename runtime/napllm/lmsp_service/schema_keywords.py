@@ -79,8 +79,21 @@ REFUSED = frozenset(
         "$recursiveRef",
     }
 )
-_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains")
-_ONE += ("propertyNames", "unevaluatedItems", "unevaluatedProperties", "contentSchema")
+_ONE = frozenset(
+    {
+        "items",
+        "additionalProperties",
+        "not",
+        "if",
+        "then",
+        "else",
+        "contains",
+        "propertyNames",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+        "contentSchema",
+    }
+)
 _LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
 _MAP = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
 
@@ -115,7 +128,8 @@ def unenforced_keyword(schema: Any) -> str | None:
         node = stack.pop()
         if not isinstance(node, dict):
             continue
-        for key, value in node.items():
+        for raw_key, value in node.items():
+            key = str(raw_key)
             if key in REFUSED:
                 return key
             if key == "uniqueItems" and value is True:
