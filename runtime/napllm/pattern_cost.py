@@ -16,7 +16,7 @@ Rules
   character-matching atom is a position; `first`, `follow`), counted
   repetitions written out.
 - It then walks adversarially: from the first positions, at each step it
-  tries one character of every class the pattern's atoms tell apart and
+  tries one character of every class the live positions' atoms tell apart and
   follows the one whose step does the most work (the positions reached
   through every live position that accepts it, counted with repeats, as a
   sampler expands each of its stacks on its own); a set of positions
@@ -25,8 +25,8 @@ Rules
   work of one character. `pattern_is_affordable` answers whether both stay
   within `MAX_LIVE` and `MAX_WORK`, the bounds of the LMSP service's
   grammar check (lmsp_service/grammar.py) scaled to a pattern.
-- Bounded: at most `MAX_POSITIONS` positions (more is not affordable),
-  `MAX_STEPS` steps; no recursion. The Prompt API layer's copy of this
+- Bounded: at most `MAX_POSITIONS` positions and `MAX_EDGES` edges (more
+  is not affordable), `MAX_STEPS` steps; no recursion. The Prompt API layer's copy of this
   rule is web/prompt-api/regex-bound.js (`patternIsAffordable`); the two
   change together. Pure Python: it runs in Pyodide as well.
 """
@@ -42,6 +42,8 @@ MAX_LIVE = 64
 MAX_WORK = 400
 #: Largest automaton built (character atoms once repetitions are written out).
 MAX_POSITIONS = 4000
+#: Largest number of automaton edges (position to following position).
+MAX_EDGES = 200_000
 #: Characters walked at most.
 MAX_STEPS = 256
 _MAX_CHAR = 0x10FFFF
@@ -82,6 +84,15 @@ class _Builder:
     def __init__(self) -> None:
         self.ranges: list[tuple[tuple[int, int], ...]] = []
         self.follow: list[set[int]] = []
+        self.edges = 0
+
+    def link(self, sources: list[int], targets: list[int]) -> None:
+        """Add an edge from each of `sources` to each of `targets`, within `MAX_EDGES`."""
+        self.edges += len(sources) * len(targets)
+        if self.edges > MAX_EDGES:
+            raise PatternTooCostly("automaton larger than the limit")
+        for p in sources:
+            self.follow[p].update(targets)
 
     def atom(self, ranges: tuple[tuple[int, int], ...]) -> _Frag:
         if len(self.ranges) >= MAX_POSITIONS:
@@ -92,8 +103,7 @@ class _Builder:
         return _Frag([index], [index], False)
 
     def concat(self, a: _Frag, b: _Frag) -> _Frag:
-        for p in a.last:
-            self.follow[p].update(b.first)
+        self.link(a.last, b.first)
         first = a.first + b.first if a.nullable else a.first
         last = a.last + b.last if b.nullable else b.last
         return _Frag(first, last, a.nullable and b.nullable)
@@ -107,6 +117,9 @@ class _Builder:
         for p in range(start, end):
             self.ranges.append(self.ranges[p])
             self.follow.append({q + shift for q in self.follow[p] if start <= q < end})
+            self.edges += len(self.follow[-1])
+        if self.edges > MAX_EDGES:
+            raise PatternTooCostly("automaton larger than the limit")
         return _Frag([p + shift for p in frag.first], [p + shift for p in frag.last], frag.nullable)
 
     def repeat(self, span: tuple[int, int], frag: _Frag, low: int, high: int | None) -> _Frag:
@@ -121,8 +134,7 @@ class _Builder:
         parts = [frag] + [self.copy(span, frag) for _ in range(copies - 1)]
         if high is None:  # the last copy loops
             last = parts[-1]
-            for p in last.last:
-                self.follow[p].update(last.first)
+            self.link(last.last, last.first)
             if low == 0:
                 return _Frag(last.first, last.last, True)
         tail = _Frag([], [], True)
@@ -344,19 +356,21 @@ def pattern_cost(source: str) -> PatternCost:
     backreference) or whose automaton passes `MAX_POSITIONS`.
     """
     b, whole = _automaton(source)
-    cuts = {0}
-    for ranges in b.ranges:
-        for low, high in ranges:
-            cuts.add(low)
-            if high < _MAX_CHAR:
-                cuts.add(high + 1)
-    points = sorted(cuts)
     current = frozenset(whole.first)
     live, work = len(current), 0
     visited = {current}
     for _ in range(MAX_STEPS):
+        if live > MAX_LIVE:
+            break
+        # One character per class that the live positions tell apart.
+        cuts = {0}
+        for position in current:
+            for low, high in b.ranges[position]:
+                cuts.add(low)
+                if high < _MAX_CHAR:
+                    cuts.add(high + 1)
         by_matching: dict[frozenset[int], None] = {}
-        for point in points:
+        for point in sorted(cuts):
             matching = frozenset(
                 p for p in current if any(lo <= point <= hi for lo, hi in b.ranges[p])
             )

@@ -53,6 +53,9 @@ VECTORS: dict[str, bool] = {
     "a{2}{3}": True,
     "^\\u{1F600}[😀-😂]+$": True,
     "x{,5}": True,
+    # Too large to analyse: 3,000 alternatives repeated (9 million edges).
+    "(" + "|".join(chr(0x100 + i) for i in range(3000)) + ")*": False,
+    "(" + "|".join(chr(0x100 + i) for i in range(40)) + ")*": True,
 }
 
 
@@ -64,7 +67,7 @@ def test_the_runtime_measures_each_pattern(pattern: str) -> None:
 def test_written_out_repetition_costs_what_the_repeated_group_costs() -> None:
     written, grouped = pattern_cost("^" + "a?" * 300 + "$"), pattern_cost("^(a?){300}$")
     assert written == grouped
-    assert written.live > MAX_LIVE and written.work > MAX_WORK
+    assert written.live > MAX_LIVE or written.work > MAX_WORK
 
 
 @needs_node

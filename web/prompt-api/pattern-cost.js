@@ -12,13 +12,14 @@
  *   character-matching atom is a position; counted repetitions written out,
  *   the optional copies nested as a grammar writes them; anchors and
  *   lookarounds match no character) and walks it adversarially: at each
- *   step one character of every class the atoms tell apart is tried and the
+ *   step one character of every class the live positions tell apart is tried and the
  *   step doing the most work (positions reached through every live position
  *   that accepts it, with repeats) is followed; a visited set of positions
  *   is not followed again.
  * - `patternIsAffordable`: the most live positions stay within `MAX_LIVE`
  *   and the most work of one character within `MAX_WORK`.
- * - Bounded: `MAX_POSITIONS` positions, `MAX_STEPS` steps, no recursion.
+ * - Bounded: `MAX_POSITIONS` positions, `MAX_EDGES` edges, `MAX_STEPS`
+ *   steps, no recursion.
  * - The runtime holds the same rule in Python (napllm.pattern_cost); the
  *   two change together.
  */
@@ -26,6 +27,7 @@
 export const MAX_LIVE = 64;
 export const MAX_WORK = 400;
 const MAX_POSITIONS = 4000;
+const MAX_EDGES = 200000;
 const MAX_STEPS = 256;
 const MAX_CHAR = 0x10ffff;
 const CLASS_ESCAPES = {
@@ -56,6 +58,13 @@ class Builder {
   constructor() {
     this.ranges = [];
     this.follow = [];
+    this.edges = 0;
+  }
+
+  link(sources, targets) {
+    this.edges += sources.length * targets.length;
+    if (this.edges > MAX_EDGES) throw new TooCostly();
+    for (const p of sources) for (const q of targets) this.follow[p].add(q);
   }
 
   atom(ranges) {
@@ -67,7 +76,7 @@ class Builder {
   }
 
   concat(a, b) {
-    for (const p of a.last) for (const q of b.first) this.follow[p].add(q);
+    this.link(a.last, b.first);
     return frag(a.nullable ? [...a.first, ...b.first] : a.first, b.nullable ? [...a.last, ...b.last] : b.last, a.nullable && b.nullable);
   }
 
@@ -77,7 +86,9 @@ class Builder {
     for (let p = start; p < end; p += 1) {
       this.ranges.push(this.ranges[p]);
       this.follow.push(new Set([...this.follow[p]].filter((q) => q >= start && q < end).map((q) => q + shift)));
+      this.edges += this.follow[this.follow.length - 1].size;
     }
+    if (this.edges > MAX_EDGES) throw new TooCostly();
     return frag(f.first.map((p) => p + shift), f.last.map((p) => p + shift), f.nullable);
   }
 
@@ -88,7 +99,7 @@ class Builder {
     for (let k = 1; k < copies; k += 1) parts.push(this.copy(span, f));
     if (high === null) {
       const last = parts[parts.length - 1];
-      for (const p of last.last) for (const q of last.first) this.follow[p].add(q);
+      this.link(last.last, last.first);
       if (low === 0) return frag(last.first, last.last, true);
     }
     let tail = EMPTY();
@@ -288,22 +299,23 @@ function automaton(source) {
  */
 export function patternCost(source) {
   const [b, whole] = automaton(source);
-  const cuts = new Set([0]);
-  for (const ranges of b.ranges) {
-    for (const [low, high] of ranges) {
-      cuts.add(low);
-      if (high < MAX_CHAR) cuts.add(high + 1);
-    }
-  }
-  const points = [...cuts].sort((x, y) => x - y);
   const key = (set) => [...set].sort((x, y) => x - y).join(",");
   let current = [...new Set(whole.first)];
   let live = current.length;
   let work = 0;
   const visited = new Set([key(current)]);
   for (let step = 0; step < MAX_STEPS; step += 1) {
+    if (live > MAX_LIVE) break;
+    // One character per class that the live positions tell apart.
+    const cuts = new Set([0]);
+    for (const position of current) {
+      for (const [low, high] of b.ranges[position]) {
+        cuts.add(low);
+        if (high < MAX_CHAR) cuts.add(high + 1);
+      }
+    }
     const byMatching = new Map();
-    for (const point of points) {
+    for (const point of [...cuts].sort((x, y) => x - y)) {
       const matching = current.filter((p) => b.ranges[p].some(([lo, hi]) => lo <= point && point <= hi));
       if (matching.length) byMatching.set(key(matching), matching);
     }

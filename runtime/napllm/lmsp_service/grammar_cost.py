@@ -18,8 +18,8 @@ Rules
 - `worst_case_stacks` expands the start rule's stacks exactly as
   llama.cpp's `llama_grammar_advance_stack` does (identical stacks
   counted once), then walks adversarially: at each character it tries one
-  representative of every class of characters that the grammar's terminals
-  tell apart, follows the one that leaves the most live stacks (a state
+  representative of every class of characters that the live stacks'
+  terminals tell apart, follows the one that leaves the most live stacks (a state
   already visited is not followed again), and returns the largest number
   of live stacks met.
 - Work is bounded: at most `MAX_STEPS` characters, `MAX_OPERATIONS` stack
@@ -313,20 +313,6 @@ class _Walk:
         return work
 
 
-def _classes(grammar: Grammar) -> list[int]:
-    """One representative character per class the grammar's terminals tell apart."""
-    cuts = {0}
-    for rule in grammar.rules:
-        for alternative in rule or []:
-            for kind, value in alternative:
-                if kind == "c":
-                    for low, high in value:  # type: ignore[attr-defined]
-                        cuts.add(low)
-                        if high < _MAX_CHAR:
-                            cuts.add(high + 1)
-    return sorted(cuts)
-
-
 def _matches(ranges: object, point: int) -> bool:
     return any(low <= point <= high for low, high in ranges)  # type: ignore[attr-defined]
 
@@ -360,8 +346,6 @@ def worst_case(grammar: Grammar, live_limit: int, work_limit: int) -> Cost:
     if first is None:
         return Cost(len(current), 0, walk.over)
     live, work = len(current), 0
-    points = _classes(grammar)
-    masks: dict[object, int] = {}  # a terminal's ranges -> bit i set when it matches points[i]
     visited = {frozenset(current)}
     for _ in range(MAX_STEPS):
         # Stacks whose terminals accept the same characters lead to the same next set.
@@ -371,13 +355,19 @@ def worst_case(grammar: Grammar, live_limit: int, work_limit: int) -> Cost:
             element = walk.element(stack[-1])
             assert element is not None
             groups.setdefault(element[1], []).append(index)
+        # One character per class that these terminals tell apart.
+        cuts = {0}
         for ranges in groups:
-            if ranges not in masks:
-                masks[ranges] = sum(1 << i for i, p in enumerate(points) if _matches(ranges, p))
-        group_masks = [(masks[ranges], members) for ranges, members in groups.items()]
+            for low, high in ranges:  # type: ignore[attr-defined]
+                cuts.add(low)
+                if high < _MAX_CHAR:
+                    cuts.add(high + 1)
+        walk.operations += len(cuts) * len(groups) // DEPTH_COST
         by_matching: dict[tuple[int, ...], None] = {}
-        for bit in range(len(points)):
-            matching = tuple(i for mask, members in group_masks if mask >> bit & 1 for i in members)
+        for point in sorted(cuts):
+            matching = tuple(
+                i for ranges, members in groups.items() if _matches(ranges, point) for i in members
+            )
             if matching:
                 by_matching[matching] = None
         best: tuple[int, int, dict[Stack, None]] | None = None
