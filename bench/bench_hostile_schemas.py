@@ -1,15 +1,17 @@
 """Benchmark: napllm-lmsp stays responsive while hostile JSON Schemas are sent to it.
 
 Serves napllm-lmsp's application (`build_app`, the schema workers, uvicorn
-on a free 127.0.0.1 port) with an engine double that obeys the grammar: it
-writes exactly the N characters the schema asks for (as a JSON string, or
-inside the forced tool call). What is measured is the service's handling
-of the schema, not inference, so no model is needed. Hostile clients send,
-again and again, the requests that used to freeze the whole service:
-structured output (and a forced tool call) whose schema is a string of
-exactly N characters with `not: {pattern: "(?:.|.)*\\x00"}`. The grammar
-cannot enforce `not`, and Python's backtracking `re` needs about 2**N steps
-to evaluate it (N = 40 is about a day). Meanwhile a benign client sends
+on a free 127.0.0.1 port) with an engine double that writes N `a`s (as
+a JSON string, or inside the forced tool call) whatever the grammar says,
+as a model would behind a grammar llama.cpp failed to parse. What is
+measured is the service's handling of the schema, not inference, so no
+model is needed. Hostile clients send, again and again, requests whose
+output check used to freeze the whole service: structured output (and a
+forced tool call) whose schema is a string of N characters with the
+pattern `^a*a*…a*b$` (ten `a*`), on which Python's backtracking `re` needs
+about N**9 steps (N = 40 is hours). (The earlier reproducer, `not:
+{pattern: ...}`, is refused before generating now: the grammar cannot
+enforce `not`.) Meanwhile a benign client sends
 `GET /models` one after another. It prints:
 
 - the benign requests' latency (median, p99, max) and count;
@@ -21,8 +23,20 @@ ended any other way than failing its check (or 503 `server_busy`), or took
 longer than its bound (its check's limit, plus waiting for the hostile
 checks ahead of it and for killed workers' replacements to start).
 
+With `--grammar` it measures the other kind instead, with the real model
+(TinyChat, models/tinychat/): a napllm-lmsp process is started (from
+`--runtime`, this checkout's runtime by default, so an older checkout can
+be measured the same way) and hostile clients send the grammars that are
+cheap to build but costly to follow (`a?` written out 300 and 500 times as
+structured output and as a forced tool's parameters) and the request that
+aborted the model worker (`{"type": "boolean"}`, temperature 1,
+`min_output_tokens` 40), while a benign client asks "Say hi" (16 tokens)
+one request after another. It prints each hostile request's status, code
+and duration and the benign latencies; exit status 1 when the benign p99
+is 1 s or more or any request failed `model_crashed`.
+
 Usage: python bench/bench_hostile_schemas.py [--n 40] [--hostile 4]
-       [--rounds 2] [--quick]
+       [--rounds 2] [--quick] [--grammar [--runtime DIR]]
 """
 
 from __future__ import annotations
@@ -55,12 +69,16 @@ from napllm.lmsp_service.service import (  # noqa: E402
 )
 
 MODEL_ID = "bench"
-PATTERN = "(?:.|.)*\\x00"
+#: Seconds the grammar-cost mode waits for one hostile request.
+HOSTILE_WAIT_S = 120.0
+#: Seconds the benign client runs alone first, in the grammar-cost mode.
+BASELINE_S = 5.0
+PATTERN = "^" + "a*" * 10 + "b$"
 TOKEN = "bench-token"
 
 
 class GrammarObeyingEngine:
-    """An engine double that writes what the hostile schema asks for: N characters."""
+    """An engine double that writes N `a`s whatever the grammar asks for."""
 
     model_id = MODEL_ID
     n_ctx = 4096
@@ -102,7 +120,7 @@ def free_port() -> int:
 
 def hostile_bodies(n: int) -> list[dict[str, Any]]:
     """The two shapes of the reproducer: response_format, and a forced tool's parameters."""
-    string = {"type": "string", "minLength": n, "maxLength": n, "not": {"pattern": PATTERN}}
+    string = {"type": "string", "minLength": n, "maxLength": n, "pattern": PATTERN}
     message = {
         "type": "message",
         "role": "user",
@@ -177,7 +195,7 @@ async def measure(base: str, token: str, n: int, hostile_clients: int, rounds: i
         stop.set()
         latencies = sorted(await benign_task)
     p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-    print(f"hostile schema: string of {n} characters, not.pattern {PATTERN!r}")
+    print(f"hostile schema: string of {n} characters, pattern {PATTERN!r}")
     print(
         f"hostile clients: {hostile_clients} x {rounds} requests, {wall:.1f} s in all; "
         f"output check limit {OUTPUT_CHECK_TIME_LIMIT_S:g} s"
@@ -205,13 +223,210 @@ async def measure(base: str, token: str, n: int, hostile_clients: int, rounds: i
     return 1 if failed else 0
 
 
+def grammar_bodies(quick: bool) -> list[tuple[str, dict[str, Any]]]:
+    """The grammar-cost hostile requests (module docstring), named."""
+
+    def message(text: str) -> list[dict[str, Any]]:
+        return [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+        ]
+
+    def written_out(copies: int) -> dict[str, Any]:
+        return {"type": "string", "pattern": "^" + "a?" * copies + "$"}
+
+    def structured(copies: int) -> dict[str, Any]:
+        fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": written_out(copies)}}
+        return {
+            "input": message("Write a's"),
+            "temperature": 1.0,
+            "max_output_tokens": 16,
+            "response_format": fmt,
+        }
+
+    tool = {
+        "type": "function",
+        "name": "t",
+        "parameters": {"type": "object", "properties": {"s": written_out(500)}, "required": ["s"]},
+    }
+    boolean = {"type": "json_schema", "json_schema": {"name": "b", "schema": {"type": "boolean"}}}
+    bodies = [
+        ("a? x300 structured output", structured(300)),
+        (
+            "boolean + min_output_tokens 40",
+            {
+                "input": message("Yes or no?"),
+                "temperature": 1.0,
+                "response_format": boolean,
+                "extensions": {"min_output_tokens": 40},
+            },
+        ),
+    ]
+    if not quick:
+        bodies += [
+            ("a? x500 structured output", structured(500)),
+            (
+                "a? x500 forced tool",
+                {
+                    "input": message("Call t"),
+                    "temperature": 1.0,
+                    "max_output_tokens": 16,
+                    "tools": [tool],
+                    "tool_choice": "required",
+                },
+            ),
+        ]
+    return bodies
+
+
+async def measure_grammar(base: str, token: str, model_id: str, quick: bool) -> int:
+    headers = {"Authorization": f"Bearer {token}", "LMSP-Version": "1.0"}
+    benign_body = {
+        "model": model_id,
+        "input": [
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "Say hi"}],
+            }
+        ],
+        "temperature": 0,
+        "max_output_tokens": 16,
+    }
+    async with (
+        httpx.AsyncClient(base_url=base, headers=headers, timeout=300) as client,
+        httpx.AsyncClient(base_url=base, headers=headers, timeout=300) as probe,
+    ):
+        await probe.post("/lmsp/v1/responses", json=benign_body)  # warm
+        stop = asyncio.Event()
+        latencies: list[float] = []
+        benign_failures: list[str] = []
+
+        async def benign_loop() -> None:
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    answer = await probe.post("/lmsp/v1/responses", json=benign_body)
+                except httpx.TimeoutException:
+                    benign_failures.append("timeout")
+                    continue
+                finally:
+                    latencies.append(time.monotonic() - started)
+                if answer.status_code != 200:
+                    benign_failures.append(str(answer.json().get("code")))
+
+        async def one(name: str, body: dict[str, Any]) -> tuple[str, int, str, float]:
+            started = time.monotonic()
+            try:
+                answer = await client.post(
+                    "/lmsp/v1/responses", json={"model": model_id, **body}, timeout=HOSTILE_WAIT_S
+                )
+            except httpx.TimeoutException:
+                return name, 0, f"no answer within {HOSTILE_WAIT_S:g} s", time.monotonic() - started
+            took = time.monotonic() - started
+            code = str(answer.json().get("code") or answer.json().get("status"))
+            print(f"  hostile {name}: {answer.status_code} {code} in {took:.2f} s", flush=True)
+            return name, answer.status_code, code, took
+
+        benign_task = asyncio.create_task(benign_loop())
+        await asyncio.sleep(BASELINE_S)  # the benign client alone: the machine's own noise
+        stop.set()
+        await benign_task
+        baseline, latencies[:] = sorted(latencies), []
+        stop.clear()
+        benign_task = asyncio.create_task(benign_loop())
+        results = []
+        for name, body in grammar_bodies(quick):  # one hostile request at a time
+            results.append(await one(name, body))
+            await asyncio.sleep(1.0)  # the benign client keeps asking meanwhile
+        stop.set()
+        await benign_task
+    ordered = sorted(latencies)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    for name, status, code, _took in results:
+        if status == 0:
+            print(f"  hostile {name}: {code}")
+    print(
+        f"benign 'Say hi' alone: {len(baseline)} requests, median "
+        f"{statistics.median(baseline) * 1000:.1f} ms, "
+        f"p99 {baseline[min(len(baseline) - 1, int(len(baseline) * 0.99))] * 1000:.1f} ms"
+    )
+    print(
+        f"benign 'Say hi' (16 tokens) beside the hostile ones: {len(ordered)} requests, median "
+        f"{statistics.median(ordered) * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
+        f"max {ordered[-1] * 1000:.1f} ms; failed: {benign_failures or 'none'}"
+    )
+    crashed = any(code == "model_crashed" for _, _, code, _ in results)
+    failed = p99 >= 1.0 or crashed or bool(benign_failures)
+    print("verdict:", "FAIL" if failed else "ok (benign p99 < 1 s, the worker never died)")
+    return 1 if failed else 0
+
+
+def run_grammar(runtime: Path, quick: bool) -> int:
+    """Start napllm-lmsp with TinyChat from `runtime` and run `measure_grammar`."""
+    import os
+    import subprocess
+    import tempfile
+
+    model = REPO / "models" / "tinychat" / "tiny-chat-q8_0.gguf"
+    port = free_port()
+    with tempfile.TemporaryDirectory() as workdir:
+        token_file = Path(workdir) / "token"
+        env = {**os.environ, "PYTHONPATH": str(runtime), "XDG_CONFIG_HOME": workdir}
+        args = [
+            sys.executable,
+            "-m",
+            "napllm.lmsp_service",
+            "--model",
+            str(model),
+            "--model-id",
+            "tinychat",
+            "--port",
+            str(port),
+            "--token-file",
+            str(token_file),
+            "--n-ctx",
+            "2048",
+        ]
+        process = subprocess.Popen(
+            args, env=env, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 120
+            while True:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the service did not start")
+                if token_file.exists():
+                    token = token_file.read_text().strip()
+                    try:
+                        ready = httpx.get(
+                            base + "/lmsp/v1/models",
+                            timeout=2,
+                            headers={"Authorization": f"Bearer {token}"},
+                        )
+                        if ready.status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        pass
+                time.sleep(0.2)
+            print(f"engine: TinyChat in napllm-lmsp from {runtime.name}/ on 127.0.0.1:{port}")
+            return asyncio.run(measure_grammar(base, token, "tinychat", quick))
+        finally:
+            process.terminate()
+            process.wait(30)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=40, help="characters of the hostile string")
     parser.add_argument("--hostile", type=int, default=4, help="hostile clients at once")
     parser.add_argument("--rounds", type=int, default=2, help="requests per hostile client")
     parser.add_argument("--quick", action="store_true", help="one round of two hostile clients")
+    parser.add_argument("--grammar", action="store_true", help="grammar cost, with TinyChat")
+    parser.add_argument("--runtime", type=Path, default=REPO / "runtime", help="for --grammar")
     args = parser.parse_args()
+    if args.grammar:
+        return run_grammar(args.runtime.resolve(), args.quick)
     if args.quick:
         args.hostile, args.rounds = 2, 1
     port = free_port()
@@ -248,7 +463,7 @@ def main() -> int:
         for _ in range(2):
             httpx.post(base + "/lmsp/v1/responses", json=warm, headers=headers, timeout=120)
         print(
-            "engine: a double that obeys the grammar (no model); "
+            "engine: a double that writes N a's whatever the grammar (no model); "
             f"service: napllm-lmsp's application under uvicorn on 127.0.0.1:{port}"
         )
         return asyncio.run(measure(base, TOKEN, args.n, args.hostile, args.rounds))

@@ -32,6 +32,8 @@ import json
 from collections import OrderedDict
 from typing import Any, Protocol
 
+from .pattern_cost import pattern_is_affordable
+
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 #: How many schema verdicts `JschonValidator` keeps (by canonical JSON text).
 CHECKED_SCHEMAS_KEPT = 64
@@ -112,6 +114,24 @@ def count_subschemas(schema: Any, limit: int = MAX_SCHEMA_SUBSCHEMAS) -> int:
         count += 1
         stack.extend(_subschemas(stack.pop()))
     return count
+
+
+def has_costly_pattern(schema: Any) -> bool:
+    """Whether any `pattern` of `schema`'s subschemas is too ambiguous for a grammar sampler.
+
+    Walks the subschemas as `count_subschemas` does (callers bound their
+    number first) and applies `pattern_cost.pattern_is_affordable` to each
+    string `pattern` (docs/security.md, "grammar cost"). Never raises.
+    """
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            pattern = node.get("pattern")
+            if isinstance(pattern, str) and not pattern_is_affordable(pattern):
+                return True
+        stack.extend(_subschemas(node))
+    return False
 
 
 class SchemaValidator(Protocol):

@@ -65,6 +65,7 @@ from .records import (
     ToolCallPart,
     ToolChoice,
 )
+from .schema import has_costly_pattern
 from .streaming import DeltaStream
 
 TOOL_FAILED_PREFIX = "Tool execution failed."
@@ -89,7 +90,9 @@ def check_supported(request: GenerationRequest, caps: Capabilities) -> None:
 
     Implements NAP-LLM "Provider-specific input restrictions MUST produce
     `unsupported` before the generation request is sent" and Tool/Model mode
-    rules. Never changes the request.
+    rules, and refuses tool `parameters` whose `pattern`s are too ambiguous
+    for a grammar sampler (`schema.has_costly_pattern`). Never changes the
+    request.
     """
     for message in request.messages:
         images = any(isinstance(p, ImagePart) for p in message.content)
@@ -101,6 +104,13 @@ def check_supported(request: GenerationRequest, caps: Capabilities) -> None:
         raise unsupported("This connection does not support JSON-object output.")
     if request.active_tools and not caps.tools:
         raise unsupported("This connection does not support tool calling.")
+    if any(has_costly_pattern(tool.schema_or_default()) for tool in request.active_tools or ()):
+        # docs/security.md, "grammar cost": a grammar-constrained provider would
+        # follow such a pattern at a cost per token that stalls its other clients.
+        raise unsupported(
+            "A tool's parameters hold a pattern too ambiguous to enforce (written-out or "
+            "overlapping repetition)."
+        )
     mode = tool_choice_mode(request)
     if mode is not None and mode not in caps.tool_choice_modes:
         raise unsupported(f"This connection does not support the tool choice mode {mode}.")

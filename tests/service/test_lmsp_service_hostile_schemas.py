@@ -1,9 +1,10 @@
 """Hostile JSON Schemas never stall the LMSP service (docs/security.md, the local model service).
 
-The reproducer: a string schema of exact length N whose `not.pattern`
-backtracks exponentially in Python's `re` (about 2**N steps). The grammar
-does not enforce `not`, so the output check evaluates it; with N = 60 that
-is longer than any test run. Other clients must keep being answered (p99
+The reproducer: a string schema whose `pattern` (`a*` ten times, then `b`)
+backtracks in Python's `re` on N = 60 `a`s (about 60**9 steps, longer
+than any test run), written by an engine double that ignores the grammar
+(as a grammar llama.cpp fails to parse would): the output check evaluates
+it. Other clients must keep being answered (p99
 under 1 s) and the hostile response must fail at the check's time limit.
 A schema that takes long merely to check against the metaschema is refused
 at that check's limit, just as promptly.
@@ -35,7 +36,7 @@ HOSTILE_STRING = {
     "type": "string",
     "minLength": N,
     "maxLength": N,
-    "not": {"pattern": "(?:.|.)*\\x00"},
+    "pattern": "^" + "a*" * 10 + "b$",
 }
 CHECK_LIMIT_S = 2.0
 

@@ -49,6 +49,7 @@ export {
   MAX_SCHEMA_CHARS,
   MAX_TOOL_ROUNDS,
 } from "./limits.js";
+export { patternCost, patternIsAffordable } from "./pattern-cost.js";
 export { regexIsBounded } from "./regex-bound.js";
 export { checkAnswer, compileSchema } from "./schema.js";
 export { installPromptApi } from "./session.js";

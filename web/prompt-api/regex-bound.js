@@ -10,7 +10,9 @@
  *   syntactic and linear in the pattern's length; it refuses some safe
  *   patterns rather than admit an exponential one.
  * - The LMSP service holds the same rule in Python
- *   (napllm.lmsp_service.grammar); the two change together.
+ *   (napllm.lmsp_service.grammar); the two change together. What this
+ *   syntactic rule cannot see (the same ambiguity written out, `a?a?a?…`)
+ *   is pattern-cost.js's `patternIsAffordable`, which schema.js applies too.
  */
 
 import { MAX_PATTERN_CHARS } from "./limits.js";

@@ -5,8 +5,11 @@
  * Rules
  * - A schema is measured and copied as JSON text first (`compileSchema`):
  *   at most `MAX_SCHEMA_CHARS`, nesting at most 64 deep, every pattern
- *   passing `regexIsBounded`; what is validated is the copy that was
- *   measured, so no getter of the napplet's object runs later.
+ *   passing `regexIsBounded` (no exponential backtracking here) and
+ *   `patternIsAffordable` (not too ambiguous for the grammar sampler of a
+ *   model service that enforces the schema: pattern-cost.js); what is
+ *   validated is the copy that was measured, so no getter of the napplet's
+ *   object runs later.
  * - The validator is a library (@cfworker/json-schema, pinned in
  *   package-lock.json): it interprets schemas without `eval`/`new
  *   Function`, which the napplet frame's CSP forbids, and supports draft
@@ -20,6 +23,7 @@
 
 import { Validator } from "@cfworker/json-schema";
 import { MAX_ANSWER_CHARS, MAX_PATTERN_CHARS, MAX_SCHEMA_CHARS } from "./limits.js";
+import { patternIsAffordable } from "./pattern-cost.js";
 import { regexIsBounded } from "./regex-bound.js";
 
 /**
@@ -30,7 +34,8 @@ import { regexIsBounded } from "./regex-bound.js";
  * @returns {{schema: object, text: string, validator: Validator}}
  * @throws {TypeError} not a JSON object, or not JSON-serialisable.
  * @throws {DOMException} `NotSupportedError`: too large, or a pattern that
- *   fails `regexIsBounded`, or a schema the validator cannot read.
+ *   fails `regexIsBounded` or `patternIsAffordable`, or a schema the
+ *   validator cannot read.
  */
 export function compileSchema(schema, what) {
   if (typeof schema !== "object" || schema === null || Array.isArray(schema)) {
@@ -54,6 +59,12 @@ export function compileSchema(schema, what) {
     if (!regexIsBounded(pattern)) {
       throw new DOMException(
         `${what} has a pattern this layer does not run (a quantified group holding a quantifier or an alternation, a backreference, or over ${MAX_PATTERN_CHARS} characters).`,
+        "NotSupportedError",
+      );
+    }
+    if (!patternIsAffordable(pattern)) {
+      throw new DOMException(
+        `${what} has a pattern too ambiguous to enforce (written-out or overlapping repetition).`,
         "NotSupportedError",
       );
     }

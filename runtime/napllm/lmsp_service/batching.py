@@ -16,6 +16,23 @@ Rules
   the next generation.
 - A grammar llama.cpp refuses ends that generation only (`error`); a
   failed `llama_decode` ends the generations of that step (`error`).
+- Sampling never hands llama.cpp a token its grammar rejects (llama.cpp
+  throws inside the sampler and the worker aborts): a generation's grammar
+  is applied to a copy of its logits (after the end-of-generation mask of
+  the minimum output), and when no candidate is left the generation ends:
+  `stop` when the grammar is complete (it accepts only the end), `error`
+  otherwise. Only then does the rest of the chain pick a token, and the
+  grammar accepts the token it allowed.
+- Grammar work is bounded for real (docs/security.md, "grammar cost"): a
+  generation with a grammar samples on a pool thread (llama.cpp releases
+  the interpreter lock there) from a copy of its logits, and the step
+  waits for it at most `SAMPLE_WAIT_S`; a sequence still sampling sits
+  out the following steps while the others go on decoding, so one
+  sequence's grammar delays the others' tokens by at most `SAMPLE_WAIT_S`
+  a step. A generation whose sampling of one token runs past
+  `TOKEN_GRAMMAR_BUDGET_S`, or whose grammar work adds up past
+  `GENERATION_GRAMMAR_BUDGET_S`, ends with `grammar` (its sampler is
+  freed when the pool thread returns).
 - Interrupting a step: a step holding a long prompt can take many seconds
   on a large model. llama.cpp calls the context's abort callback
   (`llama_set_abort_callback`) after every node of the compute graph;
@@ -29,7 +46,8 @@ Rules
   not one step, and the worker survives it. Sampling (a grammar's work per
   token) is not interruptible; it is bounded by the grammar limits, and
   the service kills a worker that still runs a generation well after its
-  cancellation or time limit (scheduler.py).
+  cancellation or time limit (scheduler.py). A sequence whose sampling is
+  still running when it ends leaves that work to finish on its pool thread.
 - `output_tokens` counts sampled tokens without the end-of-generation token.
 - The loop is written against llama-cpp-python's low-level bindings
   (`llama_batch`, `llama_decode`, `llama_sampler_*`, `llama_memory_*`)
@@ -46,6 +64,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +75,13 @@ FLUSH_INTERVAL_S = 0.005
 #: Sampler settings of llama-cpp-python's `create_completion`, kept so that
 #: answers do not change with the batching loop.
 TOP_K, TYPICAL_P, TOP_P, MIN_P = 40, 1.0, 0.95, 0.05
+#: Seconds a step waits for the grammar sampling of its sequences; a
+#: sequence whose sampling takes longer sits out steps meanwhile.
+SAMPLE_WAIT_S = 0.02
+#: Seconds of grammar work one token may take before its generation ends.
+TOKEN_GRAMMAR_BUDGET_S = 1.0
+#: Seconds of grammar work one generation may take in all.
+GENERATION_GRAMMAR_BUDGET_S = 15.0
 
 
 @dataclass
@@ -68,7 +94,8 @@ class _Sequence:
     max_tokens: int
     min_output: int
     cancel: threading.Event
-    sampler: Any  # llama_sampler_p
+    sampler: Any  # llama_sampler_p: the chain without the grammar
+    grammar: Any  # llama_sampler_p of the grammar, or None
     deadline: float = float("inf")  # time.monotonic() at which the time limit ends it
     fed: int = 0  # prompt tokens already decoded
     pos: int = 0  # next KV position
@@ -77,6 +104,11 @@ class _Sequence:
     pending: list[str] = field(default_factory=list)
     last_flush: float = 0.0
     decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("ignore"))
+    future: Future[tuple[str, int, float]] | None = None  # sampling on the pool
+    sample_started: float = 0.0  # time.monotonic() when that sampling began
+    grammar_s: float = 0.0  # grammar work so far, in seconds
+    token_budget_s: float = TOKEN_GRAMMAR_BUDGET_S
+    grammar_budget_s: float = GENERATION_GRAMMAR_BUDGET_S
 
 
 class BatchRunner:
@@ -107,6 +139,10 @@ class BatchRunner:
             dtype=np.intp,
         )
         self._free = list(range(loaded.slots))
+        # One llama_token_data per vocabulary entry: int32 id, float logit, float p.
+        self._token_dtype = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+        self._ids = np.arange(self._n_vocab, dtype=np.int32)
+        self._pool = ThreadPoolExecutor(loaded.slots, thread_name_prefix="grammar")
         self._waiting: deque[tuple[int, dict[str, Any], threading.Event]] = deque()
         self._active: list[_Sequence] = []
         self._updates: list[tuple[Any, ...]] = []
@@ -140,14 +176,23 @@ class BatchRunner:
     def step(self) -> None:
         """Admit waiting generations, decode one batch, sample, and emit the updates."""
         self._admit()
+        self._collect()
         now = time.monotonic()
         for sequence in list(self._active):
             if sequence.cancel.is_set():
                 self._finish(sequence, "cancelled")
             elif now >= sequence.deadline:
                 self._finish(sequence, "time")
-        if self._active:
+            elif sequence.grammar_s > sequence.grammar_budget_s or (
+                sequence.future is not None
+                and now - sequence.sample_started > sequence.token_budget_s
+            ):
+                self._finish(sequence, "grammar")
+        if any(s.future is None for s in self._active):
             self._decode_and_sample()
+        elif self._active:  # every sequence is sampling: wait for one of them
+            wait([s.future for s in self._active if s.future], SAMPLE_WAIT_S, FIRST_COMPLETED)
+            self._collect()
         now = time.monotonic()
         for sequence in self._active:
             if sequence.pending and now - sequence.last_flush >= FLUSH_INTERVAL_S:
@@ -170,10 +215,15 @@ class BatchRunner:
                 continue
             limit = job["max_tokens"]
             max_tokens = room if limit is None or limit <= 0 else min(int(limit), room)
-            sampler = self._sampler(float(job["temperature"]), job["grammar"])
-            if sampler is None:
-                self._end(rid, "error", 0)
-                continue
+            grammar = None
+            if job["grammar"] is not None:
+                grammar = ll.llama_sampler_init_grammar(
+                    self._vocab, job["grammar"].encode("utf-8"), b"root"
+                )
+                if not grammar:
+                    self._end(rid, "error", 0)
+                    continue
+            sampler = self._sampler(float(job["temperature"]))
             seq = self._free.pop(0)
             ll.llama_memory_seq_rm(self._memory, seq, -1, -1)
             time_limit = job.get("time_limit_s")
@@ -186,25 +236,24 @@ class BatchRunner:
                     min_output=int(job["min_output_tokens"]),
                     cancel=cancel,
                     sampler=sampler,
+                    grammar=grammar,
+                    token_budget_s=float(
+                        job.get("token_grammar_budget_s") or TOKEN_GRAMMAR_BUDGET_S
+                    ),
+                    grammar_budget_s=float(
+                        job.get("grammar_budget_s") or GENERATION_GRAMMAR_BUDGET_S
+                    ),
                     deadline=float("inf")
                     if time_limit is None
                     else time.monotonic() + float(time_limit),
                 )
             )
 
-    def _sampler(self, temperature: float, grammar: str | None) -> Any:
-        """A new sampler chain, or `None` when llama.cpp refuses the grammar."""
+    def _sampler(self, temperature: float) -> Any:
+        """A new sampler chain (the grammar is applied before it, in `_pick`)."""
         ll = self._ll
         chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
         parts = []
-        if grammar is not None:
-            constrained = ll.llama_sampler_init_grammar(
-                self._vocab, grammar.encode("utf-8"), b"root"
-            )
-            if not constrained:
-                ll.llama_sampler_free(chain)
-                return None
-            parts.append(constrained)
         if temperature == 0.0:
             parts.append(ll.llama_sampler_init_greedy())
         elif temperature < 0.0:
@@ -251,7 +300,7 @@ class BatchRunner:
                 put(sequence.token, sequence.pos, sequence.seq, True)
                 sequence.pos += 1
         for sequence in self._active:  # prompts, in arrival order, in the room left
-            if sequence.token is not None or n >= N_BATCH:
+            if sequence.token is not None or sequence.future is not None or n >= N_BATCH:
                 continue
             take = min(len(sequence.prompt) - sequence.fed, N_BATCH - n)
             for i in range(sequence.fed, sequence.fed + take):
@@ -261,6 +310,8 @@ class BatchRunner:
             if sequence.fed == len(sequence.prompt):
                 wants[n - 1] = True
                 sampling.append((sequence, n - 1))
+        if n == 0:
+            return
         batch.n_tokens = n
         # Only steps that hold prompt tokens get the abort callback: llama.cpp
         # calls it after every graph node, and the Python call costs more than
@@ -287,11 +338,36 @@ class BatchRunner:
             for sequence in {id(s): s for s, _ in sampling}.values():
                 self._finish(sequence, "error")
             for sequence in list(self._active):  # a prompt cut short in this step
-                if sequence.token is None:
+                if sequence.token is None and sequence.future is None:
                     self._finish(sequence, "error")
             return
+        np = self._np
+        pending = []
         for sequence, index in sampling:
-            self._sample(sequence, index)
+            sequence.token = None
+            logits = np.ctypeslib.as_array(
+                ll.llama_get_logits_ith(self._ctx, index), shape=(self._n_vocab,)
+            )
+            sequence.sample_started = time.monotonic()
+            if sequence.grammar is None:  # nothing can reject the token: llama.cpp samples
+                if sequence.produced < sequence.min_output and self._eog.size:
+                    logits[self._eog] = -np.inf
+                token = int(ll.llama_sampler_sample(sequence.sampler, self._ctx, index))
+                self._take(sequence, ("token", token, 0.0))
+            else:  # a copy: the logits are valid only until the next llama_decode
+                sequence.future = self._pool.submit(self._pick, sequence, logits.copy())
+                pending.append(sequence.future)
+        if pending:
+            wait(pending, SAMPLE_WAIT_S)
+            self._collect()
+
+    def _collect(self) -> None:
+        """Take the tokens of the sequences whose pool sampling has finished."""
+        for sequence in list(self._active):
+            future = sequence.future
+            if future is not None and future.done():
+                sequence.future = None
+                self._take(sequence, future.result())
 
     def _should_abort(self, _data: Any) -> bool:
         """llama.cpp's abort callback: whether to stop the running `llama_decode`.
@@ -306,14 +382,78 @@ class BatchRunner:
         now = time.monotonic()
         return any(s.cancel.is_set() or now >= s.deadline for s in decoding)
 
-    def _sample(self, sequence: _Sequence, index: int) -> None:
+    def _pick(self, sequence: _Sequence, logits: Any) -> tuple[str, int, float]:
+        """Sample one token of `sequence` from a copy of its `logits` (n_vocab floats).
+
+        Runs on a pool thread, for a sequence with a grammar. Returns
+        `("token", id, grammar seconds)`, or `("complete", -1, s)` when the
+        grammar accepts only the end of generation and the minimum output
+        masks it, or `("empty", -1, s)` when no candidate is
+        left. Never lets llama.cpp accept a token its grammar rejects.
+        """
         ll, np = self._ll, self._np
-        if sequence.produced < sequence.min_output and self._eog.size:
-            logits = np.ctypeslib.as_array(
-                ll.llama_get_logits_ith(self._ctx, index), shape=(self._n_vocab,)
-            )
-            logits[self._eog] = -np.inf
-        token = int(ll.llama_sampler_sample(sequence.sampler, self._ctx, index))
+        data = np.empty(self._n_vocab, dtype=self._token_dtype)
+        data["id"] = self._ids
+        data["logit"] = logits
+        data["p"] = 0.0
+        masked = sequence.produced < sequence.min_output and self._eog.size > 0
+        if masked:
+            data["logit"][self._eog] = -np.inf
+        candidates = ll.llama_token_data_array(
+            data=data.ctypes.data_as(ctypes.POINTER(ll.llama_token_data)),
+            size=self._n_vocab,
+            selected=-1,
+            sorted=False,
+        )
+        spent = 0.0
+        if sequence.grammar is not None:
+            started = time.perf_counter()
+            ll.llama_sampler_apply(sequence.grammar, ctypes.byref(candidates))
+            spent = time.perf_counter() - started
+            if not np.isfinite(data["logit"]).any():
+                return ("complete" if masked and self._allows_end(sequence) else "empty", -1, spent)
+        elif not np.isfinite(data["logit"]).any():
+            return ("empty", -1, spent)
+        ll.llama_sampler_apply(sequence.sampler, ctypes.byref(candidates))
+        selected = int(candidates.selected)
+        if not 0 <= selected < int(candidates.size):
+            return ("empty", -1, spent)
+        chosen = candidates.data[selected]
+        token = int(chosen.id)
+        if not np.isfinite(chosen.logit):
+            return ("empty", -1, spent)
+        if sequence.grammar is not None:
+            started = time.perf_counter()
+            ll.llama_sampler_accept(sequence.grammar, token)
+            spent += time.perf_counter() - started
+        ll.llama_sampler_accept(sequence.sampler, token)
+        return ("token", token, spent)
+
+    def _allows_end(self, sequence: _Sequence) -> bool:
+        """Whether `sequence`'s grammar accepts an end-of-generation token now."""
+        ll, np = self._ll, self._np
+        one = np.zeros(1, dtype=self._token_dtype)
+        one["id"] = self._eog[0]
+        candidates = ll.llama_token_data_array(
+            data=one.ctypes.data_as(ctypes.POINTER(ll.llama_token_data)),
+            size=1,
+            selected=-1,
+            sorted=False,
+        )
+        ll.llama_sampler_apply(sequence.grammar, ctypes.byref(candidates))
+        return bool(np.isfinite(one["logit"][0]))
+
+    def _take(self, sequence: _Sequence, picked: tuple[str, int, float]) -> None:
+        """Apply what `_pick` answered to `sequence` (main thread)."""
+        outcome, token, spent = picked
+        sequence.grammar_s += spent
+        if outcome == "complete":
+            self._finish(sequence, "stop")
+            return
+        if outcome == "empty":
+            self._finish(sequence, "error")
+            return
+        ll = self._ll
         if ll.llama_vocab_is_eog(self._vocab, token):
             self._finish(sequence, "stop")
             return
@@ -349,7 +489,18 @@ class BatchRunner:
         if sequence.pending:
             self._flush(sequence, time.monotonic())
         self._active.remove(sequence)
-        self._ll.llama_sampler_free(sequence.sampler)
+        samplers = [sequence.sampler] + ([sequence.grammar] if sequence.grammar else [])
+        free = self._ll.llama_sampler_free
+
+        def release(_done: object = None) -> None:
+            for sampler in samplers:
+                free(sampler)
+
+        if sequence.future is not None:  # its pool thread still samples: free after it
+            sequence.future.add_done_callback(release)
+            sequence.future = None
+        else:
+            release()
         self._ll.llama_memory_seq_rm(self._memory, sequence.seq, -1, -1)
         self._free.append(sequence.seq)
         self._end(sequence.rid, reason, sequence.produced)

@@ -9,19 +9,32 @@ and llama.cpp's GBNF parser (native code, recursive: a few thousand nested
 groups overflow its stack and kill the process).
 
 Rules
+- Before conversion, a keyword that constrains validity but that the
+  converter drops (`schema_keywords.unenforced_keyword`: number bounds,
+  `not`, `uniqueItems`, ...) is refused, naming it: it would otherwise be
+  generated and then rejected as `model_output_invalid`.
 - Before conversion, every repetition bound in the schema is checked:
   `minLength`/`maxLength`/`minItems`/`maxItems`/`minProperties`/
   `maxProperties`/`minContains`/`maxContains` and every `{n}`, `{n,}`,
   `{n,m}` count in a `pattern` must be at most `MAX_REPETITION`, and a
   `pattern` must not repeat a group that holds a quantifier or an
   alternation (`pattern_is_unambiguous`: the cost of every sampled token
-  grows with the ways such a group can match).
+  grows with the ways such a group can match), nor be too ambiguous for a
+  grammar sampler (`pattern_cost.pattern_is_affordable`: written-out
+  repetition such as `a?a?a?…`, overlapping alternatives).
 - The converter's output must be at most `MAX_GRAMMAR_CHARS` characters,
   and its groups nested at most `MAX_GRAMMAR_NESTING` deep (counted
   iteratively, outside string literals and character classes).
+- The grammar's worst case is measured before it is used
+  (grammar_cost.py): a grammar in which an adversarial text keeps more
+  than `MAX_LIVE_STACKS` parse stacks alive at once (`a?a?a?…` written
+  out, many alternatives sharing a prefix) is refused, whatever the
+  schema's text looks like; the pattern rules above are the cheap early
+  refusal of the same kind.
 - A schema beyond a limit, or one the converter rejects, is
-  `GrammarUnavailable`; the service answers it with 400
-  `unsupported_capability` before any generation starts.
+  `GrammarUnavailable`, whose message is a safe sentence naming the
+  reason; the service answers it with 400 `unsupported_capability`
+  carrying that sentence, before any generation starts.
 - The functions here are synchronous and CPU-bound: the service runs them
   off the event loop under a time limit (`GRAMMAR_TIME_LIMIT_S`).
 
@@ -39,6 +52,9 @@ from typing import Any
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from ..lmsp import FunctionTool
+from ..pattern_cost import pattern_is_affordable
+from .grammar_cost import GrammarCostError, parse_gbnf, worst_case
+from .schema_keywords import unenforced_keyword
 
 #: Largest repetition bound (a length, item or property count, a pattern count).
 MAX_REPETITION = 500
@@ -46,6 +62,10 @@ MAX_REPETITION = 500
 MAX_GRAMMAR_CHARS = 256 * 1024
 #: Deepest nesting of parenthesised groups in the grammar text.
 MAX_GRAMMAR_NESTING = 600
+#: Most parse stacks llama.cpp may keep alive at once for a grammar (grammar_cost.py).
+MAX_LIVE_STACKS = 256
+#: Most stacks llama.cpp may visit advancing over one character (grammar_cost.py).
+MAX_CHAR_WORK = 400
 #: Seconds a grammar may take to build before the request is refused.
 GRAMMAR_TIME_LIMIT_S = 5.0
 
@@ -66,7 +86,30 @@ _RULE_NAME = re.compile(r"(?<![\w-])root(?![\w-])")
 
 
 class GrammarUnavailable(Exception):
-    """A JSON Schema cannot be turned into a llama.cpp grammar within the limits."""
+    """A JSON Schema cannot be turned into a llama.cpp grammar within the limits.
+
+    `str(exc)` is a sentence for the client naming the reason (no request data).
+    """
+
+
+def check_grammar_cost(gbnf: str) -> None:
+    """Refuse GBNF text whose worst case passes `MAX_LIVE_STACKS` or `MAX_CHAR_WORK`.
+
+    Raises `GrammarUnavailable` (grammar_cost.py measures it; text it cannot
+    read is refused too).
+    """
+    try:
+        cost = worst_case(parse_gbnf(gbnf), MAX_LIVE_STACKS, MAX_CHAR_WORK)
+    except GrammarCostError as exc:
+        raise GrammarUnavailable(
+            "The schema's grammar cannot be analysed within the limits."
+        ) from exc
+    if cost.over:
+        raise GrammarUnavailable(
+            "The schema is too ambiguous to enforce: its grammar can match the same text in "
+            "too many ways at once (written-out or overlapping repetition, or alternatives "
+            "that share a prefix)."
+        )
 
 
 def _count_too_large(digits: str) -> bool:
@@ -182,13 +225,24 @@ def check_schema_bounds(schema: Any) -> None:
             for key, value in node.items():
                 if key in _BOUND_KEYWORDS and isinstance(value, int | float):
                     if not isinstance(value, bool) and value > MAX_REPETITION:
-                        raise GrammarUnavailable("repetition bound above the limit")
+                        raise GrammarUnavailable(
+                            f"The schema has a repetition bound above {MAX_REPETITION}."
+                        )
                 elif key == "pattern" and isinstance(value, str):
                     for low, high in _COUNT.findall(value):
                         if _count_too_large(low) or (high and _count_too_large(high)):
-                            raise GrammarUnavailable("pattern repetition above the limit")
+                            raise GrammarUnavailable(
+                                f"A pattern has a repetition count above {MAX_REPETITION}."
+                            )
                     if enforced and not pattern_is_unambiguous(value):
-                        raise GrammarUnavailable("pattern with a repeated ambiguous group")
+                        raise GrammarUnavailable(
+                            "A pattern repeats a group that holds a quantifier or an alternation."
+                        )
+                    if enforced and not pattern_is_affordable(value):
+                        raise GrammarUnavailable(
+                            "A pattern is too ambiguous to enforce: it can match the same text "
+                            "in too many ways at once (written-out or overlapping repetition)."
+                        )
                 stack.append((value, enforced and key not in _NOT_GRAMMAR))
         elif isinstance(node, list):
             stack.extend((item, enforced) for item in node)
@@ -216,14 +270,21 @@ def grammar_nesting(gbnf: str) -> int:
 
 def _convert(schema: Any) -> str:
     check_schema_bounds(schema)
+    keyword = unenforced_keyword(schema)
+    if keyword is not None:
+        raise GrammarUnavailable(
+            f"The schema uses the keyword {keyword}, which this service cannot enforce "
+            "while generating."
+        )
     try:
         gbnf = str(json_schema_to_gbnf(json.dumps(schema)))
     except Exception as exc:  # the converter raises bare Exceptions, KeyErrors, ...
-        raise GrammarUnavailable("schema not expressible as a grammar") from exc
+        raise GrammarUnavailable("The schema cannot be expressed as a grammar.") from exc
     if len(gbnf) > MAX_GRAMMAR_CHARS:
-        raise GrammarUnavailable("grammar larger than the limit")
+        raise GrammarUnavailable("The schema's grammar is larger than the limit.")
     if grammar_nesting(gbnf) > MAX_GRAMMAR_NESTING:
-        raise GrammarUnavailable("grammar nested deeper than the limit")
+        raise GrammarUnavailable("The schema's grammar is nested deeper than the limit.")
+    check_grammar_cost(gbnf)
     return gbnf
 
 
@@ -258,9 +319,9 @@ def tool_call_grammar(tools: Sequence[FunctionTool]) -> str:
         if line.startswith("root ::="):
             line = "tool-call-json ::=" + line[len("root ::=") :]
         elif line.startswith("tool-call-json ::="):
-            raise GrammarUnavailable("grammar rule name clash")
+            raise GrammarUnavailable("The schema's grammar cannot be wrapped as a tool call.")
         rules.append(line)
     if any(_RULE_NAME.search(rule) for rule in rules):
-        raise GrammarUnavailable("recursive schema cannot be wrapped")
+        raise GrammarUnavailable("A recursive tool schema cannot be enforced.")
     rules.append('root ::= "<tool_call>\\n" tool-call-json "\\n</tool_call>"')
     return "\n".join(rules)

@@ -24,7 +24,7 @@ from .tasks import CancelFlag
 
 DEFAULT_TEMPERATURE = 0.8
 
-FinishReason = Literal["stop", "length", "cancelled", "time", "error", "crashed"]
+FinishReason = Literal["stop", "length", "cancelled", "time", "grammar", "error", "crashed"]
 
 
 class EngineCrashed(Exception):
@@ -41,7 +41,10 @@ class GenerationJob:
     many tokens were produced; `cancel`: set to stop it (also inside a
     decoding step); `time_limit_s`: seconds it may run once it has a slot
     in the worker (`None`: the engine's `generation_time_limit_s`); past
-    it, it ends with `finish_reason` `time`.
+    it, it ends with `finish_reason` `time`; `grammar_budget_s`,
+    `token_grammar_budget_s`: seconds of grammar work the generation, and
+    one of its tokens, may take (`None`: batching.py's defaults); past
+    either, it ends with `finish_reason` `grammar`.
     """
 
     prompt_tokens: list[int]
@@ -51,6 +54,8 @@ class GenerationJob:
     min_output_tokens: int = 0
     cancel: CancelFlag = field(default_factory=CancelFlag)
     time_limit_s: float | None = None
+    grammar_budget_s: float | None = None
+    token_grammar_budget_s: float | None = None
 
 
 @dataclass

@@ -181,6 +181,8 @@ class Scheduler:
                 "grammar": job.grammar,
                 "min_output_tokens": job.min_output_tokens,
                 "time_limit_s": limit,
+                "grammar_budget_s": job.grammar_budget_s,
+                "token_grammar_budget_s": job.token_grammar_budget_s,
             }
             watchdog = threading.Timer(limit + self.cancel_grace_s, self._enforce_limit, (entry,))
             watchdog.daemon = True

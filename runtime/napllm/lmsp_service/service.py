@@ -74,6 +74,10 @@ MAX_SCHEMA_CHARS = 256 * 1024
 OUTPUT_CHECK_QUEUE_WAIT_S = 120.0
 #: `incomplete_details.reason` of a generation stopped by a limit: its output
 #: tokens, or the service's time limit (`--generation-time-limit-seconds`).
+#: The detail of a generation ended for its grammar work (batching.py's budgets).
+GRAMMAR_BUDGET_DETAIL = (
+    "The response's schema made the model's sampling too costly; the generation was ended."
+)
 INCOMPLETE_REASONS = {"length": "max_output_tokens", "time": "max_generation_time"}
 #: Finish reasons whose output so far is kept (and assembled) in the response.
 _KEEPS_OUTPUT = frozenset({"stop", "length", "time", "cancelled"})
@@ -277,8 +281,9 @@ class LmspService:
                 )
         except PoolBusy as exc:
             raise ProblemError("server_busy") from exc
+        except GrammarUnavailable as exc:
+            raise ProblemError("unsupported_capability", str(exc)) from exc
         except (
-            GrammarUnavailable,
             BoundExceeded,
             BoundedCallFailed,
             MemoryError,
@@ -364,6 +369,8 @@ class LmspService:
                 end = GenerationEnd("cancelled", end.output_tokens)
             if end.finish_reason == "error":
                 self._fail(run, problem_body("generation_failed"))
+            elif end.finish_reason == "grammar":
+                self._fail(run, problem_body("generation_failed", GRAMMAR_BUDGET_DETAIL))
             elif end.finish_reason == "crashed":
                 self._fail(run, problem_body("model_crashed"))
             elif output_error is not None:

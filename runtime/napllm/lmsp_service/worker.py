@@ -10,7 +10,9 @@ Service -> worker (tuples; `rid` is the service's request number):
   `prompt_tokens`, `max_tokens` (`None`: no limit), `temperature`,
   `grammar` (GBNF text or `None`), `min_output_tokens` and `time_limit_s`
   (seconds the generation may hold its sequence, from the moment it takes
-  it; `None`: no limit). The service never has more than `slots`
+  it; `None`: no limit), `grammar_budget_s` and `token_grammar_budget_s`
+  (seconds of grammar work for the generation and for one token; `None`:
+  batching.py's defaults). The service never has more than `slots`
   generations in the worker at once.
 - `("cancel", rid)`: stop that generation at once, inside a decoding step
   if it is in one.
@@ -30,7 +32,8 @@ Worker -> service:
   (generated text, several tokens joined when they come faster than
   `batching.FLUSH_INTERVAL_S`) or `("end", rid, finish_reason, output_tokens)` with
   `finish_reason` `stop`, `length`, `cancelled`, `time` (its
-  `time_limit_s` ran out) or `error`.
+  `time_limit_s` ran out), `grammar` (its grammar work ran past a budget)
+  or `error`.
 
 Rules
 - The model and its context come from batch_load.py
