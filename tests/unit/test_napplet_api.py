@@ -82,7 +82,7 @@ def setup(
 async def settled(h: Harness, llm: Llm) -> None:
     """The shell is idle and every reply it sent has been consumed by the API."""
     await h.settle()
-    await until(lambda: not llm._pending, "every request's terminal result consumed")
+    await until(lambda: not len(llm._inbox), "every request's terminal result consumed")
 
 
 def stalled_text(*chunks: str) -> list[Any]:
@@ -247,6 +247,20 @@ async def test_a_cut_short_structured_answer_is_incomplete() -> None:
     with pytest.raises(IncompleteOutputError) as caught:
         await bounded(llm.generate("Alice", response_model=Person))
     assert caught.value.reply.finish == "length"
+
+
+async def test_a_structured_stream_shows_the_json_text_then_the_validated_answer() -> None:
+    _h, fx, side, llm = setup()
+    fx.queue(text_script(['{"name": "Al', 'ice", "age": 30}']), text_script('{"name": 1}'))
+    stream = llm.stream("Alice is 30.", response_model=Person)
+    assert [t async for t in stream] == ['{"name": "Al', 'ice", "age": 30}']
+    assert stream.parsed == Person(name="Alice", age=30)
+    assert side.sent[-1]["request"]["format"] == "json"
+    bad = llm.stream("Alice is 30.", response_model=Person)
+    with pytest.raises(OutputValidationError):
+        async for _ in bad:
+            pass
+    assert bad.parsed is None and bad.reply is not None
 
 
 # --------------------------------------------------------------------------

@@ -219,7 +219,7 @@ async def test_unknown_codes_fail_and_foreign_or_wrong_type_replies_are_ignored(
     assert isinstance(caught.value, LlmError) and caught.value.code == "new"
     for _ in range(10):
         await asyncio.sleep(0)
-    assert llm.model is None and llm._pending == {}
+    assert llm.model is None and len(llm._inbox) == 0
 
 
 async def test_a_generation_result_that_breaks_the_records_is_a_protocol_error() -> None:

@@ -5,11 +5,8 @@ Rules (NAP-LLM, API Surface, Wire Protocol, Cancellation and deadlines)
   `outgoing` and checked there by the shell's own intake before it is sent,
   with a fresh id (`py-<random>-<n>`; NAP-LLM: "a fresh ID for every
   request, including cancellation").
-- Replies are matched by `id` *and* result type; deltas by `requestId` of
-  a generation still waiting. The first matching terminal result settles the
-  request and removes it, so exactly one terminal result is consumed per
-  request; anything later for that id (a delta, a second result) and
-  anything unknown is ignored. Receiving never raises.
+- Replies are matched by `inbox.Inbox`: by `id` *and* result type, deltas
+  by `requestId`; exactly one terminal result is consumed per request.
 - `select` remembers the chosen Model (`model`); `generate`, `stream` and
   `run_tools` use it, or select first (requirements derived from the
   request: `json` for structured output, `tools` for tools) when nothing is
@@ -27,13 +24,13 @@ import itertools
 import logging
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel
 
 from ..records import ModelRecord
 from .errors import SelectionExpiredError
+from .inbox import Inbox, OnMessage
 from .outgoing import Messages, checked, to_messages
 from .replies import Reply, read_cancelled, read_generation, read_model
 from .streams import TextStream
@@ -49,13 +46,6 @@ ToolLike = Any
 ToolChoiceLike = str | dict[str, str]
 
 
-@dataclass
-class _Pending:
-    kind: str
-    future: asyncio.Future[dict[str, Any]]
-    on_message: Callable[[dict[str, Any] | None], None] | None = None
-
-
 class Llm:
     """The napplet's NAP-LLM client (see the module rules).
 
@@ -67,7 +57,7 @@ class Llm:
     def __init__(self, transport: Transport | None = None) -> None:
         self._transport = transport
         self._listening = False
-        self._pending: dict[str, _Pending] = {}
+        self._inbox = Inbox()
         self._prefix = f"py-{secrets.token_hex(4)}-"
         self._ids = itertools.count(1)
         self._model: ModelRecord | None = None
@@ -80,35 +70,9 @@ class Llm:
         if self._transport is None:
             self._transport = default_transport()
         if not self._listening:
-            self._transport.listen(self.receive)
+            self._transport.listen(self._inbox.receive)
             self._listening = True
         return self._transport
-
-    def receive(self, message: object) -> None:
-        """Handle one shell -> napplet message (module rules). Never raises."""
-        try:
-            self._dispatch(message)
-        except Exception:  # a bad message must never break the napplet
-            log.exception("ignored a message from the shell")
-
-    def _dispatch(self, message: object) -> None:
-        if not isinstance(message, dict) or not isinstance(message.get("type"), str):
-            return
-        kind = message["type"]
-        if kind == "llm.delta":
-            pending = self._pending.get(message.get("requestId"))  # type: ignore[arg-type]
-            if pending is not None and pending.on_message is not None:
-                pending.on_message(message)
-            return
-        rid = message.get("id")
-        pending = self._pending.get(rid) if isinstance(rid, str) else None
-        if pending is None or pending.kind != kind:
-            return
-        del self._pending[rid]  # type: ignore[arg-type]
-        if not pending.future.done():
-            pending.future.set_result(message)
-        if pending.on_message is not None:
-            pending.on_message(None)
 
     def _send(
         self,
@@ -116,18 +80,17 @@ class Llm:
         fields: dict[str, Any],
         *,
         model: ModelRecord | None = None,
-        on_message: Callable[[dict[str, Any] | None], None] | None = None,
+        on_message: OnMessage | None = None,
     ) -> tuple[str, asyncio.Future[dict[str, Any]]]:
         """Check and send one request; its id and the future of its terminal result."""
         port = self._port()
         rid = f"{self._prefix}{next(self._ids)}"
         envelope = checked({"type": kind, "id": rid, **fields}, model)
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[rid] = _Pending(f"{kind}.result", future, on_message)
+        future = self._inbox.expect(rid, f"{kind}.result", on_message)
         try:
             port.send(envelope)
         except BaseException:
-            del self._pending[rid]
+            self._inbox.forget(rid)
             raise
         return rid, future
 
@@ -364,29 +327,42 @@ class Llm:
         self,
         messages: Messages,
         *,
+        response_model: type[BaseModel] | None = None,
+        schema: dict[str, Any] | None = None,
+        schema_prompt: bool = True,
         max_tokens: int | None = None,
         temperature: float | None = None,
         model: ModelRecord | str | None = None,
     ) -> TextStream:
-        """Stream a text generation (NAP-LLM, `generate` with deltas).
+        """Stream a generation's text (NAP-LLM, `generate` with deltas).
 
         Returns a `TextStream`: `async for text in llm.stream(...)` yields
         text fragments as deltas arrive; `cancel()`, `break` or cancelling
         the task sends `llm.cancel` (see `streams`). The request is sent
-        when the iteration starts; its errors are raised from the `async for`.
+        when the iteration starts; its errors are raised from the `async
+        for`. With `response_model` / `schema` (as for `generate`) the JSON
+        text streams and, at the end, `stream.parsed` holds the validated
+        answer (`OutputValidationError` / `IncompleteOutputError` raised
+        from the loop otherwise).
         """
+        shape = Structured.of(response_model, schema)
 
         async def start(
             on_message: Callable[[dict[str, Any] | None], None],
         ) -> tuple[str, asyncio.Future[dict[str, Any]]]:
             chosen, request = await self._request(
-                messages, model=model, max_tokens=max_tokens, temperature=temperature
+                messages,
+                model=model,
+                format="json" if shape is not None else None,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                prefix=[shape.prompt()] if shape is not None and schema_prompt else None,
             )
             return self._send(
                 "llm.generate", {"request": request}, model=chosen, on_message=on_message
             )
 
-        return TextStream(start, self._send_cancel)
+        return TextStream(start, self._send_cancel, shape.parse if shape is not None else None)
 
     async def cancel(self, request_id: str) -> bool:
         """Cancel this napplet's active generation `request_id` (NAP-LLM, `cancel`).
@@ -399,6 +375,6 @@ class Llm:
 
     async def run_tools(self, messages: Messages, *, tools: Sequence[Any], **options: Any) -> Any:
         """The tool loop; see `tools.run_tools` for parameters, result and errors."""
-        from .tools import run_tools
+        from .tools import run_tools  # tools imports this module
 
         return await run_tools(self, messages, tools=tools, **options)

@@ -9,7 +9,8 @@ Rules (NAP-LLM, Delta; Wire Protocol; Cancellation and deadlines)
   not shown (the terminal result is authoritative anyway).
 - The iteration ends after the terminal result: `reply` holds it (its
   content replaces what the deltas showed); an error result raises its
-  `LlmError`.
+  `LlmError`. A structured stream (`parse` given) then sets `parsed`, or
+  raises what `parse` raises (`structured.Structured.parse`).
 - Stopping: `cancel()`, leaving the `async for` early (`break`, an
   exception) or cancelling the asyncio task that iterates sends
   `llm.cancel` (once, only while the generation is not settled) and ends
@@ -49,13 +50,17 @@ class TextStream:
     Use `async for text in stream`, or `async with stream:` around it to
     make sure the generation is cancelled when the block is left early.
     Attributes after the end: `reply` (the `Reply`, or None when cancelled),
-    `cancelled`, `request_id`, `text` (everything streamed so far, replaced
-    by the reply's text at the end).
+    `parsed` (the validated answer of a structured stream), `cancelled`,
+    `request_id`, `text` (everything streamed so far, replaced by the
+    reply's text at the end).
     """
 
-    def __init__(self, start: Starter, cancel: Canceller) -> None:
+    def __init__(
+        self, start: Starter, cancel: Canceller, parse: Callable[[Reply], Any] | None = None
+    ) -> None:
         self._start = start
         self._send_cancel = cancel
+        self._parse = parse
         self._queue: asyncio.Queue[object] = asyncio.Queue()
         self._future: asyncio.Future[dict[str, Any]] | None = None
         self._next_sequence = 0
@@ -65,6 +70,7 @@ class TextStream:
         self.reply: Reply | None = None
         self.cancelled = False
         self.text = ""
+        self.parsed: Any = None
 
     def __aiter__(self) -> AsyncIterator[str]:
         if self._started:
@@ -89,6 +95,8 @@ class TextStream:
             self._ended = True
             self.reply = read_generation(self._future.result())
             self.text = self.reply.text
+            if self._parse is not None:
+                self.parsed = self._parse(self.reply)
         finally:
             self.cancel()
 
