@@ -232,3 +232,18 @@ async def test_a_generation_result_that_breaks_the_records_is_a_protocol_error()
     llm = Llm(ScriptedShell(answer))
     with pytest.raises(ProtocolError):
         await asyncio.wait_for(llm.generate("hi"), 5)
+
+
+async def test_without_the_llm_domain_every_call_is_unsupported_at_once() -> None:
+    class Absent(ScriptedShell):
+        def available(self) -> bool:
+            return False
+
+    sent: list[Any] = []
+    llm = Llm(Absent(lambda e: sent.append(e) or []))
+    assert llm.available is False
+    with pytest.raises(UnsupportedError):
+        await llm.select()
+    with pytest.raises(UnsupportedError):
+        await llm.generate("hi", model="h1")
+    assert sent == []

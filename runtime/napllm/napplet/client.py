@@ -29,13 +29,13 @@ from typing import Any, TypeVar, overload
 from pydantic import BaseModel
 
 from ..records import ModelRecord
-from .errors import SelectionExpiredError
+from .errors import SelectionExpiredError, UnsupportedError
 from .inbox import Inbox, OnMessage
 from .outgoing import Messages, checked, to_messages
 from .replies import Reply, read_cancelled, read_generation, read_model
 from .streams import TextStream
 from .structured import Structured
-from .transport import Transport, default_transport
+from .transport import Transport, available, default_transport
 
 log = logging.getLogger("napllm.napplet")
 
@@ -66,9 +66,19 @@ class Llm:
 
     # -- the transport ----------------------------------------------------------
 
-    def _port(self) -> Transport:
+    @property
+    def available(self) -> bool:
+        """Whether this napplet has the `llm` domain (`window.napplet.llm` under
+        Pyodide); when false every call raises `UnsupportedError` at once,
+        without sending (NAP-LLM, Shell Behavior: domain absence)."""
         if self._transport is None:
             self._transport = default_transport()
+        return available(self._transport)
+
+    def _port(self) -> Transport:
+        if not self.available:
+            raise UnsupportedError("The llm domain is not available to this napplet.")
+        assert self._transport is not None
         if not self._listening:
             self._transport.listen(self._inbox.receive)
             self._listening = True

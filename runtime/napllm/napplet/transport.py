@@ -4,8 +4,10 @@ Rules (NIP-5D web projection; NAP-LLM, Wire Protocol)
 - `Transport.send(envelope)` posts one napplet -> shell envelope (a plain
   JSON dict); `Transport.listen(receiver)` registers the one function that
   gets every shell -> napplet message (results and `llm.delta`), as plain
-  JSON values. The API never assumes anything else of a transport, so tests
-  inject their own (for example one wired to the CPython shell).
+  JSON values. An optional `available()` says whether the `llm` domain is
+  present (`available`); without it the domain is taken as present. The
+  API never assumes anything else of a transport, so tests inject their
+  own (for example one wired to the CPython shell).
 - `PyodideTransport` (the default under Pyodide, `sys.platform ==
   "emscripten"`) posts raw envelopes to the napplet's own window, which the
   frame's prelude forwards to the shell over its private port, and reads
@@ -37,6 +39,14 @@ class Transport(Protocol):
         """Deliver every shell -> napplet message to `receiver` from now on."""
 
 
+def available(transport: Transport) -> bool:
+    """Whether the `llm` domain is present: the transport's optional
+    `available()` method, true when it has none (NAP-LLM, Shell Behavior:
+    "Domain absence MUST be discoverable without a `shell` handshake")."""
+    check = getattr(transport, "available", None)
+    return bool(check()) if callable(check) else True
+
+
 class PyodideTransport:
     """The frame's transport under Pyodide (see the module rules).
 
@@ -53,6 +63,14 @@ class PyodideTransport:
         self._to_js = to_js
         self._create_proxy = create_proxy
         self._listener: Any = None
+
+    def available(self) -> bool:
+        """Whether the prelude gave this frame the `llm` domain (`window.napplet.llm`)."""
+        try:
+            napplet = getattr(self._js.window, "napplet", None)
+            return napplet is not None and getattr(napplet, "llm", None) is not None
+        except Exception:
+            return False
 
     def send(self, envelope: dict[str, Any]) -> None:
         """Post `envelope` to this window; the prelude forwards it to the shell."""
