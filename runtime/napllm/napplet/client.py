@@ -35,6 +35,7 @@ from .outgoing import Messages, checked, to_messages
 from .replies import Reply, read_cancelled, read_generation, read_model
 from .streams import TextStream
 from .structured import Structured
+from .tools import run_tools
 from .transport import Transport, available, default_transport
 
 log = logging.getLogger("napllm.napplet")
@@ -226,8 +227,12 @@ class Llm:
         request.update({k: v for k, v in optional.items() if v is not None})
         return chosen, request
 
-    async def _generate(self, chosen: ModelRecord | None, request: dict[str, Any]) -> Reply:
-        """Send one `llm.generate` and await its terminal result (module rules)."""
+    async def _reply(
+        self, messages: Messages, *, model: ModelRecord | str | None, **options: Any
+    ) -> Reply:
+        """Send one `llm.generate` (`_request`'s options) and await its terminal
+        result (module rules)."""
+        chosen, request = await self._request(messages, model=model, **options)
         rid, future = self._send("llm.generate", {"request": request}, model=chosen)
         try:
             message = await asyncio.shield(future)
@@ -320,7 +325,7 @@ class Llm:
         """
         shape = Structured.of(response_model, schema)
         prefix = [shape.prompt()] if shape is not None and schema_prompt else None
-        chosen, request = await self._request(
+        reply = await self._reply(
             messages,
             model=model,
             format="json" if shape is not None else format,
@@ -330,7 +335,6 @@ class Llm:
             tool_choice=tool_choice,
             prefix=prefix,
         )
-        reply = await self._generate(chosen, request)
         return shape.parse(reply) if shape is not None else reply
 
     def stream(
@@ -385,6 +389,4 @@ class Llm:
 
     async def run_tools(self, messages: Messages, *, tools: Sequence[Any], **options: Any) -> Any:
         """The tool loop; see `tools.run_tools` for parameters, result and errors."""
-        from .tools import run_tools  # tools imports this module
-
         return await run_tools(self, messages, tools=tools, **options)

@@ -22,12 +22,20 @@ sentences written by this package.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..errors import ErrorCode
 
-if TYPE_CHECKING:
-    from .replies import Reply
+
+class Finished(Protocol):
+    """What the output errors keep of a `replies.Reply` (this module imports
+    no other module of the package)."""
+
+    @property
+    def finish(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
 
 
 class LlmError(Exception):
@@ -135,7 +143,7 @@ class OutputValidationError(LlmError):
 
     code = "invalid-output"
 
-    def __init__(self, message: str, reply: Reply, errors: list[dict[str, Any]]) -> None:
+    def __init__(self, message: str, reply: Finished, errors: list[dict[str, Any]]) -> None:
         super().__init__(message)
         self.reply = reply
         self.errors = errors
@@ -151,7 +159,7 @@ class IncompleteOutputError(LlmError):
 
     code = "incomplete"
 
-    def __init__(self, reply: Reply) -> None:
+    def __init__(self, reply: Finished) -> None:
         super().__init__(f"The model's answer ended with finish {reply.finish!r}.")
         self.reply = reply
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, get_type_hints
+from typing import Any, Protocol, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic_core import to_jsonable_python
@@ -39,10 +39,16 @@ from ..records import RecordError, ToolCallPart
 from ..records import Tool as ToolRecord
 from .errors import IncompleteOutputError, ToolRoundsExceededError
 from .outgoing import Messages, to_messages
+from .replies import Reply
 from .structured import Structured
 
-if TYPE_CHECKING:
-    from .client import Llm
+
+class Replier(Protocol):
+    """What `run_tools` needs of a client: one generation awaited to its
+    `Reply` (`client.Llm._reply`, with `Llm.generate`'s options)."""
+
+    async def _reply(self, messages: Messages, *, model: Any, **options: Any) -> Reply: ...
+
 
 #: Default round limit of `run_tools`.
 DEFAULT_MAX_ROUNDS = 8
@@ -166,7 +172,7 @@ async def _answer(call: ToolCallPart, by_name: dict[str, Tool]) -> dict[str, Any
 
 
 async def run_tools(
-    llm: Llm,
+    llm: Replier,
     messages: Messages,
     *,
     tools: Sequence[Tool | Callable[..., Any]],
@@ -199,7 +205,7 @@ async def run_tools(
     prefix = [shape.prompt()] if shape is not None else None
     rounds = 0
     while True:
-        chosen, request = await llm._request(
+        reply = await llm._reply(
             history,
             model=model,
             format="json" if shape is not None else None,
@@ -209,7 +215,6 @@ async def run_tools(
             tool_choice=tool_choice,
             prefix=prefix,
         )
-        reply = await llm._generate(chosen, request)
         if reply.finish == "toolUse":
             if rounds >= max_rounds:
                 raise ToolRoundsExceededError(max_rounds, history)
