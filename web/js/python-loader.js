@@ -70,7 +70,8 @@ export function installPythonLoader(secret, packages, base, lockName) {
   const port = channel.port1;
   const post = win.MessagePort.prototype.postMessage.bind(port);
 
-  // name -> promise of its bytes (ArrayBuffer); each name is asked once.
+  // name -> promise of its bytes (ArrayBuffer) while asked, then null: each
+  // name is asked once and its bytes are not kept (the frame's memory).
   const asked = new Map();
   const waiting = new Map();
   port.onmessage = (event) => {
@@ -83,11 +84,14 @@ export function installPythonLoader(secret, packages, base, lockName) {
     else waiter.reject(new Error(`The shell did not hand over ${data.name}: ${String(data.error)}`));
   };
   const file = (name) => {
+    if (asked.get(name) === null) return Promise.reject(new Error(`${name} was handed over already`));
     if (!asked.has(name)) {
-      asked.set(name, new Promise((resolve, reject) => {
+      const bytes = new Promise((resolve, reject) => {
         waiting.set(name, { resolve, reject });
         post({ name });
-      }));
+      });
+      asked.set(name, bytes);
+      bytes.then(() => asked.set(name, null), () => asked.set(name, null));
     }
     return asked.get(name);
   };
