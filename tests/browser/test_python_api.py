@@ -28,7 +28,8 @@ POLL_MS = 50
 API = "Python API script"
 API_SCRIPT: list[dict[str, Any]] = [
     {"text": ["Hel", "lo"]},  # generate
-    {"stall": True, "text": ["Once ", "upon "], "delayMs": 100},  # stream, cancelled
+    {"stall": True, "text": ["Once ", "upon "], "delayMs": 100},  # stream, cancel()
+    {"stall": True, "text": ["Long ", "ago "], "delayMs": 100},  # stream, break
     {"json": {"name": "Alice", "age": 30}},  # response_model: valid
     {"json": {"name": "Alice", "age": "thirty"}},  # response_model: invalid
     {"toolCalls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},  # tools
@@ -114,6 +115,9 @@ def test_a_python_napplet_selects_generates_streams_validates_and_runs_tools(
     assert streamed["seen"][0].startswith("Once")
     # the napplet's cancel reached the connection: one stream stopped before its end
     connection_entry(shell.page, API).locator('.script-progress[data-stopped="1"]').wait_for()
+    start(frame, "leave")
+    assert outcome(frame, "leave") == {"ok": {"seen": 1}}
+    connection_entry(shell.page, API).locator('.script-progress[data-stopped="2"]').wait_for()
 
     start(frame, "valid")
     assert outcome(frame, "valid") == {"ok": {"type": "Person", "name": "Alice", "age": 30}}
@@ -127,17 +131,17 @@ def test_a_python_napplet_selects_generates_streams_validates_and_runs_tools(
         "error": "ToolRoundsExceededError",
         "code": "tool-rounds-exceeded",
     }
-    assert shell.script_requests(API) == 8
+    assert shell.script_requests(API) == 9
 
     requests = shell.generate_requests()
-    assert len(requests) == 8
-    assert [r["request"].get("format") for r in requests[2:4]] == ["json", "json"]
-    round_two = requests[5]["request"]
+    assert len(requests) == 9
+    assert [r["request"].get("format") for r in requests[3:5]] == ["json", "json"]
+    round_two = requests[6]["request"]
     assert [m["role"] for m in round_two["messages"]] == ["user", "assistant", "toolResult"]
     assert round_two["messages"][2]["content"][0]["text"] == "18 C and clear in Paris"
     assert round_two["tools"][0]["parameters"]["required"] == ["city"]
     # the round limit: the Rome call ran, the Oslo turn ran nothing
-    assert [m["role"] for m in requests[7]["request"]["messages"]][-1] == "toolResult"
+    assert [m["role"] for m in requests[8]["request"]["messages"]][-1] == "toolResult"
     assert frame.locator(".napplet-python-error").count() == 0
 
 
