@@ -36,7 +36,9 @@
  *   `<pre class="napplet-python-error" role="alert">` after its script and
  *   logged; the next scripts still run (as with JavaScript scripts).
  * - Progress is the `data-napplet-python` attribute of `<html>`: `loading`,
- *   `running`, then `ready` (every script ran) or `error`.
+ *   `booting` (Pyodide's modules are in), `running` (Pyodide and the
+ *   packages are loaded), then `ready` (every script ran) or `error`; each
+ *   step is also a performance mark `napplet-python:<step>`.
  */
 
 /** The virtual base URL of the files the shell hands a Python napplet (never requested). */
@@ -115,7 +117,14 @@ export function installPythonLoader(secret, packages, base, lockName) {
     );
   };
 
-  const status = (value) => doc.documentElement && doc.documentElement.setAttribute("data-napplet-python", value);
+  const status = (value) => {
+    if (doc.documentElement) doc.documentElement.setAttribute("data-napplet-python", value);
+    try {
+      win.performance.mark(`napplet-python:${value}`);
+    } catch {
+      // Marks are for developers only.
+    }
+  };
   const showError = (text, after) => {
     const pre = doc.createElement("pre");
     pre.className = "napplet-python-error";
@@ -187,6 +196,7 @@ def _napllm_pin(pinned, index):
         importFile("pyodide.asm.mjs"),
         file(lockName),
       ]);
+      status("booting");
       const lockText = new TextDecoder().decode(lockBytes);
       const pinned = Object.keys(JSON.parse(lockText).packages);
       const unknown = packages.filter((name) => !pinned.includes(canonical(name)));
