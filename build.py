@@ -29,13 +29,12 @@ Layout of ``dist/`` (the contract for the host page and the tests)::
 
     index.html, *.js, *.css, ...      web/ (without web/vendor-entry/)
     pyodide/                          Pyodide runtime + our wheels + merged lock
+    pyodide/napplet-files.json        what Python napplets are handed: files + sha256, their lock
     vendor/wllama/wllama.js           @wllama/wllama ESM bundle (exports wasmPaths)
     vendor/wllama/wllama.wasm
     vendor/web-llm/web-llm.js         @mlc-ai/web-llm ESM bundle
     vendor/transformers/transformers.js  @huggingface/transformers ESM bundle (exports wasmPaths)
     vendor/transformers/ort-wasm-simd-threaded.asyncify.{mjs,wasm}  onnxruntime-web's wasm
-    vendor/pyscript/core.js, core.css @pyscript/core dist
-    vendor/pyscript/config.json       PyScript config: local Pyodide, packages ["napllm"]
     napplets/<name>/index.html        example napplets
     napplets/index.json               [{"name", "title", "description", "icon", "path"}]
     models/tinychat/tiny-chat-q8_0.gguf

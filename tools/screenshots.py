@@ -19,7 +19,8 @@ Rules
   every screenshot of the README into ``docs/screenshots/``: the phone view
   (``phone-<scheme>.png``) and the walk-through of `capture_readme`
   (``consent.png``, ``chat-answer.png``, TinyChat answering in the browser)
-  and the model manager of `capture_manager` (``storage-manager.png``).
+  and the model manager of `capture_manager` (``storage-manager.png``) and
+  the Python napplet of `capture_python` (``python-extract.png``).
 - What varies between runs is frozen or masked: the storage estimate's text
   is replaced by a fixed one and masked, progress bars and the inspector's
   count are masked, motion is reduced and animations are finished, the caret
@@ -193,6 +194,48 @@ def capture_manager(context: Any, base_url: str) -> dict[str, bytes]:
         page.close()
 
 
+#: The scripted answer of the README's Python napplet shot (`capture_python`).
+PYTHON_SCRIPT = (
+    '[{"json": {"rows": [{"name": "Alice", "age": 30, "city": "Paris"},'
+    ' {"name": "Bob", "age": 41, "city": null}]}, "delayMs": 40}]'
+)
+
+
+def capture_python(context: Any, base_url: str) -> dict[str, bytes]:
+    """The README's Python napplet at 1280x900 (PNG bytes as ``python-extract``):
+    the gallery's *Extract to table* (written in Python) after a scripted
+    connection's answer became its table. Not a baseline: it waits on Pyodide."""
+    page = _readme_page(
+        context,
+        base_url,
+        "document.querySelector('#napplet-gallery [data-napplet=extract] .card-open')",
+    )
+    try:
+        page.click("#connection-add")
+        page.fill("#connection-name", "Scripted answers")
+        page.select_option("#connection-kind", "scripted")
+        page.fill("#connection-script", PYTHON_SCRIPT)
+        page.click("#connection-save")
+        page.wait_for_selector("#connection-form", state="hidden")
+        page.click("#napplet-gallery [data-napplet=extract] .card-open")
+        handle = page.wait_for_selector("iframe.napplet-frame")
+        frame = handle.content_frame() if handle else None
+        assert frame is not None, "the Extract to table napplet did not open"
+        frame.wait_for_selector("#extract:not([disabled])", timeout=BOOT_TIMEOUT_MS)
+        frame.click("#extract")
+        page.wait_for_selector("dialog.chooser-dialog[open][data-armed=true]")
+        page.locator("dialog.chooser-dialog[open] .candidate").filter(
+            has_text="Scripted answers"
+        ).first.click()
+        page.wait_for_selector("dialog.consent-dialog[open][data-armed=true]")
+        page.click("dialog.consent-dialog[open] .allow")
+        frame.wait_for_function("() => document.querySelectorAll('#table tbody tr').length === 2")
+        page.evaluate("() => { document.activeElement?.blur(); window.scrollTo(0, 0); }")
+        return {"python-extract": page.screenshot(animations="disabled", caret="hide")}
+    finally:
+        page.close()
+
+
 def compare(name: str, actual: bytes, baseline: Path) -> str | None:
     """None when ``actual`` (PNG bytes) matches the ``baseline`` file within
     `TOLERANCE`, else a message that says how it differs and names `UPDATE_COMMAND`."""
@@ -268,7 +311,8 @@ def take(readme: bool = False) -> dict[str, bytes]:
         browser = playwright.chromium.launch(**launch_options())
         try:
             shots: dict[str, bytes] = {}
-            for step in (capture, capture_readme, capture_manager) if readme else (capture,):
+            steps = (capture, capture_readme, capture_manager, capture_python)
+            for step in steps if readme else (capture,):
                 context = browser.new_context()
                 try:
                     shots.update(step(context, base_url))

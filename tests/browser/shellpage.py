@@ -57,6 +57,8 @@ NAPPLETS = HERE / "napplets"
 NAPPLET_DIR = "napplets"
 
 TIMEOUT_MS = 15_000
+#: How long a Python napplet may take to boot Pyodide and run its scripts.
+PYTHON_TIMEOUT_MS = 90_000
 #: How long "nothing more arrives" is observed after a terminal result.
 QUIET_MS = 250
 #: Polling interval of waits inside frames. The default (requestAnimationFrame)
@@ -336,6 +338,27 @@ class ShellPage:
         self.page.fill("#napplet-url", url)
         self.page.click("#napplet-url-open")
         return self.adopt(url, before)
+
+    def open_python(self, url: str, timeout_ms: int = PYTHON_TIMEOUT_MS) -> Napplet:
+        """Open a Python napplet (``<meta name="napplet-python">``) through the URL form
+        and wait until its loader is done: ``<html data-napplet-python>`` is
+        ``ready`` or ``error`` (web/js/python-loader.js). Read the frame (`Napplet.frame`)
+        for what its scripts did."""
+        before = self.page.locator("#napplet-tabs .tab").count()
+        self.page.fill("#napplet-url", url)
+        self.page.click("#napplet-url-open")
+        self.page.wait_for_function(
+            "(n) => document.querySelectorAll('#napplet-tabs .tab').length > n", arg=before
+        )
+        tab_id: str = self.page.locator("#napplet-tabs .tab").last.get_attribute("id") or ""
+        napplet = Napplet(self, tab_id.removesuffix("-tab"), url)
+        self.open.append(napplet)
+        napplet.frame.wait_for_function(
+            "() => ['ready', 'error'].includes(document.documentElement.dataset.nappletPython)",
+            timeout=timeout_ms,
+            polling=100,
+        )
+        return napplet
 
     def adopt(self, url: str, before: int = 0) -> Napplet:
         """The napplet of the newest tab once there are more than `before` tabs (a tab

@@ -27,6 +27,7 @@ EXPECTED = {
     "bench_lmsp_service.py": "napllm-lmsp answers identical to its answer with 1 client: yes",
     "bench_shell.py": "text received == text sent",
     "bench_hostile_schemas.py": "verdict: ok",
+    "bench_python_napplet.py": "warm napplet / warm bare =",
 }
 
 
@@ -37,6 +38,7 @@ def test_every_benchmark_is_covered() -> None:
         "bench_lmsp_service.py",
         "bench_providers.py",
         "bench_dist_load.py",
+        "bench_python_napplet.py",
     }
 
 

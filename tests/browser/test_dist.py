@@ -1,4 +1,4 @@
-"""dist/ works in a real, offline Chromium: Pyodide, our wheels, PyScript, wllama, web-llm.
+"""dist/ works in a real, offline Chromium: Pyodide, our wheels, wllama, web-llm.
 
 Every test runs against dist/ as build.py produces it, served from 127.0.0.1
 with COOP/COEP, and fails if any request leaves 127.0.0.1 (``request_log``).
@@ -167,36 +167,24 @@ def test_micropip_installs_napllm_by_name(
     request_log.assert_local()
 
 
-PYSCRIPT_PAGE = """<!doctype html>
-<html><head><meta charset="utf-8"><title>pyscript test</title>
-<link rel="stylesheet" href="../vendor/pyscript/core.css">
-<script type="module" src="../vendor/pyscript/core.js"></script>
-</head><body>
-<script type="py" config="../vendor/pyscript/config.json">
-import sys
-import napllm.errors
-import pydantic
-from pyscript import document
-code = napllm.errors.ErrorCode.TIMEOUT
-document.body.dataset.result = f"{sys.platform} {pydantic.VERSION} {code}"
-</script>
-</body></html>
-"""
-
-
-def test_pyscript_page_uses_local_pyodide_and_napllm(
-    page: Any, request_log: BrowserLog, test_page: TestPage
-) -> None:
-    page.set_default_timeout(LOAD_TIMEOUT_MS)
-    page.goto(test_page("pyscript.html", PYSCRIPT_PAGE))
-    page.wait_for_function("document.body.dataset.result !== undefined")
-    platform, version, code = page.evaluate("document.body.dataset.result").split()
-    assert platform == "emscripten"
-    assert version.startswith("2.14.")
-    assert code == "timeout"
-    assert any(u.endswith("/pyodide/pyodide.mjs") for u in request_log.requests)
-    assert request_log.errors(ignore=_only_favicon) == []
-    request_log.assert_local()
+def test_napplet_manifest_lists_only_pinned_files_with_their_sha256(dist_dir: Path) -> None:
+    """What the shell may hand a Python napplet (web/js/python-files.js): Pyodide's
+    core files and our pinned wheels, each present with the stated sha256, and a
+    lock of exactly those wheels."""
+    manifest = json.loads((dist_dir / "pyodide" / "napplet-files.json").read_text(encoding="utf-8"))
+    files = manifest["files"]
+    for name, digest in files.items():
+        assert "/" not in name
+        assert hashlib.sha256((dist_dir / "pyodide" / name).read_bytes()).hexdigest() == digest
+    packages = manifest["lock"]["packages"]
+    assert {"napllm", "micropip", "pydantic", "tabulate"} <= set(packages)
+    assert "numpy" not in packages  # in Pyodide's own lock, but not shipped
+    wheels = {entry["file_name"] for entry in packages.values()}
+    assert wheels == {name for name in files if name.endswith(".whl")}
+    assert set(files) - wheels == {"pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip"}
+    for entry in packages.values():
+        assert files[entry["file_name"]] == entry["sha256"]
+        assert set(entry["depends"]) <= set(packages)
 
 
 WLLAMA_PAGE = """<!doctype html>
@@ -326,7 +314,6 @@ def authored_dist_files(dist_dir: Path) -> list[Path]:
         files += [dist_dir / "napplets" / p.relative_to(napplets) for p in napplets.rglob("*")]
     files += [
         dist_dir / "napplets" / "index.json",
-        dist_dir / "vendor" / "pyscript" / "config.json",
         dist_dir / "build-info.json",
     ]
     text_types = {".html", ".js", ".mjs", ".css", ".json", ".webmanifest", ".svg", ".txt"}

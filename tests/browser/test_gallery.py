@@ -30,7 +30,7 @@ def test_gallery_lists_each_napplet_with_its_own_title_description_and_icon(
     page: Any, product_url: str, dist_dir: Path, request_log: BrowserLog
 ) -> None:
     index = json.loads((dist_dir / "napplets" / "index.json").read_text())
-    assert [entry["name"] for entry in index] == ["chat", "json", "prompt", "tools"]
+    assert [entry["name"] for entry in index] == ["chat", "extract", "json", "prompt", "tools"]
     page.goto(f"{product_url}index.html")
     wait_gallery(page)
     cards = page.eval_on_selector_all(
@@ -53,7 +53,7 @@ def test_gallery_lists_each_napplet_with_its_own_title_description_and_icon(
         }
         for e in index
     ]
-    titles = ["Chat", "JSON object", "Prompt API chat", "Weather agent"]
+    titles = ["Chat", "Extract to table", "JSON object", "Prompt API chat", "Weather agent"]
     assert [c["title"] for c in cards] == titles
     # A returning visitor starts on the gallery: nothing opened by itself.
     assert page.locator("#napplet-tabs .tab").count() == 0

@@ -7,7 +7,9 @@ running. Checked against dist/ served with a CSP header:
   (boot, the connections form, a napplet selects and generates, on a
   scripted connection and on the built-in llama.cpp engine);
 - a policy that blocks inline scripts gives the tab a specific error that
-  names the page's policy, instead of a napplet that silently does nothing.
+  names the page's policy, instead of a napplet that silently does nothing;
+- a policy without `blob:` scripts gives a Python napplet's frame an error
+  that says so.
 """
 
 from __future__ import annotations
@@ -57,7 +59,12 @@ def serve(dist_dir: Path, test_pages_dir: Path, csp: str) -> tuple[Any, str]:
     return server, f"http://127.0.0.1:{server.server_address[1]}/"
 
 
-POLICIES = {"recommended": recommended_csp, "breaking": lambda: BREAKING_CSP}
+def no_blob_csp() -> str:
+    """The recommended policy without `blob:` scripts (which Python napplets need)."""
+    return recommended_csp().replace(" blob:;", ";", 1)
+
+
+POLICIES = {"recommended": recommended_csp, "breaking": lambda: BREAKING_CSP, "no-blob": no_blob_csp}
 
 
 @pytest.fixture
@@ -114,3 +121,19 @@ def test_a_csp_that_blocks_the_prelude_is_named_in_the_tab(csp_shell: ShellPage)
     text = stopped.inner_text()
     assert "Content-Security-Policy" in text and BREAKING_CSP in text, text
     assert any(BREAKING_CSP in notice for notice in shell.notices())
+
+
+@pytest.mark.parametrize("csp_shell", ["no-blob"], indirect=True)
+def test_a_csp_without_blob_scripts_is_named_in_a_python_napplets_frame(
+    csp_shell: ShellPage, test_pages_dir: Path
+) -> None:
+    shell = csp_shell
+    assert " blob:;" in recommended_csp() and "blob:" not in no_blob_csp().split("style-src")[0]
+    shell.boot(query="")
+    page = '<meta name="napplet-python" content=""><script type="py">print(1)</script>'
+    (test_pages_dir / "csp-python.html").write_text(page, encoding="utf-8")
+    napplet = shell.open_python(f"{shell.dist_url}{TEST_PREFIX.strip('/')}/csp-python.html")
+    frame = napplet.frame
+    assert frame.evaluate("document.documentElement.dataset.nappletPython") == "error"
+    text = frame.locator("pre.napplet-python-error").inner_text()
+    assert "Content-Security-Policy blocks blob: scripts" in text, text

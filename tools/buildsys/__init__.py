@@ -6,7 +6,7 @@ Steps, in the order `buildsys.dist.build` runs them:
   ``build.py test`` also Debian's Chromium and the pinned CPython packages.
 - `buildsys.pyodide`: the pinned wheels from PyPI and Pyodide with a merged lock.
 - `buildsys.wheel`: the ``napllm`` wheel for the browser, with Pyodide's bytecode.
-- `buildsys.bundles`: the esbuild bundles, WebLLM's catalog, PyScript.
+- `buildsys.bundles`: the esbuild bundles, WebLLM's catalog.
 - `buildsys.models`: TinyChat as GGUF, ONNX and for WebLLM, checked against SHA256SUMS.
 - `buildsys.content`: web/ and the napplets with the gallery's index.
 - `buildsys.service_worker`: the app icons and the Workbox service worker.

@@ -1,4 +1,4 @@
-"""The JavaScript side of dist/: esbuild bundles, WebLLM's catalog, PyScript.
+"""The JavaScript side of dist/: esbuild bundles and WebLLM's catalog.
 
 Rules
 - Libraries come from node_modules/ (``package-lock.json``) and are bundled by
@@ -161,19 +161,3 @@ def write_webllm_catalog(out: DistWriter, bundled: list[dict[str, Any]] | None =
     catalog = json.loads(cache.read_text(encoding="utf-8"))
     catalog["bundled"] = list(bundled or [])
     out.write_json("vendor/web-llm/catalog.json", catalog)
-
-
-def copy_pyscript(out: DistWriter) -> None:
-    """Copy @pyscript/core's dist/ to dist/vendor/pyscript/ and write its config.
-
-    ``config.json`` points the interpreter at the local Pyodide
-    (``../pyodide/pyodide.mjs``, relative to the config file) and asks for
-    ``napllm`` by name, which the merged lock resolves offline. A page uses
-    ``<script type="py" config="vendor/pyscript/config.json">``.
-    """
-    src = paths.NODE_MODULES / "@pyscript" / "core" / "dist"
-    for path in sorted(src.iterdir()):
-        if path.is_file() and not path.name.endswith(".map"):
-            out.copy(path, f"vendor/pyscript/{path.name}")
-    config = {"interpreter": "../pyodide/pyodide.mjs", "packages": ["napllm"]}
-    out.write_json("vendor/pyscript/config.json", config)

@@ -19,7 +19,7 @@ from typing import Any
 
 from buildsys import paths
 from buildsys.base import BuildError, DistWriter, build_lock
-from buildsys.bundles import bundle_js, bundle_prompt_api, copy_pyscript, write_webllm_catalog
+from buildsys.bundles import bundle_js, bundle_prompt_api, write_webllm_catalog
 from buildsys.content import copy_napplets, copy_web
 from buildsys.installs import ensure_node_modules, npm_version
 from buildsys.models import copy_model, copy_onnx_model, copy_webllm_model
@@ -34,7 +34,7 @@ def write_build_info(
     """Write dist/build-info.json: versions and the size of every file in dist/.
 
     Shape: ``{"pyodide", "python", "packages": {name: version}, "napllm",
-    "wllama", "web-llm", "transformers", "onnxruntime-web", "pyscript", "model":
+    "wllama", "web-llm", "transformers", "onnxruntime-web", "model":
     {path, sha256, bytes},
     "napplets", "files": {relative path: bytes}, "total_bytes"}``.
     """
@@ -54,7 +54,6 @@ def write_build_info(
         "web-llm": npm_version("@mlc-ai/web-llm"),
         "transformers": npm_version("@huggingface/transformers"),
         "onnxruntime-web": npm_version("onnxruntime-web"),
-        "pyscript": npm_version("@pyscript/core"),
         "model": model,
         "napplets": napplets,
         "files": files,
@@ -100,7 +99,6 @@ def build(*, gzip_sizes: bool = False) -> dict[str, Any]:
         pyodide = copy_pyodide(out, [*wheels.values(), napllm])
         bundle_js(out)
         write_webllm_catalog(out, [copy_webllm_model(out)])
-        copy_pyscript(out)
         copy_web(out)
         bundle_prompt_api(out)
         napplets = copy_napplets(out)

@@ -88,7 +88,16 @@ WHEELS: tuple[Wheel, ...] = (
     ),
     Wheel("jschon", "0.11.1", "2350e8b6747b17358022960f91208bea70de448b914827af3184d30e20500f0f"),
     Wheel("rfc3986", "2.0.0", "50b1502b60e289cb37883f3dfd34532b8873c7de9f49bb546641ce9cbd256ebd"),
+    # Not used by the shell: pinned for Python napplets, which may name it in
+    # their `napplet-python` meta or `micropip.install` it (tables as text).
+    Wheel("tabulate", "0.10.0", "f0b0622e567335c8fabaaa659f1b33bcb6ddfe2e496071b743aa113f8774f2d3"),
 )
+
+#: The Pyodide files a Python napplet's frame boots from (docs/design.md,
+#: "Python napplets"); with the wheels, the only files the shell hands a frame.
+NAPPLET_CORE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip")
+#: The manifest of what the shell may hand a Python napplet's frame.
+NAPPLET_MANIFEST = "pyodide/napplet-files.json"
 
 #: Files of the npm pyodide package that the browser needs (no maps, types, consoles).
 PYODIDE_FILES = (
@@ -224,4 +233,23 @@ def copy_pyodide(out: DistWriter, wheels: list[Path]) -> dict[str, Any]:
         if missing:
             raise BuildError(f"{entry['name']} depends on {missing}, which no wheel provides")
     out.write_bytes("pyodide/pyodide-lock.json", json.dumps(lock, separators=(",", ":")).encode())
+    write_napplet_manifest(out, lock, ours)
     return {"info": lock["info"], "packages": ours}
+
+
+def write_napplet_manifest(out: DistWriter, lock: dict[str, Any], ours: dict[str, str]) -> None:
+    """Write `NAPPLET_MANIFEST`: every file the shell may hand a Python napplet.
+
+    Shape: ``{"files": {file name: sha256 hex}, "lock": pyodide-lock}``:
+    the `NAPPLET_CORE_FILES` and our wheels, each with the sha256 the shell
+    checks before handing it over (web/js/python-files.js), and the merged
+    lock cut down to our packages (``ours``), the only ones whose wheels are
+    in dist/, so a napplet's ``loadPackage`` and ``micropip.install`` know
+    nothing else.
+    """
+    files = {name: sha256_file(out.root / "pyodide" / name) for name in NAPPLET_CORE_FILES}
+    packages = {name: lock["packages"][name] for name in sorted(ours)}
+    for entry in packages.values():
+        files[entry["file_name"]] = entry["sha256"]
+    manifest = {"files": files, "lock": {"info": lock["info"], "packages": packages}}
+    out.write_bytes(NAPPLET_MANIFEST, json.dumps(manifest, separators=(",", ":")).encode())

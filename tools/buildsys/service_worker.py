@@ -22,7 +22,8 @@ from buildsys.base import BuildError, DistWriter, log, sha256_file, stamp_matche
 
 #: Files of dist/ the service worker precaches: everything the shell loads to
 #: boot and answer with TinyChat offline (the web-llm bundle included: the
-#: shell imports it at start to probe WebGPU). PyScript is not used by the shell.
+#: shell imports it at start to probe WebGPU), and Python napplets' files
+#: (pyodide/napplet-files.json names them).
 PRECACHE_PATTERNS = (
     "index.html",
     "*.{js,css,webmanifest}",

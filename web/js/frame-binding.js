@@ -197,6 +197,8 @@ export class DocumentBinding {
     this.waiting = new BoundedQueue(MAX_QUEUED_MESSAGES, MAX_QUEUED_CHARS);
     // Envelopes posted to the shell's window, waiting for the ping that confirms them: {wire, ping}.
     this.unconfirmed = new BoundedQueue(MAX_UNCONFIRMED_MESSAGES, MAX_QUEUED_CHARS);
+    /** A Python napplet's file channel (web/js/python-files.js), once its loader started. */
+    this.pythonPort = null;
   }
 
   get live() {
@@ -219,6 +221,7 @@ export class DocumentBinding {
         this.control.onmessage = null;
         this.port.close();
         this.control.close();
+        if (this.pythonPort) this.pythonPort.close();
       } catch {
         // Already closed.
       }
@@ -295,13 +298,16 @@ export class FrameBinding {
    * @param {HTMLIFrameElement} parts.iframe
    * @param {boolean} parts.llm whether the frame's documents get the llm domain.
    * @param {string} parts.secret the secret its prelude sends with a start.
+   * @param {string | null} [parts.pythonSecret] the secret its Python loader
+   *   sends with a start (web/js/python-files.js); null: not a Python napplet.
    */
-  constructor({ tab, iframe, llm, secret }) {
+  constructor({ tab, iframe, llm, secret, pythonSecret = null }) {
     this.tab = tab;
     this.iframe = iframe;
     this.window = iframe.contentWindow;
     this.llm = llm;
     this.secret = secret;
+    this.pythonSecret = pythonSecret;
     /** A key of `FRAME_TRANSITIONS`. */
     this.state = "loading";
     /** The document bound now, or null. */

@@ -76,7 +76,8 @@
 
 import { limitResponse } from "../engines/bounded.js";
 import { FrameBinding, START_GRACE_MS } from "./frame-binding.js";
-import { buildSrcdoc, isHttpUrl, newSecret, originOf, pageCsp, promptApiMode, sanitiseName, sha256Hex } from "./napplet-page.js";
+import { buildSrcdoc, isHttpUrl, newSecret, originOf, pageCsp, promptApiMode, pythonMode, sanitiseName, sha256Hex } from "./napplet-page.js";
+import { PythonFiles } from "./python-files.js";
 import { TabStrip, showFrame, showIdentity, showStatus, showStopped, tabLabel } from "./tab-view.js";
 import { measureWire, refusalWithoutLlm } from "./wire.js";
 
@@ -152,6 +153,8 @@ export class NappletArea {
     this.byWindow = new Map();
     // endpoint id -> DocumentBinding (open endpoints only).
     this.byEndpoint = new Map();
+    // The files Python napplets' frames are handed (python-files.js).
+    this.python = new PythonFiles();
   }
 
   /** The tabs open, in order. */
@@ -198,6 +201,7 @@ export class NappletArea {
       sha256: "",
       text: "",
       promptApi: null,
+      python: null,
       // The FrameBinding shown now, or null.
       frame: null,
       view: null,
@@ -256,6 +260,7 @@ export class NappletArea {
     tab.sha256 = await sha256Hex(bytes);
     tab.text = text;
     tab.promptApi = promptApiMode(text);
+    tab.python = pythonMode(text);
     showIdentity(tab);
     showStatus(tab, "");
     return true;
@@ -286,11 +291,12 @@ export class NappletArea {
     iframe.className = "napplet-frame";
     iframe.title = `Napplet: ${tabLabel(tab)}`;
     const secret = newSecret();
+    const python = tab.python ? { secret: newSecret(), packages: tab.python } : null;
     // srcdoc is set before insertion: the frame's first navigation is to the
     // srcdoc (no initial about:blank load event to tell apart).
-    iframe.srcdoc = buildSrcdoc(tab.text, tab.llm, secret, tab.promptApi);
+    iframe.srcdoc = buildSrcdoc(tab.text, tab.llm, secret, tab.promptApi, python);
     showFrame(tab, iframe);
-    const frame = new FrameBinding({ tab, iframe, llm: tab.llm, secret });
+    const frame = new FrameBinding({ tab, iframe, llm: tab.llm, secret, pythonSecret: python && python.secret });
     tab.frame = frame;
     this.byWindow.set(frame.window, frame);
     iframe.addEventListener("load", () => this.onFrameLoad(frame));
@@ -479,6 +485,8 @@ export class NappletArea {
       this.onParentMessage(frame, event);
       return;
     }
+    // One port: a Python napplet's loader asking for its files (python-files.js).
+    if (ports === 1) this.python.start(frame, event);
     if (ports !== 2) return;
     const data = event.data;
     if (!data || typeof data !== "object" || data.type !== DOCUMENT_START) return;

@@ -16,12 +16,19 @@
  *   into js/prompt-api-source.js), which removes its own element and defines
  *   `LanguageModel` over `window.napplet.llm`. Without the element the srcdoc
  *   is exactly as before.
+ * - A napplet whose page has `<meta name="napplet-python" content="pkg ...">`
+ *   (`pythonMode`) gets the Python loader (web/js/python-loader.js) right
+ *   after the prelude, with its own secret, and the policy
+ *   `NAPPLET_PYTHON_CSP`: the napplet policy with `blob:` added to
+ *   `script-src` (the loader imports Pyodide's modules from blob: URLs it
+ *   made itself; docs/security.md, "Python napplets"). Nothing else changes.
  * - A napplet's identity is its name plus the hex sha256 of exactly the
  *   bytes loaded (`sha256Hex`); names are sanitised (`sanitiseName`).
  */
 
 import { preludeSource } from "../prelude.js";
 import { PROMPT_API_SOURCE } from "./prompt-api-source.js";
+import { pythonLoaderSource } from "./python-loader.js";
 
 /** The napplet frame's Content Security Policy (NIP-5D CSP baseline). */
 export const NAPPLET_CSP = [
@@ -40,6 +47,37 @@ export const NAPPLET_CSP = [
   "base-uri 'none'",
   "form-action 'none'",
 ].join("; ");
+
+/** The policy of a Python napplet's frame: `NAPPLET_CSP` with `blob:` scripts. */
+export const NAPPLET_PYTHON_CSP = NAPPLET_CSP.replace(
+  "script-src 'unsafe-inline' 'wasm-unsafe-eval'",
+  "script-src 'unsafe-inline' 'wasm-unsafe-eval' blob:",
+);
+
+/** The `<meta name>` by which a napplet asks for Python (docs/napplets.md). */
+export const PYTHON_META = "napplet-python";
+/** Most package names a `napplet-python` meta may name, and the longest name kept. */
+export const MAX_PYTHON_PACKAGES = 32;
+const MAX_PACKAGE_NAME = 100;
+
+/**
+ * Whether a napplet's page opts in to Python: the package names of its
+ * first `<meta name="napplet-python">` (its `content` split on whitespace
+ * and commas; [] when empty), or null without such an element. Read with
+ * DOMParser like `promptApiMode`. At most `MAX_PYTHON_PACKAGES` names are
+ * kept, each cut to 100 characters; the loader refuses, by name, any the
+ * shell did not pin.
+ *
+ * @param {string} text the napplet's HTML.
+ * @returns {string[] | null}
+ */
+export function pythonMode(text) {
+  const doc = new DOMParser().parseFromString(text, "text/html");
+  const meta = doc.querySelector(`meta[name="${PYTHON_META}" i]`);
+  if (!meta) return null;
+  const names = (meta.getAttribute("content") || "").split(/[\s,]+/).filter((n) => n.length > 0);
+  return names.slice(0, MAX_PYTHON_PACKAGES).map((n) => n.slice(0, MAX_PACKAGE_NAME));
+}
 
 /** Longest napplet name shown, in code points. */
 export const MAX_NAME_LENGTH = 40;
@@ -90,15 +128,19 @@ export function promptApiScript(mode) {
  * @param {string} secret the frame's secret (`newSecret()`).
  * @param {string | null} [promptApi] the napplet's Prompt API opt-in
  *   (`promptApiMode`); null or omitted: no layer.
+ * @param {{secret: string, packages: string[]} | null} [python] the Python
+ *   loader's secret (`newSecret()`) and the napplet's packages
+ *   (`pythonMode`); null or omitted: no loader.
  * @param {string} [shellOrigin] the origin the prelude gives the shell's
  *   envelopes (web/prelude.js); this page's origin unless given.
  * @returns {string}
  */
-export function buildSrcdoc(text, llm, secret, promptApi = null, shellOrigin = globalThis.location?.origin ?? "null") {
+export function buildSrcdoc(text, llm, secret, promptApi = null, python = null, shellOrigin = globalThis.location?.origin ?? "null") {
   return (
     "<!doctype html>" +
-    `<meta http-equiv="Content-Security-Policy" content="${NAPPLET_CSP}">` +
+    `<meta http-equiv="Content-Security-Policy" content="${python ? NAPPLET_PYTHON_CSP : NAPPLET_CSP}">` +
     `<script>${preludeSource(llm ? ["llm"] : [], secret, shellOrigin)}</script>` +
+    (python ? `<script>${pythonLoaderSource(python.secret, python.packages)}</script>` : "") +
     (promptApi === null ? "" : `<script>${promptApiScript(promptApi)}</script>`) +
     text
   );
