@@ -34,6 +34,8 @@ first when it is stale; the pages are served from a temporary folder under
 (``--quick``: one run of each).
 """
 
+# ruff: noqa: E501  (the embedded JavaScript and the printed table keep their natural line length)
+
 from __future__ import annotations
 
 import argparse
@@ -104,7 +106,9 @@ def open_napplet(page: Any, url: str) -> dict[str, float]:
     before = page.locator("iframe.napplet-frame").count()
     page.fill("#napplet-url", url)
     page.click("#napplet-url-open")
-    page.wait_for_function("(n) => document.querySelectorAll('iframe.napplet-frame').length > n", arg=before)
+    page.wait_for_function(
+        "(n) => document.querySelectorAll('iframe.napplet-frame').length > n", arg=before
+    )
     frame = page.locator("iframe.napplet-frame").last.element_handle().content_frame()
     frame.wait_for_function(
         "() => ['ready', 'error'].includes(document.documentElement.dataset.nappletPython)",
@@ -112,7 +116,9 @@ def open_napplet(page: Any, url: str) -> dict[str, float]:
         polling=50,
     )
     if frame.evaluate("document.documentElement.dataset.nappletPython") != "ready":
-        raise SystemExit("the benchmark napplet failed: " + frame.evaluate("document.body.innerText"))
+        raise SystemExit(
+            "the benchmark napplet failed: " + frame.evaluate("document.body.innerText")
+        )
     marks = frame.evaluate(
         "() => Object.fromEntries(performance.getEntriesByType('mark')"
         ".filter((m) => m.name.startsWith('napplet-python:')).map((m) => [m.name.slice(15), m.startTime]))"
@@ -121,7 +127,9 @@ def open_napplet(page: Any, url: str) -> dict[str, float]:
         **{f"mark:{name}": float(value) for name, value in marks.items()},
         "ready": float(frame.evaluate("document.body.dataset.ready")),
         "wasm": float(frame.evaluate("document.body.dataset.wasm")),
-        "heap": float(frame.evaluate("performance.memory ? performance.memory.usedJSHeapSize : NaN")),
+        "heap": float(
+            frame.evaluate("performance.memory ? performance.memory.usedJSHeapSize : NaN")
+        ),
     }
 
 
@@ -151,7 +159,9 @@ def main() -> None:
     """Command line entry point (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="one run of each, to check the benchmark works")
+    ap.add_argument(
+        "--quick", action="store_true", help="one run of each, to check the benchmark works"
+    )
     a = ap.parse_args()
     if a.quick:
         a.runs = 1
@@ -168,7 +178,9 @@ def main() -> None:
             browser = p.chromium.launch(**launch_options())
             bare = [bare_runs(browser, f"{origin}{BENCH_DIR}/bare.html") for _ in range(a.runs)]
             shells = [
-                napplet_runs(browser, origin + "index.html", f"{origin}{BENCH_DIR}/napplet.html", a.runs)
+                napplet_runs(
+                    browser, origin + "index.html", f"{origin}{BENCH_DIR}/napplet.html", a.runs
+                )
                 for _ in range(a.runs)
             ]
             browser.close()
@@ -184,7 +196,9 @@ def main() -> None:
     heap = [s["cold"]["heap"] for s in shells]
     ratio = statistics.median(napplet_warm) / statistics.median(bare_warm)
     ratio_cold = statistics.median(napplet_warm) / statistics.median(bare_cold)
-    print(f"Ready: Pyodide + micropip + napllm, 'import napllm, pydantic', ms from navigation start ({a.runs} runs):")
+    print(
+        f"Ready: Pyodide + micropip + napllm, 'import napllm, pydantic', ms from navigation start ({a.runs} runs):"
+    )
     print(f"  {'':16}{'bare Pyodide page':>22}{'Python napplet':>22}")
     print(f"  {'cold':16}{median(bare_cold):>22}{median(napplet_cold):>22}")
     print(f"  {'warm':16}{median(bare_warm):>22}{median(napplet_warm):>22}")

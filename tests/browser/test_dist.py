@@ -181,7 +181,12 @@ def test_napplet_manifest_lists_only_pinned_files_with_their_sha256(dist_dir: Pa
     assert "numpy" not in packages  # in Pyodide's own lock, but not shipped
     wheels = {entry["file_name"] for entry in packages.values()}
     assert wheels == {name for name in files if name.endswith(".whl")}
-    assert set(files) - wheels == {"pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip"}
+    assert set(files) - wheels == {
+        "pyodide.mjs",
+        "pyodide.asm.mjs",
+        "pyodide.asm.wasm",
+        "python_stdlib.zip",
+    }
     for entry in packages.values():
         assert files[entry["file_name"]] == entry["sha256"]
         assert set(entry["depends"]) <= set(packages)

@@ -138,7 +138,10 @@ console.log(JSON.stringify({
         ["../index.html", None, "not a file the shell hands to napplets"],
         [
             "pyodide-lock.json",
-            json.dumps({"info": {}, "packages": {"napllm": {"file_name": "napllm.whl"}}}, separators=(",", ":")),
+            json.dumps(
+                {"info": {}, "packages": {"napllm": {"file_name": "napllm.whl"}}},
+                separators=(",", ":"),
+            ),
             None,
         ],
     ]
