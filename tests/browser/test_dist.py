@@ -181,7 +181,12 @@ def test_napplet_manifest_lists_only_pinned_files_with_their_sha256(dist_dir: Pa
     assert "numpy" not in packages  # in Pyodide's own lock, but not shipped
     wheels = {entry["file_name"] for entry in packages.values()}
     assert wheels == {name for name in files if name.endswith(".whl")}
-    assert set(files) - wheels == {"pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip"}
+    assert set(files) - wheels == {
+        "pyodide.mjs",
+        "pyodide.asm.mjs",
+        "pyodide.asm.wasm",
+        "python_stdlib.zip",
+    }
     for entry in packages.values():
         assert files[entry["file_name"]] == entry["sha256"]
         assert set(entry["depends"]) <= set(packages)
@@ -289,8 +294,12 @@ def test_webllm_bundle_finds_a_webgpu_adapter(
 # --------------------------------------------------------------------------- static checks
 
 #: URIs that are identifiers, not fetched resources (XML namespaces, JSON Schema dialects).
+#: Identifiers, never fetched: namespaces, the loopback host, and names under the
+#: reserved `.invalid` TLD (RFC 6761: never resolves), such as the Python
+#: napplets' virtual base (web/js/python-loader.js `PYTHON_BASE`).
 IDENTIFIER_URIS = re.compile(
     r"https?://(www\.w3\.org/|json-schema\.org/)|http://(127\.0\.0\.1|localhost)[:/]"
+    r"|https://[a-z0-9.-]+\.invalid/"
 )
 ABSOLUTE_URL = re.compile(r"(?:https?:)?//[A-Za-z0-9.-]+\.[A-Za-z]{2,}|https?://")
 ROOT_RELATIVE = [
@@ -345,6 +354,8 @@ def test_url_checker_catches_absolute_and_root_urls() -> None:
     assert url_problems('<svg xmlns="http://www.w3.org/2000/svg">') == []
     assert url_problems("const base = 'http://127.0.0.1:11435/';") == []
     assert url_problems('<input type="url" placeholder="https://…/model.gguf">') == []
+    assert url_problems('const PYTHON_BASE = "https://pyodide.napllm.invalid/";') == []
+    assert url_problems('fetch("https://pyodide.napllm.invalid.example.com/x")') != []
     assert url_problems('<input placeholder="x"><img src="https://a.example.com/i.png">') != []
 
 

@@ -58,7 +58,9 @@ def python_page(meta: str, *scripts: str) -> str:
 
 def lines(frame: Any) -> list[str]:
     """What the napplet's scripts wrote with ``out``."""
-    found: list[str] = frame.eval_on_selector_all("#out li", "(items) => items.map((i) => i.textContent)")
+    found: list[str] = frame.eval_on_selector_all(
+        "#out li", "(items) => items.map((i) => i.textContent)"
+    )
     return found
 
 
@@ -212,7 +214,9 @@ out(json.dumps(results, sort_keys=True))
 def test_python_napplet_sends_nothing_out(
     shell: ShellPage, test_pages_dir: Path, dist_url: str, listener: Listener
 ) -> None:
-    html = python_page("tabulate", ESCAPES).replace("<body>", f'<body data-listener="{listener.url}">')
+    html = python_page("tabulate", ESCAPES).replace(
+        "<body>", f'<body data-listener="{listener.url}">'
+    )
     napplet = shell.open_python(napplet_url(test_pages_dir, dist_url, "py-escape.html", html))
     frame = napplet.frame
     assert state(frame) == "ready", errors(frame)
@@ -222,7 +226,9 @@ def test_python_napplet_sends_nothing_out(
     shell.page.wait_for_timeout(1000)
     assert listener.hits == [], listener.hits
     # The listener does record what the shell page itself sends (positive control).
-    shell.page.evaluate("(u) => fetch(u, {mode: 'no-cors'}).catch(() => null)", listener.url + "control")
+    shell.page.evaluate(
+        "(u) => fetch(u, {mode: 'no-cors'}).catch(() => null)", listener.url + "control"
+    )
     for _ in range(50):
         if listener.hits:
             break
@@ -234,9 +240,13 @@ def test_python_napplet_sends_nothing_out(
 
 
 def test_python_napplet_boots_with_the_shells_server_gone_after_one_visit(
-    persistent: Any, dist_dir: Path, listener: Listener  # noqa: F811
+    persistent: Any,  # noqa: F811  (test_offline's fixture, imported above)
+    dist_dir: Path,
+    listener: Listener,
 ) -> None:
-    url = listener.page("/py-offline.html", python_page("tabulate", "import napllm, tabulate\nout('offline ok')"))
+    url = listener.page(
+        "/py-offline.html", python_page("tabulate", "import napllm, tabulate\nout('offline ok')")
+    )
     server = Server(dist_dir)
     try:
         page = persistent.new_page()
@@ -248,7 +258,10 @@ def test_python_napplet_boots_with_the_shells_server_gone_after_one_visit(
     responses: list[Any] = []
     persistent.on("response", lambda r: responses.append(r))
     failed: list[str] = []
-    persistent.on("requestfailed", lambda r: None if r.method == "HEAD" else failed.append(f"{r.url}: {r.failure}"))
+    persistent.on(
+        "requestfailed",
+        lambda r: None if r.method == "HEAD" else failed.append(f"{r.url}: {r.failure}"),
+    )
     page.reload()
     wait_boot(page)
     page.fill("#napplet-url", url)

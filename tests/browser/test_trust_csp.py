@@ -64,7 +64,11 @@ def no_blob_csp() -> str:
     return recommended_csp().replace(" blob:;", ";", 1)
 
 
-POLICIES = {"recommended": recommended_csp, "breaking": lambda: BREAKING_CSP, "no-blob": no_blob_csp}
+POLICIES = {
+    "recommended": recommended_csp,
+    "breaking": lambda: BREAKING_CSP,
+    "no-blob": no_blob_csp,
+}
 
 
 @pytest.fixture
