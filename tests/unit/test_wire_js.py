@@ -184,3 +184,49 @@ def test_without_llm_each_request_gets_unsupported_and_nothing_else_an_answer() 
     assert got["tooLarge"] == {"type": "llm.cancel.result", "id": "c1", "error": error}
     for name in ("unknown", "result", "noId", "longId", "loneSurrogate", "notAnObject"):
         assert got[name] is None, name
+
+
+MEDIA = """
+// Stand-ins for the serializable platform objects node lacks; the module
+// looks them up when a message arrives, as the page's realm has them.
+globalThis.ImageBitmap = class ImageBitmap { constructor(w, h) { this.width = w; this.height = h; } };
+globalThis.VideoFrame = class VideoFrame { constructor(w, h) { this.codedWidth = w; this.codedHeight = h; } };
+globalThis.AudioData = class AudioData { constructor(f, c) { this.numberOfFrames = f; this.numberOfChannels = c; } };
+globalThis.FileList = class FileList { constructor(files) { files.forEach((f, i) => { this[i] = f; }); this.length = files.length; } };
+const { measureWire } = await import(%s);
+const { FloodMeter } = await import(%s);
+const MiB = 1024 * 1024;
+const envelope = (request) => ({ type: "llm.generate", id: "g", request });
+const big = new Blob([new Uint8Array(MiB)]);
+const cases = {
+  bitmap: envelope(new ImageBitmap(4096, 4096)),
+  video: envelope([new VideoFrame(4096, 2048)]),
+  audio: envelope({ a: new AudioData(MiB, 8) }),
+  files: envelope(new FileList([new Blob(Array(64).fill(big))])),
+  // a closed frame reads as empty; nothing it says makes the walk throw
+  closed: envelope(new VideoFrame(NaN, -1)),
+};
+const out = {};
+for (const [name, value] of Object.entries(cases)) out[name] = measureWire(value).cost;
+// 4000 one-GiB bitmaps, metered as a frame's messages are: the frame stops at the first after the budget
+const meter = new FloodMeter();
+out.stoppedAt = null;
+for (let i = 0; i < 4000; i++) {
+  if (!meter.spend(measureWire(envelope(new ImageBitmap(16384, 16384))).cost, 0)) { out.stoppedAt = i; break; }
+}
+process.stdout.write(JSON.stringify(out));
+"""
+
+
+def test_pixels_and_samples_cost_their_bytes() -> None:
+    # An ImageBitmap is copied whole by structured clone (16384 x 16384 is
+    # 1 GiB); counted as an opaque object, thousands fit in one window.
+    binding = MODULE.parent / "frame-binding.js"
+    got = run_module(MEDIA % (json.dumps(MODULE.as_uri()), json.dumps(binding.as_uri())))
+    mib = 1024 * 1024
+    assert got["bitmap"] >= 64 * mib
+    assert got["video"] >= 32 * mib
+    assert got["audio"] >= 32 * mib
+    assert got["files"] >= 64 * mib
+    assert got["closed"] < 1024
+    assert got["stoppedAt"] == 1

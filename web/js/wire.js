@@ -19,7 +19,9 @@
  * - A message's cost to its frame's traffic budget (`measureWire`) is what
  *   it holds, not what is forwarded: its JSON text, with binary values
  *   (ArrayBuffer, typed arrays and DataView (their whole buffer, once),
- *   Blob, ImageData) counted one unit per byte, and the contents of Map
+ *   Blob, ImageData, and the platform objects structured clone copies with
+ *   their pixels or samples: ImageBitmap, VideoFrame, AudioData, FileList's
+ *   files) counted one unit per byte, and the contents of Map
  *   and Set walked like arrays; a value JSON cannot carry still makes the
  *   message a small `unclonable` marker, but never a cheap one.
  *
@@ -66,6 +68,43 @@ function binaryBytes(value, buffers) {
   }
   if (typeof Blob === "function" && value instanceof Blob) return value.size;
   if (typeof ImageData === "function" && value instanceof ImageData) return value.data.byteLength;
+  return mediaBytes(value);
+}
+
+/** A count of bytes read off a platform object: a whole number, else 0 (never throws). */
+function bytesOf(read) {
+  try {
+    const bytes = read();
+    return Number.isFinite(bytes) && bytes > 0 ? Math.ceil(bytes) : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/**
+ * The bytes a serializable platform object holds beyond its own fields
+ * (module rules), or -1 for none of these kinds: an ImageBitmap's pixels
+ * (4 bytes each), a VideoFrame's coded pixels (4 each, at least what any
+ * of its formats holds), an AudioData's samples (4 bytes each), a
+ * FileList's files (their sizes, as Blobs; never read).
+ */
+function mediaBytes(value) {
+  if (typeof ImageBitmap === "function" && value instanceof ImageBitmap) {
+    return bytesOf(() => value.width * value.height * 4);
+  }
+  if (typeof VideoFrame === "function" && value instanceof VideoFrame) {
+    return bytesOf(() => value.codedWidth * value.codedHeight * 4);
+  }
+  if (typeof AudioData === "function" && value instanceof AudioData) {
+    return bytesOf(() => value.numberOfFrames * value.numberOfChannels * 4);
+  }
+  if (typeof FileList === "function" && value instanceof FileList) {
+    return bytesOf(() => {
+      let total = 0;
+      for (let i = 0; i < value.length; i += 1) total += value[i]?.size || 0;
+      return total;
+    });
+  }
   return -1;
 }
 
