@@ -230,3 +230,31 @@ def test_pixels_and_samples_cost_their_bytes() -> None:
     assert got["files"] >= 64 * mib
     assert got["closed"] < 1024
     assert got["stoppedAt"] == 1
+
+
+RESIZABLE = """
+const { measureWire } = await import(%s);
+const GiB = 1024 * 1024 * 1024;
+const envelope = (request) => ({ type: "llm.generate", id: "g", request });
+// What the shell receives: structured clone keeps a buffer resizable, and
+// the receiving realm reserves its maximum (node cannot clone one, so the
+// received value is built here).
+const empty = new ArrayBuffer(0, { maxByteLength: 2 * GiB });
+const out = {
+  empty: measureWire(envelope(empty)).cost,
+  view: measureWire(envelope(new Uint8Array(new ArrayBuffer(16, { maxByteLength: GiB })))).cost,
+  plain: measureWire(envelope(new ArrayBuffer(16))).cost,
+};
+process.stdout.write(JSON.stringify(out));
+"""
+
+
+def test_a_resizable_buffer_costs_its_maximum_length() -> None:
+    # In Chromium 400 clones of an empty buffer with an 8 GiB maximum made
+    # every later WebAssembly.Memory allocation of the page fail; each was
+    # metered at its length, 0.
+    got = run_module(RESIZABLE % json.dumps(MODULE.as_uri()))
+    gib = 1024 * 1024 * 1024
+    assert got["empty"] >= 2 * gib
+    assert got["view"] >= gib
+    assert got["plain"] < 1024

@@ -18,7 +18,8 @@
  *   so its time is linear in what was cloned, not in the JSON text.
  * - A message's cost to its frame's traffic budget (`measureWire`) is what
  *   it holds, not what is forwarded: its JSON text, with binary values
- *   (ArrayBuffer, typed arrays and DataView (their whole buffer, once),
+ *   (ArrayBuffer, typed arrays and DataView (their whole buffer, once; a
+ *   resizable buffer its maximum length),
  *   Blob, ImageData, and the platform objects structured clone copies with
  *   their pixels or samples: ImageBitmap, VideoFrame, AudioData, FileList's
  *   files) counted one unit per byte, and the contents of Map
@@ -54,7 +55,8 @@ const OPAQUE_COST = 16;
  * The bytes a binary value brings (module rules: one unit per byte), or -1
  * for a value that is not binary. A view counts its whole buffer (structured
  * clone copies the buffer, not the view's window), once per message: the
- * buffers already counted are in `buffers`.
+ * buffers already counted are in `buffers`; a resizable buffer counts its
+ * `maxByteLength` (the receiver reserves that much).
  */
 function binaryBytes(value, buffers) {
   let buffer = null;
@@ -64,7 +66,9 @@ function binaryBytes(value, buffers) {
   if (buffer !== null) {
     if (buffers.has(buffer)) return 0;
     buffers.add(buffer);
-    return buffer.byteLength;
+    // A resizable (or growable) buffer is cloned resizable: the receiver
+    // reserves its maximum whatever its length now.
+    return bytesOf(() => (buffer.resizable || buffer.growable ? Math.max(buffer.maxByteLength, buffer.byteLength) : buffer.byteLength));
   }
   if (typeof Blob === "function" && value instanceof Blob) return value.size;
   if (typeof ImageData === "function" && value instanceof ImageData) return value.data.byteLength;
