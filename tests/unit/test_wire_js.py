@@ -189,10 +189,17 @@ def test_without_llm_each_request_gets_unsupported_and_nothing_else_an_answer() 
 MEDIA = """
 // Stand-ins for the serializable platform objects node lacks; the module
 // looks them up when a message arrives, as the page's realm has them.
-globalThis.ImageBitmap = class ImageBitmap { constructor(w, h) { this.width = w; this.height = h; } };
-globalThis.VideoFrame = class VideoFrame { constructor(w, h) { this.codedWidth = w; this.codedHeight = h; } };
-globalThis.AudioData = class AudioData { constructor(f, c) { this.numberOfFrames = f; this.numberOfChannels = c; } };
-globalThis.FileList = class FileList { constructor(files) { files.forEach((f, i) => { this[i] = f; }); this.length = files.length; } };
+const stub = (name, fields) => {
+  globalThis[name] = { [name]: class {
+    constructor(...values) { fields.forEach((field, i) => { this[field] = values[i]; }); }
+  } }[name];
+};
+stub("ImageBitmap", ["width", "height"]);
+stub("VideoFrame", ["codedWidth", "codedHeight"]);
+stub("AudioData", ["numberOfFrames", "numberOfChannels"]);
+globalThis.FileList = class FileList {
+  constructor(files) { files.forEach((f, i) => { this[i] = f; }); this.length = files.length; }
+};
 const { measureWire } = await import(%s);
 const { FloodMeter } = await import(%s);
 const MiB = 1024 * 1024;
@@ -208,11 +215,13 @@ const cases = {
 };
 const out = {};
 for (const [name, value] of Object.entries(cases)) out[name] = measureWire(value).cost;
-// 4000 one-GiB bitmaps, metered as a frame's messages are: the frame stops at the first after the budget
+// 4000 one-GiB bitmaps, metered as a frame's messages are:
+// the frame stops at the first after the budget
 const meter = new FloodMeter();
 out.stoppedAt = null;
 for (let i = 0; i < 4000; i++) {
-  if (!meter.spend(measureWire(envelope(new ImageBitmap(16384, 16384))).cost, 0)) { out.stoppedAt = i; break; }
+  const { cost } = measureWire(envelope(new ImageBitmap(16384, 16384)));
+  if (!meter.spend(cost, 0)) { out.stoppedAt = i; break; }
 }
 process.stdout.write(JSON.stringify(out));
 """
