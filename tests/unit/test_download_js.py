@@ -521,7 +521,5 @@ console.log(JSON.stringify(out));
     assert not trickle["ok"] and len(trickle["requests"]) == 5, trickle
     # Each try ended at the floor (this host ignores ranges, so it restarts from zero).
     whys = [r["why"] for r in trickle["retrying"]]
-    assert whys and all(why == "the host sent fewer than 4096 bytes in 100 ms" for why in whys), (
-        whys
-    )
+    assert whys and all(why == "the host sent less than 4 KiB in 100 ms" for why in whys), whys
     assert result["steady"]["ok"]

@@ -40,7 +40,7 @@ export class DownloadStalled extends Error {
     const texts = {
       headers: `the host sent no answer within ${time}`,
       body: `the host sent nothing for ${time}`,
-      slow: `the host sent fewer than ${bytes} bytes in ${time}`,
+      slow: `the host sent less than ${bytes >= 1024 ? `${Math.round(bytes / 1024)} KiB` : `${bytes} bytes`} in ${time}`,
     };
     super(texts[what] || texts.body);
     this.name = "DownloadStalled";
