@@ -267,3 +267,35 @@ def test_a_resizable_buffer_costs_its_maximum_length() -> None:
     assert got["empty"] >= 2 * gib
     assert got["view"] >= gib
     assert got["plain"] < 1024
+
+
+LARGE_MAPS = """
+const { measureWire } = await import(%s);
+const envelope = (request) => ({ type: "llm.generate", id: "g", request });
+// A Map or Set of a hundred million entries, as a received one would be,
+// without node building it: its size is what the walk may read; the
+// entries it lists (a million at most here) are counted.
+const listed = { map: 0, set: 0 };
+class BigMap extends Map {
+  get size() { return 1e8; }
+  *[Symbol.iterator]() { while (listed.map < 1e6) { listed.map += 1; yield [listed.map, 0]; } }
+}
+class BigSet extends Set {
+  get size() { return 1e8; }
+  *[Symbol.iterator]() { while (listed.set < 1e6) { listed.set += 1; yield listed.set; } }
+  *values() { yield* this[Symbol.iterator](); }
+}
+const map = measureWire(envelope(new BigMap()));
+const set = measureWire(envelope(new BigSet()));
+process.stdout.write(JSON.stringify({ map, set, listed }));
+"""
+
+
+def test_a_map_or_set_over_the_wire_bound_is_refused_before_its_entries_are_listed() -> None:
+    # Listing the entries first made an array twice the Map's size in the
+    # shell before the bound was checked.
+    got = run_module(LARGE_MAPS % json.dumps(MODULE.as_uri()))
+    assert got["listed"] == {"map": 0, "set": 0}
+    for name in ("map", "set"):
+        assert json.loads(got[name]["wire"]).get("tooLarge") is True
+        assert got[name]["cost"] >= 10**8

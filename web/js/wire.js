@@ -23,7 +23,8 @@
  *   Blob, ImageData, and the platform objects structured clone copies with
  *   their pixels or samples: ImageBitmap, VideoFrame, AudioData, FileList's
  *   files) counted one unit per byte, and the contents of Map
- *   and Set walked like arrays; a value JSON cannot carry still makes the
+ *   and Set walked like arrays (one unit per entry, counted before any
+ *   entry is listed); a value JSON cannot carry still makes the
  *   message a small `unclonable` marker, but never a cheap one.
  *
  * Own code rather than a library: the check is specific to what structured
@@ -110,6 +111,11 @@ function mediaBytes(value) {
     });
   }
   return -1;
+}
+
+/** The entries of a Map or Set (its `size`), else 0; never throws. */
+function entryCount(value) {
+  return value instanceof Map || value instanceof Set ? bytesOf(() => value.size) : 0;
 }
 
 /**
@@ -248,6 +254,10 @@ function classify(data, maxChars, maxDepth) {
           } else {
             // Map, Set, Date, RegExp, Error, wrappers, platform objects.
             unclonable = true;
+            // A Map or Set costs a separator per entry, like an array,
+            // before its entries are listed: one too large is never expanded.
+            budget += entryCount(value);
+            if (budget > maxChars) return result(TOO_LARGE);
             const parts = opaqueParts(value);
             budget += parts.cost;
             if (parts.children) open(value, depth, record, parts.children);
