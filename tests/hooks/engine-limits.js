@@ -20,3 +20,5 @@ export const IDLE_TIMEOUT_MS = 1_500;
 export const WORKER_IDLE_MS = 30_000;
 export const RETRY_BASE_MS = 50;
 export const MAX_RETRY_AFTER_MS = 2_000;
+export const MIN_RATE_WINDOW_MS = 3_000;
+export const MIN_RATE_BYTES = 64 * 1024;

@@ -484,3 +484,42 @@ console.log(JSON.stringify(await pending));
     )
     assert result["ok"] is False and result["name"] == "AbortError"
     assert len(result["requests"]) == 1
+
+
+@needs_node
+def test_a_host_that_trickles_just_inside_the_idle_bound_is_a_stall() -> None:
+    # One byte at a time, each well inside the idle bound: without a
+    # progress floor such a host holds the download (and its lock) for good.
+    # This host gives up by itself after 400 bytes (a cut), so a download
+    # without the floor ends with the cut's text, not the floor's.
+    result = hosts(
+        """
+const v1 = file(9);
+const log = [];
+const trickle = async (url, init = {}) => {
+  log.push(new Headers(init.headers || {}).get("range"));
+  let sent = 0;
+  const stream = new ReadableStream({
+    async pull(c) {
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      if (sent === 400) { c.error(new TypeError("network error")); return; }
+      c.enqueue(v1.slice(sent, sent + 1));
+      sent += 1;
+    },
+  });
+  return new Response(stream, { status: 200, headers: { "content-length": String(v1.length), etag: '"v1"' } });
+};
+const out = {};
+out.trickle = await fetchModel({ fetchFn: trickle, log }, { idleMs: 1000, rateMs: 100, rateBytes: 4096 });
+// A host that is slow but above the floor is left alone.
+const steady = hosted(() => full(v1, { etag: '"v1"' }));
+out.steady = await fetchModel(steady, { idleMs: 1000, rateMs: 100, rateBytes: 4096 });
+console.log(JSON.stringify(out));
+"""
+    )
+    trickle = result["trickle"]
+    assert not trickle["ok"] and len(trickle["requests"]) == 5, trickle
+    # Each try ended at the floor (this host ignores ranges, so it restarts from zero).
+    whys = [r["why"] for r in trickle["retrying"]]
+    assert whys and all(why == "the host sent less than 4 KiB in 100 ms" for why in whys), whys
+    assert result["steady"]["ok"]

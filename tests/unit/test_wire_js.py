@@ -184,3 +184,118 @@ def test_without_llm_each_request_gets_unsupported_and_nothing_else_an_answer() 
     assert got["tooLarge"] == {"type": "llm.cancel.result", "id": "c1", "error": error}
     for name in ("unknown", "result", "noId", "longId", "loneSurrogate", "notAnObject"):
         assert got[name] is None, name
+
+
+MEDIA = """
+// Stand-ins for the serializable platform objects node lacks; the module
+// looks them up when a message arrives, as the page's realm has them.
+const stub = (name, fields) => {
+  globalThis[name] = { [name]: class {
+    constructor(...values) { fields.forEach((field, i) => { this[field] = values[i]; }); }
+  } }[name];
+};
+stub("ImageBitmap", ["width", "height"]);
+stub("VideoFrame", ["codedWidth", "codedHeight"]);
+stub("AudioData", ["numberOfFrames", "numberOfChannels"]);
+globalThis.FileList = class FileList {
+  constructor(files) { files.forEach((f, i) => { this[i] = f; }); this.length = files.length; }
+};
+const { measureWire } = await import(%s);
+const { FloodMeter } = await import(%s);
+const MiB = 1024 * 1024;
+const envelope = (request) => ({ type: "llm.generate", id: "g", request });
+const big = new Blob([new Uint8Array(MiB)]);
+const cases = {
+  bitmap: envelope(new ImageBitmap(4096, 4096)),
+  video: envelope([new VideoFrame(4096, 2048)]),
+  audio: envelope({ a: new AudioData(MiB, 8) }),
+  files: envelope(new FileList([new Blob(Array(64).fill(big))])),
+  // a closed frame reads as empty; nothing it says makes the walk throw
+  closed: envelope(new VideoFrame(NaN, -1)),
+};
+const out = {};
+for (const [name, value] of Object.entries(cases)) out[name] = measureWire(value).cost;
+// 4000 one-GiB bitmaps, metered as a frame's messages are:
+// the frame stops at the first after the budget
+const meter = new FloodMeter();
+out.stoppedAt = null;
+for (let i = 0; i < 4000; i++) {
+  const { cost } = measureWire(envelope(new ImageBitmap(16384, 16384)));
+  if (!meter.spend(cost, 0)) { out.stoppedAt = i; break; }
+}
+process.stdout.write(JSON.stringify(out));
+"""
+
+
+def test_pixels_and_samples_cost_their_bytes() -> None:
+    # An ImageBitmap is copied whole by structured clone (16384 x 16384 is
+    # 1 GiB); counted as an opaque object, thousands fit in one window.
+    binding = MODULE.parent / "frame-binding.js"
+    got = run_module(MEDIA % (json.dumps(MODULE.as_uri()), json.dumps(binding.as_uri())))
+    mib = 1024 * 1024
+    assert got["bitmap"] >= 64 * mib
+    assert got["video"] >= 32 * mib
+    assert got["audio"] >= 32 * mib
+    assert got["files"] >= 64 * mib
+    assert got["closed"] < 1024
+    assert got["stoppedAt"] == 1
+
+
+RESIZABLE = """
+const { measureWire } = await import(%s);
+const GiB = 1024 * 1024 * 1024;
+const envelope = (request) => ({ type: "llm.generate", id: "g", request });
+// What the shell receives: structured clone keeps a buffer resizable, and
+// the receiving realm reserves its maximum (node cannot clone one, so the
+// received value is built here).
+const empty = new ArrayBuffer(0, { maxByteLength: 2 * GiB });
+const out = {
+  empty: measureWire(envelope(empty)).cost,
+  view: measureWire(envelope(new Uint8Array(new ArrayBuffer(16, { maxByteLength: GiB })))).cost,
+  plain: measureWire(envelope(new ArrayBuffer(16))).cost,
+};
+process.stdout.write(JSON.stringify(out));
+"""
+
+
+def test_a_resizable_buffer_costs_its_maximum_length() -> None:
+    # In Chromium 400 clones of an empty buffer with an 8 GiB maximum made
+    # every later WebAssembly.Memory allocation of the page fail; each was
+    # metered at its length, 0.
+    got = run_module(RESIZABLE % json.dumps(MODULE.as_uri()))
+    gib = 1024 * 1024 * 1024
+    assert got["empty"] >= 2 * gib
+    assert got["view"] >= gib
+    assert got["plain"] < 1024
+
+
+LARGE_MAPS = """
+const { measureWire } = await import(%s);
+const envelope = (request) => ({ type: "llm.generate", id: "g", request });
+// A Map or Set of a hundred million entries, as a received one would be,
+// without node building it: its size is what the walk may read; the
+// entries it lists (a million at most here) are counted.
+const listed = { map: 0, set: 0 };
+class BigMap extends Map {
+  get size() { return 1e8; }
+  *[Symbol.iterator]() { while (listed.map < 1e6) { listed.map += 1; yield [listed.map, 0]; } }
+}
+class BigSet extends Set {
+  get size() { return 1e8; }
+  *[Symbol.iterator]() { while (listed.set < 1e6) { listed.set += 1; yield listed.set; } }
+  *values() { yield* this[Symbol.iterator](); }
+}
+const map = measureWire(envelope(new BigMap()));
+const set = measureWire(envelope(new BigSet()));
+process.stdout.write(JSON.stringify({ map, set, listed }));
+"""
+
+
+def test_a_map_or_set_over_the_wire_bound_is_refused_before_its_entries_are_listed() -> None:
+    # Listing the entries first made an array twice the Map's size in the
+    # shell before the bound was checked.
+    got = run_module(LARGE_MAPS % json.dumps(MODULE.as_uri()))
+    assert got["listed"] == {"map": 0, "set": 0}
+    for name in ("map", "set"):
+        assert json.loads(got[name]["wire"]).get("tooLarge") is True
+        assert got[name]["cost"] >= 10**8

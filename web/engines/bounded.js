@@ -10,12 +10,16 @@
  *   and evicts the URL, as for any bad download.
  * - Time (`timedFetch`; docs/security.md, "Every wait on a model host or a
  *   worker is bounded"): an answer's headers come within
- *   `HEADERS_TIMEOUT_MS` and its body never goes `IDLE_TIMEOUT_MS` without
- *   a byte (limits.js), else the request is aborted and fails with
- *   `DownloadStalled`, which a fresh request may cure.
+ *   `HEADERS_TIMEOUT_MS`, its body never goes `IDLE_TIMEOUT_MS` without
+ *   a byte, and each `MIN_RATE_WINDOW_MS` of waiting on the body brings at
+ *   least `MIN_RATE_BYTES` (limits.js; the time the reader itself takes
+ *   between reads is not counted), else the request is aborted and fails
+ *   with `DownloadStalled`, which a fresh request may cure.
  */
 
-import { HEADERS_TIMEOUT_MS, IDLE_TIMEOUT_MS, MAX_ONNX_OTHER_BYTES, MAX_ONNX_WEIGHTS_BYTES } from "./limits.js";
+import {
+  HEADERS_TIMEOUT_MS, IDLE_TIMEOUT_MS, MAX_ONNX_OTHER_BYTES, MAX_ONNX_WEIGHTS_BYTES, MIN_RATE_BYTES, MIN_RATE_WINDOW_MS,
+} from "./limits.js";
 
 /** Statuses whose answers have no body (a Response with one cannot be made). */
 const NULL_BODY_STATUS = new Set([101, 103, 204, 205, 304]);
@@ -31,9 +35,14 @@ export class DownloadTooLarge extends Error {
 
 /** A request whose answer or body stopped coming (`timedFetch`): a fresh request may cure it. */
 export class DownloadStalled extends Error {
-  constructor(what, ms) {
+  constructor(what, ms, bytes = 0) {
     const time = ms >= 1000 ? `${Math.round(ms / 1000)} s` : `${ms} ms`;
-    super(what === "headers" ? `the host sent no answer within ${time}` : `the host sent nothing for ${time}`);
+    const texts = {
+      headers: `the host sent no answer within ${time}`,
+      body: `the host sent nothing for ${time}`,
+      slow: `the host sent less than ${bytes >= 1024 ? `${Math.round(bytes / 1024)} KiB` : `${bytes} bytes`} in ${time}`,
+    };
+    super(texts[what] || texts.body);
     this.name = "DownloadStalled";
     this.type = "download_error";
     this.retryable = true;
@@ -43,11 +52,19 @@ export class DownloadStalled extends Error {
 /**
  * `fetchFn` bounded in time (module rules): its promise rejects with
  * `DownloadStalled` when no answer came within `headersMs`, and the
- * answer's body errors with it when it goes `idleMs` without a byte; the
- * request is aborted either way. The caller's `init.signal` still aborts
+ * answer's body errors with it when it goes `idleMs` without a byte or
+ * when `rateMs` spent waiting on it brought fewer than `rateBytes` bytes
+ * (the progress floor: ms and bytes); the request is aborted either way. The caller's `init.signal` still aborts
  * it. The answer keeps its status, headers, `type` and `url`.
  */
-export function timedFetch(fetchFn, { headersMs = HEADERS_TIMEOUT_MS, idleMs = IDLE_TIMEOUT_MS } = {}) {
+export function timedFetch(fetchFn, {
+  headersMs = HEADERS_TIMEOUT_MS, idleMs = IDLE_TIMEOUT_MS, rateMs = MIN_RATE_WINDOW_MS, rateBytes = MIN_RATE_BYTES,
+} = {}) {
+  // `undefined` (a caller passing its own option through) means the default.
+  headersMs ??= HEADERS_TIMEOUT_MS;
+  idleMs ??= IDLE_TIMEOUT_MS;
+  rateMs ??= MIN_RATE_WINDOW_MS;
+  rateBytes ??= MIN_RATE_BYTES;
   return async (input, init = {}) => {
     const controller = new AbortController();
     const outer = init.signal || (input && typeof input === "object" && input.signal) || null;
@@ -81,24 +98,36 @@ export function timedFetch(fetchFn, { headersMs = HEADERS_TIMEOUT_MS, idleMs = I
       return response;
     }
     const reader = response.body.getReader();
+    // The progress floor: time spent waiting on the host and bytes it sent in the current window.
+    let waited = 0;
+    let brought = 0;
     const body = new ReadableStream({
       async pull(stream) {
         const next = new Promise((resolve, reject) => {
           give = reject;
         });
         timer = setTimeout(() => stall("body", idleMs), idleMs);
+        const began = Date.now();
         try {
           const step = await Promise.race([reader.read(), next]);
           clearTimeout(timer);
           if (step.done) {
             done();
             stream.close();
-          } else {
-            stream.enqueue(step.value);
+            return;
           }
+          waited += Date.now() - began;
+          brought += step.value?.byteLength ?? 0;
+          if (waited >= rateMs) {
+            if (brought < rateBytes) throw new DownloadStalled("slow", rateMs, rateBytes);
+            waited = 0;
+            brought = 0;
+          }
+          stream.enqueue(step.value);
         } catch (error) {
           clearTimeout(timer);
           done();
+          if (error instanceof DownloadStalled) controller.abort(error);
           reader.cancel(error).catch(() => {});
           stream.error(error);
         }

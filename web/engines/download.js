@@ -38,7 +38,8 @@
  * - Tries: every failure a fresh request may cure is tried again, whatever
  *   validators the host sends: a cut, a reset, no answer, a stall
  *   (bounded.js `timedFetch`: no headers within `HEADERS_TIMEOUT_MS`, no
- *   byte for `IDLE_TIMEOUT_MS`), a `5xx`/`408`/`429` (after its
+ *   byte for `IDLE_TIMEOUT_MS`, fewer than `MIN_RATE_BYTES` in
+ *   `MIN_RATE_WINDOW_MS`), a `5xx`/`408`/`429` (after its
  *   `Retry-After`, when at most `MAX_RETRY_AFTER_MS`; a longer one fails at
  *   once), an unusable answer (a restart). Each waits `RETRY_BASE_MS *
  *   2^(n-1)` before the n-th try in a row without progress; a try that
@@ -78,7 +79,9 @@ import { Meter, RESTART_TEXT } from "./download-progress.js";
 import {
   dropParts, inAppCache, partsCache, readMeta, readPart, storedCopy, storePart, touchModel,
 } from "./download-store.js";
-import { HEADERS_TIMEOUT_MS, IDLE_TIMEOUT_MS, MAX_RETRY_AFTER_MS, RETRY_BASE_MS } from "./limits.js";
+import {
+  HEADERS_TIMEOUT_MS, IDLE_TIMEOUT_MS, MAX_RETRY_AFTER_MS, MIN_RATE_BYTES, MIN_RATE_WINDOW_MS, RETRY_BASE_MS,
+} from "./limits.js";
 
 // The parts store and the records of use live in download-store.js, the
 // progress texts in download-progress.js; the page and the engines import
@@ -434,7 +437,7 @@ async function run(url, options, meter) {
  * `url`, and looked up in first), `onProgress(event)`, `signal`
  * (AbortSignal: cancels at any time), `fetchFn` (default `fetch`),
  * `headers` (sent with every request, besides `Range`/`If-Range`), and the
- * time bounds `headersMs`, `idleMs`, `retryMs`, `maxRetryAfterMs`
+ * time bounds `headersMs`, `idleMs`, `rateMs` with `rateBytes`, `retryMs`, `maxRetryAfterMs`
  * (default: limits.js).
  * Throws NotAModel, DownloadTooLarge, DownloadNoRoom, DownloadRestarted,
  * DownloadInterrupted, or the signal's reason.
@@ -452,6 +455,8 @@ export async function downloadModelFile(url, options) {
     fetchFn: (input, init) => fetch(input, init),
     headersMs: HEADERS_TIMEOUT_MS,
     idleMs: IDLE_TIMEOUT_MS,
+    rateMs: MIN_RATE_WINDOW_MS,
+    rateBytes: MIN_RATE_BYTES,
     retryMs: RETRY_BASE_MS,
     maxRetryAfterMs: MAX_RETRY_AFTER_MS,
     ...options,
@@ -461,7 +466,9 @@ export async function downloadModelFile(url, options) {
   if (!Number.isSafeInteger(opts.limit) || opts.limit <= 0) throw new TypeError("downloadModelFile needs a limit");
   if (!Number.isSafeInteger(opts.size) || opts.size < 0) opts.size = null;
   if (!Number.isFinite(opts.room) || opts.room < 0) opts.room = null;
-  opts.fetchFn = timedFetch(opts.fetchFn, { headersMs: opts.headersMs, idleMs: opts.idleMs });
+  opts.fetchFn = timedFetch(opts.fetchFn, {
+    headersMs: opts.headersMs, idleMs: opts.idleMs, rateMs: opts.rateMs, rateBytes: opts.rateBytes,
+  });
   if (!opts.fresh) {
     const stored = await storedCopy(opts.store, url);
     if (stored) {
@@ -509,7 +516,9 @@ export async function downloadModelFile(url, options) {
  * `timedFetch`).
  */
 export function resumableFetch(fetchFn, isModelFile, limitFor, extra = {}) {
-  const timed = timedFetch(fetchFn, { headersMs: extra.headersMs, idleMs: extra.idleMs });
+  const timed = timedFetch(fetchFn, {
+    headersMs: extra.headersMs, idleMs: extra.idleMs, rateMs: extra.rateMs, rateBytes: extra.rateBytes,
+  });
   return async (input, init = {}) => {
     const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
     const method = (init.method || (typeof input === "object" && input.method) || "GET").toUpperCase();

@@ -55,6 +55,14 @@ export const MAX_WEBLLM_FILE_BYTES = 1 * GiB;
 export const HEADERS_TIMEOUT_MS = 30_000;
 /** The most a body may go without delivering a byte. */
 export const IDLE_TIMEOUT_MS = 30_000;
+/**
+ * The progress floor of a body: each `MIN_RATE_WINDOW_MS` spent waiting on
+ * the host must bring at least `MIN_RATE_BYTES` (about 4 KiB/s), else the
+ * request is a stall. Without it a host sending one byte just inside
+ * `IDLE_TIMEOUT_MS` would hold a download (and its lock) for good.
+ */
+export const MIN_RATE_WINDOW_MS = 60_000;
+export const MIN_RATE_BYTES = 256 * 1024;
 /** The most an engine worker's load may go without a message (progress or answer). */
 export const WORKER_IDLE_MS = 180_000;
 /** The wait before the n-th retry of a download: RETRY_BASE_MS * 2^(n-1). */

@@ -18,9 +18,13 @@
  *   so its time is linear in what was cloned, not in the JSON text.
  * - A message's cost to its frame's traffic budget (`measureWire`) is what
  *   it holds, not what is forwarded: its JSON text, with binary values
- *   (ArrayBuffer, typed arrays and DataView (their whole buffer, once),
- *   Blob, ImageData) counted one unit per byte, and the contents of Map
- *   and Set walked like arrays; a value JSON cannot carry still makes the
+ *   (ArrayBuffer, typed arrays and DataView (their whole buffer, once; a
+ *   resizable buffer its maximum length),
+ *   Blob, ImageData, and the platform objects structured clone copies with
+ *   their pixels or samples: ImageBitmap, VideoFrame, AudioData, FileList's
+ *   files) counted one unit per byte, and the contents of Map
+ *   and Set walked like arrays (one unit per entry, counted before any
+ *   entry is listed); a value JSON cannot carry still makes the
  *   message a small `unclonable` marker, but never a cheap one.
  *
  * Own code rather than a library: the check is specific to what structured
@@ -52,7 +56,8 @@ const OPAQUE_COST = 16;
  * The bytes a binary value brings (module rules: one unit per byte), or -1
  * for a value that is not binary. A view counts its whole buffer (structured
  * clone copies the buffer, not the view's window), once per message: the
- * buffers already counted are in `buffers`.
+ * buffers already counted are in `buffers`; a resizable buffer counts its
+ * `maxByteLength` (the receiver reserves that much).
  */
 function binaryBytes(value, buffers) {
   let buffer = null;
@@ -62,11 +67,55 @@ function binaryBytes(value, buffers) {
   if (buffer !== null) {
     if (buffers.has(buffer)) return 0;
     buffers.add(buffer);
-    return buffer.byteLength;
+    // A resizable (or growable) buffer is cloned resizable: the receiver
+    // reserves its maximum whatever its length now.
+    return bytesOf(() => (buffer.resizable || buffer.growable ? Math.max(buffer.maxByteLength, buffer.byteLength) : buffer.byteLength));
   }
   if (typeof Blob === "function" && value instanceof Blob) return value.size;
   if (typeof ImageData === "function" && value instanceof ImageData) return value.data.byteLength;
+  return mediaBytes(value);
+}
+
+/** A count of bytes read off a platform object: a whole number, else 0 (never throws). */
+function bytesOf(read) {
+  try {
+    const bytes = read();
+    return Number.isFinite(bytes) && bytes > 0 ? Math.ceil(bytes) : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/**
+ * The bytes a serializable platform object holds beyond its own fields
+ * (module rules), or -1 for none of these kinds: an ImageBitmap's pixels
+ * (4 bytes each), a VideoFrame's coded pixels (4 each, at least what any
+ * of its formats holds), an AudioData's samples (4 bytes each), a
+ * FileList's files (their sizes, as Blobs; never read).
+ */
+function mediaBytes(value) {
+  if (typeof ImageBitmap === "function" && value instanceof ImageBitmap) {
+    return bytesOf(() => value.width * value.height * 4);
+  }
+  if (typeof VideoFrame === "function" && value instanceof VideoFrame) {
+    return bytesOf(() => value.codedWidth * value.codedHeight * 4);
+  }
+  if (typeof AudioData === "function" && value instanceof AudioData) {
+    return bytesOf(() => value.numberOfFrames * value.numberOfChannels * 4);
+  }
+  if (typeof FileList === "function" && value instanceof FileList) {
+    return bytesOf(() => {
+      let total = 0;
+      for (let i = 0; i < value.length; i += 1) total += value[i]?.size || 0;
+      return total;
+    });
+  }
   return -1;
+}
+
+/** The entries of a Map or Set (its `size`), else 0; never throws. */
+function entryCount(value) {
+  return value instanceof Map || value instanceof Set ? bytesOf(() => value.size) : 0;
 }
 
 /**
@@ -205,6 +254,10 @@ function classify(data, maxChars, maxDepth) {
           } else {
             // Map, Set, Date, RegExp, Error, wrappers, platform objects.
             unclonable = true;
+            // A Map or Set costs a separator per entry, like an array,
+            // before its entries are listed: one too large is never expanded.
+            budget += entryCount(value);
+            if (budget > maxChars) return result(TOO_LARGE);
             const parts = opaqueParts(value);
             budget += parts.cost;
             if (parts.children) open(value, depth, record, parts.children);
