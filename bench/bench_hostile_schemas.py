@@ -120,7 +120,9 @@ def free_port() -> int:
 
 def hostile_bodies(n: int) -> list[dict[str, Any]]:
     """The two shapes of the reproducer: response_format, and a forced tool's parameters."""
-    string = {"type": "string", "minLength": n, "maxLength": n, "pattern": PATTERN}
+    # No length keywords beside the pattern: the grammar drops them, so the
+    # service refuses such a schema before generating (schema_keywords.py).
+    string = {"type": "string", "pattern": PATTERN}
     message = {
         "type": "message",
         "role": "user",

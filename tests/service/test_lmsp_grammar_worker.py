@@ -97,3 +97,25 @@ def test_a_costly_grammar_is_ended_and_does_not_hold_the_others(engine: Engine) 
     # The other generation was not made to wait for the costly sampling.
     assert benign.end_time < hostile.end_time
     assert engine.restarts == 0
+
+
+def test_sampling_left_running_by_ended_generations_does_not_end_the_next_ones(
+    engine: Engine,
+) -> None:
+    # Four costly generations end on their token budget while their pool
+    # threads still sample; a benign structured output that comes next
+    # waited behind them and its wait was counted as its own grammar work:
+    # it ended with `grammar` and no answer.
+    hostile = [Run() for _ in range(4)]
+    for run in hostile:
+        engine.submit(
+            job(engine, "Write a's", max_tokens=100, temperature=1.0, grammar=HOSTILE), run
+        )
+    for run in hostile:
+        assert run.wait().finish_reason == "grammar"
+    for _ in range(2):
+        benign = Run()
+        engine.submit(job(engine, "Yes or no?", max_tokens=8, grammar=BOOLEAN), benign)
+        assert benign.wait().finish_reason == "stop"
+        assert benign.text.strip() in {"true", "false"}
+    assert engine.restarts == 0

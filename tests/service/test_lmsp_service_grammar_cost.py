@@ -246,3 +246,31 @@ def test_sampling_options_the_service_does_not_define_never_reach_the_worker(
         assert answer.json()["code"] == "invalid_request"
         after = http.post("/responses", json=body(lmsp_service, "Hi", max_output_tokens=4))
     assert after.status_code == 200
+
+
+@pytest.mark.parametrize("as_tool", [False, True], ids=["structured", "tool"])
+def test_a_schema_part_no_value_satisfies_is_refused_before_generating(
+    lmsp_service: LmspServiceHandle, as_tool: bool
+) -> None:
+    # `{"enum": []}` (valid JSON Schema: no value is valid) converts to an
+    # empty rule (`x ::= `). As the whole schema, the grammar cost walk
+    # failed an assertion on it (500 internal_error); inside a tool's
+    # parameters, the grammar let the model write nothing where the value
+    # goes and the generation failed (500 generation_failed).
+    empty = {"enum": []}
+    if as_tool:
+        items = {"type": "array", "items": empty, "minItems": 1}
+        fields: dict[str, Any] = {"tools": [tool(items)], "tool_choice": "required"}
+    else:
+        schema = {"type": "json_schema", "json_schema": {"name": "e", "schema": empty}}
+        fields = {"response_format": schema}
+    with lmsp_service.client(timeout_s=120) as http:
+        answer = http.post(
+            "/responses",
+            json=body(lmsp_service, "Anything", max_output_tokens=8, temperature=1.0, **fields),
+        )
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["code"] == "unsupported_capability"
+        assert "no value" in answer.json()["detail"]
+        ok = http.post("/responses", json=body(lmsp_service, "Hello!", max_output_tokens=4))
+    assert ok.status_code == 200, ok.text

@@ -65,7 +65,7 @@ KEPT: dict[str, tuple[dict[str, Any], str]] = {
     "anyOf": ({"anyOf": [{"const": "zq"}, {"type": "integer"}]}, "zq"),
     "allOf": ({"allOf": [{"type": "object", "properties": {"zq": {"type": "integer"}}}]}, "zq"),
     "$ref": ({"$defs": {"zq": {"const": "zqv"}}, "$ref": "#/$defs/zq"}, "zqv"),
-    "pattern": ({"type": "string", "pattern": "^zq[0-9]$"}, "\"z\" \"q\""),
+    "pattern": ({"type": "string", "pattern": "^zq[0-9]$"}, '"z" "q"'),
     "minLength": ({"type": "string", "minLength": 3}, "char"),
     "maxLength": ({"type": "string", "maxLength": 3}, "char"),
     "oneOf (distinct consts)": ({"oneOf": [{"const": "zq"}, {"const": "zr"}]}, "zq"),
@@ -87,6 +87,38 @@ def test_a_keyword_the_grammar_drops_is_refused_naming_it(keyword: str) -> None:
     parameters = {"type": "object", "properties": {"v": schema}, "required": ["v"]}
     with pytest.raises(GrammarUnavailable, match=f"keyword {keyword}\\b"):
         tool_call_grammar([FunctionTool(name="t", parameters=parameters)])
+
+
+#: A kept keyword in a place the converter does not read it (its branch of
+#: the schema is taken by another keyword): the grammar dropped it and the
+#: model could write what the schema rejects. id -> (schema, the keyword).
+DROPPED_BY_BRANCH: dict[str, tuple[dict[str, Any], str]] = {
+    "maxItems without items": ({"type": "array", "maxItems": 1}, "maxItems"),
+    "maxLength under a type list": ({"type": ["string", "null"], "maxLength": 2}, "maxLength"),
+    "maxLength beside pattern": (
+        {"type": "string", "pattern": "^a*$", "maxLength": 3},
+        "maxLength",
+    ),
+    "maxItems beside prefixItems": (
+        {"type": "array", "prefixItems": [{"type": "integer"}], "maxItems": 0},
+        "maxItems",
+    ),
+    "required without properties": ({"type": "object", "required": ["a"]}, "required"),
+    "sibling of $ref": (
+        {"$defs": {"s": {"type": "string"}}, "$ref": "#/$defs/s", "maxLength": 1},
+        "maxLength",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", DROPPED_BY_BRANCH)
+def test_a_kept_keyword_where_the_converter_does_not_read_it_is_refused(case: str) -> None:
+    schema, keyword = DROPPED_BY_BRANCH[case]
+    with pytest.raises(GrammarUnavailable, match=f"keyword {keyword}\\b"):
+        json_grammar(schema)
+    # Where the converter does read them, the same keywords still build.
+    json_grammar({"type": "string", "format": "email", "maxLength": 5})
+    json_grammar({"type": "array", "items": {"type": "integer"}, "maxItems": 1})
 
 
 @pytest.mark.parametrize("keyword", KEPT)

@@ -32,7 +32,10 @@ Rules
   a step. A generation whose sampling of one token runs past
   `TOKEN_GRAMMAR_BUDGET_S`, or whose grammar work adds up past
   `GENERATION_GRAMMAR_BUDGET_S`, ends with `grammar` (its sampler is
-  freed when the pool thread returns).
+  freed when the pool thread returns). A token's clock starts when a pool
+  thread starts its work, not when it was queued, and the pool has two
+  threads per sequence: the sampling an ended generation left running
+  neither ends another generation nor takes the threads it needs.
 - Interrupting a step: a step holding a long prompt can take many seconds
   on a large model. llama.cpp calls the context's abort callback
   (`llama_set_abort_callback`) after every node of the compute graph;
@@ -105,7 +108,7 @@ class _Sequence:
     last_flush: float = 0.0
     decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("ignore"))
     future: Future[tuple[str, int, float]] | None = None  # sampling on the pool
-    sample_started: float = 0.0  # time.monotonic() when that sampling began
+    sample_started: float = 0.0  # time.monotonic() when a pool thread began it (0: queued)
     grammar_s: float = 0.0  # grammar work so far, in seconds
     token_budget_s: float = TOKEN_GRAMMAR_BUDGET_S
     grammar_budget_s: float = GENERATION_GRAMMAR_BUDGET_S
@@ -142,7 +145,9 @@ class BatchRunner:
         # One llama_token_data per vocabulary entry: int32 id, float logit, float p.
         self._token_dtype = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
         self._ids = np.arange(self._n_vocab, dtype=np.int32)
-        self._pool = ThreadPoolExecutor(loaded.slots, thread_name_prefix="grammar")
+        # Twice the sequences: a sampling left running by a generation that
+        # ended (its budget spent) must not hold the thread of a live one.
+        self._pool = ThreadPoolExecutor(2 * loaded.slots, thread_name_prefix="grammar")
         self._waiting: deque[tuple[int, dict[str, Any], threading.Event]] = deque()
         self._active: list[_Sequence] = []
         self._updates: list[tuple[Any, ...]] = []
@@ -185,6 +190,7 @@ class BatchRunner:
                 self._finish(sequence, "time")
             elif sequence.grammar_s > sequence.grammar_budget_s or (
                 sequence.future is not None
+                and sequence.sample_started > 0.0
                 and now - sequence.sample_started > sequence.token_budget_s
             ):
                 self._finish(sequence, "grammar")
@@ -355,6 +361,7 @@ class BatchRunner:
                 token = int(ll.llama_sampler_sample(sequence.sampler, self._ctx, index))
                 self._take(sequence, ("token", token, 0.0))
             else:  # a copy: the logits are valid only until the next llama_decode
+                sequence.sample_started = 0.0  # set by the pool thread when it starts
                 sequence.future = self._pool.submit(self._pick, sequence, logits.copy())
                 pending.append(sequence.future)
         if pending:
@@ -391,6 +398,7 @@ class BatchRunner:
         masks it, or `("empty", -1, s)` when no candidate is
         left. Never lets llama.cpp accept a token its grammar rejects.
         """
+        sequence.sample_started = time.monotonic()  # the token's budget starts now
         ll, np = self._ll, self._np
         data = np.empty(self._n_vocab, dtype=self._token_dtype)
         data["id"] = self._ids

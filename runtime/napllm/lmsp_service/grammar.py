@@ -31,6 +31,9 @@ Rules
   out, many alternatives sharing a prefix) is refused, whatever the
   schema's text looks like; the pattern rules above are the cheap early
   refusal of the same kind.
+- A grammar with a rule that matches only the empty text (`enum: []`,
+  `anyOf: []`, `type: []` anywhere in the schema: no value satisfies that
+  part) is refused: the model could write nothing where a value must be.
 - A schema beyond a limit, or one the converter rejects, is
   `GrammarUnavailable`, whose message is a safe sentence naming the
   reason; the service answers it with 400 `unsupported_capability`
@@ -83,6 +86,8 @@ _BOUND_KEYWORDS = frozenset(
 )
 _COUNT = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
 _RULE_NAME = re.compile(r"(?<![\w-])root(?![\w-])")
+#: A rule that matches only the empty text (`x ::= `).
+_EMPTY_RULE = re.compile(r"^[\w-]+ ::=[ \t]*$", re.MULTILINE)
 
 
 class GrammarUnavailable(Exception):
@@ -284,6 +289,11 @@ def _convert(schema: Any) -> str:
         raise GrammarUnavailable("The schema's grammar is larger than the limit.")
     if grammar_nesting(gbnf) > MAX_GRAMMAR_NESTING:
         raise GrammarUnavailable("The schema's grammar is nested deeper than the limit.")
+    if _EMPTY_RULE.search(gbnf):
+        # `enum: []`, `anyOf: []`, `type: []`: no value is valid, and the
+        # converter writes an empty rule that lets the model write nothing
+        # where the value must be (invalid JSON, or no output at all).
+        raise GrammarUnavailable("The schema has a part that no value can satisfy.")
     check_grammar_cost(gbnf)
     return gbnf
 

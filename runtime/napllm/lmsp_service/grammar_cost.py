@@ -341,7 +341,12 @@ def worst_case(grammar: Grammar, live_limit: int, work_limit: int) -> Cost:
     """
     walk = _Walk(grammar, live_limit)
     current: dict[Stack, None] = {}
-    roots: list[Stack] = [((grammar.root, a, 0),) for a in range(len(walk.rules[grammar.root]))]
+    # An empty alternative of the start rule is an empty (complete) stack,
+    # as in llama.cpp's grammar init (`root ::= ` is `{"enum": []}`'s grammar).
+    roots: list[Stack] = [
+        ((grammar.root, a, 0),) if alternative else ()
+        for a, alternative in enumerate(walk.rules[grammar.root])
+    ]
     first = walk.advance(roots, current)
     if first is None:
         return Cost(len(current), 0, walk.over)

@@ -19,6 +19,15 @@ Rules
   `dependentSchemas`, `propertyNames`, `patternProperties`,
   `unevaluatedItems`, `unevaluatedProperties`, `$dynamicRef`,
   `$recursiveRef`.
+- A kept keyword is kept only where the converter reads it: it handles
+  each schema by the first of its branches that applies (`$ref`, then
+  `anyOf`/`oneOf`, a `type` list, `const`, `enum`, an object with
+  `properties`, an `allOf` object, an array with `items`/`prefixItems`,
+  `pattern`, a string `format`, a string with lengths) and drops the
+  schema's other keywords. So a constraining keyword beside one that
+  takes an earlier branch is refused too (`_dropped_by_branch`): e.g.
+  `maxLength` beside `pattern` or under a `type` list, `minItems` without
+  `items`, `prefixItems` beside `items`, a sibling of `$ref`.
 - Every other keyword is an annotation for validation (JSON Schema
   2020-12: `title`, `description`, `default`, `examples`, `format` (an
   annotation unless a format vocabulary is asserted, which the output
@@ -30,6 +39,7 @@ Rules
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 ENFORCED = frozenset(
@@ -117,6 +127,55 @@ def _disjoint_consts(branches: Any) -> bool:
     return True
 
 
+#: String formats the converter writes with a rule of its own.
+_OWN_RULE_FORMAT = re.compile(r"^(uuid[1-5]?|date|time|date-time)$")
+#: Kept wherever they appear (`type` picks the branch; `$defs` hold no constraint).
+_ALWAYS = frozenset({"type", "$defs", "definitions"})
+
+
+def _branch_keeps(node: dict[str, Any]) -> frozenset[str]:
+    """The kept keywords the converter reads in `node`'s branch (module rules)."""
+    kind = node.get("type")
+    if "$ref" in node:
+        return frozenset({"$ref"})
+    if "oneOf" in node or "anyOf" in node:
+        return frozenset({"oneOf", "anyOf"})
+    if isinstance(kind, list):
+        return frozenset()
+    if "const" in node:
+        return frozenset({"const"})
+    if "enum" in node:
+        return frozenset({"enum"})
+    extra = node.get("additionalProperties", True)
+    if kind in (None, "object") and ("properties" in node or extra is not True):
+        return frozenset({"properties", "required", "additionalProperties"})
+    if kind in (None, "object") and "allOf" in node:
+        return frozenset({"allOf"})
+    if kind in (None, "array") and ("items" in node or "prefixItems" in node):
+        if node.get("items"):
+            if isinstance(node["items"], list):
+                return frozenset({"items"})
+            return frozenset({"items", "minItems", "maxItems"})
+        return frozenset({"prefixItems", "items"})
+    if kind in (None, "string") and "pattern" in node:
+        return frozenset({"pattern"})
+    if kind in (None, "string") and _OWN_RULE_FORMAT.match(str(node.get("format", ""))):
+        return frozenset()  # these formats take the converter's own rule, lengths dropped
+    if kind == "string":
+        return frozenset({"minLength", "maxLength"})
+    return frozenset()
+
+
+def _dropped_by_branch(node: dict[str, Any]) -> str | None:
+    """A kept keyword of `node` that its converter branch does not read, if any."""
+    keeps = _branch_keeps(node)
+    for raw_key in node:
+        key = str(raw_key)
+        if key in ENFORCED and key not in _ALWAYS and key not in keeps:
+            return key
+    return None
+
+
 def unenforced_keyword(schema: Any) -> str | None:
     """The first keyword of `schema` that constrains validity but is not kept by the grammar.
 
@@ -128,6 +187,7 @@ def unenforced_keyword(schema: Any) -> str | None:
         node = stack.pop()
         if not isinstance(node, dict):
             continue
+        dropped = _dropped_by_branch(node)
         for raw_key, value in node.items():
             key = str(raw_key)
             if key in REFUSED:
@@ -144,4 +204,6 @@ def unenforced_keyword(schema: Any) -> str | None:
                 stack.extend(value)
             elif key in _MAP and isinstance(value, dict):
                 stack.extend(value.values())
+        if dropped is not None:
+            return dropped
     return None
