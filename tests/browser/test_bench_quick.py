@@ -28,6 +28,7 @@ EXPECTED = {
     "bench_shell.py": "text received == text sent",
     "bench_hostile_schemas.py": "verdict: ok",
     "bench_python_napplet.py": "warm napplet / warm bare =",
+    "bench_python_stream.py": "text intact                    yes",
 }
 
 
@@ -39,6 +40,7 @@ def test_every_benchmark_is_covered() -> None:
         "bench_providers.py",
         "bench_dist_load.py",
         "bench_python_napplet.py",
+        "bench_python_stream.py",
     }
 
 
