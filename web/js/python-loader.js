@@ -12,7 +12,9 @@
  *   the loader's `secret`.
  * - No network. The loader opens a private channel to the shell: it posts
  *   `{type: "napllm.pythonStart", secret}` to `window.parent` with one
- *   transferred `MessagePort` (the port stays in this closure) and asks on
+ *   transferred `MessagePort` (napplet code can still reach it, through
+ *   the fetch shim below or a `MessageEvent` getter: the shell bounds the channel,
+ *   it does not rely on the port being hidden) and asks on
  *   it for files by name, `{name}`; the shell answers `{name, bytes}` or
  *   `{name, error}` and hands each file at most once (web/js/python-files.js).
  *   Pyodide's own `fetch`es of its files go to a virtual base URL
