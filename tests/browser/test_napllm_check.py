@@ -93,6 +93,17 @@ def test_chat_example_is_clean(dist_dir: Path, tmp_path: Path) -> None:
     assert "llm.delta" in types  # streamed through the provider path
 
 
+def test_a_python_napplet_s_steps_wait_for_its_scripts(dist_dir: Path, tmp_path: Path) -> None:
+    """Before: the steps started at the frame's load, while Pyodide was still
+    booting, so a first click on a button Python binds timed out (step-failed)."""
+    steps = [{"click": "#b"}, {"waitForText": "clicked", "selector": "#o", "timeoutMs": 5000}]
+    status, report, output = check(
+        dist_dir, tmp_path, FAULTY / "python-click.html", [{"text": "x"}], steps
+    )
+    assert status == 0, output
+    assert report["ok"] is True and report["findings"] == []
+
+
 def test_json_example_is_clean(dist_dir: Path, tmp_path: Path) -> None:
     script = [{"json": {"title": "Dune", "author": "Frank Herbert", "year": 1965}}]
     steps = [*choose_and_allow(), {"waitForText": "Frank Herbert", "selector": "#result"}]

@@ -6,8 +6,12 @@ shell's files (web/js/python-files.js), in Chromium around the real shell.
   the frame; micropip installs a pinned wheel and refuses any other by name;
   the meta loads pinned packages and refuses any other by name.
 - Nothing leaves the frame: ``pyodide.http.pyfetch``, ``js.fetch``, an image,
-  a WebSocket and a form, each aimed at a local listener, are blocked and the
-  listener sees none of them (while the shell page itself does reach it).
+  a WebSocket, a form, XMLHttpRequest, a beacon, EventSource, ``open``,
+  ``import()``, a service worker, ``loadPackage`` and ``micropip.install`` of
+  URLs, a stylesheet, a script, an iframe, CSS imports, fonts and
+  backgrounds, a module from a ``blob:`` URL that fetches and imports, and
+  workers, each aimed at a local listener, are blocked and the listener sees
+  none of them (while the shell page itself does reach it).
 - After one visit, a Python napplet boots with the shell's server gone:
   Pyodide and the wheels come from the service worker.
 
@@ -206,6 +210,39 @@ form.method = 'post'
 form.action = base + 'form'
 js.document.body.append(form)
 form.submit()
+# More ways out, each aimed at the listener: none may reach it.
+from pyodide.ffi import to_js
+import pyodide_js
+xhr = js.XMLHttpRequest.new()
+xhr.open('GET', base + 'xhr')
+xhr.send()
+await attempt('beacon', lambda: js.Promise.resolve(js.navigator.sendBeacon(base + 'beacon', 'x')))
+await attempt('eventsource', lambda: js.Promise.resolve(js.EventSource.new(base + 'eventsource')))
+await attempt('open', lambda: js.Promise.resolve(js.open(base + 'open')))
+await attempt('import', lambda: js.Function.new('u', 'return import(u)')(base + 'import.mjs'))
+await attempt('serviceworker', lambda: js.navigator.serviceWorker.register(base + 'sw.js'))
+await attempt('loadPackage', lambda: pyodide_js.loadPackage(base + 'pkg-1.0-py3-none-any.whl'))
+await attempt('micropip-url', lambda: micropip.install(base + 'pkg-1.0-py3-none-any.whl'))
+await attempt('micropip-emfs', lambda: micropip.install('emfs:/tmp/pkg-1.0-py3-none-any.whl'))
+for tag, attr, path in (('link', 'href', 'css'), ('script', 'src', 'script'), ('iframe', 'src', 'iframe')):
+    element = js.document.createElement(tag)
+    if tag == 'link':
+        element.rel = 'stylesheet'
+    setattr(element, attr, base + path)
+    js.document.body.append(element)
+style = js.document.createElement('style')
+style.textContent = f"@import url('{base}import-css'); @font-face {{ font-family: f; src: url('{base}font') }} body {{ background: url('{base}background'); font-family: f }}"
+js.document.head.append(style)
+# A module from a blob: URL the frame made (script-src blob:) that tries to fetch and import.
+module = js.Blob.new([f"fetch('{base}blob-fetch').catch(() => 0); import('{base}blob-import').catch(() => 0);"], to_js({'type': 'text/javascript'}, dict_converter=js.Object.fromEntries))
+element = js.document.createElement('script')
+element.type = 'module'
+element.src = js.URL.createObjectURL(module)
+js.document.body.append(element)
+await attempt('worker', lambda: js.Promise.resolve(js.Worker.new(js.URL.createObjectURL(module))))
+# The virtual base: a name the manifest cannot have is a 404 in the frame, whatever its size.
+huge = await js.fetch('https://pyodide.napllm.invalid/' + 'a' * 1_000_000)
+results['virtual-huge'] = huge.status
 import tabulate
 out(json.dumps(results, sort_keys=True))
 """
@@ -222,6 +259,11 @@ def test_python_napplet_sends_nothing_out(
     assert state(frame) == "ready", errors(frame)
     results = json.loads(lines(frame)[0])
     assert results["pyfetch"].startswith("blocked") and results["js.fetch"].startswith("blocked")
+    # loadPackage only logs its failure and a blocked Worker fails by an event:
+    # the listener below is what counts for them.
+    for name in ("import", "micropip-url", "micropip-emfs"):
+        assert results[name].startswith("blocked"), (name, results)
+    assert results["virtual-huge"] == 404
     # The image, the socket and the form fail asynchronously: give them time to.
     shell.page.wait_for_timeout(1000)
     assert listener.hits == [], listener.hits

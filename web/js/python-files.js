@@ -16,8 +16,12 @@
  *   wrote into that frame's loader, and after the prelude bound the
  *   frame's current document: one channel per document.
  * - On a channel: `{name}` is answered `{name, bytes}` (a copy) or
- *   `{name, error}`; each name is answered once, and after
- *   `MAX_REQUESTS` requests the channel is closed. Anything else is dropped.
+ *   `{name, error}`; each name is answered once. Every message counts, the
+ *   dropped ones too: after `MAX_REQUESTS` the channel is closed. A name
+ *   that is not a string of at most `MAX_NAME_CHARS` is dropped: never
+ *   kept, never echoed. The port is no secret (napplet code can reach it,
+ *   for instance through the loader's fetch shim or a getter on
+ *   `MessageEvent.prototype`); these bounds are what keep it cheap.
  */
 
 import { PYTHON_LOCK } from "./python-loader.js";
@@ -29,6 +33,8 @@ export const PYTHON_START = "napllm.pythonStart";
 export const MANIFEST_PATH = "pyodide/napplet-files.json";
 /** Requests one channel may make before it is closed (the manifest has far fewer files). */
 export const MAX_REQUESTS = 64;
+/** Longest file name a channel answers, in UTF-16 code units (the manifest's are far shorter). */
+export const MAX_NAME_CHARS = 128;
 
 export class PythonFiles {
   /** @param {string} [shellUrl] the shell page's URL (files are relative to it). */
@@ -105,15 +111,18 @@ export class PythonFiles {
   /** Answer file requests on `port` (see the header). */
   serve(port) {
     const answered = new Set();
+    let requests = 0;
     port.onmessage = async (event) => {
-      const data = event.data;
-      const name = data && typeof data === "object" ? data.name : undefined;
-      if (typeof name !== "string" || answered.has(name)) return;
-      answered.add(name);
-      if (answered.size > MAX_REQUESTS) {
+      requests += 1;
+      if (requests > MAX_REQUESTS) {
+        port.onmessage = null;
         port.close();
         return;
       }
+      const data = event.data;
+      const name = data && typeof data === "object" ? data.name : undefined;
+      if (typeof name !== "string" || name.length > MAX_NAME_CHARS || answered.has(name)) return;
+      answered.add(name);
       try {
         port.postMessage({ name, bytes: await this.bytes(name) });
       } catch (err) {

@@ -12,13 +12,16 @@
  *   the loader's `secret`.
  * - No network. The loader opens a private channel to the shell: it posts
  *   `{type: "napllm.pythonStart", secret}` to `window.parent` with one
- *   transferred `MessagePort` (the port stays in this closure) and asks on
+ *   transferred `MessagePort` (napplet code can still reach it, through
+ *   the fetch shim below or a `MessageEvent` getter: the shell bounds the channel,
+ *   it does not rely on the port being hidden) and asks on
  *   it for files by name, `{name}`; the shell answers `{name, bytes}` or
  *   `{name, error}` and hands each file at most once (web/js/python-files.js).
  *   Pyodide's own `fetch`es of its files go to a virtual base URL
  *   (`PYTHON_BASE`, a `.invalid` host, RFC 6761) that a fetch shim answers
- *   from that channel; every other URL goes to the frame's real `fetch`,
- *   which the frame's `connect-src 'none'` blocks.
+ *   from that channel (only a plain file name of at most 128 characters is
+ *   asked for; anything else is a 404 at once); every other URL goes to
+ *   the frame's real `fetch`, which the frame's `connect-src 'none'` blocks.
  * - Pyodide's two ES modules (pyodide.mjs, pyodide.asm.mjs) are imported
  *   from `blob:` URLs the loader makes from those bytes (the frame's
  *   `script-src` allows `blob:` for Python napplets only); the asm module is
@@ -97,6 +100,7 @@ export function installPythonLoader(secret, packages, base, lockName) {
     }
     return asked.get(name);
   };
+  const FILE_NAME = /^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$/;
   const TYPES = { wasm: "application/wasm", mjs: "text/javascript", json: "application/json" };
   const typeOf = (name) => TYPES[name.slice(name.lastIndexOf(".") + 1)] || "application/octet-stream";
   // Pyodide's fetches of its files (the wasm, the standard library, the
@@ -111,6 +115,9 @@ export function installPythonLoader(secret, packages, base, lockName) {
     }
     if (!url.startsWith(base)) return realFetch(input, init);
     const name = url.slice(base.length).split(/[?#]/)[0];
+    // Only names shaped like the manifest's reach the shell (python-files.js
+    // bounds its side too): anything else is a 404 here.
+    if (!FILE_NAME.test(name)) return Promise.resolve(new ResponseCtor(null, { status: 404, statusText: "Not Found" }));
     return file(name).then(
       (bytes) => new ResponseCtor(bytes, { status: 200, headers: { "Content-Type": typeOf(name) } }),
       () => new ResponseCtor(null, { status: 404, statusText: "Not Found" }),

@@ -20,7 +20,9 @@ What it does
    runtime, opens the envelope inspector, adds a "Scripted responses"
    connection with the script through the connections form, opens the
    napplet by URL (dev mode, like `?napplet=<url>`), turns its tab's "LLM
-   access" on when it is off, then performs the steps. Dialog buttons are
+   access" on when it is off, waits for a Python napplet's loader to end
+   (`<html data-napplet-python>` ready or error, at most
+   `PYTHON_READY_TIMEOUT_MS`), then performs the steps. Dialog buttons are
    clicked only once enabled (dialogs may arm after a short delay).
 4. Observes from outside the napplet's realm (`_Observer`): the DevTools
    protocol reports the napplet frames' console errors, uncaught errors,
@@ -104,6 +106,9 @@ from .headless import CHROMIUM, CHROMIUM_ARGS, DistRequestHandler, DistServer
 CONNECTION_NAME = "napllm-check script"
 NAPPLET_PREFIX = "/_napplet/"
 BOOT_TIMEOUT_MS = 180_000
+#: How long a Python napplet (`<meta name="napplet-python">`) may take to load
+#: Pyodide and run its scripts before the steps start, in ms.
+PYTHON_READY_TIMEOUT_MS = 120_000
 #: Added to a timed call's own timeout before `HangGuard` gives up on it (seconds).
 STALL_MARGIN_S = 20.0
 
@@ -234,6 +239,15 @@ class _Driver:
         frame = handle.content_frame() if handle is not None else None
         if frame is not None:
             frame.wait_for_load_state("load", timeout=self.timeout_ms)
+            # A Python napplet binds its handlers only once Pyodide has run
+            # its scripts: the steps wait for the loader's last state. The
+            # selector is matched in Playwright's own world, not the napplet's.
+            if frame.query_selector("html[data-napplet-python]") is not None:
+                frame.wait_for_selector(
+                    "html[data-napplet-python=ready], html[data-napplet-python=error]",
+                    state="attached",
+                    timeout=PYTHON_READY_TIMEOUT_MS,
+                )
 
     def _dialog(self, kind: str, timeout: int) -> Any:
         dialog = self.page.locator(f"dialog.{kind}-dialog[open]").first
@@ -355,14 +369,15 @@ def run_check(
                     "(a dist/ built from an older napllm?)"
                 )
             try:
-                with guard.within(step_bound_s + 30, "opening the napplet"):
+                opening_s = step_bound_s + 30 + PYTHON_READY_TIMEOUT_MS / 1000
+                with guard.within(opening_s, "opening the napplet"):
                     driver.open_napplet(f"{base}{NAPPLET_PREFIX.strip('/')}/{napplet.name}")
             except PlaywrightError as exc:
                 run.findings.append(
                     Finding(
                         "napplet-unresponsive",
-                        "The napplet's frame did not finish loading within "
-                        f"{timeout_ms} ms (a script that never yields?): {_first_line(exc)}",
+                        "The napplet's frame did not finish loading "
+                        f"(a script that never yields?): {_first_line(exc)}",
                         {},
                     )
                 )
