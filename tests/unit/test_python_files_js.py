@@ -64,7 +64,7 @@ const loader = await import({json.dumps((tmp_path / "python-loader.js").as_uri()
 // A port stand-in: what the shell posts, whether it closed, and a way to ask.
 const channel = () => {{
   const port = {{ sent: [], closed: false, postMessage(m) {{ this.sent.push(m); }}, close() {{ this.closed = true; }} }};
-  port.ask = async (name) => {{ await port.onmessage({{ data: {{ name }} }}); }};
+  port.ask = async (name) => {{ if (port.onmessage) await port.onmessage({{ data: {{ name }} }}); }};  // a closed port answers nothing
   return port;
 }};
 const settle = () => new Promise((r) => setTimeout(r, 10));
