@@ -4,9 +4,11 @@ shell's files (web/js/python-files.js), in Chromium around the real shell.
 - A napplet with ``<meta name="napplet-python">`` runs its ``<script
   type="py">`` blocks in order with napllm importable; a traceback shows in
   the frame; micropip installs a pinned wheel and refuses any other by name;
-  the meta loads pinned packages and refuses any other by name.
+  the meta loads pinned packages and refuses any other by name; only what
+  the scripts import (and the meta names) is loaded.
 - Nothing leaves the frame: ``pyodide.http.pyfetch``, ``js.fetch``, an image,
-  a WebSocket and a form, each aimed at a local listener, are blocked and the
+  a WebSocket, a form and micropip loaded by hand (so not pinned) with the
+  listener as its index, each aimed at a local listener, are blocked and the
   listener sees none of them (while the shell page itself does reach it).
 - After one visit, a Python napplet boots with the shell's server gone:
   Pyodide and the wheels come from the service worker.
@@ -180,11 +182,13 @@ def test_meta_refuses_a_package_the_shell_did_not_pin_by_name(
 
 
 ESCAPES = """
-import json
+import importlib, json
+import pyodide_js
 from pyodide.http import pyfetch
 from pyodide.ffi import create_proxy
 base = js.document.body.dataset.listener
-results = {}
+# The loader loaded only what the scripts import (and the meta names): no napllm, no micropip.
+results = {'loaded': sorted(js.Object.keys(pyodide_js.loadedPackages).to_py())}
 async def attempt(name, start):
     try:
         await start()
@@ -206,6 +210,13 @@ form.method = 'post'
 form.action = base + 'form'
 js.document.body.append(form)
 form.submit()
+async def unpinned_micropip():
+    # micropip loaded by hand (no import the loader sees, so not pinned), its index the listener.
+    await pyodide_js.loadPackage('micropip')
+    micropip = importlib.import_module('micropip')
+    micropip.set_index_urls([base + 'simple/'])
+    await micropip.install('requests')
+await attempt('micropip', unpinned_micropip)
 import tabulate
 out(json.dumps(results, sort_keys=True))
 """
@@ -222,6 +233,8 @@ def test_python_napplet_sends_nothing_out(
     assert state(frame) == "ready", errors(frame)
     results = json.loads(lines(frame)[0])
     assert results["pyfetch"].startswith("blocked") and results["js.fetch"].startswith("blocked")
+    assert results["micropip"].startswith("blocked"), results
+    assert results["loaded"] == ["tabulate"], results
     # The image, the socket and the form fail asynchronously: give them time to.
     shell.page.wait_for_timeout(1000)
     assert listener.hits == [], listener.hits
