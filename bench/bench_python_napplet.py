@@ -3,9 +3,11 @@
 Prints, for this machine, in one headless Chromium (medians over ``--runs``):
 
 - bare Pyodide: a plain page of the same origin that loads Pyodide from
-  dist/ with the same packages (``micropip``, ``napllm``) and runs the same
-  script; cold (a fresh browser context) and warm (the page again in that
-  context, the HTTP cache filled);
+  dist/, then what the script imports (``loadPackagesFromImports``: napllm
+  and its dependencies, pydantic and pydantic_core among them; not
+  micropip, which the script does not import), as a napplet's loader does,
+  and runs the same script; cold (a fresh browser context) and warm (the
+  page again in that context, the HTTP cache filled);
 - Python napplet: the same script in a napplet (``<meta
   name="napplet-python">``) opened in the shell through its URL form; cold
   (the first Python napplet of a freshly booted shell, which fetches and
@@ -71,9 +73,10 @@ js.document.body.dataset.wasm = str(pyodide_js._module.HEAP8.length)
 BARE_PAGE = """<!doctype html><meta charset="utf-8"><title>bare</title><body>
 <script type="module">
 import { loadPyodide } from '../pyodide/pyodide.mjs';
-const py = await loadPyodide({ indexURL: new URL('../pyodide/', location.href).href,
-  packages: ['micropip', 'napllm'] });
-await py.runPythonAsync(%r);
+const script = %r;
+const py = await loadPyodide({ indexURL: new URL('../pyodide/', location.href).href });
+await py.loadPackagesFromImports(script);
+await py.runPythonAsync(script);
 </script>"""
 
 NAPPLET_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>bench</title>
@@ -197,7 +200,7 @@ def main() -> None:
     ratio = statistics.median(napplet_warm) / statistics.median(bare_warm)
     ratio_cold = statistics.median(napplet_warm) / statistics.median(bare_cold)
     print(
-        f"Ready: Pyodide + micropip + napllm, 'import napllm, pydantic', ms from navigation start ({a.runs} runs):"
+        f"Ready: Pyodide + what 'import napllm, pydantic' needs, ms from navigation start ({a.runs} runs):"
     )
     print(f"  {'':16}{'bare Pyodide page':>22}{'Python napplet':>22}")
     print(f"  {'cold':16}{median(bare_cold):>22}{median(napplet_cold):>22}")

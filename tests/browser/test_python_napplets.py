@@ -4,14 +4,16 @@ shell's files (web/js/python-files.js), in Chromium around the real shell.
 - A napplet with ``<meta name="napplet-python">`` runs its ``<script
   type="py">`` blocks in order with napllm importable; a traceback shows in
   the frame; micropip installs a pinned wheel and refuses any other by name;
-  the meta loads pinned packages and refuses any other by name.
+  the meta loads pinned packages and refuses any other by name; only what
+  the scripts import (and the meta names) is loaded.
 - Nothing leaves the frame: ``pyodide.http.pyfetch``, ``js.fetch``, an image,
   a WebSocket, a form, XMLHttpRequest, a beacon, EventSource, ``open``,
   ``import()``, a service worker, ``loadPackage`` and ``micropip.install`` of
   URLs, a stylesheet, a script, an iframe, CSS imports, fonts and
-  backgrounds, a module from a ``blob:`` URL that fetches and imports, and
-  workers, each aimed at a local listener, are blocked and the listener sees
-  none of them (while the shell page itself does reach it).
+  backgrounds, a module from a ``blob:`` URL that fetches and imports,
+  workers, and micropip loaded by hand (so not pinned) with the listener as
+  its index, each aimed at a local listener, are blocked and the listener
+  sees none of them (while the shell page itself does reach it).
 - After one visit, a Python napplet boots with the shell's server gone:
   Pyodide and the wheels come from the service worker.
 
@@ -184,11 +186,13 @@ def test_meta_refuses_a_package_the_shell_did_not_pin_by_name(
 
 
 ESCAPES = """
-import json
+import importlib, json
+import pyodide_js
 from pyodide.http import pyfetch
 from pyodide.ffi import create_proxy
 base = js.document.body.dataset.listener
-results = {}
+# The loader loaded only what the scripts import (and the meta names): no napllm, no micropip.
+results = {'loaded': sorted(js.Object.keys(pyodide_js.loadedPackages).to_py())}
 async def attempt(name, start):
     try:
         await start()
@@ -212,7 +216,6 @@ js.document.body.append(form)
 form.submit()
 # More ways out, each aimed at the listener: none may reach it.
 from pyodide.ffi import to_js
-import pyodide_js
 xhr = js.XMLHttpRequest.new()
 xhr.open('GET', base + 'xhr')
 xhr.send()
@@ -222,8 +225,6 @@ await attempt('open', lambda: js.Promise.resolve(js.open(base + 'open')))
 await attempt('import', lambda: js.Function.new('u', 'return import(u)')(base + 'import.mjs'))
 await attempt('serviceworker', lambda: js.navigator.serviceWorker.register(base + 'sw.js'))
 await attempt('loadPackage', lambda: pyodide_js.loadPackage(base + 'pkg-1.0-py3-none-any.whl'))
-await attempt('micropip-url', lambda: micropip.install(base + 'pkg-1.0-py3-none-any.whl'))
-await attempt('micropip-emfs', lambda: micropip.install('emfs:/tmp/pkg-1.0-py3-none-any.whl'))
 for tag, attr, path in (('link', 'href', 'css'), ('script', 'src', 'script'), ('iframe', 'src', 'iframe')):
     element = js.document.createElement(tag)
     if tag == 'link':
@@ -243,6 +244,16 @@ await attempt('worker', lambda: js.Promise.resolve(js.Worker.new(js.URL.createOb
 # The virtual base: a name the manifest cannot have is a 404 in the frame, whatever its size.
 huge = await js.fetch('https://pyodide.napllm.invalid/' + 'a' * 1_000_000)
 results['virtual-huge'] = huge.status
+async def unpinned_micropip():
+    # micropip loaded by hand (no import the loader sees, so not pinned), its index the listener.
+    await pyodide_js.loadPackage('micropip')
+    micropip = importlib.import_module('micropip')
+    micropip.set_index_urls([base + 'simple/'])
+    await micropip.install('requests')
+await attempt('micropip', unpinned_micropip)
+micropip = importlib.import_module('micropip')
+await attempt('micropip-url', lambda: micropip.install(base + 'pkg-1.0-py3-none-any.whl'))
+await attempt('micropip-emfs', lambda: micropip.install('emfs:/tmp/pkg-1.0-py3-none-any.whl'))
 import tabulate
 out(json.dumps(results, sort_keys=True))
 """
@@ -264,6 +275,8 @@ def test_python_napplet_sends_nothing_out(
     for name in ("import", "micropip-url", "micropip-emfs"):
         assert results[name].startswith("blocked"), (name, results)
     assert results["virtual-huge"] == 404
+    assert results["micropip"].startswith("blocked"), results
+    assert results["loaded"] == ["tabulate"], results
     # The image, the socket and the form fail asynchronously: give them time to.
     shell.page.wait_for_timeout(1000)
     assert listener.hits == [], listener.hits

@@ -27,12 +27,22 @@
  *   `script-src` allows `blob:` for Python napplets only); the asm module is
  *   handed to `loadPyodide` as `createPyodideModule`, so Pyodide never
  *   imports by URL.
- * - Pyodide boots with the lock the shell serves (our wheels only) and loads
- *   `micropip`, `napllm` and the packages the meta names; a name the lock
- *   does not pin stops the napplet with an error naming it.
- *   `micropip.install` accepts only pinned names (anything else raises
- *   `ValueError` naming it) and its index is the virtual base, so it never
- *   asks the internet.
+ * - The modules, the lock, the wasm and the standard library are asked for
+ *   at once, before the shell's handshake ends (the port queues them), so
+ *   they cross the port while the modules load; each is handed to one
+ *   reader and not kept.
+ * - Pyodide boots with the lock the shell serves (our wheels only) and the
+ *   packages the meta names, then loads what each script imports
+ *   (`loadPackagesFromImports` over the script texts: `napllm`,
+ *   `pydantic`, `micropip` only when imported); a meta name the lock does
+ *   not pin stops the napplet with an error naming it. When micropip is
+ *   loaded, `micropip.install` accepts only pinned names (anything else
+ *   raises `ValueError` naming it) and its index is the virtual base, so it
+ *   never asks the internet.
+ * - Each frame compiles Pyodide's wasm itself: a `WebAssembly.Module` the
+ *   shell compiled once cannot be posted here (this opaque-origin frame is
+ *   another agent cluster: Chromium delivers a `messageerror`), and V8's
+ *   compiled-code cache needs an HTTP cache entry, which no file here has.
  * - Each `<script type="py">` runs in document order with `runPythonAsync`
  *   (top-level `await` allowed, one shared global namespace, the text
  *   dedented). An exception's traceback is shown in a
@@ -75,9 +85,11 @@ export function installPythonLoader(secret, packages, base, lockName) {
   const port = channel.port1;
   const post = win.MessagePort.prototype.postMessage.bind(port);
 
-  // name -> promise of its bytes (ArrayBuffer) while asked, then null: each
-  // name is asked once and its bytes are not kept (the frame's memory).
-  const asked = new Map();
+  // name -> promise of its bytes (ArrayBuffer), from the request until its
+  // one reader takes it; `taken` names those handed on already. The bytes
+  // are not kept here after that (the frame's memory).
+  const pending = new Map();
+  const taken = new Set();
   const waiting = new Map();
   port.onmessage = (event) => {
     const data = event.data;
@@ -88,19 +100,32 @@ export function installPythonLoader(secret, packages, base, lockName) {
     if (data.bytes instanceof ArrayBuffer) waiter.resolve(data.bytes);
     else waiter.reject(new Error(`The shell did not hand over ${data.name}: ${String(data.error)}`));
   };
-  const file = (name) => {
-    if (asked.get(name) === null) return Promise.reject(new Error(`${name} was handed over already`));
-    if (!asked.has(name)) {
-      const bytes = new Promise((resolve, reject) => {
-        waiting.set(name, { resolve, reject });
-        post({ name });
-      });
-      asked.set(name, bytes);
-      bytes.then(() => asked.set(name, null), () => asked.set(name, null));
-    }
-    return asked.get(name);
+  // Ask the shell for `name` now (at most once); its reader takes it later.
+  const prefetch = (name) => {
+    if (taken.has(name) || pending.has(name)) return;
+    const bytes = new Promise((resolve, reject) => {
+      waiting.set(name, { resolve, reject });
+      post({ name });
+    });
+    bytes.catch(() => {});
+    pending.set(name, bytes);
   };
   const FILE_NAME = /^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$/;
+  const file = (name) => {
+    if (taken.has(name)) return Promise.reject(new Error(`${name} was handed over already`));
+    prefetch(name);
+    const bytes = pending.get(name);
+    pending.delete(name);
+    taken.add(name);
+    return bytes;
+  };
+  // The big files Pyodide fetches once its modules run are asked for now, so
+  // the shell hands them over while the modules load (requests on the port
+  // are answered concurrently; the port is open before the shell's
+  // handshake ends, and its messages wait in the port until then).
+  for (const name of ["pyodide.mjs", "pyodide.asm.mjs", lockName, "pyodide.asm.wasm", "python_stdlib.zip"]) {
+    prefetch(name);
+  }
   const TYPES = { wasm: "application/wasm", mjs: "text/javascript", json: "application/json" };
   const typeOf = (name) => TYPES[name.slice(name.lastIndexOf(".") + 1)] || "application/octet-stream";
   // Pyodide's fetches of its files (the wasm, the standard library, the
@@ -197,6 +222,7 @@ def _napllm_pin(pinned, index):
   const main = async () => {
     status("loading");
     let pyodide;
+    let sources = [];
     try {
       const [loader, asm, lockBytes] = await Promise.all([
         importFile("pyodide.mjs"),
@@ -218,11 +244,25 @@ def _napllm_pin(pinned, index):
         packageBaseUrl: base,
         lockFileContents: lockText,
         createPyodideModule: asm.default,
-        packages: ["micropip", "napllm", ...packages.map(canonical)],
+        packages: packages.map(canonical),
       });
-      pyodide.runPython(PIN_PY);
-      pyodide.globals.get("_napllm_pin")(pyodide.toPy(pinned), base + "simple/");
-      pyodide.runPython("del _napllm_pin");
+      // Only what the scripts import (the lock's `imports` names, e.g.
+      // `napllm`, `pydantic`, `micropip`) is loaded, with its dependencies:
+      // a script that imports nothing pinned loads no wheel at all.
+      await domReady();
+      sources = Array.from(doc.querySelectorAll('script[type="py"]'), (script) => [script, dedent(script.textContent || "")]);
+      for (const [, text] of sources) {
+        try {
+          await pyodide.loadPackagesFromImports(text);
+        } catch {
+          // A script that does not parse fails, with its traceback, when it runs.
+        }
+      }
+      if (pyodide.loadedPackages.micropip) {
+        pyodide.runPython(PIN_PY);
+        pyodide.globals.get("_napllm_pin")(pyodide.toPy(pinned), base + "simple/");
+        pyodide.runPython("del _napllm_pin");
+      }
     } catch (err) {
       const why = blockedBlob
         ? "this page's Content-Security-Policy blocks blob: scripts (script-src), which Python napplets need"
@@ -233,17 +273,16 @@ def _napllm_pin(pinned, index):
       status("error");
       return;
     }
-    await domReady();
     status("running");
     let failed = false;
-    const scripts = Array.from(doc.querySelectorAll('script[type="py"]'));
-    for (let i = 0; i < scripts.length; i += 1) {
+    for (let i = 0; i < sources.length; i += 1) {
+      const [script, text] = sources[i];
       try {
-        await pyodide.runPythonAsync(dedent(scripts[i].textContent || ""), { filename: `<script type="py"> #${i + 1}` });
+        await pyodide.runPythonAsync(text, { filename: `<script type="py"> #${i + 1}` });
       } catch (err) {
         failed = true;
         console.error(err);
-        showError(String(err && err.message ? err.message : err), scripts[i]);
+        showError(String(err && err.message ? err.message : err), script);
       }
     }
     status(failed ? "error" : "ready");
