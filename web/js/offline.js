@@ -158,12 +158,9 @@ async function recordFiles(connection, files) {
   await (await caches.open(OFFLINE_CACHE)).put(listKey(connection), new Response(body, { headers: { "content-type": "application/json" } }));
 }
 
-/** The Hugging Face hub's folder of a model id (transformers.js's default remote host and path). */
-const HUB = "https://huggingface.co/";
-
 /**
  * Where `connection`'s engine reads its model files, whether or not it ever
- * downloaded them (module rules): `{urls, folders}`, the exact URLs (GGUF
+ * downloaded them (module rules): `{urls, folders, paths?}`, the exact URLs (GGUF
  * shards, WebLLM's model library) and the folders every file under which it
  * reads (WebLLM's record folder, the onnx model folder or hub repository).
  */
@@ -176,11 +173,25 @@ async function readPlaces(connection) {
   }
   const source = connection?.kind === "onnx" ? onnxSource(connection) : null;
   if (!source) return { urls: [], folders: [] };
+  // A hub id's files live on transformers.js's own default host, which the
+  // page does not name: they are matched by their path (`/<id>/...`) on any
+  // host, which can only count a file as read by more connections, never less.
+  if (source.kind === "hub") return { urls: [], folders: [], paths: [`/${source.model}/`] };
   try {
-    const base = source.kind === "hub" ? HUB : new URL(source.base, document.baseURI).href;
-    return { urls: [], folders: [`${base}${source.model}/`] };
+    return { urls: [], folders: [`${new URL(source.base, document.baseURI).href}${source.model}/`] };
   } catch {
     return { urls: [], folders: [] };
+  }
+}
+
+/** Whether `url`'s path starts with one of `paths` (hub files, see readPlaces). */
+function onPaths(url, paths) {
+  if (!paths || paths.length === 0) return false;
+  try {
+    const path = new URL(String(url)).pathname;
+    return paths.some((prefix) => path.startsWith(prefix));
+  } catch {
+    return false;
   }
 }
 
@@ -200,7 +211,9 @@ export async function connectionFileUrls(connection) {
     // Not listed: the recorded files still count.
   }
   const urls = new Set([...recorded.map((file) => file.url), ...places.urls]);
-  return Object.freeze({ has: (url) => urls.has(url) || places.folders.some((folder) => String(url).startsWith(folder)) });
+  return Object.freeze({
+    has: (url) => urls.has(url) || places.folders.some((folder) => String(url).startsWith(folder)) || onPaths(url, places.paths),
+  });
 }
 
 /** Whether `url` is kept: in `store`, or (store null: the service worker's) in any cache, a build's precache included. */
