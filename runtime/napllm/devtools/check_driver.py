@@ -211,7 +211,8 @@ def _python_started(driver: _Driver, python_boot_ms: int, run: Run) -> bool:
     A JavaScript napplet returns at once. A Python napplet still `running`
     its scripts at the bound (a top-level loop) counts as started: its
     steps are performed (a `reload` step waits for the fresh frame's
-    scripts the same way). One still `loading`/`booting` adds the
+    scripts too, up to the same bound; past it, that step failed). One
+    still `loading`/`booting` adds the
     `napplet-unresponsive` finding and returns False.
     """
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
