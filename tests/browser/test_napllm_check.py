@@ -93,17 +93,6 @@ def test_chat_example_is_clean(dist_dir: Path, tmp_path: Path) -> None:
     assert "llm.delta" in types  # streamed through the provider path
 
 
-def test_a_python_napplet_s_steps_wait_for_its_scripts(dist_dir: Path, tmp_path: Path) -> None:
-    """Before: the steps started at the frame's load, while Pyodide was still
-    booting, so a first click on a button Python binds timed out (step-failed)."""
-    steps = [{"click": "#b"}, {"waitForText": "clicked", "selector": "#o", "timeoutMs": 5000}]
-    status, report, output = check(
-        dist_dir, tmp_path, FAULTY / "python-click.html", [{"text": "x"}], steps
-    )
-    assert status == 0, output
-    assert report["ok"] is True and report["findings"] == []
-
-
 def test_json_example_is_clean(dist_dir: Path, tmp_path: Path) -> None:
     script = [{"json": {"title": "Dune", "author": "Frank Herbert", "year": 1965}}]
     steps = [*choose_and_allow(), {"waitForText": "Frank Herbert", "selector": "#result"}]
@@ -299,3 +288,46 @@ def test_docs_walkthrough_passes(dist_dir: Path, tmp_path: Path) -> None:
     )
     assert status == 0, output
     assert report["ok"] is True
+
+
+# --------------------------------------------------------------------------- Python napplets
+# Each check of a Python napplet boots Pyodide in its frame: two in all.
+
+LEAKY_STEPS = [*CHOOSE, {"consent": "allow"}, {"waitForText": "started"}, {"wait": 300}]
+LEAKS = {"network-request", "console-error", "generation-abandoned", "page-error"}
+
+
+def test_python_extract_example_is_clean(dist_dir: Path, tmp_path: Path) -> None:
+    """The check waits for Pyodide to boot and the napplet's scripts to run, then drives it."""
+    rows = [{"name": "Alice", "age": 30, "city": "Paris"}, {"name": "Bob", "age": 41, "city": None}]
+    steps = [
+        {"click": "#extract"},
+        {"chooser": "allow"},
+        {"consent": "allow"},
+        {"waitForText": "2 row(s).", "selector": "#status"},
+    ]
+    status, report, output = check(
+        dist_dir, tmp_path, ROOT / "napplets/extract/index.html", [{"json": {"rows": rows}}], steps
+    )
+    assert status == 0, output
+    assert report["ok"] is True
+    types = [e["envelope"]["type"] for e in report["envelopes"] if e["envelope"]]
+    assert "llm.generate" in types and "llm.generate.result" in types
+
+
+def test_a_leaky_python_napplet_is_reported_like_its_javascript_twin(
+    dist_dir: Path, tmp_path: Path
+) -> None:
+    """Python and JavaScript napplets doing the same wrong things get the same findings."""
+    found = {}
+    for name in ("leaky.html", "leaky-python.html"):
+        (tmp_path / name).mkdir()
+        status, report, output = check(
+            dist_dir, tmp_path / name, FAULTY / name, [{"stall": True}], LEAKY_STEPS
+        )
+        assert status == 1, output
+        found[name] = report
+    assert kinds(found["leaky.html"]) == LEAKS, found["leaky.html"]["findings"]
+    assert kinds(found["leaky-python.html"]) == LEAKS, found["leaky-python.html"]["findings"]
+    errors = [f["message"] for f in found["leaky-python.html"]["findings"]]
+    assert any("RuntimeError: the tracker is gone" in m for m in errors), errors

@@ -141,6 +141,41 @@ def test_exceptions_from_devtools() -> None:
     assert check_observe.exception_event(thrown_string)["data"]["message"] == "s"
 
 
+def test_uncaught_python_exceptions_are_named_by_their_exception() -> None:
+    """A Python napplet's uncaught exception (a Pyodide PythonError) reads like its JS twin's."""
+
+    def rejection(last: str) -> dict:
+        description = (
+            "PythonError: Traceback (most recent call last):\n"
+            '  File "<exec>", line 22, in go\n'
+            "    raise thing\n"
+            f"{last}\n"
+            "    at new_error (blob:x/1:1)\n"
+            "    at wrapper (blob:x/1:2)"
+        )
+        exception = {"className": "z", "description": description}  # Pyodide minifies it
+        return {"exceptionDetails": {"text": "Uncaught (in promise)", "exception": exception}}
+
+    assert check_observe.exception_event(rejection("RuntimeError: gone")) == {
+        "kind": "page-error",
+        "data": {"message": "unhandled rejection: PythonError: RuntimeError: gone"},
+    }
+    cancelled = "napllm.napplet.errors.UserCancelledError: user-cancelled: The user cancelled."
+    assert check_observe.exception_event(rejection(cancelled)) == {
+        "kind": "unhandled-llm-error",
+        "data": {"code": "user-cancelled", "message": "The user cancelled."},
+    }
+    # Not a traceback: the first line, as for any error.
+    odd = {
+        "exceptionDetails": {
+            "text": "Uncaught",
+            "exception": {"className": "PythonError", "description": "PythonError: odd\n  x"},
+        }
+    }
+    assert check_observe.exception_event(odd)["data"]["message"] == "PythonError: odd"
+    assert check_observe.python_raised("PythonError: Traceback (most recent call last):") is None
+
+
 def test_csp_violations_from_the_devtools_log() -> None:
     entry = {
         "entry": {

@@ -20,10 +20,11 @@ What it does
    runtime, opens the envelope inspector, adds a "Scripted responses"
    connection with the script through the connections form, opens the
    napplet by URL (dev mode, like `?napplet=<url>`), turns its tab's "LLM
-   access" on when it is off, waits for a Python napplet's loader to end
-   (`<html data-napplet-python>` ready or error, at most
-   `PYTHON_READY_TIMEOUT_MS`), then performs the steps. Dialog buttons are
-   clicked only once enabled (dialogs may arm after a short delay).
+   access" on when it is off, waits for a Python napplet to start (its
+   `<html data-napplet-python>` reaching `ready` or `error`: Pyodide booted
+   and every `<script type="py">` ran; at most `--python-boot-ms`), then
+   performs the steps. Dialog buttons are clicked only once enabled
+   (dialogs may arm after a short delay).
 4. Observes from outside the napplet's realm (`_Observer`): the DevTools
    protocol reports the napplet frames' console errors, uncaught errors,
    unhandled rejections and CSP violations, including those from before
@@ -65,10 +66,8 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import re
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -76,6 +75,12 @@ from urllib.parse import unquote, urlsplit
 
 from ..providers.scripted import ScriptError, parse_script
 from .analysis import Finding
+from .check_driver import (
+    PYTHON_BOOT_MS,
+    CheckSetupError,
+    _Driver,
+    _python_started,
+)
 from .check_observe import (
     HangGuard,
     Run,
@@ -88,11 +93,6 @@ from .check_report import (
     write_reports,
 )
 from .check_steps import (
-    ChooserStep,
-    ClickStep,
-    ConsentStep,
-    FillStep,
-    PressStep,
     ReloadStep,
     Step,
     StepsError,
@@ -103,18 +103,9 @@ from .check_steps import (
 )
 from .headless import CHROMIUM, CHROMIUM_ARGS, DistRequestHandler, DistServer
 
-CONNECTION_NAME = "napllm-check script"
 NAPPLET_PREFIX = "/_napplet/"
-BOOT_TIMEOUT_MS = 180_000
-#: How long a Python napplet (`<meta name="napplet-python">`) may take to load
-#: Pyodide and run its scripts before the steps start, in ms.
-PYTHON_READY_TIMEOUT_MS = 120_000
 #: Added to a timed call's own timeout before `HangGuard` gives up on it (seconds).
 STALL_MARGIN_S = 20.0
-
-
-class CheckSetupError(Exception):
-    """The check could not run (bad input file, no shell, boot failure)."""
 
 
 # --------------------------------------------------------------------------- server
@@ -165,141 +156,6 @@ def serve(dist: Path, napplet_file: Path) -> DistServer:
     return server
 
 
-class _Driver:
-    """Drives the shell page like a person (see the module docstring)."""
-
-    def __init__(self, page: Any, run: Run, base: str, timeout_ms: int) -> None:
-        self.page = page
-        self.run = run
-        self.base = base
-        self.timeout_ms = timeout_ms
-        self.tab_key = ""
-
-    @property
-    def frame(self) -> Any:
-        return self.page.frame_locator(f"#{self.tab_key}-panel iframe.napplet-frame")
-
-    def boot(self) -> None:
-        self.page.goto(f"{self.base}index.html")
-        self.page.wait_for_function(
-            "() => ['ready', 'failed'].includes(document.body.dataset.boot)",
-            timeout=BOOT_TIMEOUT_MS,
-        )
-        if self.page.evaluate("document.body.dataset.boot") != "ready":
-            message = self.page.locator("#boot-error-message").text_content() or ""
-            raise CheckSetupError(f"the shell did not start: {message}")
-        summary = self.page.locator("details.inspector-wrap > summary")
-        if not self.page.evaluate("document.querySelector('details.inspector-wrap').open"):
-            summary.click()
-
-    def add_connection(self, script_text: str) -> None:
-        page = self.page
-        page.locator("#connection-add").click()
-        page.locator("#connection-name").fill(CONNECTION_NAME)
-        page.locator("#connection-kind").select_option("scripted")
-        page.locator("#connection-script").fill(script_text)
-        page.locator("#connection-save").click()
-        entry = page.locator("#connection-list li.connection h3", has_text=CONNECTION_NAME)
-        error = page.locator("#connection-form-error")
-        deadline = time.monotonic() + self.timeout_ms / 1000
-        while time.monotonic() < deadline:
-            if entry.count() > 0:
-                return
-            text = (error.text_content() or "").strip()
-            if text:
-                raise CheckSetupError(f"the shell refused the scripted connection: {text}")
-            page.wait_for_timeout(50)
-        raise CheckSetupError("the scripted connection did not appear in the connections list")
-
-    def open_napplet(self, url: str) -> None:
-        page = self.page
-        before = page.locator("#napplet-tabs .tab").count()
-        page.locator("#napplet-url").fill(url)
-        page.locator("#napplet-url-open").click()
-        page.wait_for_function(
-            "(n) => document.querySelectorAll('#napplet-tabs .tab').length > n", arg=before
-        )
-        tab_id = page.locator("#napplet-tabs .tab").last.get_attribute("id") or ""
-        self.tab_key = tab_id.removesuffix("-tab")
-        frames = f"#{self.tab_key}-panel iframe.napplet-frame"
-        loaded = (
-            "([sel, old]) => { const f = document.querySelector(sel);"
-            " return !!f && f !== old && f.srcdoc.length > 0; }"
-        )
-        # A napplet opened by URL starts with LLM access off. Turning it on
-        # builds a fresh frame once the document has arrived, so the steps
-        # must wait for that frame: a click on the first one would be lost.
-        page.wait_for_function(loaded, arg=[frames, None])
-        toggle = page.locator(f"#{self.tab_key}-panel .llm-toggle")
-        if toggle.count() > 0 and not toggle.is_checked():
-            old = page.query_selector(frames)
-            toggle.check()
-            page.wait_for_function(loaded, arg=[frames, old])
-        handle = page.query_selector(frames)
-        frame = handle.content_frame() if handle is not None else None
-        if frame is not None:
-            frame.wait_for_load_state("load", timeout=self.timeout_ms)
-            # A Python napplet binds its handlers only once Pyodide has run
-            # its scripts: the steps wait for the loader's last state. The
-            # selector is matched in Playwright's own world, not the napplet's.
-            if frame.query_selector("html[data-napplet-python]") is not None:
-                frame.wait_for_selector(
-                    "html[data-napplet-python=ready], html[data-napplet-python=error]",
-                    state="attached",
-                    timeout=PYTHON_READY_TIMEOUT_MS,
-                )
-
-    def _dialog(self, kind: str, timeout: int) -> Any:
-        dialog = self.page.locator(f"dialog.{kind}-dialog[open]").first
-        dialog.wait_for(state="visible", timeout=timeout)
-        # A dialog may keep its buttons disabled for a moment after it appears.
-        self.page.wait_for_function(
-            "(sel) => { const d = document.querySelector(sel);"
-            " return !d || !d.classList.contains('arming'); }",
-            arg=f"dialog.{kind}-dialog[open]",
-            timeout=timeout,
-        )
-        return dialog
-
-    def perform(self, step: Step) -> None:
-        timeout = self.timeout_ms
-        if isinstance(step, ClickStep):
-            self.frame.locator(step.click).first.click(timeout=timeout)
-        elif isinstance(step, FillStep):
-            self.frame.locator(step.fill).first.fill(step.text, timeout=timeout)
-        elif isinstance(step, PressStep):
-            target = self.frame.locator(step.selector or "body").first
-            target.press(step.press, timeout=timeout)
-        elif isinstance(step, WaitForTextStep):
-            wait = step.timeoutMs or timeout
-            self.frame.locator(step.selector, has_text=step.waitForText).first.wait_for(
-                state="attached", timeout=wait
-            )
-        elif isinstance(step, ChooserStep):
-            dialog = self._dialog("chooser", timeout)
-            if step.chooser == "cancel":
-                dialog.get_by_role("button", name="Cancel").click(timeout=timeout)
-            else:
-                name = step.connection or CONNECTION_NAME
-                exact = re.compile("^" + re.escape(name) + "$")
-                label = self.page.locator(".candidate-name", has_text=exact)
-                dialog.locator(".candidate", has=label).first.click(timeout=timeout)
-            dialog.wait_for(state="detached", timeout=timeout)
-        elif isinstance(step, ConsentStep):
-            dialog = self._dialog("consent", timeout)
-            if step.consent == "cancel":
-                self.page.keyboard.press("Escape")
-            else:
-                if step.consent == "allow" and step.remember:
-                    dialog.locator("input.remember").check(timeout=timeout)
-                dialog.locator(f"button.{step.consent}").click(timeout=timeout)
-            dialog.wait_for(state="detached", timeout=timeout)
-        elif isinstance(step, WaitStep):
-            self.page.wait_for_timeout(step.wait)
-        elif isinstance(step, ReloadStep):
-            self.page.locator(f"#{self.tab_key}-panel .reload").first.click(timeout=timeout)
-
-
 def run_check(
     napplet: Path,
     script_text: str,
@@ -311,6 +167,7 @@ def run_check(
     guard: HangGuard,
     timeout_ms: int = 15_000,
     settle_ms: int = 500,
+    python_boot_ms: int = PYTHON_BOOT_MS,
     run: Run | None = None,
 ) -> Run:
     """Run the check (see the module docstring); returns what it recorded.
@@ -320,8 +177,11 @@ def run_check(
     step, attaching to its frame and collecting at the end each get
     `timeout_ms` plus a margin. Whatever the napplet does after it is
     opened (never finishing its load, hanging its frame, crashing it) is
-    recorded as a finding, not raised. Raises `CheckSetupError` when the
-    shell or the browser cannot be used.
+    recorded as a finding, not raised. A Python napplet
+    (`data-napplet-python` on its root) is given `python_boot_ms` to boot
+    Pyodide and run its scripts before the first step; one still loading
+    or booting then is `napplet-unresponsive` and no step is performed.
+    Raises `CheckSetupError` when the shell or the browser cannot be used.
     """
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
@@ -356,6 +216,7 @@ def run_check(
             step_bound_s = 4 * bound_s + STALL_MARGIN_S
             observer = _Observer(context, page, run, guard, bound_s + STALL_MARGIN_S)
             driver = _Driver(page, run, base, timeout_ms)
+            driver.python_boot_ms = python_boot_ms
             try:
                 driver.boot()
                 driver.add_connection(script_text)
@@ -368,26 +229,45 @@ def run_check(
                     "the shell's envelope inspector does not announce its envelopes "
                     "(a dist/ built from an older napllm?)"
                 )
+            opened = True
             try:
-                opening_s = step_bound_s + 30 + PYTHON_READY_TIMEOUT_MS / 1000
-                with guard.within(opening_s, "opening the napplet"):
+                with guard.within(step_bound_s + 30, "opening the napplet"):
                     driver.open_napplet(f"{base}{NAPPLET_PREFIX.strip('/')}/{napplet.name}")
             except PlaywrightError as exc:
                 run.findings.append(
                     Finding(
                         "napplet-unresponsive",
-                        "The napplet's frame did not finish loading "
-                        f"(a script that never yields?): {_first_line(exc)}",
+                        "The napplet's frame did not finish loading within "
+                        f"{timeout_ms} ms (a script that never yields?): {_first_line(exc)}",
                         {},
                     )
                 )
                 steps = []
+                opened = False
+            if opened:
+                try:
+                    with guard.within(
+                        python_boot_ms / 1000 + step_bound_s, "waiting for its Python to start"
+                    ):
+                        if not _python_started(driver, python_boot_ms, run):
+                            steps = []
+                except PlaywrightError as exc:
+                    run.findings.append(
+                        Finding(
+                            "napplet-unresponsive",
+                            f"The napplet's frame did not answer: {_first_line(exc)}",
+                            {},
+                        )
+                    )
+                    steps = []
             for index, step in enumerate(steps):
                 record: dict[str, Any] = {"index": index, "step": describe_step(step)}
                 try:
                     own_ms = step.wait if isinstance(step, WaitStep) else 0
                     if isinstance(step, WaitForTextStep):
                         own_ms = step.timeoutMs or 0
+                    if isinstance(step, ReloadStep) and driver.python:
+                        own_ms = python_boot_ms
                     with guard.within(own_ms / 1000 + step_bound_s, f"performing step {index}"):
                         driver.perform(step)
                     record["ok"] = True
@@ -452,6 +332,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--chromium", default=CHROMIUM)
     parser.add_argument("--timeout-ms", type=int, default=15_000, help="per step")
     parser.add_argument("--settle-ms", type=int, default=500, help="wait after the last step")
+    parser.add_argument(
+        "--python-boot-ms",
+        type=int,
+        default=PYTHON_BOOT_MS,
+        help="how long a Python napplet may take to start before the first step",
+    )
     parser.add_argument(
         "--max-seconds",
         type=float,
@@ -531,6 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             chromium=args.chromium,
             timeout_ms=args.timeout_ms,
             settle_ms=args.settle_ms,
+            python_boot_ms=args.python_boot_ms,
             run=run,
             guard=HangGuard(hung),
         )

@@ -168,12 +168,37 @@ def console_event(params: dict[str, Any]) -> dict[str, Any] | None:
     return {"kind": "console-error", "data": {"message": _cut(" ".join(parts))}}
 
 
+#: The last line of the traceback of an uncaught `napllm.napplet.LlmError` ("code: message").
+_PY_LLM_ERROR = re.compile(
+    r"napllm\.napplet\.errors\.[A-Za-z]*Error: (?P<code>[a-z][a-z0-9-]*): (?P<message>.*)"
+)
+
+
+def python_raised(text: str) -> str | None:
+    """The exception line (`Class: message`) of a Pyodide `PythonError`'s text, or None.
+
+    `text` is the error's DevTools description: "PythonError: Traceback
+    (most recent call last):", the traceback's indented lines, the
+    exception's line, then the JavaScript stack (indented "at" lines).
+    The exception's line is the last unindented one after the first.
+    """
+    lines = text.split("\n")
+    if not lines[0].startswith("PythonError: Traceback"):
+        return None
+    raised = [line for line in lines[1:] if line.strip() and not line[0].isspace()]
+    return raised[-1].strip() if raised else None
+
+
 def exception_event(params: dict[str, Any]) -> dict[str, Any]:
     """The frame event for a `Runtime.exceptionThrown` (uncaught error or unhandled rejection).
 
     An `LlmError` becomes `unhandled-llm-error` with `code` "unknown" and
     `objectId` (the error object, whose own `code` property `_Observer`
     reads later without running napplet code); anything else `page-error`.
+    A Pyodide `PythonError` (an uncaught exception of a Python napplet) is
+    named by its Python exception's line, not the traceback's first; an
+    uncaught `napllm.napplet.LlmError` is `unhandled-llm-error` with the
+    code it names, as the same error of a JavaScript napplet would be.
     """
     details = params.get("exceptionDetails")
     details = details if isinstance(details, dict) else {}
@@ -182,6 +207,15 @@ def exception_event(params: dict[str, Any]) -> dict[str, Any]:
     text = _remote_text(exception) if exception else str(details.get("text", "error"))
     first_line = text.split("\n", 1)[0]
     in_promise = "(in promise)" in str(details.get("text", ""))
+    raised = python_raised(text)  # Pyodide's PythonError (its class name is minified)
+    if raised is not None:
+        llm = _PY_LLM_ERROR.fullmatch(raised)
+        if llm is not None:
+            return {
+                "kind": "unhandled-llm-error",
+                "data": {"code": _cut(llm["code"]), "message": _cut(llm["message"])},
+            }
+        first_line = f"PythonError: {raised}"
     if exception.get("className") == "LlmError":
         message = first_line.removeprefix("LlmError: ").removeprefix("LlmError")
         data: dict[str, Any] = {"code": "unknown", "message": _cut(message)}
