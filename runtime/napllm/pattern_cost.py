@@ -34,6 +34,7 @@ Rules
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 #: Most positions alive at once (ways of matching the text so far).
@@ -60,7 +61,12 @@ class PatternTooCostly(ValueError):
     """The pattern cannot be read, or its automaton is larger than `MAX_POSITIONS`."""
 
 
-def _complement(ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+def complement_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """The code points (0..U+10FFFF) outside inclusive `ranges`, as sorted inclusive ranges.
+
+    Shared by this module's negated classes and the LMSP service's grammar
+    cost walk (`lmsp_service.grammar_cost`), whose GBNF has the same `[^...]`.
+    """
     out, low = [], 0
     for start, end in sorted(ranges):
         if start > low:
@@ -154,7 +160,7 @@ def _escape(source: str, i: int) -> tuple[tuple[tuple[int, int], ...] | None, in
     c = source[i + 1]
     if c.lower() in _CLASS_ESCAPES:
         ranges = _CLASS_ESCAPES[c.lower()]
-        return (_complement(ranges) if c.isupper() else ranges), i + 2
+        return (complement_ranges(ranges) if c.isupper() else ranges), i + 2
     if c in "bB":
         return None, i + 2
     if c in _CHAR_ESCAPES:
@@ -214,7 +220,7 @@ def _class(source: str, i: int) -> tuple[tuple[tuple[int, int], ...], int]:
     if i >= len(source):
         raise PatternTooCostly("unterminated class")
     result = tuple(ranges)
-    return (_complement(result) if negated else result), i + 1
+    return (complement_ranges(result) if negated else result), i + 1
 
 
 class _Frame:
@@ -324,7 +330,7 @@ def _automaton(source: str) -> tuple[_Builder, _Frag]:
             frame.push(b, _Frag([], [], True), (start, start))
             i += 1
         elif c == ".":
-            any_but_newline = _complement(((10, 10), (13, 13), (0x2028, 0x2029)))
+            any_but_newline = complement_ranges(((10, 10), (13, 13), (0x2028, 0x2029)))
             frame.push(b, b.atom(any_but_newline), (start, start + 1))
             i += 1
         else:

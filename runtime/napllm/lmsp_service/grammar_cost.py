@@ -38,6 +38,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..pattern_cost import complement_ranges
+
 #: Characters followed from the start of the grammar at most.
 MAX_STEPS = 256
 #: Stack pushes and matches the walk may make in all.
@@ -184,7 +186,7 @@ def parse_gbnf(text: str) -> Grammar:
                     raise GrammarCostError("unterminated class")
                 i += 1
                 if negated:
-                    ranges = _complement(ranges)
+                    ranges = list(complement_ranges(ranges))
                 alternative.append(("c", tuple(ranges)))
             elif c == ".":
                 alternative.append(("c", ((0, _MAX_CHAR),)))
@@ -245,17 +247,6 @@ def parse_gbnf(text: str) -> Grammar:
         raise GrammarCostError("no root rule")
     grammar.root = grammar.names["root"]
     return grammar
-
-
-def _complement(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out, low = [], 0
-    for start, end in sorted(ranges):
-        if start > low:
-            out.append((low, start - 1))
-        low = max(low, end + 1)
-    if low <= _MAX_CHAR:
-        out.append((low, _MAX_CHAR))
-    return out
 
 
 class _Walk:
