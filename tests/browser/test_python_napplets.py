@@ -253,7 +253,7 @@ async def unpinned_micropip():
 await attempt('micropip', unpinned_micropip)
 micropip = importlib.import_module('micropip')
 await attempt('micropip-url', lambda: micropip.install(base + 'pkg-1.0-py3-none-any.whl'))
-await attempt('micropip-emfs', lambda: micropip.install('emfs:/tmp/pkg-1.0-py3-none-any.whl'))
+await attempt('micropip-emfs', lambda: micropip.install('emfs:pkg-1.0-py3-none-any.whl'))
 import tabulate
 out(json.dumps(results, sort_keys=True))
 """
