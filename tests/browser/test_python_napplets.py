@@ -24,16 +24,13 @@ Each boot of Pyodide costs seconds, so each napplet here does several checks.
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import pytest
+from recording_host import RecordingHost, recording_host
 from shellpage import ShellPage
 from test_offline import Server, persistent, wait_boot, wait_offline_ready  # noqa: F401
 
@@ -86,48 +83,10 @@ def state(frame: Any) -> str:
 # --------------------------------------------------------------------------- the listener
 
 
-@dataclass
-class Listener:
-    """A server on 127.0.0.1 that records every request (any method) and serves `pages`."""
-
-    pages: dict[str, str] = field(default_factory=dict)
-    hits: list[str] = field(default_factory=list)
-    url: str = ""
-
-    def page(self, path: str, html: str) -> str:
-        self.pages[path] = html
-        return self.url + path.lstrip("/")
-
-
 @pytest.fixture(scope="module")
-def listener() -> Iterator[Listener]:
-    state = Listener()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def answer(self) -> None:
-            state.hits.append(f"{self.command} {self.path}")
-            body = state.pages.get(unquote(urlsplit(self.path).path))
-            self.send_response(200 if body is not None else 404)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            # What a napplet page needs to be fetched by the shell from another origin.
-            self.send_header("Access-Control-Allow-Origin", "*")
-            self.send_header("Cross-Origin-Resource-Policy", "cross-origin")
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write((body or "").encode())
-
-        do_GET = do_POST = answer
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield state
-    server.shutdown()
-    server.server_close()
+def listener() -> Iterator[RecordingHost]:
+    with recording_host() as host:
+        yield host
 
 
 def napplet_url(test_pages_dir: Path, dist_url: str, name: str, html: str) -> str:
@@ -260,7 +219,7 @@ out(json.dumps(results, sort_keys=True))
 
 
 def test_python_napplet_sends_nothing_out(
-    shell: ShellPage, test_pages_dir: Path, dist_url: str, listener: Listener
+    shell: ShellPage, test_pages_dir: Path, dist_url: str, listener: RecordingHost
 ) -> None:
     html = python_page("tabulate", ESCAPES).replace(
         "<body>", f'<body data-listener="{listener.url}">'
@@ -297,7 +256,7 @@ def test_python_napplet_sends_nothing_out(
 def test_python_napplet_boots_with_the_shells_server_gone_after_one_visit(
     persistent: Any,  # noqa: F811  (test_offline's fixture, imported above)
     dist_dir: Path,
-    listener: Listener,
+    listener: RecordingHost,
 ) -> None:
     url = listener.page(
         "/py-offline.html", python_page("tabulate", "import napllm, tabulate\nout('offline ok')")

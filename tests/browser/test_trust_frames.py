@@ -28,7 +28,6 @@ deployer's CSP in test_trust_csp.py.
 
 from __future__ import annotations
 
-import http.server
 import json
 import socket
 import threading
@@ -37,9 +36,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote
 
 import pytest
+from recording_host import RecordingHost, recording_host
 from shellpage import POLL_MS, Napplet, ShellPage, boot_shell, code, generate
 
 pytestmark = pytest.mark.browser
@@ -53,52 +53,10 @@ LEFT_SANDBOX = "This napplet left its sandboxed page; its model access was close
 # --------------------------------------------------------------------------- listeners
 
 
-@dataclass
-class Hostile:
-    """A napplet author's own server on 127.0.0.1: serves `pages`, records every hit."""
-
-    pages: dict[str, str] = field(default_factory=dict)
-    hits: list[str] = field(default_factory=list)
-    url: str = ""
-
-    def page(self, path: str, html: str) -> str:
-        """Serve `html` at `path`; returns its URL."""
-        self.pages[path] = html
-        return self.url + path.lstrip("/")
-
-    def hits_for(self, prefix: str) -> list[str]:
-        return [h for h in self.hits if h.startswith(prefix)]
-
-
 @pytest.fixture(scope="module")
-def hostile() -> Iterator[Hostile]:
-    state = Hostile()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            state.hits.append(self.path)
-            body = state.pages.get(unquote(urlsplit(self.path).path))
-            self.send_response(200 if body is not None else 404)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            # Everything a page needs to load in the shell's frame (the shell is
-            # cross-origin isolated) and to be fetched by it.
-            self.send_header("Access-Control-Allow-Origin", "*")
-            self.send_header("Cross-Origin-Resource-Policy", "cross-origin")
-            self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write((body or "").encode())
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield state
-    server.shutdown()
-    server.server_close()
+def hostile() -> Iterator[RecordingHost]:
+    with recording_host() as host:
+        yield host
 
 
 @dataclass
@@ -202,7 +160,7 @@ setTimeout(() => report('after'), 1500);
 
 
 def test_navigating_away_gets_no_endpoint_and_closes_access(
-    shell: ShellPage, hostile: Hostile
+    shell: ShellPage, hostile: RecordingHost
 ) -> None:
     other = hostile.page("/other.html", ESCAPE_PAGE)
     shell.scripted(FULL, [{"text": ["granted"]}])
@@ -518,7 +476,9 @@ def test_a_raw_flood_of_small_envelopes_is_stopped(shell: ShellPage) -> None:
 # --------------------------------------------------------------------------- 4. churn
 
 
-def test_forged_starts_and_a_reload_loop_are_bounded(shell: ShellPage, hostile: Hostile) -> None:
+def test_forged_starts_and_a_reload_loop_are_bounded(
+    shell: ShellPage, hostile: RecordingHost
+) -> None:
     app = shell.open_napplet()
     handle = app.select(FULL)
     # 4,000 forged starts (wrong secret, fresh ports; no secret at all)
@@ -593,7 +553,7 @@ def test_binary_payloads_are_metered_by_their_bytes(shell: ShellPage, transport:
 
 
 def test_a_flooding_napplet_is_stopped_and_memory_stays_bounded(
-    shell: ShellPage, hostile: Hostile
+    shell: ShellPage, hostile: RecordingHost
 ) -> None:
     app = shell.open_napplet()
     handle = app.select(FULL)
@@ -760,7 +720,7 @@ def test_webrtc_sends_no_udp_from_the_napplet_or_its_frames(shell: ShellPage, ud
 
 
 def test_a_napplet_with_declarative_shadow_roots_does_not_run(
-    shell: ShellPage, hostile: Hostile
+    shell: ShellPage, hostile: RecordingHost
 ) -> None:
     # a closed declarative shadow root would hide a nested frame from the prelude
     url = hostile.page(
@@ -784,7 +744,7 @@ def test_a_napplet_with_declarative_shadow_roots_does_not_run(
 
 
 def test_a_link_shows_the_origin_and_starts_without_llm_access(
-    browser: Any, product_url: str, test_pages_dir: Path, hostile: Hostile
+    browser: Any, product_url: str, test_pages_dir: Path, hostile: RecordingHost
 ) -> None:
     # a hostile page named like a listed napplet, with look-alike tricks in its path
     hostile.page(
