@@ -3,7 +3,8 @@
 A request's JSON Schema (`response_format: json_schema`, or a forced tool
 call's `parameters`) is napplet-controlled text that ends up in two places
 that do not defend themselves: llama-cpp-python's JSON-Schema-to-GBNF
-converter (pure Python, whose output grows with every repetition count:
+converter (completed in schema_grammar.py; pure Python, whose output grows
+with every repetition count:
 `maxLength: N` becomes N nested optional groups, `pattern: "a{N}"` N copies)
 and llama.cpp's GBNF parser (native code, recursive: a few thousand nested
 groups overflow its stack and kill the process).
@@ -47,16 +48,14 @@ converter and parser expand schemas; no library bounds them.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from typing import Any
 
-from llama_cpp.llama_grammar import json_schema_to_gbnf
-
 from ..lmsp import FunctionTool
 from ..pattern_cost import pattern_is_affordable
 from .grammar_cost import GrammarCostError, parse_gbnf, worst_case
+from .schema_grammar import EmptyRange, rebase_refs, schema_to_gbnf
 from .schema_keywords import unenforced_keyword
 
 #: Largest repetition bound (a length, item or property count, a pattern count).
@@ -282,7 +281,12 @@ def _convert(schema: Any) -> str:
             "while generating."
         )
     try:
-        gbnf = str(json_schema_to_gbnf(json.dumps(schema)))
+        gbnf = schema_to_gbnf(schema)
+    except EmptyRange as exc:
+        raise GrammarUnavailable(
+            "The schema's integer bounds (minimum, maximum, exclusiveMinimum, exclusiveMaximum) "
+            "leave no integer of at most 16 digits."
+        ) from exc
     except Exception as exc:  # the converter raises bare Exceptions, KeyErrors, ...
         raise GrammarUnavailable("The schema cannot be expressed as a grammar.") from exc
     if len(gbnf) > MAX_GRAMMAR_CHARS:
@@ -314,13 +318,22 @@ def tool_call_grammar(tools: Sequence[FunctionTool]) -> str:
     tool's parameters>}`. Raises `GrammarUnavailable` when a tool's
     parameters are beyond the limits or cannot be expressed as a grammar.
     """
+    # Each tool's `#/...` references stay relative to its own parameters.
+    at = (
+        ["properties/arguments"]
+        if len(tools) == 1
+        else [f"anyOf/{i}/properties/arguments" for i in range(len(tools))]
+    )
     variants = [
         {
             "type": "object",
-            "properties": {"name": {"const": tool.name}, "arguments": tool.parameters},
+            "properties": {
+                "name": {"const": tool.name},
+                "arguments": rebase_refs(tool.parameters, where),
+            },
             "required": ["name", "arguments"],
         }
-        for tool in tools
+        for tool, where in zip(tools, at, strict=True)
     ]
     schema = variants[0] if len(variants) == 1 else {"anyOf": variants}
     gbnf = _convert(schema)

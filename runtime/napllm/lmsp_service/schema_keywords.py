@@ -1,19 +1,24 @@
 """Which JSON Schema keywords the grammar keeps, and refusing the others (LMSP 1.0, 6.1, 6.5).
 
-A schema is enforced by the grammar llama-cpp-python's converter builds
-from it (grammar.py). A keyword that constrains validity but that the
-converter drops would let the model write an answer the schema rejects,
-and the request would end `model_output_invalid` after the whole
-generation. So such a keyword is refused before generating, naming it.
+A schema is enforced by the grammar that llama-cpp-python's converter,
+as completed by schema_grammar.py, builds from it (grammar.py). A keyword
+that constrains validity but that the converter drops would let the model
+write an answer the schema rejects, and the request would end
+`model_output_invalid` after the whole generation. So such a keyword is
+refused before generating, naming it.
 
 Rules
 - Kept by the grammar (`ENFORCED`): `type`, `properties`, `required`,
   `additionalProperties`, `items`, `prefixItems`, `minItems`, `maxItems`,
   `enum`, `const`, `anyOf`, `allOf`, `$ref`, `$defs`, `definitions`,
-  `pattern`, `minLength`, `maxLength`; also `oneOf` whose branches are
-  distinct `const`s (disjoint, so `anyOf`'s grammar is exact).
+  `pattern`, `minLength`, `maxLength`; `minimum`, `maximum`,
+  `exclusiveMinimum`, `exclusiveMaximum` of `type: "integer"` given as
+  numbers (schema_grammar.py writes the range); also `oneOf` whose
+  branches are distinct `const`s (disjoint, so `anyOf`'s grammar is exact).
 - Refused (`REFUSED`, and `oneOf` otherwise): keywords that constrain
-  validity and that the converter drops: number bounds and `multipleOf`,
+  validity and that the converter drops: the bounds of any other type
+  (`number`: a digit grammar for a real range is not exact and cheap),
+  draft 4's boolean `exclusiveMinimum`/`exclusiveMaximum`, `multipleOf`,
   `uniqueItems: true`, `minProperties` above 0, `maxProperties`,
   `contains` and its counts, `not`, `if`/`then`/`else`, `dependentRequired`,
   `dependentSchemas`, `propertyNames`, `patternProperties`,
@@ -42,6 +47,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .schema_grammar import INTEGER_BOUNDS
+
 ENFORCED = frozenset(
     {
         "type",
@@ -62,14 +69,14 @@ ENFORCED = frozenset(
         "pattern",
         "minLength",
         "maxLength",
-    }
-)
-REFUSED = frozenset(
-    {
         "minimum",
         "maximum",
         "exclusiveMinimum",
         "exclusiveMaximum",
+    }
+)
+REFUSED = frozenset(
+    {
         "multipleOf",
         "maxProperties",
         "contains",
@@ -129,6 +136,8 @@ def _disjoint_consts(branches: Any) -> bool:
 
 #: String formats the converter writes with a rule of its own.
 _OWN_RULE_FORMAT = re.compile(r"^(uuid[1-5]?|date|time|date-time)$")
+#: Bounds kept for `type: "integer"` only, and only as JSON numbers (schema_grammar.py).
+_INTEGER_BOUNDS = frozenset(INTEGER_BOUNDS)
 #: Kept wherever they appear (`type` picks the branch; `$defs` hold no constraint).
 _ALWAYS = frozenset({"type", "$defs", "definitions"})
 
@@ -163,6 +172,8 @@ def _branch_keeps(node: dict[str, Any]) -> frozenset[str]:
         return frozenset()  # these formats take the converter's own rule, lengths dropped
     if kind == "string":
         return frozenset({"minLength", "maxLength"})
+    if kind == "integer":
+        return _INTEGER_BOUNDS  # schema_grammar.py writes the range's digits
     return frozenset()
 
 
@@ -192,6 +203,10 @@ def unenforced_keyword(schema: Any) -> str | None:
             key = str(raw_key)
             if key in REFUSED:
                 return key
+            if key in _INTEGER_BOUNDS and (
+                isinstance(value, bool) or not isinstance(value, int | float)
+            ):
+                return key  # draft 4's boolean `exclusiveMinimum`: not a bound the grammar reads
             if key == "uniqueItems" and value is True:
                 return key
             if key == "minProperties" and not (isinstance(value, int) and value <= 0):

@@ -1,0 +1,41 @@
+"""Whether a GBNF grammar accepts a text, the way llama.cpp's grammar sampler follows it.
+
+Built on grammar_cost.py's model of llama.cpp's parse stacks (`parse_gbnf`,
+`_Walk.advance`, the same expansion as `llama_grammar_advance_stack`): the
+text is accepted when, after its last character, one parse stack is empty
+(the grammar may end there). Test code: it lets a test show that a schema's
+grammar lets through the texts the schema allows and stops the others,
+without a model.
+"""
+
+from __future__ import annotations
+
+from napllm.lmsp_service.grammar_cost import Stack, _matches, _Walk, parse_gbnf
+
+
+def grammar_accepts(gbnf: str, text: str) -> bool:
+    """Whether `gbnf` (root rule `root`) matches all of `text`."""
+    grammar = parse_gbnf(gbnf)
+    walk = _Walk(grammar, live_limit=10**9)
+    roots: list[Stack] = [
+        ((grammar.root, index, 0),) if alternative else ()
+        for index, alternative in enumerate(walk.rules[grammar.root])
+    ]
+    current: dict[Stack, None] = {}
+    walk.advance(roots, current)
+    for char in text:
+        moved: list[Stack] = []
+        for stack in current:
+            if not stack:
+                continue
+            element = walk.element(stack[-1])
+            assert element is not None
+            if _matches(element[1], ord(char)):
+                top = stack[-1]
+                after = (top[0], top[1], top[2] + 1)
+                moved.append(stack[:-1] + ((after,) if walk.element(after) is not None else ()))
+        current = {}
+        walk.advance(moved, current)
+        if not current:
+            return False
+    return () in current
