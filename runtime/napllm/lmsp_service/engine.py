@@ -131,7 +131,11 @@ class Engine:
         #: tokens (every token covers at most the vocabulary's longest token text).
         self.max_prompt_bytes: int = self.n_ctx * int(info["max_token_bytes"])
         self.template = ChatTemplate(
-            self.chat_template, str(info["bos_text"]), str(info["eos_text"])
+            self.chat_template,
+            str(info["bos_text"]),
+            str(info["eos_text"]),
+            add_bos=bool(info.get("add_bos")),
+            add_eos=bool(info.get("add_eos")),
         )
         self._jobs = Scheduler(
             self._ids,

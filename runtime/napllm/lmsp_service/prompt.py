@@ -19,6 +19,13 @@ Rules
   `function_call_output` items become `{"role": "tool", "tool_call_id",
   "content"}`, and the tool definitions are passed as `tools`. A template
   that does not mention tools leaves them out.
+- The prompt's token ids are llama.cpp's own for the conversation
+  (llama-server's): the tokenizer adds the special tokens the vocabulary
+  asks for (`add_bos`, `add_eos`) and parses special tokens in the text,
+  so a BOS text the template writes at the start (`{{ bos_token }}`) is
+  removed when the tokenizer adds BOS itself, and an EOS text at the end
+  when it adds EOS, as llama.cpp's chat-template code does; otherwise
+  such a prompt began with two BOS tokens. docs/lmsp.md 9.2.
 """
 
 from __future__ import annotations
@@ -45,11 +52,14 @@ class PromptTooLong(Exception):
 
 @dataclass(frozen=True)
 class ChatTemplate:
-    """A model's chat template: Jinja `text` and the texts of its BOS and EOS tokens."""
+    """A model's chat template: Jinja `text`, the texts of its BOS and EOS tokens,
+    and whether the tokenizer adds BOS (`add_bos`) and EOS (`add_eos`) itself."""
 
     text: str
     bos_text: str
     eos_text: str
+    add_bos: bool = False
+    add_eos: bool = False
 
 
 #: The formatter of the last template rendered in this process (one model per service).
@@ -64,7 +74,8 @@ def render_prompt(
 ) -> str:
     """Render chat `messages` (and `tools`, OpenAI chat shapes) with `template`.
 
-    Returns the prompt text. Raises `TemplateError` when the template
+    Returns the prompt text for a tokenizer that adds the vocabulary's
+    special tokens (module rules). Raises `TemplateError` when the template
     rejects the conversation, `PromptTooLong` when the text has more than
     `max_chars` characters (`None`: no limit). Pure Python; the service
     calls it in a schema worker under `RENDER_TIME_LIMIT_S`.
@@ -80,6 +91,11 @@ def render_prompt(
     except Exception as exc:  # Jinja raises many types; the template's own ValueError too
         raise TemplateError("the chat template rejected the conversation") from exc
     prompt = str(result.prompt)
+    # The tokenizer adds these itself (module rules).
+    if template.add_bos and template.bos_text and prompt.startswith(template.bos_text):
+        prompt = prompt[len(template.bos_text) :]
+    if template.add_eos and template.eos_text and prompt.endswith(template.eos_text):
+        prompt = prompt[: -len(template.eos_text)]
     if max_chars is not None and len(prompt) > max_chars:
         raise PromptTooLong("the rendered prompt cannot fit the context")
     return prompt

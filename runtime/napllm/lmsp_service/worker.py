@@ -21,7 +21,8 @@ Service -> worker (tuples; `rid` is the service's request number):
 Worker -> service:
 - `("ready", info)` once, after loading and the self-check (`info`:
   `n_ctx` (the context of one sequence), `slots`, `chat_template`,
-  `bos_text`, `eos_text`, `extra_bufts` (whether llama.cpp's CPU extra
+  `bos_text`, `eos_text`, `add_bos`/`add_eos` (whether tokenizing adds
+  them; prompt.py), `extra_bufts` (whether llama.cpp's CPU extra
   buffer types are in use), `cpu_features`, `max_token_bytes` (the
   longest text of one token, special tokens included: a prompt of more
   UTF-8 bytes than `n_ctx` times this cannot fit, whatever its tokens)),
@@ -113,6 +114,8 @@ def worker_main(
                 "chat_template": template,
                 "bos_text": model.token_get_text(model.token_bos()),
                 "eos_text": model.token_get_text(model.token_eos()),
+                "add_bos": add_bos,
+                "add_eos": bool(model.add_eos_token()),
                 "extra_bufts": extra_bufts_in_use(model),
                 "cpu_features": cpu_features(),
                 "max_token_bytes": max_token_bytes(loaded),
@@ -137,7 +140,9 @@ def worker_main(
             rid, prompt = prompts.get()
             try:
                 ids: list[int] | None = list(
-                    model.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
+                    # add_special (the vocabulary's BOS/EOS), special tokens parsed:
+                    # llama-server's tokenization of a chat prompt (prompt.py).
+                    model.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
                 )
             except Exception:
                 ids = None
