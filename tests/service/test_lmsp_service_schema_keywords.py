@@ -19,6 +19,7 @@ for a raw NUL character; every backslash is escaped now.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import httpx
@@ -272,6 +273,26 @@ ENFORCED_TEXTS: dict[str, tuple[dict[str, Any], list[str], list[str]]] = {
         ['"123e4567-e89b-12d3-a456-426614174000"'],
         ['"123e4567e89b12d3a456426614174000"'],
     ),
+    "pattern with regex escapes": (
+        {"type": "string", "pattern": "^\\d{3}-[a-z]\\.\\w$"},
+        ['"123-a.b"', '"000-z._"'],
+        ['"123-a-b"', '"12-a.b"', '"123-a.bc"'],
+    ),
+    "pattern allowing quotes, backslashes and control characters": (
+        {"type": "string", "pattern": "^[^a]{2}$"},
+        ['"\\"\\\\"', '"\\u0001b"', '"\\n\\t"', '"é☕"'],
+        ['"""', '"\\"a"', '"\u0001b"', '"b"'],
+    ),
+    "pattern with a literal backslash and quote": (
+        {"type": "string", "pattern": '^a\\\\"$'},
+        ['"a\\\\\\""'],
+        ['"a\\""', '"a\\\\"'],
+    ),
+    "pattern with any character": (
+        {"type": "string", "pattern": "^x.$"},
+        ['"x\\""', '"x\\u001f"', '"xé"'],
+        ['"x\\n"', '"x\u2028"', '"x"'],
+    ),
     "property names with escapes": (
         {"type": "object", "properties": {'q"\\': {"const": 1}}, "required": ['q"\\']},
         ['{"q\\"\\\\": 1}'],
@@ -388,6 +409,23 @@ def test_integer_bounds_the_grammar_cannot_meet_are_refused_naming_them(
         json_grammar(schema)
 
 
+@pytest.mark.parametrize(
+    ("pattern", "feature"),
+    [
+        ("^a(?=b)b$", "lookaround"),
+        ("^\\bx$", "assertion"),
+        ("^[\\s]$", "shorthand class"),
+        ("^a", "anchors"),
+        ("^a^b$", "anchor inside"),
+    ],
+)
+def test_a_pattern_the_grammar_cannot_write_exactly_is_refused_naming_it(
+    pattern: str, feature: str
+) -> None:
+    with pytest.raises(GrammarUnavailable, match=f"keyword pattern with .*{feature}"):
+        json_grammar({"type": "string", "pattern": pattern})
+
+
 def _post(service: LmspServiceHandle, schema: dict[str, Any]) -> httpx.Response:
     message = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "n?"}]}
     fmt = {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}
@@ -427,6 +465,11 @@ def test_the_service_keeps_the_issues_integer_bounds_while_generating(
 
 def test_the_service_writes_a_control_character_const(lmsp_service: LmspServiceHandle) -> None:
     assert _output_json(_post(lmsp_service, {"const": "\u0000"})) == "\u0000"
+
+
+def test_the_service_writes_a_pattern_with_regex_escapes(lmsp_service: LmspServiceHandle) -> None:
+    value = _output_json(_post(lmsp_service, {"type": "string", "pattern": "^\\d{2}\\.\\d$"}))
+    assert re.fullmatch(r"\d{2}\.\d", value)
 
 
 def test_the_service_refuses_a_bound_it_cannot_enforce_before_generating(

@@ -55,6 +55,7 @@ from typing import Any
 from ..lmsp import FunctionTool
 from ..pattern_cost import pattern_is_affordable
 from .grammar_cost import GrammarCostError, parse_gbnf, worst_case
+from .pattern_grammar import UnsupportedPattern
 from .schema_grammar import EmptyRange, rebase_refs, schema_to_gbnf
 from .schema_keywords import unenforced_keyword
 
@@ -286,6 +287,11 @@ def _convert(schema: Any) -> str:
         raise GrammarUnavailable(
             "The schema's integer bounds (minimum, maximum, exclusiveMinimum, exclusiveMaximum) "
             "leave no integer of at most 16 digits."
+        ) from exc
+    except UnsupportedPattern as exc:
+        raise GrammarUnavailable(
+            f"The schema uses the keyword pattern with {exc}, which this service cannot "
+            "enforce while generating."
         ) from exc
     except Exception as exc:  # the converter raises bare Exceptions, KeyErrors, ...
         raise GrammarUnavailable("The schema cannot be expressed as a grammar.") from exc

@@ -45,6 +45,8 @@ from typing import Any
 
 from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
 
+from .pattern_grammar import pattern_rule
+
 #: Most digits of an integer the grammar writes (the converter's `integral-part`).
 MAX_INTEGER_DIGITS = 16
 _EDGE = 10**MAX_INTEGER_DIGITS - 1
@@ -250,6 +252,10 @@ class CompletedConverter(SchemaConverter):
 
     def _format_literal(self, literal: str) -> str:
         return _literal(literal)
+
+    def _visit_pattern(self, pattern: str, name: str) -> str:
+        body = '"\\"" ' + pattern_rule(pattern) + ' "\\"" space'
+        return str(self._add_rule(name, body))  # type: ignore[no-untyped-call]
 
     def resolve_refs(self, schema: Any, url: str) -> Any:
         """Record the target of every local `$ref` in `schema` (raises `ValueError` otherwise)."""
