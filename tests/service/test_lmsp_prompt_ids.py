@@ -30,6 +30,7 @@ import llama_cpp as ll
 from tests.service.conftest import MODEL
 
 from napllm.lmsp import InputText, MessageItemIn
+from napllm.lmsp_service.batching import piece_decoder
 from napllm.lmsp_service.engine import Engine
 from napllm.lmsp_service.prompt import chat_messages, render_prompt
 
@@ -122,3 +123,14 @@ def test_the_engine_decodes_llama_cpps_own_ids_for_a_conversation(
     bos = ids[0]
     if engine.template.add_bos:
         assert ids.count(bos) == 1  # one BOS, not the template's and the tokenizer's
+
+
+def test_bytes_that_never_form_utf8_read_as_llama_server_writes_them() -> None:
+    # With the same ids, napllm-lmsp's text differed from llama-server's
+    # whenever the model sampled a lone byte token (TinyChat's token 115 is
+    # the byte 0xB4): the bytes were dropped, llama-server writes U+FFFD
+    # (its JSON is dumped with nlohmann's `error_handler_t::replace`).
+    decoder = piece_decoder()
+    pieces = [b"L", b"\xb4", b"Dallas", b"\xc3", b"\xa9", b"\xe2\x82", b"a", b"\xe2\x82"]
+    text = "".join(decoder.decode(piece) for piece in pieces) + decoder.decode(b"", final=True)
+    assert text == "L\ufffdDallasé\ufffda\ufffd"

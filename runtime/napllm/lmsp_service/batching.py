@@ -87,6 +87,18 @@ TOKEN_GRAMMAR_BUDGET_S = 1.0
 GENERATION_GRAMMAR_BUDGET_S = 15.0
 
 
+def piece_decoder() -> codecs.IncrementalDecoder:
+    """The incremental decoder of a generation's token bytes into its text.
+
+    A token may hold part of a UTF-8 sequence; the decoder keeps it until
+    the sequence is complete. Bytes that never form one (a model may sample
+    a lone byte token) become U+FFFD, as llama-server writes them, so the
+    same token ids give the same text (docs/lmsp.md 9.4); they used to be
+    dropped.
+    """
+    return codecs.getincrementaldecoder("utf-8")("replace")
+
+
 @dataclass
 class _Sequence:
     """One generation in the batch: its KV sequence, sampler and progress."""
@@ -106,7 +118,7 @@ class _Sequence:
     produced: int = 0  # output tokens (end-of-generation not counted)
     pending: list[str] = field(default_factory=list)
     last_flush: float = 0.0
-    decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("ignore"))
+    decoder: Any = field(default_factory=piece_decoder)
     future: Future[tuple[str, int, float]] | None = None  # sampling on the pool
     sample_started: float = 0.0  # time.monotonic() when a pool thread began it (0: queued)
     grammar_s: float = 0.0  # grammar work so far, in seconds

@@ -25,7 +25,7 @@ Rules
   so a BOS text the template writes at the start (`{{ bos_token }}`) is
   removed when the tokenizer adds BOS itself, and an EOS text at the end
   when it adds EOS, as llama.cpp's chat-template code does; otherwise
-  such a prompt began with two BOS tokens. docs/lmsp.md 9.2.
+  such a prompt began with two BOS tokens. docs/lmsp.md 9.4.
 """
 
 from __future__ import annotations
