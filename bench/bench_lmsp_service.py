@@ -57,6 +57,8 @@ How it measures
   the figure is the second turn's first-token median over the first
   turn's (target <= 0.2x: the second turn must not read the history
   again). Each round's conversation has its own first ids.
+  `--no-prompt-reuse` starts napllm-lmsp with that switch (the figures
+  of every prompt decoded in full, for comparison).
 - Ratios to llama-server (tokens/s, first-token median) and to the engine,
   then the targets: at 1 client napllm-lmsp >= 0.95x llama-server and
   >= 0.95x the engine; at 4 and 16 clients >= 0.95x llama-server's tokens/s
@@ -75,7 +77,7 @@ Usage: python bench/bench_lmsp_service.py [--quick] [--build] [--model PATH]
        [--tokens 128] [--levels 1 4 16] [--requests-per-client 2] [--rounds 2]
        [--n-ctx 512] [--n-threads 1] [--slots N] [--extra-bufts]
        [--llama-server PATH] [--llama-bench PATH] [--skip-llama-cpp-python]
-       [--reuse-exchanges 15]
+       [--reuse-exchanges 15] [--no-prompt-reuse]
 """
 
 from __future__ import annotations
@@ -551,6 +553,8 @@ def start_napllm(args: argparse.Namespace, tmp: Path) -> Server:
     ]  # fmt: skip
     if args.slots is not None:
         command += ["--slots", str(args.slots)]
+    if not args.prompt_reuse:
+        command.append("--no-prompt-reuse")
     process = subprocess.Popen(
         command,
         stdout=subprocess.DEVNULL,
@@ -758,6 +762,12 @@ def main() -> int:
         "--skip-llama-cpp-python",
         action="store_true",
         help="leave llama_cpp.server out (it serves one request at a time: slow at 16 clients)",
+    )
+    parser.add_argument(
+        "--no-prompt-reuse",
+        dest="prompt_reuse",
+        action="store_false",
+        help="start napllm-lmsp with --no-prompt-reuse (every prompt decoded in full)",
     )
     parser.add_argument(
         "--reuse-exchanges",
