@@ -57,8 +57,9 @@ Rules
   prompt and the decoded output tokens); a new generation takes the free
   sequence sharing the longest prefix of ids with its prompt, the cells
   past that prefix are removed (`llama_memory_seq_rm`; when llama.cpp
-  cannot remove a part, the whole sequence is cleared) and only the rest
-  of the prompt is decoded. A generation that ended `error` (its cells
+  cannot remove a part, or the cells left do not hold every position of
+  the prefix, as in a sliding-window memory, the whole sequence is
+  cleared) and only the rest of the prompt is decoded. A generation that ended `error` (its cells
   may hold a failed step) gives its sequence back cleared. A job whose
   `prompt_reuse` is false takes a cleared sequence.
 - Updates are named records: `TextUpdate` and `EndUpdate` (picklable, for
@@ -268,7 +269,7 @@ class BatchRunner:
                     continue
             sampler = self._sampler(float(job["temperature"]))
             seq, shared = self._sequences.take(prompt, bool(job.get("prompt_reuse", True)))
-            if not (shared and ll.llama_memory_seq_rm(self._memory, seq, shared, -1)):
+            if not (shared and self._cut(seq, shared)):
                 shared = 0  # nothing to reuse, or llama.cpp cannot cut this memory
                 ll.llama_memory_seq_rm(self._memory, seq, -1, -1)
             time_limit = job.get("time_limit_s")
@@ -296,6 +297,21 @@ class BatchRunner:
                     else time.monotonic() + float(time_limit),
                 )
             )
+
+    def _cut(self, seq: int, shared: int) -> bool:
+        """Keep exactly positions 0..shared-1 of `seq`; False when its cells cannot be trusted.
+
+        False when llama.cpp refuses the partial removal, or when the cells
+        left do not run from 0 to `shared - 1` (a sliding-window memory drops
+        old cells: those positions are gone and must be decoded again).
+        """
+        ll, memory = self._ll, self._memory
+        if not ll.llama_memory_seq_rm(memory, seq, shared, -1):
+            return False
+        return bool(
+            ll.llama_memory_seq_pos_min(memory, seq) == 0
+            and ll.llama_memory_seq_pos_max(memory, seq) == shared - 1
+        )
 
     def _sampler(self, temperature: float) -> Any:
         """A new sampler chain (the grammar is applied before it, in `_pick`)."""
