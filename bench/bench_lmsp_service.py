@@ -47,6 +47,18 @@ How it measures
   level; first event and first token (request sent -> first SSE event / first
   text delta), median and p95; connections dropped (a request that failed
   or ended early).
+- CPU time per generated token of each server's processes (from /proc:
+  napllm-lmsp's HTTP process and model worker together), side by side
+  with llama-server's (target: within 10 %).
+- Prompt reuse: fresh servers with a longer context get, per round, the
+  first turn of a conversation with a history of `--reuse-exchanges`
+  exchanges (about 100 tokens each, 15 by default: about 1,500 tokens)
+  and then its second turn (the first answer and a new question added);
+  the figure is the second turn's first-token median over the first
+  turn's (target <= 0.2x: the second turn must not read the history
+  again). Each round's conversation has its own first ids.
+  `--no-prompt-reuse` starts napllm-lmsp with that switch (the figures
+  of every prompt decoded in full, for comparison).
 - Ratios to llama-server (tokens/s, first-token median) and to the engine,
   then the targets: at 1 client napllm-lmsp >= 0.95x llama-server and
   >= 0.95x the engine; at 4 and 16 clients >= 0.95x llama-server's tokens/s
@@ -58,12 +70,14 @@ How it measures
   depend on the machine and its load, which the report states).
 
 `--quick` checks that all of this works: a 2-layer random model written to
-a temporary folder, 16 tokens, 1 and 2 clients, one round, no build.
+a temporary folder, 16 tokens, 1 and 2 clients, one round, a history of 2
+exchanges for the reuse figure, no build.
 
 Usage: python bench/bench_lmsp_service.py [--quick] [--build] [--model PATH]
        [--tokens 128] [--levels 1 4 16] [--requests-per-client 2] [--rounds 2]
        [--n-ctx 512] [--n-threads 1] [--slots N] [--extra-bufts]
        [--llama-server PATH] [--llama-bench PATH] [--skip-llama-cpp-python]
+       [--reuse-exchanges 15] [--no-prompt-reuse]
 """
 
 from __future__ import annotations
@@ -335,12 +349,22 @@ class LevelResult:
         return values[min(len(values) - 1, round(quantile * (len(values) - 1)))]
 
 
-async def lmsp_request(client: httpx.AsyncClient, tokens: int) -> Sample:
+def lmsp_items(messages: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """Chat `messages` ({"role", "content"}) as LMSP message input items."""
+    return [
+        {"type": "message", "role": m["role"],
+         "content": [{"type": "output_text" if m["role"] == "assistant" else "input_text",
+                      "text": m["content"]}]}
+        for m in messages
+    ]  # fmt: skip
+
+
+async def lmsp_request(
+    client: httpx.AsyncClient, tokens: int, messages: list[dict[str, str]] | None = None
+) -> Sample:
     body = {
         "model": MODEL_ID,
-        "input": [
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": PROMPT}]}
-        ],
+        "input": lmsp_items(messages or [{"role": "user", "content": PROMPT}]),
         "stream": True,
         "temperature": 0,
         "max_output_tokens": tokens,
@@ -367,10 +391,15 @@ async def lmsp_request(client: httpx.AsyncClient, tokens: int) -> Sample:
     return Sample(first_event - start, first_token - start, produced, "".join(text))
 
 
-async def openai_request(client: httpx.AsyncClient, tokens: int, eog_ids: list[int]) -> Sample:
+async def openai_request(
+    client: httpx.AsyncClient,
+    tokens: int,
+    eog_ids: list[int],
+    messages: list[dict[str, str]] | None = None,
+) -> Sample:
     body = {
         "model": MODEL_ID,
-        "messages": [{"role": "user", "content": PROMPT}],
+        "messages": messages or [{"role": "user", "content": PROMPT}],
         "stream": True,
         "temperature": 0,
         "max_tokens": tokens,
@@ -524,6 +553,8 @@ def start_napllm(args: argparse.Namespace, tmp: Path) -> Server:
     ]  # fmt: skip
     if args.slots is not None:
         command += ["--slots", str(args.slots)]
+    if not args.prompt_reuse:
+        command.append("--no-prompt-reuse")
     process = subprocess.Popen(
         command,
         stdout=subprocess.DEVNULL,
@@ -587,6 +618,97 @@ def start_llama_cpp_py(args: argparse.Namespace, eog: list[int]) -> Server:
     )
 
 
+# -- prompt reuse ------------------------------------------------------------------------------
+
+#: One earlier exchange of the reuse figure's history (about 100 tokens with
+#: the template's markers; 15 of them make about 1,500).
+NOTE = (
+    "Here is a note about the garden: the tomatoes need water every morning, the roses "
+    "want sun, and the old apple tree by the fence should be pruned before the first frost."
+)
+
+
+def history(exchanges: int, label: int) -> list[dict[str, str]]:
+    """A conversation of `exchanges` user/assistant turns; `label` makes its first ids unique."""
+    messages = [{"role": "system", "content": f"Conversation {label}. Keep the notes."}]
+    for i in range(exchanges):
+        messages += [
+            {"role": "user", "content": f"Note {i}. {NOTE}"},
+            {"role": "assistant", "content": f"Noted ({i})."},
+        ]
+    return messages
+
+
+@dataclass
+class ReuseResult:
+    """First-token seconds of first and second turns over a long history, per round."""
+
+    first: list[float] = field(default_factory=list)
+    second: list[float] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float:
+        if not self.first:
+            return float("nan")
+        return statistics.median(self.second) / statistics.median(self.first)
+
+
+async def reuse_rounds(
+    ask: Callable[[httpx.AsyncClient, list[dict[str, str]]], Awaitable[Sample]],
+    server: Server,
+    exchanges: int,
+    rounds: int,
+) -> ReuseResult:
+    """Per round: a long history's first turn, then its second turn (the first answer added)."""
+    result = ReuseResult()
+    async with httpx.AsyncClient(base_url=server.url, headers=server.headers, timeout=600) as c:
+        await ask(c, [{"role": "user", "content": PROMPT}])  # warm-up, not measured
+        for label in range(rounds):
+            messages = [*history(exchanges, label), {"role": "user", "content": "Hello!"}]
+            first = await ask(c, messages)
+            messages += [
+                {"role": "assistant", "content": first.text},
+                {"role": "user", "content": "Thanks!"},
+            ]
+            second = await ask(c, messages)
+            result.first.append(first.first_token_s)
+            result.second.append(second.first_token_s)
+    return result
+
+
+def run_reuse(
+    args: argparse.Namespace, tmp: Path, server_bin: Path | None, eog: list[int]
+) -> dict[str, ReuseResult]:
+    """The prompt-reuse figure for napllm-lmsp and llama-server (fresh servers, longer context).
+
+    A history of `args.reuse_exchanges` exchanges (about 100 tokens each),
+    8 output tokens per turn; `args.rounds` conversations, each with its
+    own first ids (nothing is shared between rounds).
+    """
+    exchanges = args.reuse_exchanges
+    reuse_args = argparse.Namespace(
+        **{**vars(args), "n_ctx": max(args.n_ctx, 128 * exchanges + 512)}
+    )
+    results: dict[str, ReuseResult] = {}
+    tokens = 8
+    starters: list[tuple[str, Callable[[], Server]]] = [
+        (NAPLLM, lambda: start_napllm(reuse_args, tmp))
+    ]
+    if server_bin is not None:
+        starters.append((LLAMA_SERVER, lambda: start_llama_server(reuse_args, server_bin, eog)))
+    for name, start in starters:
+        server = start()
+        try:
+            if name == NAPLLM:
+                ask = lambda c, m: lmsp_request(c, tokens, m)  # noqa: E731
+            else:
+                ask = lambda c, m: openai_request(c, tokens, eog, m)  # noqa: E731
+            results[name] = asyncio.run(reuse_rounds(ask, server, exchanges, args.rounds))
+        finally:
+            stop(server.process)
+    return results
+
+
 # -- report ------------------------------------------------------------------------------------
 
 
@@ -642,12 +764,24 @@ def main() -> int:
         help="leave llama_cpp.server out (it serves one request at a time: slow at 16 clients)",
     )
     parser.add_argument(
+        "--no-prompt-reuse",
+        dest="prompt_reuse",
+        action="store_false",
+        help="start napllm-lmsp with --no-prompt-reuse (every prompt decoded in full)",
+    )
+    parser.add_argument(
+        "--reuse-exchanges",
+        type=int,
+        default=15,
+        help="earlier exchanges in the prompt-reuse figure's history (about 100 tokens each)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="a short run that checks the benchmark works"
     )
     args = parser.parse_args()
     if args.quick:
         args.tokens, args.requests_per_client, args.levels, args.rounds = 16, 1, [1, 2], 1
-        args.build = False
+        args.build, args.reuse_exchanges = False, 2
 
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -731,8 +865,9 @@ def run(args: argparse.Namespace, tmp: Path, described: str) -> int:
     finally:
         for server in servers:
             stop(server.process)
+    reuse = run_reuse(args, tmp, server_bin, eog)
 
-    return report(args, described, servers, results, engine, skipped)
+    return report(args, described, servers, results, engine, skipped, reuse)
 
 
 def report(
@@ -742,6 +877,7 @@ def report(
     results: dict[tuple[str, int], LevelResult],
     engine: float,
     skipped: list[str],
+    reuse: dict[str, ReuseResult],
 ) -> int:
     size_mb = args.model.stat().st_size / 1e6
     print(
@@ -807,8 +943,20 @@ def report(
                 f"  {level} client(s): first token p50 {number(first)}x llama-server's (<= 1.5): "
                 f"{verdict(first, 1.5, False)}"
             )
+        cpu = ours.cpu_ms_per_token / theirs.cpu_ms_per_token if theirs else float("nan")
+        print(f"  {level} client(s): CPU ms/token {number(ours.cpu_ms_per_token)} vs "
+              f"llama-server {number(theirs.cpu_ms_per_token if theirs else float('nan'))}, "
+              f"{number(cpu)}x (<= 1.10): {verdict(cpu, 1.10, False)}")  # fmt: skip
         print(f"  {level} client(s): napllm-lmsp connections dropped: {ours.dropped}")
         ok = ok and ours.dropped == 0
+    for name, figure in reuse.items():
+        print(
+            f"  prompt reuse, {name}: a history of {args.reuse_exchanges} exchanges (about "
+            f"{args.reuse_exchanges * 100} tokens), second turn's first token "
+            f"{statistics.median(figure.second) * 1000:.1f} ms vs the first turn's "
+            f"{statistics.median(figure.first) * 1000:.1f} ms: {number(figure.ratio)}x"
+            + (f" (<= 0.2): {verdict(figure.ratio, 0.2, False)}" if name == NAPLLM else "")
+        )
     reference_text = next((s.text for s in results[(NAPLLM, args.levels[0])].samples), None)
     answers = [s.text for level in args.levels for s in results[(NAPLLM, level)].samples]
     differ = sum(text != reference_text for text in answers)

@@ -11,6 +11,7 @@ Usage::
                 [--send-buffer-bytes N] [--store PATH]
                 [--store-retention-seconds N] [--store-max-records N]
                 [--store-max-bytes N] [--extra-bufts auto|on|off]
+                [--no-prompt-reuse]
 
 Rules
 - Listens on 127.0.0.1 by default; the bearer token is created on the first
@@ -21,7 +22,10 @@ Rules
 - Generation: up to `--slots` requests are decoded together in one batch
   (continuous batching, scheduler.py and batching.py), each with a context
   of `--n-ctx` tokens; further requests wait in arrival order (their
-  `response.created` event is sent at once).
+  `response.created` event is sent at once). A request whose prompt starts
+  with the exact tokens a finished one left in a free slot decodes only
+  the rest (prompt reuse, prompt_cache.py; `--no-prompt-reuse` turns it
+  off); `usage.input_tokens_details.cached_tokens` says how many it reused.
 - Stored responses and tasks persist in an SQLite file (store.py), by
   default `lmsp-store.sqlite3` beside the token file, within the
   `--store-*` retention and size limits.
@@ -217,6 +221,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(default auto)",
     )
     parser.add_argument(
+        "--no-prompt-reuse",
+        dest="prompt_reuse",
+        action="store_false",
+        help="decode every prompt in full instead of reusing the KV state a finished request "
+        "left for the same leading tokens (default: reuse)",
+    )
+    parser.add_argument(
         "--cancel-grace-seconds",
         type=_positive_float,
         default=10.0,
@@ -257,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             generation_time_limit_s=args.generation_time_limit_seconds,
             extra_bufts=args.extra_bufts,
             slots=args.slots,
+            prompt_reuse=args.prompt_reuse,
         )
     except ValueError as exc:
         print(f"napllm-lmsp: cannot load the model: {exc}", file=sys.stderr)

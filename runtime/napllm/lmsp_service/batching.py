@@ -52,6 +52,18 @@ Rules
   cancellation or time limit (scheduler.py). A sequence whose sampling is
   still running when it ends leaves that work to finish on its pool thread.
 - `output_tokens` counts sampled tokens without the end-of-generation token.
+- Prompt reuse (prompt_cache.py): an ending generation leaves its KV cells
+  in place and gives its sequence back with the exact ids they hold (the
+  prompt and the decoded output tokens); a new generation takes the free
+  sequence sharing the longest prefix of ids with its prompt, the cells
+  past that prefix are removed (`llama_memory_seq_rm`; when llama.cpp
+  cannot remove a part, or the cells left do not hold every position of
+  the prefix, as in a sliding-window memory, the whole sequence is
+  cleared) and only the rest of the prompt is decoded. A generation that ended `error` (its cells
+  may hold a failed step) gives its sequence back cleared. A job whose
+  `prompt_reuse` is false takes a cleared sequence.
+- Updates are named records: `TextUpdate` and `EndUpdate` (picklable, for
+  the pipe to the service).
 - The loop is written against llama-cpp-python's low-level bindings
   (`llama_batch`, `llama_decode`, `llama_sampler_*`, `llama_memory_*`)
   because its `Llama` class decodes one sequence at a time.
@@ -69,9 +81,10 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .batch_load import N_BATCH, LoadedModel
+from .prompt_cache import KeptPrefixes
 
 #: Seconds of generated text collected into one update at most.
 FLUSH_INTERVAL_S = 0.005
@@ -99,6 +112,28 @@ def piece_decoder() -> codecs.IncrementalDecoder:
     return codecs.getincrementaldecoder("utf-8")("replace")
 
 
+class TextUpdate(NamedTuple):
+    """Generated text of generation `rid` (valid UTF-8, possibly several tokens)."""
+
+    rid: int
+    text: str
+
+
+class EndUpdate(NamedTuple):
+    """The end of generation `rid`.
+
+    `finish_reason`: `stop`, `length`, `cancelled`, `time`, `grammar` or
+    `error`; `output_tokens`: sampled tokens without the end-of-generation
+    token; `cached_tokens`: prompt tokens whose KV state was reused from an
+    earlier generation (not decoded again).
+    """
+
+    rid: int
+    finish_reason: str
+    output_tokens: int
+    cached_tokens: int = 0
+
+
 @dataclass
 class _Sequence:
     """One generation in the batch: its KV sequence, sampler and progress."""
@@ -116,6 +151,8 @@ class _Sequence:
     pos: int = 0  # next KV position
     token: int | None = None  # the sampled token to decode next
     produced: int = 0  # output tokens (end-of-generation not counted)
+    outputs: list[int] = field(default_factory=list)  # the sampled output ids
+    cached: int = 0  # prompt tokens reused from a kept sequence
     pending: list[str] = field(default_factory=list)
     last_flush: float = 0.0
     decoder: Any = field(default_factory=piece_decoder)
@@ -129,15 +166,16 @@ class _Sequence:
 class BatchRunner:
     """Continuous batching over the `slots` sequences of a loaded model (module docstring).
 
-    `emit(updates)` receives the list of `("text", rid, text)` /
-    `("end", rid, finish_reason, output_tokens)` updates of each step (never
-    an empty list). `add` takes a generation (it waits in arrival order
+    `emit(updates)` receives the list of `TextUpdate` / `EndUpdate`
+    records of each step (never an empty list). `add` takes a generation (it waits in arrival order
     while every sequence is taken); `step` runs one decoding step;
     `take_ended` returns the request numbers that ended since the last call.
     Not thread-safe: one thread calls all three.
     """
 
-    def __init__(self, loaded: LoadedModel, emit: Callable[[list[tuple[Any, ...]]], None]) -> None:
+    def __init__(
+        self, loaded: LoadedModel, emit: Callable[[list[TextUpdate | EndUpdate]], None]
+    ) -> None:
         import llama_cpp
         import numpy as np
 
@@ -153,7 +191,7 @@ class BatchRunner:
             [t for t in range(self._n_vocab) if llama_cpp.llama_vocab_is_eog(self._vocab, t)],
             dtype=np.intp,
         )
-        self._free = list(range(loaded.slots))
+        self._sequences = KeptPrefixes(loaded.slots)
         # One llama_token_data per vocabulary entry: int32 id, float logit, float p.
         self._token_dtype = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
         self._ids = np.arange(self._n_vocab, dtype=np.int32)
@@ -162,7 +200,7 @@ class BatchRunner:
         self._pool = ThreadPoolExecutor(2 * loaded.slots, thread_name_prefix="grammar")
         self._waiting: deque[tuple[int, dict[str, Any], threading.Event]] = deque()
         self._active: list[_Sequence] = []
-        self._updates: list[tuple[Any, ...]] = []
+        self._updates: list[TextUpdate | EndUpdate] = []
         self._ended: list[int] = []
         self._batch = llama_cpp.llama_batch_init(N_BATCH, 0, 1)
         self._piece = ctypes.create_string_buffer(256)
@@ -221,7 +259,7 @@ class BatchRunner:
 
     def _admit(self) -> None:
         ll = self._ll
-        while self._waiting and self._free:
+        while self._waiting and self._sequences.has_free:
             rid, job, cancel = self._waiting.popleft()
             if cancel.is_set():
                 self._end(rid, "cancelled", 0)
@@ -242,14 +280,19 @@ class BatchRunner:
                     self._end(rid, "error", 0)
                     continue
             sampler = self._sampler(float(job["temperature"]))
-            seq = self._free.pop(0)
-            ll.llama_memory_seq_rm(self._memory, seq, -1, -1)
+            seq, shared = self._sequences.take(prompt, bool(job.get("prompt_reuse", True)))
+            if not (shared and self._cut(seq, shared)):
+                shared = 0  # nothing to reuse, or llama.cpp cannot cut this memory
+                ll.llama_memory_seq_rm(self._memory, seq, -1, -1)
             time_limit = job.get("time_limit_s")
             self._active.append(
                 _Sequence(
                     rid=rid,
                     seq=seq,
                     prompt=prompt,
+                    fed=shared,
+                    pos=shared,
+                    cached=shared,
                     max_tokens=max_tokens,
                     min_output=int(job["min_output_tokens"]),
                     cancel=cancel,
@@ -266,6 +309,21 @@ class BatchRunner:
                     else time.monotonic() + float(time_limit),
                 )
             )
+
+    def _cut(self, seq: int, shared: int) -> bool:
+        """Keep exactly positions 0..shared-1 of `seq`; False when its cells cannot be trusted.
+
+        False when llama.cpp refuses the partial removal, or when the cells
+        left do not run from 0 to `shared - 1` (a sliding-window memory drops
+        old cells: those positions are gone and must be decoded again).
+        """
+        ll, memory = self._ll, self._memory
+        if not ll.llama_memory_seq_rm(memory, seq, shared, -1):
+            return False
+        return bool(
+            ll.llama_memory_seq_pos_min(memory, seq) == 0
+            and ll.llama_memory_seq_pos_max(memory, seq) == shared - 1
+        )
 
     def _sampler(self, temperature: float) -> Any:
         """A new sampler chain (the grammar is applied before it, in `_pick`)."""
@@ -478,6 +536,7 @@ class BatchRunner:
             self._finish(sequence, "stop")
             return
         sequence.produced += 1
+        sequence.outputs.append(token)
         text = sequence.decoder.decode(self._token_bytes(token))
         if text:
             sequence.pending.append(text)
@@ -497,7 +556,7 @@ class BatchRunner:
         return self._piece.raw[:size]
 
     def _flush(self, sequence: _Sequence, now: float) -> None:
-        self._updates.append(("text", sequence.rid, "".join(sequence.pending)))
+        self._updates.append(TextUpdate(sequence.rid, "".join(sequence.pending)))
         sequence.pending.clear()
         sequence.last_flush = now
 
@@ -521,10 +580,14 @@ class BatchRunner:
             sequence.future = None
         else:
             release()
-        self._ll.llama_memory_seq_rm(self._memory, sequence.seq, -1, -1)
-        self._free.append(sequence.seq)
-        self._end(sequence.rid, reason, sequence.produced)
+        held: list[int] = []
+        if reason == "error":  # its cells may hold a failed step: nothing is kept
+            self._ll.llama_memory_seq_rm(self._memory, sequence.seq, -1, -1)
+        else:  # positions 0..pos-1 hold the prompt, then the decoded output tokens
+            held = (sequence.prompt + sequence.outputs)[: sequence.pos]
+        self._sequences.give_back(sequence.seq, held)
+        self._end(sequence.rid, reason, sequence.produced, sequence.cached)
 
-    def _end(self, rid: int, reason: str, produced: int) -> None:
-        self._updates.append(("end", rid, reason, produced))
+    def _end(self, rid: int, reason: str, produced: int, cached: int = 0) -> None:
+        self._updates.append(EndUpdate(rid, reason, produced, cached))
         self._ended.append(rid)

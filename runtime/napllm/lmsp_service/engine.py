@@ -92,7 +92,10 @@ class Engine:
     llama.cpp's CPU extra buffer types (module rules); `worker_target`: the
     worker process's entry point (`worker_main`, called as `(conn,
     model_path, n_ctx, n_threads, extra_bufts, slots)`; tests give a
-    wrapper of it that really crashes). Starting blocks until the worker
+    wrapper of it that really crashes); `prompt_reuse`: whether a
+    generation may reuse the KV state a finished one left for the same
+    leading prompt tokens (prompt_cache.py; `GenerationEnd.cached_tokens`
+    counts them). Starting blocks until the worker
     has loaded and checked the model; raises `ValueError` when it cannot
     (unloadable file, no chat template, the worker died, or
     `worker_process.START_TIMEOUT_S` passed). `restarts` counts the
@@ -110,6 +113,7 @@ class Engine:
         worker_target: Callable[..., None] = worker_main,
         slots: int = DEFAULT_SLOTS,
         generation_time_limit_s: float = GENERATION_TIME_LIMIT_S,
+        prompt_reuse: bool = True,
     ) -> None:
         self.model_id = model_id
         self.restarts = 0
@@ -144,6 +148,7 @@ class Engine:
             int(info["slots"]),
             cancel_grace_s,
             generation_time_limit_s,
+            prompt_reuse,
         )
         self._jobs.resume()
         self._reader = threading.Thread(target=self._read_loop, name="lmsp-worker", daemon=True)

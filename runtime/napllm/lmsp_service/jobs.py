@@ -67,10 +67,15 @@ class TextPiece:
 
 @dataclass
 class GenerationEnd:
-    """The end of a generation: why it stopped and how many tokens it produced."""
+    """The end of a generation: why it stopped and how many tokens it produced.
+
+    `cached_tokens`: prompt tokens whose KV state was reused from an earlier
+    generation instead of being decoded (prompt_cache.py).
+    """
 
     finish_reason: FinishReason
     output_tokens: int
+    cached_tokens: int = 0
 
 
 Update = TextPiece | GenerationEnd

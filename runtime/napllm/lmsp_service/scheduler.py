@@ -41,6 +41,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from .batching import EndUpdate, TextUpdate
 from .jobs import GenerationEnd, GenerationJob, Sink, TextPiece
 
 log = logging.getLogger("napllm.lmsp_service.scheduler")
@@ -77,7 +78,9 @@ class Scheduler:
     `send(message)`: sends a message to the worker, raising `OSError`
     when there is none; `kill_worker()`: kills the running worker (the
     engine then restarts it); `slots`: jobs the worker runs at once;
-    `cancel_grace_s`, `generation_time_limit_s`: seconds (module rules).
+    `cancel_grace_s`, `generation_time_limit_s`: seconds (module rules);
+    `prompt_reuse`: whether generations may reuse the KV state earlier ones
+    left for the same leading prompt tokens (prompt_cache.py).
     Thread-safe. Starts paused (`ready` clear).
     """
 
@@ -89,8 +92,10 @@ class Scheduler:
         slots: int,
         cancel_grace_s: float,
         generation_time_limit_s: float,
+        prompt_reuse: bool = True,
     ) -> None:
         self.slots = slots
+        self.prompt_reuse = prompt_reuse
         self.cancel_grace_s = cancel_grace_s
         self.generation_time_limit_s = generation_time_limit_s
         self._lock = threading.Lock()  # guards the queue, the running jobs and `ready`
@@ -112,21 +117,29 @@ class Scheduler:
         self.dispatch()
         return entry.future
 
-    def on_updates(self, updates: list[tuple[Any, ...]]) -> None:
-        """Pass the worker's `text` and `end` updates (worker.py) to their jobs' sinks."""
+    def on_updates(self, updates: list[TextUpdate | EndUpdate]) -> None:
+        """Pass the worker's `TextUpdate`s and `EndUpdate`s (worker.py) to their jobs' sinks."""
         ended = False
         for update in updates:
+            final = isinstance(update, EndUpdate)
             with self._lock:
-                entry = self._running.get(update[1])
-                if entry is not None and update[0] == "end":
-                    del self._running[update[1]]
+                entry = self._running.get(update.rid)
+                if entry is not None and final:
+                    del self._running[update.rid]
             if entry is None:
                 continue  # a late update of a job that already ended
-            if update[0] == "text":
+            if isinstance(update, TextUpdate):
                 entry.emitted = True
-                entry.sink(TextPiece(str(update[2])))
-            elif update[0] == "end":
-                self.end(entry, GenerationEnd(update[2], int(update[3])))
+                entry.sink(TextPiece(str(update.text)))
+            elif isinstance(update, EndUpdate):
+                self.end(
+                    entry,
+                    GenerationEnd(
+                        update.finish_reason,  # type: ignore[arg-type]
+                        int(update.output_tokens),
+                        int(update.cached_tokens),
+                    ),
+                )
                 ended = True
         if ended:
             self.dispatch()
@@ -183,6 +196,7 @@ class Scheduler:
                 "time_limit_s": limit,
                 "grammar_budget_s": job.grammar_budget_s,
                 "token_grammar_budget_s": job.token_grammar_budget_s,
+                "prompt_reuse": self.prompt_reuse,
             }
             watchdog = threading.Timer(limit + self.cancel_grace_s, self._enforce_limit, (entry,))
             watchdog.daemon = True

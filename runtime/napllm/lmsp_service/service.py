@@ -355,6 +355,8 @@ class LmspService:
                 "input_tokens": len(tokens),
                 "output_tokens": end.output_tokens,
                 "total_tokens": len(tokens) + end.output_tokens,
+                # Prompt tokens read from a kept KV sequence (prompt reuse).
+                "input_tokens_details": {"cached_tokens": end.cached_tokens},
             }
             run.usage = usage
             if output_error is None and end.finish_reason in _KEEPS_OUTPUT:

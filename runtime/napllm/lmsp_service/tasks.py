@@ -100,7 +100,7 @@ class ResponseRun:
         self.created_at = int(time.time())
         self.status = "queued"
         self.output: list[dict[str, Any]] = []
-        self.usage: dict[str, int] | None = None
+        self.usage: dict[str, Any] | None = None
         self.error: dict[str, Any] | None = None
         self.incomplete_details: dict[str, Any] | None = None
         self.cancel_flag = CancelFlag()

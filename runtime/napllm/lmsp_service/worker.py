@@ -12,7 +12,9 @@ Service -> worker (tuples; `rid` is the service's request number):
   (seconds the generation may hold its sequence, from the moment it takes
   it; `None`: no limit), `grammar_budget_s` and `token_grammar_budget_s`
   (seconds of grammar work for the generation and for one token; `None`:
-  batching.py's defaults). The service never has more than `slots`
+  batching.py's defaults) and `prompt_reuse` (whether it may reuse the KV
+  state an earlier generation left for the same leading prompt tokens,
+  prompt_cache.py). The service never has more than `slots`
   generations in the worker at once.
 - `("cancel", rid)`: stop that generation at once, inside a decoding step
   if it is in one.
@@ -29,12 +31,14 @@ Worker -> service:
   or `("failed", reason)` and exit.
 - `("tokens", rid, ids)` (`ids` is `None` when tokenization failed).
 - `("updates", [update, ...])`: what one decoding step produced for the
-  running generations, in order; an update is `("text", rid, text)`
-  (generated text, several tokens joined when they come faster than
-  `batching.FLUSH_INTERVAL_S`) or `("end", rid, finish_reason, output_tokens)` with
+  running generations, in order; an update is a `batching.TextUpdate`
+  (`rid`, `text`: generated text, several tokens joined when they come
+  faster than `batching.FLUSH_INTERVAL_S`) or a `batching.EndUpdate`
+  (`rid`, `finish_reason`, `output_tokens`, `cached_tokens`) with
   `finish_reason` `stop`, `length`, `cancelled`, `time` (its
   `time_limit_s` ran out), `grammar` (its grammar work ran past a budget)
-  or `error`.
+  or `error`, and `cached_tokens` the prompt tokens it did not decode
+  because a kept sequence held them (prompt_cache.py).
 
 Rules
 - The model and its context come from batch_load.py

@@ -1,0 +1,54 @@
+"""Which free KV sequence a prompt takes (lmsp_service/prompt_cache.py), without a model."""
+
+from __future__ import annotations
+
+from napllm.lmsp_service.prompt_cache import MIN_REUSE_TOKENS, KeptPrefixes, common_prefix
+
+SYSTEM = list(range(100, 100 + 2 * MIN_REUSE_TOKENS))  # a shared system prompt's ids
+
+
+def test_common_prefix_compares_ids_up_to_the_limit() -> None:
+    assert common_prefix([1, 2, 3], [1, 2, 4], 10) == 2
+    assert common_prefix([1, 2, 3], [1, 2, 3], 2) == 2
+    assert common_prefix([], [1], 10) == 0
+
+
+def test_a_prompt_takes_the_free_sequence_with_the_longest_shared_prefix() -> None:
+    keeper = KeptPrefixes(3)
+    for _ in range(3):
+        keeper.take([1], reuse=True)
+    keeper.give_back(0, [*SYSTEM, 1, 2])
+    keeper.give_back(1, [*SYSTEM, 5, 6, 7, 8])
+    keeper.give_back(2, [9] * 40)
+    assert keeper.take([*SYSTEM, 5, 6, 7, 0], reuse=True) == (1, len(SYSTEM) + 3)
+
+
+def test_the_last_prompt_token_is_never_reused() -> None:
+    keeper = KeptPrefixes(1)
+    keeper.take([1], reuse=True)
+    keeper.give_back(0, [*SYSTEM, 1, 2, 3])
+    assert keeper.take(SYSTEM, reuse=True) == (0, len(SYSTEM) - 1)
+
+
+def test_a_taken_sequence_is_never_offered_and_a_short_match_is_not_reused() -> None:
+    keeper = KeptPrefixes(2)
+    seq, _ = keeper.take([1], reuse=True)
+    keeper.give_back(seq, SYSTEM)
+    taken, shared = keeper.take([*SYSTEM, 1], reuse=True)
+    assert (taken, shared) == (seq, len(SYSTEM))
+    # The only free sequence now is the other one, which holds nothing.
+    other, shared = keeper.take([*SYSTEM, 1], reuse=True)
+    assert (other, shared) == (1 - seq, 0)
+    assert not keeper.has_free
+    keeper.give_back(other, [*SYSTEM[: MIN_REUSE_TOKENS - 1], 7, 7, 7])
+    assert keeper.take([*SYSTEM, 1], reuse=True) == (other, 0)  # below MIN_REUSE_TOKENS
+
+
+def test_without_reuse_the_least_recently_freed_sequence_is_taken_cleared() -> None:
+    keeper = KeptPrefixes(2)
+    keeper.take([1], reuse=True)
+    keeper.take([1], reuse=True)
+    keeper.give_back(1, SYSTEM)
+    keeper.give_back(0, SYSTEM)
+    assert keeper.take([*SYSTEM, 1], reuse=False) == (1, 0)
+    assert keeper.kept_tokens(0) == len(SYSTEM)
