@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from napllm.connections import ConnectionSpec, route_for
+from napllm.connections import ConnectionSpec
+from napllm.providers.connection_kinds import route_for
 from napllm.errors import ErrorCode
 from napllm.lmsp import LmspRequest
 from napllm.providers.chat_stream import ChatStreamToLmsp
