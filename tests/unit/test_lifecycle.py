@@ -94,3 +94,34 @@ def test_a_closed_endpoints_messages_are_not_read() -> None:
         return h.out(ep)
 
     assert all(e.get("id") != "g1" for e in asyncio.run(go()) if isinstance(e, dict))
+
+
+def test_an_endpoints_close_transition_is_observable_before_it_is_forgotten() -> None:
+    import asyncio
+
+    from harness import Harness, Recorder
+
+    from napllm.lifecycle import EndpointState
+
+    seen: list[tuple[str, EndpointState | None]] = []
+
+    async def go() -> tuple[EndpointState | None, EndpointState | None]:
+        h = Harness()
+        h.connect()
+        ep = h.endpoint()
+        await h.select(ep)
+
+        class Watch(Recorder):
+            def endpoint_closed(self, endpoint_id: str) -> None:
+                seen.append((endpoint_id, h.shell.endpoint_state(endpoint_id)))
+
+        h.shell._observer = Watch()
+        before = h.shell.endpoint_state(ep)
+        h.shell.close_endpoint(ep)
+        h.shell.close_endpoint(ep)  # closing twice reports once
+        return before, h.shell.endpoint_state(ep)
+
+    before, after = asyncio.run(go())
+    assert before is EndpointState.LIVE
+    assert [state for _, state in seen] == [EndpointState.CLOSED]
+    assert after is None
