@@ -56,6 +56,7 @@ from .streaming import (
     join_surrogates,
 )
 
+
 def provider_error(reason: str) -> NapError:
     """`provider-error` with the fixed safe message; `reason` is for developers only."""
     error = NapError(ErrorCode.PROVIDER_ERROR)

@@ -140,7 +140,7 @@ def test_no_import_cycle() -> None:
         state[node] = 1
         for dep in sorted(edges[node]):
             if state.get(dep) == 1:
-                cycles.append(trail[trail.index(dep) :] + [dep])
+                cycles.append([*trail[trail.index(dep) :], dep])
             elif dep not in state:
                 visit(dep, [*trail, dep])
         state[node] = 2

@@ -157,7 +157,7 @@ class LmspKind(_NoBuiltIns):
 
     @staticmethod
     def route(settings: dict[str, Any]) -> str:
-        """"This browser → LMSP service at host[:port] → engine" (engine when reported)."""
+        """The service, then the engine it reported (when it reported plain words)."""
         route = f"This browser{HOP}LMSP service at {host_of(str(settings.get('baseUrl', '')))}"
         engine = engine_words(settings.get("serviceEngine"))
         return route + (f"{HOP}{engine}" if engine else "")
