@@ -125,3 +125,19 @@ def test_an_endpoints_close_transition_is_observable_before_it_is_forgotten() ->
     assert before is EndpointState.LIVE
     assert [state for _, state in seen] == [EndpointState.CLOSED]
     assert after is None
+
+
+def test_the_select_flow_is_one_row_per_chooser_answer() -> None:
+    from napllm.errors import ErrorCode
+    from napllm.selections import SELECT_FLOW, PickVerdict
+
+    assert set(SELECT_FLOW) == set(PickVerdict)
+    assert [v for v, step in SELECT_FLOW.items() if step.binds] == [PickVerdict.BOUND]
+    assert [v for v, step in SELECT_FLOW.items() if step.show_again] == [PickVerdict.OLD_LIST]
+    # A row binds, shows again or answers one error; only GONE does none (nothing is sent).
+    for verdict, step in SELECT_FLOW.items():
+        assert step.binds + step.show_again + (step.error is not None) == (
+            verdict is not PickVerdict.GONE
+        )
+    assert SELECT_FLOW[PickVerdict.DECLINED].error is ErrorCode.USER_CANCELLED
+    assert SELECT_FLOW[PickVerdict.NOT_OFFERED].error is ErrorCode.SELECTION_EXPIRED
