@@ -40,7 +40,7 @@ from pyodide.code import run_js  # type: ignore[import-not-found]
 from pyodide.ffi import JsException  # type: ignore[import-not-found]
 
 from ..providers.connection_kinds import EngineKind, KindTable
-from ..providers.engine import EngineBridge, EngineBridgeError, EngineSpec, SpecEngine
+from ..providers.engine import EngineBridge, EngineBridgeError, EngineSpec
 from ..providers.engine_onnx import ONNX
 from ..providers.engine_wasm import WASM
 from ..providers.engine_webllm import WEBLLM
@@ -126,7 +126,7 @@ async def open_bridge(declaration: Mapping[str, Any]) -> EngineBridge:
 def register_engines(kinds: KindTable) -> None:
     """Add an `EngineKind` per spec of `ENGINE_SPECS` to the page's kinds."""
     for spec in ENGINE_SPECS:
-        kinds.register(EngineKind(SpecEngine(spec, open_bridge)))
+        kinds.register(EngineKind(spec, open_bridge))
 
 
 __all__ = ["ENGINE_HOST", "ENGINE_SPECS", "JsEngineModule", "open_bridge", "register_engines"]

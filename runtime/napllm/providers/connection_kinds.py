@@ -46,7 +46,7 @@ from ..errors import ErrorCode, ProviderFailure
 from ..kinds import HOP, KindInfo, engine_words, host_of, kind_info
 from ..records import Capabilities, Connection
 from .base import HttpPort, Provider
-from .engine import SpecEngine
+from .engine import BridgeOpener, EngineSpec, SpecEngine
 from .lmsp_client import LmspProvider, capabilities_from_entry, discover_models
 from .scripted import ScriptedProvider, parse_script
 
@@ -258,11 +258,16 @@ class ScriptedKind(_NoBuiltIns):
 
 
 class EngineKind:
-    """An engine in the page, wrapping its `SpecEngine` (its spec and its bridge)."""
+    """An engine in the page: its spec (`EngineSpec`) and the opener of its host.
 
-    def __init__(self, engine: SpecEngine) -> None:
-        self.engine = engine
-        self.info = _row(engine.kind)
+    `engine` is the spec's `SpecEngine` (its device report, its model loads);
+    the row is the spec's kind's (`kinds.KINDS`). Raises `ValueError` for a
+    spec whose kind has no row.
+    """
+
+    def __init__(self, spec: EngineSpec, open_bridge: BridgeOpener) -> None:
+        self.engine = SpecEngine(spec, open_bridge)
+        self.info = _row(spec.kind)
 
     async def add(self, spec: ConnectionSpec, cid: str) -> Connection:
         """The connection; a model this device cannot run is added unavailable, with why."""
