@@ -21,7 +21,8 @@ Rules
   stored connection, with fixed messages that never repeat the URL
   (`check_base_url`, `check_model_url`, `spec_error_text`).
 - Kinds, their form fields and their routes are described once, in
-  `kinds.py` (`host_of` and `route_for` are re-exported here).
+  `kinds.py` (`host_of` is re-exported here); what each kind does, in its
+  class (`providers.connection_kinds`).
 - `toolChoiceModes` lists exactly the supported modes without duplicates;
   `tools: true` requires `auto` and `none`; `tools: false` requires an empty
   list (NAP-LLM, Model).
@@ -47,7 +48,7 @@ from .connection_records import (
     check_model_url,
 )
 from .connection_records import check_settings_urls as _check_settings_urls
-from .kinds import FormKind, ProviderKind, host_of, route_for
+from .kinds import FormKind, ProviderKind, host_of, kind_info
 
 
 def spec_error_text(exc: ValidationError) -> str:
@@ -80,7 +81,6 @@ __all__ = [  # the records are re-exported for older imports; import them from r
     "check_base_url",
     "check_model_url",
     "host_of",
-    "route_for",
     "spec_error_text",
 ]
 
@@ -178,14 +178,12 @@ class ConnectionSpec(BaseModel):
     charges: bool = False
 
     @model_validator(mode="after")
-    def _script(self) -> ConnectionSpec:
-        if self.kind == "scripted" and not isinstance(self.settings.get("script"), str):
+    def _fields(self) -> ConnectionSpec:
+        # The kind's row says which of the form's fields it has (kinds.KINDS).
+        info = kind_info(self.kind)
+        if info is not None and info.script and not isinstance(self.settings.get("script"), str):
             raise ValueError("a scripted connection needs its script text")
-        return self
-
-    @model_validator(mode="after")
-    def _settings(self) -> ConnectionSpec:
-        _check_settings_urls(self.settings, base_required=self.kind in ("lmsp", "openai"))
+        _check_settings_urls(self.settings, base_required=info is not None and info.base_url)
         return self
 
 

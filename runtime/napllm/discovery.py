@@ -41,7 +41,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from .jsontext import JsonTextError, read_json
-from .kinds import model_id_shown
+from .kinds import KindInfo, kind_info, model_id_shown
 from .providers.base import LOCAL_NETWORK_HINT, HttpPort, LocalNetworkBlocked
 
 PROBE_TIMEOUT_S = 3.0
@@ -67,6 +67,13 @@ class ServerInfo:
     kind: Literal["openai", "lmsp"]
     port: int
     cors_fix: str
+
+    @property
+    def row(self) -> KindInfo:
+        """Its kind's row (`kinds.KINDS`): where it lists models, what its secret is."""
+        info = kind_info(self.kind)
+        assert info is not None, "every server kind has a row"
+        return info
 
 
 SERVERS: tuple[ServerInfo, ...] = (
@@ -158,8 +165,7 @@ class Finding:
     @property
     def base_url(self) -> str:
         """The base URL a connection to it takes (`/v1` for OpenAI-compatible servers)."""
-        root = f"http://{self.address}"
-        return root + "/v1" if self.info.kind == "openai" else root
+        return f"http://{self.address}{self.info.row.api_root}"
 
     def to_json(self) -> dict[str, Any]:
         """`{server, label, kind, address, baseUrl, status, models, fix}`."""
@@ -260,8 +266,7 @@ async def probe(
     if info is None:
         raise ValueError("unknown server")
     finding = Finding(target, info, "absent")
-    path = "/v1/models" if info.kind == "openai" else "/lmsp/v1/models"
-    url = f"http://{finding.address}{path}"
+    url = f"http://{finding.address}{info.row.listing_path}"
     headers = {"Accept": "application/json"}
     if secret:
         headers["Authorization"] = f"Bearer {secret}"
@@ -286,7 +291,7 @@ async def probe(
     try:
         if response.status in (401, 403):
             finding.status = "needs-key"
-            key = "access token" if info.kind == "lmsp" else "API key"
+            key = info.row.secret_words
             finding.fix = f"It asks for its {key}: enter it in the form, then look again."
             return finding
         body: bytes | None = None

@@ -4,7 +4,8 @@ Rules
 - Each provider kind is described once, here: its label, a one-line
   summary, the connections form's fields, whether the user declares its
   capabilities and charges, what a device needs to run it and how to get
-  that, and its route words. The page keeps no copy: the runtime publishes
+  that, its route words (a fixed route) and where a server lists its
+  models. The page keeps no copy: the runtime publishes
   `catalogue()` at start (`napllmHost.connectionKinds`) and the page renders
   the form, the kind labels and the group of unavailable connections from it.
 - A route names every hop a request takes, in words, destination included
@@ -18,8 +19,11 @@ Rules
 - The kinds are named once, here: `FormKind` (what a user may add, one
   `KINDS` row each) and `ProviderKind` (those and the test build's
   `fixture`); records, the form's spec and the engines take them from here.
-- A kind the table does not know has no route: `route_for` raises
-  `ValueError` rather than invent one. The test build adds its fixture kind
+- What a kind does (adding a connection, its provider, its built-in
+  connections, its route) is its class's, one per kind with the same
+  methods (`providers.connection_kinds`); this table is their data. A kind
+  the table does not know has no route: `connection_kinds.route_for`
+  raises `ValueError` rather than invent one. The test build adds its fixture kind
   to the table it publishes (`catalogue(extra)`); the product has none.
 """
 
@@ -65,7 +69,13 @@ class KindInfo:
     whether the form offers to look for running servers on this computer;
     `model_hint`: help under the model id field; `needs` / `needs_how`:
     what a device must have to run it and how to get that (None when
-    nothing); `test_only`: present only in the test build.
+    nothing); `test_only`: present only in the test build; `route_words`:
+    the whole route of a kind whose route does not depend on its settings
+    (engines, the script; "" for a server, whose kind class words it:
+    `providers.connection_kinds`); `api_root` / `listing_path`: for a
+    server kind, the path its API lives under and the path of its model
+    listing, both relative to the server's root; `secret_words`: the
+    secret as a sentence names it ("access token").
     """
 
     kind: str
@@ -83,6 +93,10 @@ class KindInfo:
     needs: str | None = None
     needs_how: str | None = None
     test_only: bool = False
+    route_words: str = ""
+    api_root: str = ""
+    listing_path: str = ""
+    secret_words: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The page's record of this kind (camelCase keys)."""
@@ -104,6 +118,8 @@ KINDS: tuple[KindInfo, ...] = (
         secret_label="Access token",
         discover=True,
         model_hint="The id the service lists for the model.",
+        listing_path="/lmsp/v1/models",
+        secret_words="access token",
     ),
     KindInfo(
         kind="openai",
@@ -119,6 +135,9 @@ KINDS: tuple[KindInfo, ...] = (
         forwards_to=True,
         discover=True,
         model_hint="The model id as the server lists it under /v1/models.",
+        api_root="/v1",
+        listing_path="/v1/models",
+        secret_words="API key",
     ),
     KindInfo(
         kind="wasm",
@@ -126,6 +145,7 @@ KINDS: tuple[KindInfo, ...] = (
         summary="Runs a GGUF model inside this page on the processor; nothing leaves the device.",
         model_url=True,
         model_hint="Optional: the GGUF file's name is used when left blank.",
+        route_words="This browser (WebAssembly, llama.cpp) on this device",
     ),
     KindInfo(
         kind="webllm",
@@ -134,6 +154,7 @@ KINDS: tuple[KindInfo, ...] = (
         model_hint="A WebLLM prebuilt model id, such as Llama-3.2-1B-Instruct-q4f16_1-MLC.",
         needs=WEBGPU_NEEDS,
         needs_how=WEBGPU_HOW,
+        route_words="This browser (WebGPU, WebLLM) on this device",
     ),
     KindInfo(
         kind="onnx",
@@ -142,6 +163,7 @@ KINDS: tuple[KindInfo, ...] = (
         model_hint="A Hugging Face model id (owner/name) or the URL of an ONNX model folder.",
         needs=WEBGPU_NEEDS,
         needs_how=WEBGPU_HOW,
+        route_words="This browser (WebGPU, transformers.js) on this device",
     ),
     KindInfo(
         kind="scripted",
@@ -150,6 +172,7 @@ KINDS: tuple[KindInfo, ...] = (
             "Each request gets the next turn of a JSON script; no model, nothing leaves the page."
         ),
         script=True,
+        route_words="This page (scripted responses: no model, nothing leaves the page)",
     ),
 )
 
@@ -222,36 +245,6 @@ def engine_words(value: object) -> str | None:
     if isinstance(value, str) and _PLAIN_WORDS.fullmatch(value):
         return value.strip() or None
     return None
-
-
-def route_for(kind: str, settings: dict[str, Any]) -> str:
-    """The disclosure route of a connection: every hop, destination included.
-
-    `settings`: the connection's settings (`baseUrl`; `forwardsTo`, the
-    address a proxy at `baseUrl` forwards to; `serviceEngine`, the engine an
-    LMSP service reported). Raises `ValueError` for a kind the table does not
-    know (docs/design.md, "Route"; NAP-LLM, Privacy).
-    """
-    if kind == "lmsp":
-        route = f"This browser{HOP}LMSP service at {host_of(str(settings.get('baseUrl', '')))}"
-        engine = engine_words(settings.get("serviceEngine"))
-        return route + (f"{HOP}{engine}" if engine else "")
-    if kind == "openai":
-        server = host_of(str(settings.get("baseUrl", "")))
-        upstream = settings.get("forwardsTo")
-        if isinstance(upstream, str) and upstream.strip():
-            target = host_of(upstream if "://" in upstream else f"https://{upstream.strip()}")
-            return f"This browser{HOP}proxy at {server}{HOP}OpenAI-compatible server at {target}"
-        return f"This browser{HOP}OpenAI-compatible server at {server}"
-    if kind == "wasm":
-        return "This browser (WebAssembly, llama.cpp) on this device"
-    if kind == "webllm":
-        return "This browser (WebGPU, WebLLM) on this device"
-    if kind == "onnx":
-        return "This browser (WebGPU, transformers.js) on this device"
-    if kind == "scripted":
-        return "This page (scripted responses: no model, nothing leaves the page)"
-    raise ValueError("no route for an unknown connection kind")
 
 
 #: At most this many model ids of one server's listing are kept.

@@ -37,6 +37,17 @@ from .errors import ErrorCode, ProviderFailure
 
 LMSP_VERSION = "1.0"
 
+# The bounds of one response's output, wherever it is read (the shell's
+# `output_order`, the engines' and OpenAI-compatible `chat_stream`):
+# docs/security.md, "Provider output".
+#: Output items one response may have (a message, reasoning, each tool call).
+MAX_OUTPUT_ITEMS = 256
+#: Characters (code points) of text, thinking and tool-call arguments one
+#: response may hold, all its items together: about a million tokens, far
+#: past any model's context (how many generations run at once is
+#: `ShellPolicy.max_active_total`).
+MAX_OUTPUT_CHARS = 4 * 1024 * 1024
+
 # --------------------------------------------------------------------------
 # Request (6.1, 6.5)
 

@@ -20,7 +20,7 @@ Rules (LMSP 6.3 output items and their events; NAP-LLM, Delta, Message)
   or an item completed twice, is `provider-error` with the fixed safe
   message (`provider_error`); no provider text is echoed.
 - One response's output is bounded (docs/security.md, "Provider output"):
-  at most `MAX_OUTPUT_ITEMS` output items and `MAX_OUTPUT_CHARS` characters
+  at most `lmsp.MAX_OUTPUT_ITEMS` output items and `lmsp.MAX_OUTPUT_CHARS` characters
   of text, thinking and arguments together (counted as they are kept);
   past either bound the response is `provider-error` at once. Without them
   a fast server fills the page's memory before the deadline, and reading
@@ -37,6 +37,8 @@ from typing import Any, Literal
 from .errors import ErrorCode, NapError
 from .jsontext import JsonTextError, read_json
 from .lmsp import (
+    MAX_OUTPUT_CHARS,
+    MAX_OUTPUT_ITEMS,
     FunctionCallItem,
     MessageItem,
     OutputText,
@@ -53,14 +55,6 @@ from .streaming import (
     has_lone_surrogate,
     join_surrogates,
 )
-
-#: Output items one response may have (a message, reasoning, each tool call).
-MAX_OUTPUT_ITEMS = 256
-#: Characters (code points) of text, thinking and tool-call arguments one
-#: response may hold, all its items together: about a million tokens, far
-#: past any model's context (how many generations run at once is
-#: `ShellPolicy.max_active_total`).
-MAX_OUTPUT_CHARS = 4 * 1024 * 1024
 
 
 def provider_error(reason: str) -> NapError:
@@ -100,8 +94,9 @@ class OutputOrder:
     `arguments_delta(data)` and `done(data)` take the `data` of the matching
     LMSP events and raise `NapError` (`provider-error`) as soon as the output
     is known to be invalid; blocks start, grow and end on `stream` as soon
-    as their order allows. `blocks_in_order()` is every block by
-    `output_index`, for the result (`output_result.build_generation`).
+    as their order allows. `settle(completed)` ends the reading and returns
+    the frozen `SettledOutput` the result is built from
+    (`output_result.build_generation`), which never calls back.
     """
 
     def __init__(self, stream: DeltaStream, tool_names: set[str]) -> None:
@@ -344,26 +339,41 @@ class OutputOrder:
             block.final = block.text
             block.done = True
 
-    # -- the terminal result -----------------------------------------------------
+    # -- the settled record for the result ---------------------------------------
 
-    # -- for the result ----------------------------------------------------------
+    def settle(self, completed: bool) -> SettledOutput:
+        """End the reading and hand the result its frozen record (no call back).
 
-    def blocks_in_order(self) -> list[_Block]:
-        """Every block, by `output_index` and then as its item made them."""
-        return [block for index in sorted(self.items) for block in self.items[index].blocks]
+        `completed`: the response ended `response.completed`. Then every item
+        must have completed (else `provider-error`) and, unless one carried a
+        refusal, the blocks still held back start on the stream (`complete`).
+        Otherwise (truncated, refused) each unfinished text or thinking block
+        keeps what it holds, a half pair that never completed as U+FFFD (sent
+        on as a last fragment when the block started).
+        """
+        refused = any(item.refusal for item in self.items.values())
+        if completed and not all(item.done for item in self.items.values()):
+            raise provider_error("an output item never completed")
+        complete = completed and not refused
+        if complete:
+            self.pump()
+        else:
+            self._end_unfinished_text()
+        blocks = tuple(
+            SettledBlock(
+                kind=block.kind,
+                started=block.index is not None,
+                text=block.text,
+                final=block.final,
+                tool_call_id=block.tool_call_id,
+                name=block.name,
+            )
+            for index in sorted(self.items)
+            for block in self.items[index].blocks
+        )
+        return SettledOutput(blocks=blocks, refused=refused, complete=complete)
 
-    def all_done(self) -> bool:
-        """Whether every output item completed."""
-        return all(item.done for item in self.items.values())
-
-    def refused(self) -> bool:
-        """Whether any item carried a refusal."""
-        return any(item.refusal for item in self.items.values())
-
-    def end_unfinished_text(self) -> None:
-        """A truncated or refused stream: each unfinished text or thinking
-        block keeps what it holds, a half pair that never completed as U+FFFD
-        (sent on as a last fragment when the block started)."""
+    def _end_unfinished_text(self) -> None:
         for index in sorted(self.items):
             item = self.items[index]
             for block in item.blocks:
@@ -374,6 +384,39 @@ class OutputOrder:
                     block.fragments.append(rest)
                     if block.index is not None:
                         self._sync(item, block)
+
+
+@dataclass(frozen=True)
+class SettledBlock:
+    """One block of a settled response, by `output_index` (`OutputOrder.settle`).
+
+    `kind`: `text`, `thinking` or `toolCall`; `started`: whether it reached
+    the delta stream (a message or summary that never had text did not);
+    `text`: what it holds (a truncated block's text); `final`: the completed
+    item's text or arguments (None when its item never completed);
+    `tool_call_id` / `name`: a toolCall block's id and tool name.
+    """
+
+    kind: BlockKind
+    started: bool
+    text: str
+    final: str | None
+    tool_call_id: str | None
+    name: str | None
+
+
+@dataclass(frozen=True)
+class SettledOutput:
+    """A response's output once its stream ended: what `output_result` builds from.
+
+    `blocks`: every block by `output_index`, then as its item made them;
+    `refused`: an item carried a refusal; `complete`: the response completed
+    without a refusal, so every block holds its `final` text.
+    """
+
+    blocks: tuple[SettledBlock, ...]
+    refused: bool
+    complete: bool
 
 
 INVALID = object()

@@ -16,18 +16,21 @@ Rules (NAP-LLM, Generation, Tool, Finish; LMSP 6.3 terminal events)
   `errors.ProviderFailure` (its detail stays in the developer log); a stream
   without a terminal event, or any other terminal event, is
   `provider-error`.
-- `content` follows `output_index` (`output_order.OutputOrder`); usage is
-  mapped when well formed and left out otherwise (`map_usage`).
+- `content` follows `output_index`: the result is built from the frozen
+  record the reader settles (`output_order.OutputOrder.settle`), never by
+  calling back into it; usage is mapped when well formed and left out
+  otherwise (`map_usage`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
 from .lmsp import LmspUsage, failure_from_problem, parse_problem
-from .output_order import OutputOrder, loads_or_invalid, provider_error
+from .output_order import SettledOutput, loads_or_invalid, provider_error
 from .records import (
     Generation,
     GenerationRequest,
@@ -66,30 +69,33 @@ def map_usage(raw: object) -> Usage | None:
 
 
 def build_generation(
-    order: OutputOrder,
+    settle: Callable[[bool], SettledOutput],
     request: GenerationRequest,
     mode: str | None,
     terminal: tuple[str, dict[str, Any]] | None,
 ) -> Generation:
     """The Generation for the stream that ended (module rules).
 
-    `mode` is the request's effective tool choice (`translate.tool_choice_mode`),
-    `terminal` the terminal event's name and data (None: the stream ended
-    without one). Raises `NapError` (`provider-error`) when the stream broke
-    the LMSP rules, and the provider's `ProviderFailure` for
-    `response.failed` or `error`.
+    `settle(completed)`: the reader's `OutputOrder.settle`, called once,
+    when the terminal event is known to end the output (`completed`: it
+    is `response.completed`); `mode` is the request's effective tool
+    choice (`translate.tool_choice_mode`), `terminal` the terminal event's
+    name and data (None: the stream ended without one). Raises `NapError`
+    (`provider-error`) when the stream broke the LMSP rules, and the
+    provider's `ProviderFailure` for `response.failed` or `error`.
     """
     if terminal is None:
         raise provider_error("stream ended without a final event")
     name, data = terminal
     usage = map_usage(data.get("usage"))
     if name == "response.completed":
-        return _completed(order, request, mode, usage)
+        return _completed(settle(True), request, mode, usage)
     if name == "response.incomplete":
+        output = settle(False)
         details = data.get("incomplete_details")
         reason = details.get("reason") if isinstance(details, dict) else None
-        refusal = reason == "content_filter" or order.refused()
-        return _partial(order, "refusal" if refusal else "length", usage)
+        refusal = reason == "content_filter" or output.refused
+        return _partial(output, "refusal" if refusal else "length", usage)
     if name == "response.failed" or name == "error":
         problem = parse_problem(data.get("error"))
         raise failure_from_problem(None, problem)
@@ -97,38 +103,33 @@ def build_generation(
 
 
 def _partial(
-    order: OutputOrder, finish: Literal["length", "refusal"], usage: Usage | None
+    output: SettledOutput, finish: Literal["length", "refusal"], usage: Usage | None
 ) -> Generation:
-    order.end_unfinished_text()
     parts: list[OutputPart] = []
-    for block in order.blocks_in_order():
+    for block in output.blocks:
         if block.kind == "toolCall":
             continue  # toolCall parts never survive truncation or refusal
-        text = block.text
-        if block.kind == "text" and text:
-            parts.append(TextPart(type="text", text=text))
-        elif block.kind == "thinking" and text:
-            parts.append(ThinkingPart(type="thinking", text=text))
+        if block.kind == "text" and block.text:
+            parts.append(TextPart(type="text", text=block.text))
+        elif block.kind == "thinking" and block.text:
+            parts.append(ThinkingPart(type="thinking", text=block.text))
     return Generation(content=parts, finish=finish, usage=usage)
 
 
 def _completed(
-    order: OutputOrder, request: GenerationRequest, mode: str | None, usage: Usage | None
+    output: SettledOutput, request: GenerationRequest, mode: str | None, usage: Usage | None
 ) -> Generation:
-    if not order.all_done():
-        raise provider_error("an output item never completed")
-    if order.refused():
-        return _partial(order, "refusal", usage)
-    order.pump()
+    if not output.complete:
+        return _partial(output, "refusal", usage)
     tool_names = {t.name for t in request.active_tools}
     parts: list[OutputPart] = []
     calls: list[ToolCallPart] = []
-    for block in order.blocks_in_order():
+    for block in output.blocks:
         if block.kind == "toolCall":
             call = _checked_call(tool_names, block.tool_call_id, block.name, block.final)
             calls.append(call)
             parts.append(call)
-        elif block.index is None:
+        elif not block.started:
             continue  # a message or summary that never had text
         elif block.kind == "text":
             parts.append(TextPart(type="text", text=block.final or ""))

@@ -24,7 +24,8 @@ Rules
   handle, or its error. A napplet may reuse a select id; each request still
   gets its own answer. An endpoint that closes gets nothing (its chooser
   is cancelled); an account switch answers every pending select
-  `cancelled`.
+  `cancelled`. Each answer of the chooser is one `PickVerdict`, and what
+  follows it is one row of `SELECT_FLOW`.
 - A handle is random and opaque, and scoped to one endpoint, one account
   and the exact connection record the user picked. A handle that is
   unknown, another endpoint's, from another account, for a connection
@@ -41,6 +42,7 @@ import logging
 import secrets
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
+from enum import Enum
 from typing import Any
 
 from .connection_records import Connection
@@ -49,7 +51,7 @@ from .errors import ErrorCode, NapError, unsupported
 from .generations import Send, answer
 from .intake import Describe, Select
 from .records import ModelRecord, Requirements
-from .shell_ports import ChoiceRequest, Chooser, NappletIdentity, ShellPolicy
+from .shell_ports import ChoicePick, ChoiceRequest, Chooser, NappletIdentity, ShellPolicy
 from .wire import error_result, model_result
 
 log = logging.getLogger("napllm.shell")
@@ -100,6 +102,46 @@ class _Pending:
     rid: str  # the napplet's select id (it may repeat)
     task: asyncio.Task[None] | None = None
     choice: _Choice | None = None  # set once the chooser is asked
+
+
+class PickVerdict(Enum):
+    """What one answer of the chooser is (module rules)."""
+
+    #: The endpoint closed or the account switched while the chooser was open.
+    GONE = "gone"
+    #: The person declined, or the chooser failed.
+    DECLINED = "declined"
+    #: A pick made on a list that changed since it was shown.
+    OLD_LIST = "old-list"
+    #: A pick of the current list of a record it does not offer (or no longer fits).
+    NOT_OFFERED = "not-offered"
+    #: Old-list picks past `ShellPolicy.max_chooser_reshows`.
+    RESHOWN_TOO_OFTEN = "reshown-too-often"
+    #: A pick of the exact record the current list offers.
+    BOUND = "bound"
+
+
+@dataclass(frozen=True)
+class SelectStep:
+    """What a select does for one `PickVerdict`: answer `error` (None: no error),
+    show the chooser again, or bind a handle and answer the Model record."""
+
+    error: ErrorCode | None = None
+    show_again: bool = False
+    binds: bool = False
+
+
+#: The select flow: every chooser answer and what follows it; nothing else happens.
+#: A `GONE` select sends nothing (a closed endpoint gets nothing; an account
+#: switch answered it `cancelled` already).
+SELECT_FLOW: dict[PickVerdict, SelectStep] = {
+    PickVerdict.GONE: SelectStep(),
+    PickVerdict.DECLINED: SelectStep(error=ErrorCode.USER_CANCELLED),
+    PickVerdict.OLD_LIST: SelectStep(show_again=True),
+    PickVerdict.NOT_OFFERED: SelectStep(error=ErrorCode.SELECTION_EXPIRED),
+    PickVerdict.RESHOWN_TOO_OFTEN: SelectStep(error=ErrorCode.SELECTION_EXPIRED),
+    PickVerdict.BOUND: SelectStep(binds=True),
+}
 
 
 def _same_offer(a: dict[str, Connection], b: dict[str, Connection]) -> bool:
@@ -230,7 +272,6 @@ class Selections:
     ) -> None:
         account = self._account()
         choice = entry.choice = _Choice(request, request, {c.id: c for c in request.candidates})
-        expired = error_result("llm.select", msg.id, NapError(ErrorCode.SELECTION_EXPIRED))
         try:
             for _ in range(self._policy().max_chooser_reshows + 1):
                 choice.asked = choice.request
@@ -241,31 +282,56 @@ class Selections:
                 except Exception:
                     log.exception("chooser failed")
                     pick = None
-                if endpoint_id not in self._pending or account != self._account():
+                verdict, connection = self._judge(endpoint_id, account, msg, choice, pick)
+                if not SELECT_FLOW[verdict].show_again:
+                    self._follow(verdict, endpoint_id, account, msg.id, connection)
                     return
-                if pick is None:
-                    error = NapError(ErrorCode.USER_CANCELLED)
-                    self._send(endpoint_id, error_result("llm.select", msg.id, error))
-                    return
-                if pick.revision != choice.request.revision:
-                    continue  # picked on a list that changed since: show the current one
-                connection = self._connections.get(pick.connection_id)
-                if (
-                    connection is None
-                    or choice.offered.get(pick.connection_id) is not connection
-                    or not meets(connection, msg.requirements)
-                ):
-                    self._send(endpoint_id, expired)
-                    return
-                handle = "h-" + secrets.token_urlsafe(18)
-                self.handles[handle] = Selection(endpoint_id, account, connection.id, connection)
-                self._answer(endpoint_id, "llm.select", msg.id, connection, handle)
-                return
-            self._send(endpoint_id, expired)  # the list kept changing under the person's picks
+            self._follow(PickVerdict.RESHOWN_TOO_OFTEN, endpoint_id, account, msg.id, None)
         finally:
             pending = self._pending.get(endpoint_id, {})
             if pending.get(key) is entry:
                 del pending[key]
+
+    def _follow(
+        self,
+        verdict: PickVerdict,
+        endpoint_id: str,
+        account: str,
+        rid: str,
+        connection: Connection | None,
+    ) -> None:
+        """Do what `SELECT_FLOW` says for `verdict` (never shows the chooser again)."""
+        step = SELECT_FLOW[verdict]
+        if step.binds and connection is not None:
+            handle = "h-" + secrets.token_urlsafe(18)
+            self.handles[handle] = Selection(endpoint_id, account, connection.id, connection)
+            self._answer(endpoint_id, "llm.select", rid, connection, handle)
+        elif step.error is not None:
+            self._send(endpoint_id, error_result("llm.select", rid, NapError(step.error)))
+
+    def _judge(
+        self,
+        endpoint_id: str,
+        account: str,
+        msg: Select,
+        choice: _Choice,
+        pick: ChoicePick | None,
+    ) -> tuple[PickVerdict, Connection | None]:
+        """What the chooser's answer is (`PickVerdict`), and the record it binds if any."""
+        if endpoint_id not in self._pending or account != self._account():
+            return PickVerdict.GONE, None
+        if pick is None:
+            return PickVerdict.DECLINED, None
+        if pick.revision != choice.request.revision:
+            return PickVerdict.OLD_LIST, None
+        connection = self._connections.get(pick.connection_id)
+        if (
+            connection is None
+            or choice.offered.get(pick.connection_id) is not connection
+            or not meets(connection, msg.requirements)
+        ):
+            return PickVerdict.NOT_OFFERED, None
+        return PickVerdict.BOUND, connection
 
     def _answer(
         self, endpoint_id: str, kind: str, rid: str, connection: Connection, handle: str

@@ -49,7 +49,7 @@ from .errors import unsupported
 from .generations import Generations
 from .grants import Grants
 from .intake import Cancel, Describe, Generate, Select, read_request
-from .lifecycle import EndpointEvent, EndpointLife
+from .lifecycle import EndpointEvent, EndpointLife, EndpointState
 from .selections import Selections
 from .shell_ports import (
     AsyncioClock,
@@ -181,13 +181,28 @@ class Shell:
         return endpoint_id
 
     def close_endpoint(self, endpoint_id: str) -> None:
-        """The document is gone: cancel its work silently, invalidate its handles."""
-        endpoint = self._endpoints.pop(endpoint_id, None)
-        if endpoint is None:
+        """The document is gone: cancel its work silently, invalidate its handles.
+
+        The close transition runs while the endpoint is still registered, so
+        it is observable (`endpoint_state`, `Observer.endpoint_closed`) and
+        everything its work does while being cancelled sees it closed; the
+        endpoint is forgotten last. Closing twice, or an unknown id, is a no-op.
+        """
+        endpoint = self._endpoints.get(endpoint_id)
+        if endpoint is None or not endpoint.life.can(EndpointEvent.CLOSE):
             return
         endpoint.life.fire(EndpointEvent.CLOSE)
-        self._generations.close_endpoint(endpoint_id)
-        self._selections.close_endpoint(endpoint_id)
+        try:
+            self._observe("endpoint_closed", endpoint_id)
+            self._generations.close_endpoint(endpoint_id)
+            self._selections.close_endpoint(endpoint_id)
+        finally:
+            del self._endpoints[endpoint_id]
+
+    def endpoint_state(self, endpoint_id: str) -> EndpointState | None:
+        """The endpoint's `lifecycle.EndpointState`, or None once it is forgotten."""
+        endpoint = self._endpoints.get(endpoint_id)
+        return endpoint.life.state if endpoint is not None else None
 
     def receive(self, endpoint_id: str, message: object) -> None:
         """Handle one message from an endpoint. Never raises.

@@ -299,6 +299,10 @@ class Observer:
     def dropped(self, endpoint_id: str, reason: str) -> None:
         """A message that got no reply (not an envelope, unknown type, no id)."""
 
+    def endpoint_closed(self, endpoint_id: str) -> None:
+        """An endpoint's close transition ran (`lifecycle.EndpointLife`); its work
+        is cancelled next, then it is forgotten."""
+
     def notice(self, level: str, text: str, connection_id: str | None = None) -> None:
         """A message for the user, shown by the shell (never in a frame)."""
 

@@ -262,5 +262,5 @@ class GenerationAssembler:
     def finish(self) -> Generation:
         """Build the Generation after the stream ended (see the class)."""
         return build_generation(
-            self._order, self._request, tool_choice_mode(self._request), self._terminal
+            self._order.settle, self._request, tool_choice_mode(self._request), self._terminal
         )

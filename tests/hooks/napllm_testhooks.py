@@ -111,22 +111,43 @@ def probe_targets() -> list[Target] | None:
     return targets
 
 
+class FixtureKind:
+    """The test build's connection kind: a fixture provider per connection id."""
+
+    info = FIXTURE_KIND
+
+    def __init__(self) -> None:
+        self.fixtures: dict[str, FixtureProvider] = {}
+
+    async def add(self, spec: Any, cid: str) -> Connection:
+        """Never: the form does not offer this kind."""
+        raise ValueError("fixture connections are not added from the form")
+
+    def provider(self, connection: Connection) -> Provider:
+        """The connection's fixture (KeyError if none)."""
+        return self.fixtures[connection.id]
+
+    async def default_connections(self) -> list[Connection]:
+        """None: `test_connections` adds them after the product's."""
+        return []
+
+    def route(self, settings: dict[str, Any]) -> str:
+        """`FIXTURE_ROUTE`."""
+        return FIXTURE_ROUTE
+
+
 class TestProviders(BrowserProviders):
-    """`BrowserProviders` plus fixture providers kept by connection id."""
+    """`BrowserProviders` plus the fixture kind (fixture providers kept by connection id)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.fixtures: dict[str, FixtureProvider] = {}
+        self.fixture_kind = FixtureKind()
+        self.fixtures = self.fixture_kind.fixtures
+        self.kinds.register(self.fixture_kind)
 
     def fixture(self, cid: str) -> FixtureProvider:
         """The fixture provider of test connection `cid` (KeyError if none)."""
         return self.fixtures[cid]
-
-    def provider_for(self, connection: Connection) -> Provider:
-        """Fixture connections get their fixture; everything else as in the product."""
-        if connection.kind == "fixture":
-            return self.fixtures[connection.id]
-        return super().provider_for(connection)
 
 
 def test_connections(providers: TestProviders) -> list[Connection]:

@@ -141,6 +141,49 @@ async def test_the_time_limit_makes_an_incomplete_response_with_its_output() -> 
     assert body["usage"]["output_tokens"] == 1
 
 
+class StrangeEndEngine(FaultyEngine):
+    """An engine double whose worker ends with a finish reason the service does not know."""
+
+    def submit(self, job: GenerationJob, sink: Callable[[Any], None]) -> Future[None]:
+        sink(TextPiece("partial "))
+        sink(cast(Any, GenerationEnd)("unheard-of", 1))
+        future: Future[None] = Future()
+        future.set_result(None)
+        return future
+
+
+async def test_an_unknown_finish_reason_fails_the_response_never_completes_it() -> None:
+    """Every end is a row of `tasks.OUTCOMES`; one the table lacks is internal_error."""
+    service = LmspService(cast(Any, StrangeEndEngine()), ServiceConfig())
+    transport = httpx.ASGITransport(app=build_app(service, "tok"))
+    async with httpx.AsyncClient(
+        transport=transport,
+        base_url="http://127.0.0.1/lmsp/v1",
+        headers={"Authorization": "Bearer tok"},
+    ) as http:
+        answer = await http.post("/responses", json=request("hi"))
+    assert answer.status_code == 500
+    assert answer.json()["code"] == "internal_error"
+
+
+def test_every_outcome_row_is_one_final_status_event_and_problem() -> None:
+    from typing import get_args
+
+    from napllm.lmsp import TERMINAL_EVENTS
+    from napllm.lmsp_service.jobs import FinishReason
+    from napllm.lmsp_service.problems import PROBLEM_CODES
+    from napllm.lmsp_service.tasks import FINAL_STATUSES, OUTCOMES, outcome_of
+
+    for reason in get_args(FinishReason):
+        assert outcome_of(reason, cancel_requested=False) is OUTCOMES[reason]
+    assert outcome_of("crashed", cancel_requested=True).status == "cancelled"
+    for outcome in OUTCOMES.values():
+        assert outcome.status in FINAL_STATUSES and outcome.event in TERMINAL_EVENTS
+        assert (outcome.problem is not None) == (outcome.status == "failed")
+        assert outcome.problem is None or outcome.problem in PROBLEM_CODES
+        assert (outcome.incomplete_reason is not None) == (outcome.status == "incomplete")
+
+
 async def test_a_prompt_that_cannot_fit_is_refused_without_tokenizing() -> None:
     engine = FaultyEngine()
     transport = httpx.ASGITransport(

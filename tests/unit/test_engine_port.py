@@ -22,8 +22,9 @@ import pytest
 
 from napllm.connection_records import Connection
 from napllm.errors import ErrorCode, ProviderFailure
-from napllm.kinds import FormKind, route_for
+from napllm.kinds import FormKind
 from napllm.lmsp import LmspRequest
+from napllm.providers.connection_kinds import route_for
 from napllm.providers.engine import (
     ENGINE_HINTS,
     EngineBridgeError,

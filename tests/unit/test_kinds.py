@@ -18,8 +18,8 @@ from napllm.kinds import (
     host_of,
     model_display_name,
     model_id_shown,
-    route_for,
 )
+from napllm.providers.connection_kinds import route_for
 from napllm.shell import Disclosure, NappletIdentity
 
 ROUTES = [

@@ -94,3 +94,50 @@ def test_a_closed_endpoints_messages_are_not_read() -> None:
         return h.out(ep)
 
     assert all(e.get("id") != "g1" for e in asyncio.run(go()) if isinstance(e, dict))
+
+
+def test_an_endpoints_close_transition_is_observable_before_it_is_forgotten() -> None:
+    import asyncio
+
+    from harness import Harness, Recorder
+
+    from napllm.lifecycle import EndpointState
+
+    seen: list[tuple[str, EndpointState | None]] = []
+
+    async def go() -> tuple[EndpointState | None, EndpointState | None]:
+        h = Harness()
+        h.connect()
+        ep = h.endpoint()
+        await h.select(ep)
+
+        class Watch(Recorder):
+            def endpoint_closed(self, endpoint_id: str) -> None:
+                seen.append((endpoint_id, h.shell.endpoint_state(endpoint_id)))
+
+        h.shell._observer = Watch()
+        before = h.shell.endpoint_state(ep)
+        h.shell.close_endpoint(ep)
+        h.shell.close_endpoint(ep)  # closing twice reports once
+        return before, h.shell.endpoint_state(ep)
+
+    before, after = asyncio.run(go())
+    assert before is EndpointState.LIVE
+    assert [state for _, state in seen] == [EndpointState.CLOSED]
+    assert after is None
+
+
+def test_the_select_flow_is_one_row_per_chooser_answer() -> None:
+    from napllm.errors import ErrorCode
+    from napllm.selections import SELECT_FLOW, PickVerdict
+
+    assert set(SELECT_FLOW) == set(PickVerdict)
+    assert [v for v, step in SELECT_FLOW.items() if step.binds] == [PickVerdict.BOUND]
+    assert [v for v, step in SELECT_FLOW.items() if step.show_again] == [PickVerdict.OLD_LIST]
+    # A row binds, shows again or answers one error; only GONE does none (nothing is sent).
+    for verdict, step in SELECT_FLOW.items():
+        assert step.binds + step.show_again + (step.error is not None) == (
+            verdict is not PickVerdict.GONE
+        )
+    assert SELECT_FLOW[PickVerdict.DECLINED].error is ErrorCode.USER_CANCELLED
+    assert SELECT_FLOW[PickVerdict.NOT_OFFERED].error is ErrorCode.SELECTION_EXPIRED

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from napllm.connections import ConnectionSpec, route_for
+from napllm.connections import ConnectionSpec
 from napllm.errors import ErrorCode
 from napllm.lmsp import LmspRequest
 from napllm.providers.chat_stream import ChatStreamToLmsp
+from napllm.providers.connection_kinds import route_for
 from napllm.providers.engine import NO_ADAPTER_REASONS, NO_WEBGPU, engine_failure
 from napllm.providers.engine_onnx import (
     ONNX_HINTS,

@@ -1113,8 +1113,8 @@ ARGUMENT_TEXTS = [
 
 @pytest.mark.parametrize("text", ARGUMENT_TEXTS)
 def test_completeness_of_arguments_split_anywhere_is_the_strict_readers(text: str) -> None:
-    from napllm.providers.chat_fields import is_complete_json as _is_complete_json
     from napllm.providers.chat_arguments import ArgumentsText
+    from napllm.providers.chat_fields import is_complete_json as _is_complete_json
 
     expected = _is_complete_json(text)
     splits = [[text[:i], text[i:]] for i in range(len(text) + 1)] + [list(text)]

@@ -10,7 +10,8 @@ import pytest
 from harness import Harness, generate
 
 from fixtures import WEATHER_TOOL
-from napllm.connections import ConnectionSpec, route_for
+from napllm.connections import ConnectionSpec
+from napllm.providers.connection_kinds import route_for
 from napllm.providers.scripted import (
     ErrorTurn,
     JsonTurn,

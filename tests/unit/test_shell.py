@@ -1464,7 +1464,7 @@ async def test_added_connection_keeps_existing_handles() -> None:
 
 async def test_consent_shows_the_route_built_for_the_connections_kind() -> None:
     """The dialog's route is `route_for`'s, hops included (per-kind texts: test_kinds.py)."""
-    from napllm.kinds import route_for
+    from napllm.providers.connection_kinds import route_for
 
     h = Harness()
     settings = {"baseUrl": "http://127.0.0.1:4000/v1", "forwardsTo": "api.example.com"}

@@ -99,7 +99,7 @@ class Runtime:
         self.registry = ConnectionRegistry()
         install_log_redaction(self.registry)
         self.providers = providers if providers is not None else BrowserProviders()
-        register_engines(self.providers.engines)
+        register_engines(self.providers.kinds)
         self.providers.on_script_request = self.publish_script_progress
         self.shell = Shell(
             self.registry,

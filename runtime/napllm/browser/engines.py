@@ -39,7 +39,8 @@ from js import document  # type: ignore[import-not-found]
 from pyodide.code import run_js  # type: ignore[import-not-found]
 from pyodide.ffi import JsException  # type: ignore[import-not-found]
 
-from ..providers.engine import Engine, EngineBridge, EngineBridgeError, EngineSpec, SpecEngine
+from ..providers.connection_kinds import EngineKind, KindTable
+from ..providers.engine import EngineBridge, EngineBridgeError, EngineSpec
 from ..providers.engine_onnx import ONNX
 from ..providers.engine_wasm import WASM
 from ..providers.engine_webllm import WEBLLM
@@ -122,10 +123,10 @@ async def open_bridge(declaration: Mapping[str, Any]) -> EngineBridge:
     return bridge
 
 
-def register_engines(engines: dict[str, Engine]) -> None:
-    """Add an engine per spec of `ENGINE_SPECS` to `BrowserProviders.engines`."""
+def register_engines(kinds: KindTable) -> None:
+    """Add an `EngineKind` per spec of `ENGINE_SPECS` to the page's kinds."""
     for spec in ENGINE_SPECS:
-        engines[spec.kind] = SpecEngine(spec, open_bridge)
+        kinds.register(EngineKind(spec, open_bridge))
 
 
 __all__ = ["ENGINE_HOST", "ENGINE_SPECS", "JsEngineModule", "open_bridge", "register_engines"]

@@ -30,7 +30,6 @@ from js import napllmHost  # type: ignore[import-not-found]
 
 from ..connections import Connection, ConnectionRegistry, ConnectionSpec
 from ..jsontext import JsonTextError, read_json
-from ..kinds import route_for
 from .providers import BrowserProviders, connection_from_spec, default_connections
 
 
@@ -97,8 +96,8 @@ class ConnectionStore:
                 connection = Connection.model_validate(raw)
                 if not connection.settings.get("userDefined"):
                     raise ValueError("not a user connection")
-                # The route is derived, never trusted from storage (kinds.route_for).
-                route = route_for(connection.kind, connection.settings)
+                # The route is derived, never trusted from storage (its kind's route).
+                route = self.providers.kinds.route(connection.kind, connection.settings)
                 readable.append(connection.model_copy(update={"route": route}))
             except ValueError:
                 count += 1

@@ -15,7 +15,7 @@ import json
 import logging
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..lmsp import ModelCapabilities, ModelEntry
@@ -35,9 +35,12 @@ from .prompt import (
 )
 from .store import SqliteStore, StoreCorrupt
 from .tasks import (
+    OUTCOMES,
     BoundedStore,
+    Outcome,
     ResponseRun,
     Task,
+    outcome_of,
 )
 from .validation import (
     Checked,
@@ -72,15 +75,6 @@ MAX_SCHEMA_CHARS = 256 * 1024
 #: Seconds an output check waits for a free schema worker: the answer was
 #: already generated, so it waits longer than a new request would.
 OUTPUT_CHECK_QUEUE_WAIT_S = 120.0
-#: `incomplete_details.reason` of a generation stopped by a limit: its output
-#: tokens, or the service's time limit (`--generation-time-limit-seconds`).
-#: The detail of a generation ended for its grammar work (batching.py's budgets).
-GRAMMAR_BUDGET_DETAIL = (
-    "The response's schema made the model's sampling too costly; the generation was ended."
-)
-INCOMPLETE_REASONS = {"length": "max_output_tokens", "time": "max_generation_time"}
-#: Finish reasons whose output so far is kept (and assembled) in the response.
-_KEEPS_OUTPUT = frozenset({"stop", "length", "time", "cancelled"})
 #: Modules each schema worker imports when it starts.
 _SCHEMA_WORKER_MODULES = (
     "napllm.lmsp_service.grammar",
@@ -359,57 +353,27 @@ class LmspService:
                 "input_tokens_details": {"cached_tokens": end.cached_tokens},
             }
             run.usage = usage
-            if output_error is None and end.finish_reason in _KEEPS_OUTPUT:
+            outcome = outcome_of(end.finish_reason, cancel_requested=run.cancel_flag.is_set())
+            if output_error is None and outcome.keeps_output:
                 try:
-                    assembler.finish(complete=end.finish_reason == "stop")
+                    assembler.finish(complete=outcome is OUTCOMES["stop"])
                 except ModelOutputError:
                     output_error = "The model produced a malformed tool call."
-            if output_error is None and end.finish_reason == "stop":
+            if output_error is None and outcome is OUTCOMES["stop"]:
                 output_error = await self._check_output(checked, assembler)
-            if end.finish_reason == "crashed" and run.cancel_flag.is_set():
-                # Killed because it ignored its cancellation: it was cancelled.
-                end = GenerationEnd("cancelled", end.output_tokens)
-            if end.finish_reason == "error":
-                self._fail(run, problem_body("generation_failed"))
-            elif end.finish_reason == "grammar":
-                self._fail(run, problem_body("generation_failed", GRAMMAR_BUDGET_DETAIL))
-            elif end.finish_reason == "crashed":
-                self._fail(run, problem_body("model_crashed"))
-            elif output_error is not None:
-                self._fail(run, problem_body("model_output_invalid", output_error))
-            elif end.finish_reason == "cancelled":
-                run.finish(
-                    "cancelled",
-                    "response.cancelled",
-                    {"response_id": run.id, "status": "cancelled"},
-                )
-            elif end.finish_reason in ("length", "time"):
-                run.incomplete_details = {"reason": INCOMPLETE_REASONS[end.finish_reason]}
-                run.finish(
-                    "incomplete",
-                    "response.incomplete",
-                    {
-                        "response_id": run.id,
-                        "status": "incomplete",
-                        "incomplete_details": run.incomplete_details,
-                        "usage": usage,
-                    },
-                )
-            else:
-                run.finish(
-                    "completed",
-                    "response.completed",
-                    {"response_id": run.id, "status": "completed", "usage": usage},
-                )
+            if output_error is not None and outcome.problem is None:
+                # A failure of the generation itself outranks what its output broke.
+                outcome = replace(OUTCOMES["output-invalid"], detail=output_error)
+            self._end(run, outcome)
         except asyncio.CancelledError:
             run.cancel_flag.set()  # the service is stopping
             if not run.done.is_set():
-                self._fail(run, problem_body("interrupted"))
+                self._end(run, OUTCOMES["interrupted"])
             raise
         except BaseException:
             run.cancel_flag.set()
             if not run.done.is_set():
-                self._fail(run, problem_body("internal_error"))
+                self._end(run, OUTCOMES["internal-error"])
             raise
         finally:
             self.pending -= 1
@@ -492,13 +456,12 @@ class LmspService:
             log.exception("could not write a task to the store")
 
     @staticmethod
-    def _fail(run: ResponseRun, problem: dict[str, Any]) -> None:
-        run.error = problem
-        run.finish(
-            "failed",
-            "response.failed",
-            {"response_id": run.id, "status": "failed", "error": problem},
-        )
+    def _end(run: ResponseRun, outcome: Outcome) -> None:
+        """End `run` as its `tasks.OUTCOMES` row says, with the row's problem if it failed."""
+        problem = None
+        if outcome.problem is not None:
+            problem = problem_body(outcome.problem, outcome.detail)
+        run.end(outcome, problem)
 
     async def close(self) -> None:
         """Cancel every generation, wait for the drivers to end (their runs are

@@ -32,7 +32,73 @@ from typing import Any, Generic, TypeVar
 
 from ..lmsp import TERMINAL_EVENTS, LmspEvent
 
-FINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a response run ends: one row of `OUTCOMES` (6.2, 6.3).
+
+    `status`: the final status; `event`: the final event; `keeps_output`:
+    the output generated so far stays in the response (its open items
+    closed); `problem`: for `failed`, the problem code (`problems.PROBLEM_CODES`)
+    and `detail` its detail (None: the code's own); `incomplete_reason`: for
+    `incomplete`, `incomplete_details.reason`; `usage`: the final event
+    carries the usage.
+    """
+
+    status: str
+    event: str
+    keeps_output: bool = False
+    problem: str | None = None
+    detail: str | None = None
+    incomplete_reason: str | None = None
+    usage: bool = False
+
+
+def _failed(problem: str, detail: str | None = None) -> Outcome:
+    return Outcome("failed", "response.failed", problem=problem, detail=detail)
+
+
+def _incomplete(reason: str) -> Outcome:
+    return Outcome("incomplete", "response.incomplete", True, incomplete_reason=reason, usage=True)
+
+
+#: The detail of a generation ended for its grammar work (batching.py's budgets).
+GRAMMAR_BUDGET_DETAIL = (
+    "The response's schema made the model's sampling too costly; the generation was ended."
+)
+
+#: Every way a run ends, by the generation's finish reason (`jobs.FinishReason`)
+#: or by what the service saw: `crashed-cancelled` (the worker was killed
+#: because it ignored its cancellation: cancelled, its output as it stood),
+#: `output-invalid` (the output broke its tool-call syntax or its schema),
+#: `interrupted` (the service stopped), `internal-error` (a bug of ours, or a
+#: finish reason this table lacks).
+OUTCOMES: dict[str, Outcome] = {
+    "stop": Outcome("completed", "response.completed", True, usage=True),
+    "length": _incomplete("max_output_tokens"),
+    "time": _incomplete("max_generation_time"),
+    "cancelled": Outcome("cancelled", "response.cancelled", True),
+    "crashed-cancelled": Outcome("cancelled", "response.cancelled"),
+    "error": _failed("generation_failed"),
+    "grammar": _failed("generation_failed", GRAMMAR_BUDGET_DETAIL),
+    "crashed": _failed("model_crashed"),
+    "output-invalid": _failed("model_output_invalid"),
+    "interrupted": _failed("interrupted"),
+    "internal-error": _failed("internal_error"),
+}
+
+FINAL_STATUSES = frozenset(outcome.status for outcome in OUTCOMES.values())
+
+
+def outcome_of(finish_reason: str, *, cancel_requested: bool) -> Outcome:
+    """The row for a generation's finish reason (`internal-error` for one not in the table).
+
+    A worker that crashed after its cancellation was asked for ended
+    because it ignored it: `crashed-cancelled`.
+    """
+    if finish_reason == "crashed" and cancel_requested:
+        return OUTCOMES["crashed-cancelled"]
+    return OUTCOMES.get(finish_reason, OUTCOMES["internal-error"])
 
 
 class EventHistoryExpired(Exception):
@@ -138,6 +204,24 @@ class ResponseRun:
         """Set the final `status` and emit the final `event` with `data`."""
         self.status = status
         self.emit(event, data)
+
+    def end(self, outcome: Outcome, problem: dict[str, Any] | None = None) -> None:
+        """End the run as `outcome` says (`OUTCOMES`): its status, final event and data.
+
+        `problem`: the problem object of a `failed` outcome (built by the
+        service from `outcome.problem` and `outcome.detail`). Raises
+        `RuntimeError` when the run already ended.
+        """
+        data: dict[str, Any] = {"response_id": self.id, "status": outcome.status}
+        if outcome.problem is not None:
+            self.error = problem
+            data["error"] = problem
+        if outcome.incomplete_reason is not None:
+            self.incomplete_details = {"reason": outcome.incomplete_reason}
+            data["incomplete_details"] = self.incomplete_details
+        if outcome.usage:
+            data["usage"] = self.usage
+        self.finish(outcome.status, outcome.event, data)
 
     @property
     def last_event_id(self) -> int:

@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ErrorCode, ProviderFailure
-from ..lmsp import CONTEXT_TOO_LONG, LmspEvent
-from ..output_order import MAX_OUTPUT_CHARS
+from ..lmsp import CONTEXT_TOO_LONG, MAX_OUTPUT_CHARS, LmspEvent
 from ..toolcall_text import MalformedToolCall, ToolCallScanner, parse_tool_call
 from .chat_arguments import ArgumentsText
 from .chat_fields import arguments_text, malformed, usage_to_lmsp

@@ -46,7 +46,7 @@ from typing import Any, Protocol
 
 from ..errors import ErrorCode, ProviderFailure
 from ..jsontext import read_json, read_stream_payload
-from ..kinds import route_for
+from ..kinds import kind_info
 from ..lmsp import LmspEvent, LmspRequest
 from ..records import Capabilities, Connection
 from .base import Provider
@@ -229,6 +229,14 @@ class SpecDefaults:
     hints: Mapping[str, str] = ENGINE_HINTS
 
 
+def engine_route(kind: str) -> str:
+    """An engine's route: its row's fixed words; `ValueError` for a kind without them."""
+    info = kind_info(kind)
+    if info is None or not info.route_words:
+        raise ValueError("no route for an unknown engine kind")
+    return info.route_words
+
+
 def builtin_connection(
     kind: str,
     ids: tuple[str, str, str],
@@ -238,7 +246,9 @@ def builtin_connection(
 ) -> Connection:
     """A built-in connection of engine `kind`: `ids` is (id, name, model).
 
-    Marked `builtin` in its settings; available unless `unavailable_reason`.
+    Marked `builtin` in its settings; available unless `unavailable_reason`;
+    its route is the kind's fixed words (`kinds.KindInfo.route_words`).
+    Raises `ValueError` for a kind without a row.
     """
     connection_id, name, model = ids
     return Connection(
@@ -246,7 +256,7 @@ def builtin_connection(
         name=name,
         kind=kind,
         model=model,
-        route=route_for(kind, {}),
+        route=engine_route(kind),
         capabilities=capabilities,
         settings={**settings, "builtin": True},
         available=unavailable_reason is None,
@@ -255,7 +265,7 @@ def builtin_connection(
 
 
 class Engine(Protocol):
-    """An engine as the page's providers use it (`browser.providers.BrowserProviders`)."""
+    """An engine as its connection kind uses it (`connection_kinds.EngineKind`)."""
 
     kind: str
     #: Delivery delay between chunks (module rules); 0 in the product.

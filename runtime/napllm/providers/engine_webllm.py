@@ -38,12 +38,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..kinds import route_for
 from ..lmsp import LmspRequest
 from ..records import Capabilities, Connection
 from .chat_request import lmsp_to_chat
 from .chat_stream import ChatStreamToLmsp
-from .engine import NO_WEBGPU, SpecDefaults, no_adapter_reason
+from .engine import NO_WEBGPU, SpecDefaults, engine_route, no_adapter_reason
 
 #: WebLLM's default `buffer_size_required_bytes` (src/config.ts), 256 MB.
 WEBLLM_DEFAULT_BUFFER_BYTES = 262_144_000
@@ -251,7 +250,7 @@ def webllm_connection(
         name=f"{record.model_id} (WebLLM{size})",
         kind="webllm",
         model=record.model_id,
-        route=route_for("webllm", {}),
+        route=engine_route("webllm"),
         capabilities=webllm_capabilities(record, function_calling_ids),
         settings={"builtin": True, "cached": cached, "rank": 0 if ready else 50},
         available=reason is None,

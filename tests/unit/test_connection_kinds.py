@@ -1,0 +1,110 @@
+"""One class per connection kind (providers/connection_kinds.py), under CPython.
+
+Checked: every kind of the form has a class with the same methods; a kind
+the table lacks gets no provider, no route and cannot be added; each class
+adds its connection with its capabilities and the route its own `route`
+words; the scripted provider is kept per revision.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from napllm.connections import ConnectionSpec
+from napllm.errors import ProviderFailure
+from napllm.kinds import KINDS
+from napllm.providers.connection_kinds import (
+    EngineKind,
+    KindTable,
+    LmspKind,
+    product_kinds,
+    route_for,
+)
+from napllm.providers.engine_onnx import ONNX
+from napllm.providers.engine_wasm import WASM
+from napllm.providers.engine_webllm import WEBLLM
+from napllm.providers.http_httpx import HttpxPort
+from napllm.providers.scripted import ScriptError
+from napllm.records import Connection
+
+SCRIPT = '{"capabilities": {"tools": true}, "turns": [{"text": "hi"}]}'
+
+
+async def no_bridge(declaration: Any) -> Any:
+    raise AssertionError("no engine host in this test")
+
+
+def table(handler: Any = None) -> KindTable:
+    async def refuse(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler or refuse))
+    kinds = product_kinds(HttpxPort(client))
+    for spec in (WASM, WEBLLM, ONNX):
+        kinds.register(EngineKind(spec, no_bridge))
+    return kinds
+
+
+def test_every_kind_of_the_form_has_one_class_with_the_same_methods() -> None:
+    kinds = table()
+    assert sorted(k.info.kind for k in kinds) == sorted(k.kind for k in KINDS)
+    for kind in kinds:
+        for method in ("add", "provider", "default_connections", "route"):
+            assert callable(getattr(kind, method)), (kind.info.kind, method)
+
+
+async def test_a_kind_the_table_lacks_has_no_provider_no_route_and_cannot_be_added() -> None:
+    kinds = KindTable()
+    stray = Connection(id="c1", name="x", kind="lmsp", model="m", route="r")
+    with pytest.raises(ProviderFailure):
+        kinds.provider(stray)
+    with pytest.raises(ValueError):
+        kinds.route("lmsp", {})
+    with pytest.raises(ValueError):
+        kinds.kind("lmsp")
+    with pytest.raises(ValueError):
+        route_for("no-such-kind", {})
+
+
+async def test_a_scripted_connection_takes_its_scripts_capabilities_and_fixed_route() -> None:
+    kinds = table()
+    spec = ConnectionSpec(name="S", kind="scripted", model="m", settings={"script": SCRIPT})
+    connection = await kinds.kind("scripted").add(spec, "c1")
+    assert connection.capabilities.tools and connection.settings["userDefined"] is True
+    assert connection.route == route_for("scripted", {}) == kinds.route("scripted", {})
+    provider = kinds.provider(connection)
+    assert kinds.provider(connection) is provider  # one per revision
+    edited = connection.model_copy(update={"revision": connection.revision + 1})
+    assert kinds.provider(edited) is not provider
+    bad = ConnectionSpec(name="S", kind="scripted", model="m", settings={"script": "{"})
+    with pytest.raises(ScriptError):
+        await kinds.kind("scripted").add(bad, "c2")
+
+
+async def test_an_lmsp_connection_takes_capabilities_and_engine_from_the_listing() -> None:
+    async def listing(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/lmsp/v1/models"
+        entry = {"id": "tiny", "object": "model", "engine": "llama.cpp", "capabilities": {}}
+        return httpx.Response(200, json={"object": "list", "data": [entry]})
+
+    kinds = table(listing)
+    base = {"baseUrl": "http://127.0.0.1:11435"}
+    spec = ConnectionSpec(name="L", kind="lmsp", model="tiny", settings=base)
+    connection = await kinds.kind("lmsp").add(spec, "c1")
+    assert connection.route == "This browser → LMSP service at 127.0.0.1:11435 → llama.cpp"
+    assert connection.route == LmspKind.route(connection.settings)
+    missing = ConnectionSpec(name="L", kind="lmsp", model="other", settings=base)
+    with pytest.raises(ProviderFailure):
+        await kinds.kind("lmsp").add(missing, "c2")
+
+
+async def test_an_engine_connection_is_added_with_its_rows_route() -> None:
+    kinds = table()
+    spec = ConnectionSpec(
+        name="W", kind="wasm", model="m", settings={"url": "https://example.com/m.gguf"}
+    )
+    connection = await kinds.kind("wasm").add(spec, "c1")
+    assert connection.route == "This browser (WebAssembly, llama.cpp) on this device"
