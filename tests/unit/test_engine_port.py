@@ -16,13 +16,13 @@ import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import pytest
 
 from napllm.connection_records import Connection
 from napllm.errors import ErrorCode, ProviderFailure
-from napllm.kinds import FormKind, route_for
+from napllm.kinds import FORM_KINDS, route_for
 from napllm.lmsp import LmspRequest
 from napllm.providers.engine import (
     ENGINE_HINTS,
@@ -31,10 +31,11 @@ from napllm.providers.engine import (
     SpecEngine,
 )
 from napllm.providers.engine_onnx import ONNX, ONNX_HINTS, ONNX_TINYCHAT_ID
+from napllm.providers.engine_specs import ENGINE_SPECS
 from napllm.providers.engine_wasm import TINYCHAT_ID, WASM, tinychat_connection
 from napllm.providers.engine_webllm import WEBLLM
 
-SPECS: list[EngineSpec] = [WASM, WEBLLM, ONNX]
+SPECS: list[EngineSpec] = list(ENGINE_SPECS)
 
 GPU = {
     "adapter": True,
@@ -402,7 +403,7 @@ def test_an_unreadable_device_report_reads_as_unknown() -> None:
 
 
 def test_every_spec_names_a_kind_of_the_kinds_table_and_has_hints_for_every_kind() -> None:
-    assert {s.kind for s in SPECS} <= set(get_args(FormKind))
+    assert {s.kind for s in SPECS} <= set(FORM_KINDS)
     for spec in SPECS:
         assert set(ENGINE_HINTS) <= set(spec.hints)
     assert ONNX_HINTS["load"] != ENGINE_HINTS["load"]

@@ -1,8 +1,8 @@
 """The engine bridge in the page: each engine's host behind `EngineBridge`.
 
 Every engine's provider is `providers.engine.EngineProvider`, driven by the
-engine's spec (`ENGINE_SPECS`); this module only reaches the page's one
-engine host (web/engines/engine-host.js).
+engine's spec (`providers.engine_specs.ENGINE_SPECS`, the one registry);
+this module only reaches the page's one engine host (web/engines/engine-host.js).
 
 Rules (docs/design.md, "The data path", "Known behaviours" and "Adding an
 engine"; providers/engine.py)
@@ -39,13 +39,8 @@ from js import document  # type: ignore[import-not-found]
 from pyodide.code import run_js  # type: ignore[import-not-found]
 from pyodide.ffi import JsException  # type: ignore[import-not-found]
 
-from ..providers.engine import Engine, EngineBridge, EngineBridgeError, EngineSpec, SpecEngine
-from ..providers.engine_onnx import ONNX
-from ..providers.engine_wasm import WASM
-from ..providers.engine_webllm import WEBLLM
-
-#: Every engine of the page, in the order their built-in connections are listed.
-ENGINE_SPECS: tuple[EngineSpec, ...] = (WASM, WEBLLM, ONNX)
+from ..providers.engine import Engine, EngineBridge, EngineBridgeError, SpecEngine
+from ..providers.engine_specs import ENGINE_SPECS
 
 #: The page's one engine host, relative to the shell page.
 ENGINE_HOST = "engines/engine-host.js"
@@ -128,4 +123,4 @@ def register_engines(engines: dict[str, Engine]) -> None:
         engines[spec.kind] = SpecEngine(spec, open_bridge)
 
 
-__all__ = ["ENGINE_HOST", "ENGINE_SPECS", "JsEngineModule", "open_bridge", "register_engines"]
+__all__ = ["ENGINE_HOST", "JsEngineModule", "open_bridge", "register_engines"]

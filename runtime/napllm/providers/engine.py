@@ -46,7 +46,6 @@ from typing import Any, Protocol
 
 from ..errors import ErrorCode, ProviderFailure
 from ..jsontext import read_json, read_stream_payload
-from ..kinds import route_for
 from ..lmsp import LmspEvent, LmspRequest
 from ..records import Capabilities, Connection
 from .base import Provider
@@ -100,6 +99,16 @@ def engine_failure(
 # WebGPU, as the engines on the GPU report it
 
 NO_WEBGPU = "WebGPU is not available in this browser (no GPU adapter)."
+#: The form's words for an engine on the GPU (`EngineSpec.form`'s `needs`, `needs_how`).
+WEBGPU_NEEDS = "Needs a GPU with WebGPU"
+WEBGPU_HOW = (
+    "Open this page in a browser with WebGPU turned on, on a device with a GPU: "
+    "a recent Chrome or Edge on Windows, macOS or ChromeOS, or Safari 26 or later. "
+    "On Linux, Chrome may need WebGPU enabled at chrome://flags/#enable-unsafe-webgpu. "
+    "Until then, use the built-in WebAssembly model or add a connection to a model "
+    "server on this computer."
+)
+
 #: The WebGPU probes' reason codes (web/engines/gpu.js) -> user-facing text.
 NO_ADAPTER_REASONS: dict[str, str] = {
     "no-webgpu": "WebGPU is not available in this browser.",
@@ -167,13 +176,24 @@ class EngineSpec(Protocol):
     (`read_device`), or None while nothing was reported yet.
     """
 
-    #: The `Connection.kind` (`kinds.FormKind`).
+    #: The `Connection.kind` (the registry `providers.engine_specs` makes it a
+    #: kind of the connections form, `kinds.FormKind`).
     kind: str
+    #: The kind's row of the connections form (`kinds.KindInfo`'s fields but
+    #: `kind`, plain data): `label`, `summary`, `model_url`, `model_hint`,
+    #: `needs`, `needs_how`. `kinds.py` builds the engine rows from it.
+    form: Mapping[str, Any]
+    #: The route of every connection of the engine, in words (`kinds.route_for`;
+    #: NAP-LLM, Privacy): the engine runs in this browser, so one hop.
+    route: str
     #: The declaration the page's engine host works from (plain JSON data;
     #: web/engines/engine-host.js lists the fields): `kind`, `worker` (the
     #: worker's URL relative to the shell's folder, dist/), `workers` (`shared` or
     #: `per-model`), `oneModel`, `report` (`environment`, `webgpu` or
-    #: `adapter`), `urlFields`, `room`, `progressVerb`, `adapter`.
+    #: `adapter`), `urlFields`, `room`, `progressVerb`, `adapter`; and for the
+    #: build, the storage panel and the service worker (`engine_specs.page_declarations`):
+    #: `caches` (Cache Storage name -> the words the storage panel shows),
+    #: `lazy` (folders of dist/ the service worker keeps once fetched, not precached).
     page: Mapping[str, Any]
     #: Read the report when the shell starts (for the built-in connections).
     report_at_start: bool
@@ -230,23 +250,24 @@ class SpecDefaults:
 
 
 def builtin_connection(
-    kind: str,
+    spec: EngineSpec,
     ids: tuple[str, str, str],
     capabilities: Capabilities,
     settings: Mapping[str, Any],
     unavailable_reason: str | None = None,
 ) -> Connection:
-    """A built-in connection of engine `kind`: `ids` is (id, name, model).
+    """A built-in connection of `spec`'s engine: `ids` is (id, name, model).
 
-    Marked `builtin` in its settings; available unless `unavailable_reason`.
+    Marked `builtin` in its settings; its route is the spec's (`EngineSpec.route`);
+    available unless `unavailable_reason`.
     """
     connection_id, name, model = ids
     return Connection(
         id=connection_id,
         name=name,
-        kind=kind,
+        kind=spec.kind,
         model=model,
-        route=route_for(kind, {}),
+        route=spec.route,
         capabilities=capabilities,
         settings={**settings, "builtin": True},
         available=unavailable_reason is None,

@@ -47,7 +47,14 @@ from ..lmsp import LmspRequest
 from ..records import Capabilities, Connection
 from .chat_request import lmsp_to_chat
 from .chat_stream import ChatStreamToLmsp
-from .engine import ENGINE_HINTS, SpecDefaults, builtin_connection, no_adapter_reason
+from .engine import (
+    ENGINE_HINTS,
+    WEBGPU_HOW,
+    WEBGPU_NEEDS,
+    SpecDefaults,
+    builtin_connection,
+    no_adapter_reason,
+)
 
 ONNX_TINYCHAT_ID = "builtin-tinychat-webgpu"
 ONNX_TINYCHAT_NAME = "TinyChat (WebGPU, transformers.js)"
@@ -122,7 +129,7 @@ def onnx_tinychat_connection(unavailable_reason: str | None = None) -> Connectio
     source = {"kind": "path", "base": ONNX_TINYCHAT_BASE, "model": ONNX_TINYCHAT_MODEL}
     settings = {"source": source, "dtype": "fp32", "rank": ONNX_TINYCHAT_RANK}
     ids = (ONNX_TINYCHAT_ID, ONNX_TINYCHAT_NAME, ONNX_TINYCHAT_MODEL)
-    return builtin_connection("onnx", ids, ONNX_CAPABILITIES, settings, unavailable_reason)
+    return builtin_connection(ONNX, ids, ONNX_CAPABILITIES, settings, unavailable_reason)
 
 
 def onnx_chat_body(request: LmspRequest) -> dict[str, Any]:
@@ -165,9 +172,17 @@ class OnnxSpec(SpecDefaults):
     """The `onnx` engine (`providers.engine.EngineSpec`; module rules)."""
 
     kind = "onnx"
+    form: Mapping[str, Any] = {
+        "label": "ONNX model in this browser (WebGPU)",
+        "summary": "Runs an ONNX model with transformers.js inside this page on the GPU.",
+        "model_hint": "A Hugging Face model id (owner/name) or the URL of an ONNX model folder.",
+        "needs": WEBGPU_NEEDS,
+        "needs_how": WEBGPU_HOW,
+    }
+    route = "This browser (WebGPU, transformers.js) on this device"
     page = ONNX_PAGE
     report_at_start = True
-    hints = ONNX_HINTS
+    hints: Mapping[str, str] = ONNX_HINTS
 
     def read_device(self, report: object) -> OnnxDevice:
         """`webgpu_unavailable_reason` of the probe."""

@@ -107,7 +107,7 @@ def tinychat_connection() -> Connection:
     """The built-in TinyChat connection (always available, offline)."""
     settings = {"url": TINYCHAT_PATH, "contextSize": TINYCHAT_CONTEXT, "rank": TINYCHAT_RANK}
     ids = (TINYCHAT_ID, TINYCHAT_NAME, TINYCHAT_MODEL)
-    return builtin_connection("wasm", ids, WASM_CAPABILITIES, settings)
+    return builtin_connection(WASM, ids, WASM_CAPABILITIES, settings)
 
 
 def wasm_capabilities(model: str, settings: Mapping[str, Any]) -> Capabilities:
@@ -149,6 +149,15 @@ class WasmSpec(SpecDefaults):
     """The `wasm` engine (`providers.engine.EngineSpec`; module rules)."""
 
     kind = "wasm"
+    form: Mapping[str, Any] = {
+        "label": "llama.cpp in this browser (WebAssembly)",
+        "summary": (
+            "Runs a GGUF model inside this page on the processor; nothing leaves the device."
+        ),
+        "model_url": True,
+        "model_hint": "Optional: the GGUF file's name is used when left blank.",
+    }
+    route = "This browser (WebAssembly, llama.cpp) on this device"
     page = WASM_PAGE
 
     def read_device(self, report: object) -> WasmDevice:

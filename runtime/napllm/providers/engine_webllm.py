@@ -38,12 +38,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..kinds import route_for
 from ..lmsp import LmspRequest
 from ..records import Capabilities, Connection
 from .chat_request import lmsp_to_chat
 from .chat_stream import ChatStreamToLmsp
-from .engine import NO_WEBGPU, SpecDefaults, no_adapter_reason
+from .engine import NO_WEBGPU, WEBGPU_HOW, WEBGPU_NEEDS, SpecDefaults, no_adapter_reason
+
+#: The route of every WebLLM connection (`EngineSpec.route`).
+WEBLLM_ROUTE = "This browser (WebGPU, WebLLM) on this device"
 
 #: WebLLM's default `buffer_size_required_bytes` (src/config.ts), 256 MB.
 WEBLLM_DEFAULT_BUFFER_BYTES = 262_144_000
@@ -251,7 +253,7 @@ def webllm_connection(
         name=f"{record.model_id} (WebLLM{size})",
         kind="webllm",
         model=record.model_id,
-        route=route_for("webllm", {}),
+        route=WEBLLM_ROUTE,
         capabilities=webllm_capabilities(record, function_calling_ids),
         settings={"builtin": True, "cached": cached, "rank": 0 if ready else 50},
         available=reason is None,
@@ -393,6 +395,14 @@ class WebLLMSpec(SpecDefaults):
     """The `webllm` engine (`providers.engine.EngineSpec`; module rules)."""
 
     kind = "webllm"
+    form: Mapping[str, Any] = {
+        "label": "WebLLM in this browser (WebGPU)",
+        "summary": "Runs a WebLLM prebuilt model inside this page on the GPU.",
+        "model_hint": "A WebLLM prebuilt model id, such as Llama-3.2-1B-Instruct-q4f16_1-MLC.",
+        "needs": WEBGPU_NEEDS,
+        "needs_how": WEBGPU_HOW,
+    }
+    route = WEBLLM_ROUTE
     page = WEBLLM_PAGE
     report_at_start = True
     report_before_chat = False
