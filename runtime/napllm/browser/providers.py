@@ -150,6 +150,7 @@ async def connection_from_spec(
         engine = providers.engines.get(spec.kind)
         if engine is None:
             raise ValueError("this engine is not available in this browser")
+        settings = engine.settings_for(spec.model, settings)
         caps = engine.capabilities_for(spec.model, settings)
         reason = engine.unavailable_reason(spec.model)
         if reason is not None:

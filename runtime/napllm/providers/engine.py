@@ -220,6 +220,12 @@ class EngineSpec(Protocol):
         """Why `model` cannot run on this device (a sentence), or None."""
         ...
 
+    def settings_for(self, model: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """A user connection's settings as stored: what the form sent, with
+        whatever the spec resolves from the model once (so the page reads the
+        result, never a copy of the rule). `ValueError` for a model it cannot name."""
+        ...
+
     def blocker(self, model: str, device: Any) -> str | None:
         """The failure kind that stops `model` before any download, or None."""
         ...
@@ -247,6 +253,10 @@ class SpecDefaults:
     report_before_chat = True
     load_error = "load"
     hints: Mapping[str, str] = ENGINE_HINTS
+
+    def settings_for(self, model: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """The form's settings unchanged (`EngineSpec.settings_for`)."""
+        return dict(settings)
 
 
 def builtin_connection(
@@ -292,6 +302,10 @@ class Engine(Protocol):
 
     def unavailable_reason(self, model: str) -> str | None:
         """Why `model` cannot run on this device, or None."""
+        ...
+
+    def settings_for(self, model: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """A user connection's settings as stored (`EngineSpec.settings_for`)."""
         ...
 
     def provider_for(self, connection: Connection) -> Provider:
@@ -352,6 +366,10 @@ class SpecEngine:
     def unavailable_reason(self, model: str) -> str | None:
         """Why `model` cannot run here (`EngineSpec.unavailable_reason`)."""
         return self.spec.unavailable_reason(model, self.device)
+
+    def settings_for(self, model: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """A user connection's settings as stored (`EngineSpec.settings_for`)."""
+        return self.spec.settings_for(model, settings)
 
     def provider_for(self, connection: Connection) -> Provider:
         """An `EngineProvider` for `connection`."""

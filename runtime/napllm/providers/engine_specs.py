@@ -39,14 +39,63 @@ def _inside_dist(path: object) -> bool:
     return isinstance(path, str) and bool(_DIST_PATH.fullmatch(path)) and ".." not in path
 
 
+def _caches_ok(caches: object) -> bool:
+    """`{name: {label, entry?: "file", trim?}}`: Cache Storage names and words."""
+    if not isinstance(caches, Mapping):
+        return False
+    for name, cache in caches.items():
+        if not (isinstance(name, str) and isinstance(cache, Mapping)):
+            return False
+        if not isinstance(cache.get("label"), str) or cache.get("entry", "file") != "file":
+            return False
+        if not isinstance(cache.get("trim", ""), str):
+            return False
+    return True
+
+
+def _weights_ok(weights: object) -> bool:
+    """`[{suffix | pattern, limit, magic?, modelCache?}]` (module rules of `page_declarations`)."""
+    if not isinstance(weights, list):
+        return False
+    for rule in weights:
+        if not isinstance(rule, Mapping) or ("suffix" in rule) == ("pattern" in rule):
+            return False
+        limit = rule.get("limit")
+        if not (isinstance(limit, int) and not isinstance(limit, bool) and limit > 0):
+            return False
+        if "pattern" in rule:
+            try:
+                re.compile(str(rule["pattern"]))
+            except re.error:
+                return False
+        if not isinstance(rule.get("suffix", rule.get("pattern")), str):
+            return False
+        magic = rule.get("magic", "")
+        if not (isinstance(magic, str) and magic.isascii() and len(magic) <= 16):
+            return False
+        if not isinstance(rule.get("modelCache", False), bool):
+            return False
+    return True
+
+
 def page_declarations(specs: tuple[EngineSpec, ...] = ENGINE_SPECS) -> list[dict[str, Any]]:
     """Each engine's page declaration (`EngineSpec.page`, plain JSON data), in order.
 
-    What the build writes to dist/engines/engines.json: the storage panel
-    reads each engine's `caches`, the service worker its `lazy` folders,
-    "Download for offline use" its `worker`. Raises `ValueError` for a
-    repeated or reserved kind, a declaration whose `kind` is not its spec's,
-    or a worker or folder outside dist/ (module rules).
+    What the build writes to dist/engines/engines.json (and the service
+    worker's part to dist/sw-build.js): beyond what the engine host reads,
+    `offline` (the page module under engines/ that lists a connection's
+    files for "Download for offline use"; absent: not offered), `caches`
+    (the engine's own Cache Storage names: `{name: {label, entry?: "file",
+    trim?}}`, the storage panel's words and how it groups their files into
+    models), `precache` (globs of dist/ the service worker precaches),
+    `lazy` (folders of dist/ it keeps once first fetched) and `weights`
+    (`[{suffix | pattern, limit, magic?, modelCache?}]`: model weight files,
+    by name ending or regular expression, their byte ceiling, the bytes they
+    must start with, and whether the service worker keeps them, from any
+    origin, in its model cache). Raises `ValueError` for a repeated or
+    reserved kind, a declaration whose `kind` is not its spec's, a file
+    outside dist/, or malformed caches or weights (a pattern that does not
+    compile included).
     """
     seen: set[str] = set()
     out: list[dict[str, Any]] = []
@@ -59,13 +108,12 @@ def page_declarations(specs: tuple[EngineSpec, ...] = ENGINE_SPECS) -> list[dict
             raise ValueError(f"the page declaration of {kind!r} names another kind")
         paths = [page[key] for key in ("worker", "adapter") if key in page]
         paths += list(page.get("lazy", ()))
+        paths += [page["offline"]] if "offline" in page else []
+        paths += [glob.replace("*", "x") for glob in page.get("precache", ())]
         if not all(_inside_dist(path) for path in paths):
             raise ValueError(f"the page declaration of {kind!r} names a file outside dist/")
-        caches = page.get("caches", {})
-        if not isinstance(caches, Mapping) or not all(
-            isinstance(name, str) and isinstance(label, str) for name, label in caches.items()
-        ):
-            raise ValueError(f"the caches of {kind!r} are not names and words")
+        if not _caches_ok(page.get("caches", {})) or not _weights_ok(page.get("weights", [])):
+            raise ValueError(f"the caches or weights of {kind!r} are malformed")
         seen.add(kind)
         out.append(dict(page))
     return out

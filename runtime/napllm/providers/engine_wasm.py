@@ -135,6 +135,10 @@ class WasmDevice:
 
 #: What the page's engine host works from (`EngineSpec.page`): one worker for
 #: every model; the GGUF URL is read against the page and must fit in storage.
+#: For the build and the service worker: wllama's bundle and TinyChat are
+#: precached; a GGUF (any origin) goes to the service worker's model cache
+#: once verified (the magic `GGUF`, at most 4 GiB); "Download for offline
+#: use" lists a connection's shards (engines/offline-gguf.js).
 WASM_PAGE: Mapping[str, Any] = {
     "kind": "wasm",
     "worker": "engines/wllama-worker.js",
@@ -142,6 +146,9 @@ WASM_PAGE: Mapping[str, Any] = {
     "urlFields": ["url"],
     "room": "url",
     "progressVerb": "Downloading",
+    "offline": "engines/offline-gguf.js",
+    "precache": ["vendor/wllama/*", TINYCHAT_PATH],
+    "weights": [{"suffix": ".gguf", "limit": 4 * 1024**3, "magic": "GGUF", "modelCache": True}],
 }
 
 

@@ -383,11 +383,26 @@ class WebLLMDevice:
 #: What the page's engine host works from (`EngineSpec.page`): WebLLM's own
 #: page-side client drives its worker, so an adapter module connects,
 #: reports the catalogue and names failures; one model at a time.
+#: For the storage panel, the build and the service worker: WebLLM's own
+#: caches (a model library is an entry of its own), its bundle precached
+#: (the shell imports it at start to probe WebGPU), the bundled TinyChat kept
+#: once first used, parameter shards verified and at most 1 GiB each.
+#: "Download for offline use" reads the model record's lists
+#: (engines/offline-webllm.js).
 WEBLLM_PAGE: Mapping[str, Any] = {
     "kind": "webllm",
     "adapter": "engines/webllm-engine.js",
     "report": "adapter",
     "oneModel": True,
+    "offline": "engines/offline-webllm.js",
+    "caches": {
+        "webllm/config": {"label": "WebLLM"},
+        "webllm/model": {"label": "WebLLM"},
+        "webllm/wasm": {"label": "WebLLM", "entry": "file"},
+    },
+    "precache": ["vendor/web-llm/*"],
+    "lazy": ["models/tinychat-webllm/"],
+    "weights": [{"pattern": "/params_shard_\\d+\\.bin$", "limit": 1024**3}],
 }
 
 
