@@ -416,11 +416,16 @@ HOST_OPTIONS = {"kind", "worker", "workers", "oneModel", "report", "urlFields", 
 }
 
 
+#: What the page, the service worker and the build read beyond the host
+#: (`engine_specs.page_declarations`; tests/unit/test_engine_declarations.py).
+PAGE_OPTIONS = {"offline", "caches", "precache", "lazy", "weights"}
+
+
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.kind)
 def test_each_page_declaration_names_existing_files_and_known_options(spec: EngineSpec) -> None:
     web = Path(__file__).resolve().parents[2] / "web"
     page = dict(spec.page)
-    assert page["kind"] == spec.kind and set(page) <= HOST_OPTIONS
+    assert page["kind"] == spec.kind and set(page) <= HOST_OPTIONS | PAGE_OPTIONS
     assert json.loads(json.dumps(page)) == page  # plain JSON data
     # Either a worker the host starts, or an adapter that drives the library's own client.
     assert ("worker" in page) != ("adapter" in page)
