@@ -485,3 +485,15 @@ def test_the_runtime_has_no_import_cycle() -> None:
         if module not in state:
             visit(module, [module])
     assert cycles == []
+
+
+def test_the_shared_hints_name_no_engine_and_each_spec_words_its_own() -> None:
+    """The shared table fits every engine; an engine's own words live in its spec."""
+    for text in ENGINE_HINTS.values():
+        for word in ("GGUF", "WebLLM", "ONNX", "transformers", "wllama", "llama.cpp", "shader-f16"):
+            assert word not in text
+    assert "GGUF" in WASM.hints["load"]
+    assert "WebLLM" in WEBLLM.hints["network"] and "shader-f16" in WEBLLM.hints["feature"]
+    assert "ONNX" in ONNX.hints["load"]
+    for spec in SPECS:
+        assert set(spec.hints) == set(ENGINE_HINTS)

@@ -56,17 +56,20 @@ log = logging.getLogger("napllm.engine")
 # --------------------------------------------------------------------------
 # Failures (one rule for every engine)
 
-#: User hints for the shell UI, by error kind (never sent to a napplet).
-#: An engine's spec may word some kinds its own way (`EngineSpec.hints`).
+#: User hints for the shell UI, by error kind (never sent to a napplet), in
+#: words that fit every engine; a spec words some kinds its own way
+#: (`EngineSpec.hints`: the GGUF file, WebLLM's model host, ONNX files).
 ENGINE_HINTS: dict[str, str] = {
     "download": "The model file could not be downloaded.",
-    "load": "The model file could not be loaded; it may be corrupt or not a GGUF model.",
+    "load": (
+        "The model file could not be loaded; it may be corrupt or not a model this engine runs."
+    ),
     "webgpu": "WebGPU is not available in this browser, so this model cannot run here.",
-    "feature": "This GPU lacks a WebGPU feature the model needs (shader-f16).",
+    "feature": "This GPU lacks a WebGPU feature the model needs.",
     "device": "This model needs more GPU memory or buffer space than this device offers.",
     "network": (
-        "The model could not be fetched; a WebLLM model needs its model host "
-        "(or weights already in the browser cache)."
+        "The model could not be fetched; it needs its model host "
+        "(or its files already in the browser's storage)."
     ),
     "storage": "The browser ran out of storage space for the model.",
     "stalled": "The engine or the model host stopped answering; try again.",

@@ -37,7 +37,7 @@ from ..lmsp import LmspRequest
 from ..records import Capabilities, Connection
 from .chat_request import lmsp_to_chat
 from .chat_stream import ChatStreamToLmsp
-from .engine import SpecDefaults, builtin_connection
+from .engine import ENGINE_HINTS, SpecDefaults, builtin_connection
 
 TINYCHAT_ID = "builtin-tinychat"
 TINYCHAT_NAME = "TinyChat (on this device)"
@@ -125,6 +125,12 @@ def wasm_capabilities(model: str, settings: Mapping[str, Any]) -> Capabilities:
     return WASM_CAPABILITIES
 
 
+#: User hints by error kind: the shared table, in the words of a GGUF file.
+WASM_HINTS: dict[str, str] = ENGINE_HINTS | {
+    "load": "The model file could not be loaded; it may be corrupt or not a GGUF model.",
+}
+
+
 @dataclass(frozen=True)
 class WasmDevice:
     """What the page reports for wllama (the engine host's `environment` report)."""
@@ -166,6 +172,7 @@ class WasmSpec(SpecDefaults):
     }
     route = "This browser (WebAssembly, llama.cpp) on this device"
     page = WASM_PAGE
+    hints: Mapping[str, str] = WASM_HINTS
 
     def read_device(self, report: object) -> WasmDevice:
         """Isolation and core count; anything missing reads as 1 thread."""

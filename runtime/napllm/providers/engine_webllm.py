@@ -42,7 +42,23 @@ from ..lmsp import LmspRequest
 from ..records import Capabilities, Connection
 from .chat_request import lmsp_to_chat
 from .chat_stream import ChatStreamToLmsp
-from .engine import NO_WEBGPU, WEBGPU_HOW, WEBGPU_NEEDS, SpecDefaults, no_adapter_reason
+from .engine import (
+    ENGINE_HINTS,
+    NO_WEBGPU,
+    WEBGPU_HOW,
+    WEBGPU_NEEDS,
+    SpecDefaults,
+    no_adapter_reason,
+)
+
+#: User hints by error kind: the shared table, in WebLLM's words.
+WEBLLM_HINTS: dict[str, str] = ENGINE_HINTS | {
+    "network": (
+        "The model could not be fetched; a WebLLM model needs its model host "
+        "(or weights already in the browser cache)."
+    ),
+    "feature": "This GPU lacks a WebGPU feature the model needs (shader-f16).",
+}
 
 #: The route of every WebLLM connection (`EngineSpec.route`).
 WEBLLM_ROUTE = "This browser (WebGPU, WebLLM) on this device"
@@ -419,6 +435,7 @@ class WebLLMSpec(SpecDefaults):
     }
     route = WEBLLM_ROUTE
     page = WEBLLM_PAGE
+    hints: Mapping[str, str] = WEBLLM_HINTS
     report_at_start = True
     report_before_chat = False
     load_error = "unknown"
