@@ -9,14 +9,14 @@ use (kept in the cache the spec declares, shown in the storage panel under
 the spec's words), tells the service worker the spec's rules, and answers a
 generation through the shell with the worker's echo.
 
-The copy's build reuses this checkout's built dist/ (hard links), build
-cache and node_modules, so only what the new engine changes is built again.
+The copy's build starts from a copy of this checkout's built dist/ and
+build cache, and this checkout's node_modules, so only what the new engine
+changes is built again.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -110,7 +110,12 @@ self.onmessage = ({ data }) => {
 
 
 def copy_checkout(target: Path) -> None:
-    """The checkout's files (tracked and new, not ignored), built dist/ hard-linked."""
+    """The checkout's files (tracked and new, not ignored) and its built dist/.
+
+    dist/ is copied, not linked: some build steps (Workbox, esbuild) write
+    their files in place, which would change this checkout's dist/ through
+    a hard link.
+    """
     listed = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard", "-z"],
         cwd=ROOT,
@@ -122,7 +127,7 @@ def copy_checkout(target: Path) -> None:
         if source.is_file():
             (target / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / rel)
-    shutil.copytree(ROOT / "dist", target / "dist", copy_function=os.link)
+    shutil.copytree(ROOT / "dist", target / "dist")
     shutil.copytree(ROOT / "build", target / "build")
     (target / "node_modules").symlink_to(ROOT / "node_modules")
 
