@@ -30,7 +30,11 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from .kinds import ProviderKind
+#: A `Connection.kind` as a record holds it: a plain lower-case name. Which
+#: kinds exist is the kinds table's rule (`kinds.ProviderKind`): the form's
+#: spec checks it, and a stored connection of a kind the table does not know
+#: has no route (`kinds.route_for` raises), so it is never read back.
+KIND_NAME = r"^[a-z][a-z0-9-]{0,31}$"
 
 ToolChoiceMode = Literal["auto", "none", "required", "tool"]
 TOOL_CHOICE_ORDER: tuple[ToolChoiceMode, ...] = ("auto", "none", "required", "tool")
@@ -166,7 +170,7 @@ class Connection(BaseModel):
 
     id: str
     name: str
-    kind: ProviderKind
+    kind: str = Field(pattern=KIND_NAME)
     model: str = Field(min_length=1)
     route: str
     capabilities: Capabilities = Field(default_factory=Capabilities)

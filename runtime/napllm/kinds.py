@@ -18,7 +18,10 @@ Rules
   used only when they are short plain words (`engine_words`).
 - The kinds are named once, here: `FormKind` (what a user may add, one
   `KINDS` row each) and `ProviderKind` (those and the test build's
-  `fixture`); records, the form's spec and the engines take them from here.
+  `fixture`); records, the form's spec and the registry take them from here. An
+  engine's row and route words are its spec's data (`EngineSpec.form`,
+  `EngineSpec.route`), read from the one registry
+  (`providers.engine_specs.ENGINE_SPECS`): adding an engine edits nothing here.
 - What a kind does (adding a connection, its provider, its built-in
   connections, its route) is its class's, one per kind with the same
   methods (`providers.connection_kinds`); this table is their data. A kind
@@ -30,28 +33,19 @@ Rules
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-#: The connection kinds a user may add (the connections form's `kind`): one
-#: `KindInfo` row each in `KINDS`, in the same order.
-FormKind = Literal["lmsp", "openai", "wasm", "webllm", "onnx", "scripted"]
-#: Every `Connection.kind`: the form's kinds and the test build's `fixture`.
-ProviderKind = Literal[FormKind, "fixture"]
+from pydantic import AfterValidator
+
+from .model_names import MAX_LISTED_MODELS as MAX_LISTED_MODELS
+from .model_names import model_display_name as model_display_name
+from .model_names import model_id_shown as model_id_shown
+from .providers.engine_specs import ENGINE_SPECS
 
 #: The arrow between hops of a route.
 HOP = " → "
-
-WEBGPU_NEEDS = "Needs a GPU with WebGPU"
-WEBGPU_HOW = (
-    "Open this page in a browser with WebGPU turned on, on a device with a GPU: "
-    "a recent Chrome or Edge on Windows, macOS or ChromeOS, or Safari 26 or later. "
-    "On Linux, Chrome may need WebGPU enabled at chrome://flags/#enable-unsafe-webgpu. "
-    "Until then, use the built-in WebAssembly model or add a connection to a model "
-    "server on this computer."
-)
 
 
 @dataclass(frozen=True)
@@ -139,32 +133,7 @@ KINDS: tuple[KindInfo, ...] = (
         listing_path="/v1/models",
         secret_words="API key",
     ),
-    KindInfo(
-        kind="wasm",
-        label="llama.cpp in this browser (WebAssembly)",
-        summary="Runs a GGUF model inside this page on the processor; nothing leaves the device.",
-        model_url=True,
-        model_hint="Optional: the GGUF file's name is used when left blank.",
-        route_words="This browser (WebAssembly, llama.cpp) on this device",
-    ),
-    KindInfo(
-        kind="webllm",
-        label="WebLLM in this browser (WebGPU)",
-        summary="Runs a WebLLM prebuilt model inside this page on the GPU.",
-        model_hint="A WebLLM prebuilt model id, such as Llama-3.2-1B-Instruct-q4f16_1-MLC.",
-        needs=WEBGPU_NEEDS,
-        needs_how=WEBGPU_HOW,
-        route_words="This browser (WebGPU, WebLLM) on this device",
-    ),
-    KindInfo(
-        kind="onnx",
-        label="ONNX model in this browser (WebGPU)",
-        summary="Runs an ONNX model with transformers.js inside this page on the GPU.",
-        model_hint="A Hugging Face model id (owner/name) or the URL of an ONNX model folder.",
-        needs=WEBGPU_NEEDS,
-        needs_how=WEBGPU_HOW,
-        route_words="This browser (WebGPU, transformers.js) on this device",
-    ),
+    *(KindInfo(kind=spec.kind, route_words=spec.route, **spec.form) for spec in ENGINE_SPECS),
     KindInfo(
         kind="scripted",
         label="Scripted responses — for napplet development",
@@ -175,6 +144,31 @@ KINDS: tuple[KindInfo, ...] = (
         route_words="This page (scripted responses: no model, nothing leaves the page)",
     ),
 )
+
+
+#: What every route of an engine says (`EngineSpec.route`), by kind.
+#: The kinds a user may add, in the form's order.
+FORM_KINDS: tuple[str, ...] = tuple(k.kind for k in KINDS)
+#: The test build's kind (`catalogue(extra)`): a `Connection.kind`, never a form's.
+FIXTURE_KIND = "fixture"
+
+
+def _form_kind(value: str) -> str:
+    if value not in FORM_KINDS:
+        raise ValueError("not a connection kind of this shell")
+    return value
+
+
+def _provider_kind(value: str) -> str:
+    return value if value == FIXTURE_KIND else _form_kind(value)
+
+
+#: A kind a user may add (the connections form's `kind`): one `KindInfo`
+#: row each in `KINDS`; anything else fails validation (`ValueError`).
+FormKind = Annotated[str, AfterValidator(_form_kind)]
+#: Every `Connection.kind` the shell builds a provider for: the form's kinds
+#: and the test build's `fixture`.
+ProviderKind = Annotated[str, AfterValidator(_provider_kind)]
 
 
 def kind_info(kind: str) -> KindInfo | None:
@@ -245,47 +239,3 @@ def engine_words(value: object) -> str | None:
     if isinstance(value, str) and _PLAIN_WORDS.fullmatch(value):
         return value.strip() or None
     return None
-
-
-#: At most this many model ids of one server's listing are kept.
-MAX_LISTED_MODELS = 200
-#: Unicode categories a shown model id may not contain: controls, format
-#: characters (bidi overrides and isolates, zero-width, tags), surrogates,
-#: private use, unassigned, line and paragraph separators.
-_UNSHOWN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
-
-
-def model_id_shown(value: object) -> bool:
-    """Whether a model id a server lists may be kept and shown (as text) in dialogs.
-
-    1..200 characters, none of them invisible or reordering
-    (`_UNSHOWN_CATEGORIES`), so a hostile listing cannot make one id look
-    like another in the chooser, the form or the consent dialog. Every
-    listing parser (`discovery.model_ids`, both `discover_models`) keeps
-    only such ids, at most `MAX_LISTED_MODELS` of them.
-    """
-    if not isinstance(value, str) or not 1 <= len(value) <= 200:
-        return False
-    return all(unicodedata.category(ch) not in _UNSHOWN_CATEGORIES for ch in value)
-
-
-_QUANT = re.compile(r"(?i)[-_.](?:q\d\w*|f16|f32|bf16|fp16|fp32|int4|int8|mlc|gguf|onnx|awq|gptq)$")
-
-
-def model_display_name(model: str) -> str:
-    """A model id in words for dialogs.
-
-    For example "Llama-3.2-1B-Instruct-q4f16_1-MLC" gives "Llama 3.2 1B Instruct".
-    Drops a folder or owner (`owner/name`), a `.gguf` file suffix and trailing
-    quantisation or format tags, and puts spaces for `-` and `_`. Returns the
-    id unchanged when nothing would be left. The id itself is always shown
-    next to it.
-    """
-    name = model.rsplit("/", 1)[-1]
-    name = re.sub(r"(?i)\.gguf$", "", name)
-    previous = None
-    while previous != name:
-        previous = name
-        name = _QUANT.sub("", name)
-    words = " ".join(part for part in re.split(r"[-_]+", name) if part)
-    return words or model

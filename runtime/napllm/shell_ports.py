@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from .connection_records import Connection
-from .kinds import model_display_name
+from .model_names import model_display_name
 from .providers.base import Provider
 from .records import (
     GenerationRequest,
@@ -138,7 +138,7 @@ class Disclosure:
     """Everything the consent dialog must name (NAP-LLM, Shell Behavior).
 
     The requesting napplet, the route and model (its id and, for people, its
-    name in words, `kinds.model_display_name`), what is disclosed (message
+    name in words, `model_names.model_display_name`), what is disclosed (message
     count, characters, images, tool definitions, tool results) and whether
     charges may apply.
     """

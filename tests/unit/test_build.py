@@ -216,12 +216,43 @@ def test_the_precache_never_lists_a_file_an_earlier_build_left(
     out = base.DistWriter(dist)
     out.write_bytes("index.html", b"<!doctype html>")
     out.write_bytes("engines/engine-host.js", b"export {};")
-    service_worker.build_service_worker(out)
+    service_worker.build_service_worker(out, {"precache": [], "lazy": [], "weights": []})
     sw = (dist / "sw.js").read_text()
     assert "engines/engine-host.js" in sw
     assert "removed-engine.js" not in sw
     assert not (dist / "engines" / "removed-engine.js").exists()
     assert (dist / "build-info.json").is_file()  # written after this step
+
+
+def test_the_service_worker_takes_each_engine_from_its_declaration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The precache, the lazy folders and the weights rules come from the specs
+    (`engine_specs.page_declarations`), not from lists in the build."""
+    import re
+
+    from buildsys import engines, service_worker
+
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    monkeypatch.setattr(paths, "BUILD", tmp_path / "build")
+    monkeypatch.setattr(paths, "STAMPS", tmp_path / "build" / "stamps")
+    out = base.DistWriter(dist)
+    out.write_bytes("index.html", b"<!doctype html>")
+    declared = engines.write_engine_declarations(out)
+    part = engines.service_worker_part(declared)
+    for glob in part["precache"]:
+        out.write_bytes(glob.replace("*", "declared.js"), b"export {};")
+    out.write_bytes("vendor/undeclared/x.js", b"export {};")
+    service_worker.build_service_worker(out, part)
+    sw = (dist / "sw.js").read_text()
+    assert part["precache"] and all(g.replace("*", "declared.js") in sw for g in part["precache"])
+    assert "vendor/undeclared/x.js" not in sw
+    names = json.loads(
+        re.search(r"NAPLLM_BUILD = (\{.*\});", (dist / "sw-build.js").read_text()).group(1)  # type: ignore[union-attr]
+    )
+    assert names["lazy"] == part["lazy"] and names["weights"] == part["weights"]
+    assert json.loads((dist / engines.DECLARATIONS).read_text()) == declared
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The downloader's checks and texts (web/engines/download.js, web/js/offline.js), run in node.
+"""The downloader's checks and texts (web/engines/download.js, the engines' offline modules), run in node.
 
 The first tests run without Cache Storage (a download is then one whole
 answer, checked as it arrives); the later ones give node an in-memory
@@ -22,7 +22,8 @@ from nodejs import needs_node, run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 DOWNLOAD = (ROOT / "web" / "engines" / "download.js").as_uri()
-OFFLINE = (ROOT / "web" / "js" / "offline.js").as_uri()
+OFFLINE_GGUF = (ROOT / "web" / "engines" / "offline-gguf.js").as_uri()
+OFFLINE_ONNX = (ROOT / "web" / "engines" / "offline-onnx.js").as_uri()
 
 PRELUDE = """
 globalThis.self = globalThis;
@@ -104,7 +105,7 @@ console.log(JSON.stringify([
 @needs_node
 def test_the_shards_of_a_split_gguf_url_are_listed_within_a_bound() -> None:
     result = run_module(
-        f"{PRELUDE}\nconst o = await import({json.dumps(OFFLINE)});\n"
+        f"{PRELUDE}\nconst o = await import({json.dumps(OFFLINE_GGUF)});\n"
         """
 console.log(JSON.stringify({
   one: o.ggufShards("https://h.example/m/model.gguf"),
@@ -114,7 +115,7 @@ console.log(JSON.stringify({
   scheme: o.ggufShards("javascript:alert(1)//x.gguf"),
   relative: o.ggufShards("models/tinychat/tiny-chat-q8_0.gguf"),
   files: o.modelFiles({ kind: "wasm", settings: { url: "https://h.example/a.gguf" } }),
-  other: o.modelFiles({ kind: "openai", settings: { url: "https://h.example/a.gguf" } }),
+  other: o.modelFiles({ kind: "wasm", settings: {} }),
 }));
 """
     )
@@ -131,27 +132,30 @@ console.log(JSON.stringify({
 
 
 @needs_node
-def test_the_onnx_source_of_a_connection_follows_the_runtimes_rule() -> None:
-    # Download for offline use lists the files where the engine will read them.
+def test_the_onnx_files_are_read_where_the_runtime_resolved_them() -> None:
+    # The source rule lives once, in Python (engine_onnx.onnx_settings): the
+    # page reads `settings.source` and never derives one from the model id.
     result = run_module(
-        f"{PRELUDE}\nconst o = await import({json.dumps(OFFLINE)});\n"
+        f"{PRELUDE}\nglobalThis.document = {{ baseURI: 'http://127.0.0.1:8000/' }};\n"
+        f"const o = await import({json.dumps(OFFLINE_ONNX)});\n"
         """
-console.log(JSON.stringify([
-  o.onnxSource({ model: "x", settings: { source: { kind: "path", base: "./models/", model: "tinychat-onnx" } } }),
-  o.onnxSource({ model: "https://h.example/m/tiny/", settings: {} }),
-  o.onnxSource({ model: "owner/name", settings: {} }),
-  o.onnxSource({ model: "https://h.example/m/tiny?x=1", settings: {} }),
-  o.onnxSource({ model: "../../etc", settings: {} }),
-  o.onnxSource({ model: "x", settings: { source: { kind: "hub" } } }),
-]));
+console.log(JSON.stringify(await Promise.all([
+  o.readPlaces({ model: "x", settings: { source: { kind: "path", base: "./models/", model: "tinychat-onnx" } } }),
+  o.readPlaces({ model: "owner/name", settings: { source: { kind: "hub", model: "owner/name" } } }),
+  o.readPlaces({ model: "owner/name", settings: {} }),
+  o.readPlaces({ model: "https://h.example/m/tiny/", settings: {} }),
+  o.readPlaces({ model: "x", settings: { source: { kind: "hub" } } }),
+  o.offlinePlan({ model: "owner/name", settings: {} }),
+])));
 """
     )
+    nothing = {"urls": [], "folders": []}
     assert result == [
-        {"kind": "path", "base": "./models/", "model": "tinychat-onnx"},
-        {"kind": "path", "base": "https://h.example/m/", "model": "tiny"},
-        {"kind": "hub", "model": "owner/name"},
-        None,
-        None,
+        {"urls": [], "folders": ["http://127.0.0.1:8000/models/tinychat-onnx/"]},
+        {"urls": [], "folders": [], "paths": ["/owner/name/"]},
+        nothing,
+        nothing,
+        nothing,
         None,
     ]
 

@@ -176,12 +176,19 @@ def ceilings(text: str, pattern: str) -> dict[str, int]:
 
 
 def test_the_service_worker_and_the_test_build_name_the_same_ceilings() -> None:
+    """The service worker takes each weights file's ceiling from its engine's
+    declaration (`weights`, written into sw-build.js): the same numbers as
+    web/engines/limits.js."""
+    from napllm.providers.engine_specs import page_declarations
+
     product = ceilings(
         (ENGINES / "limits.js").read_text(), r"export const (\w+) = (\d+) \* (MiB|GiB);"
     )
-    worker = ceilings(
-        (ROOT / "web" / "sw-napllm.js").read_text(), r"(MAX_\w+): (\d+) \* (MiB|GiB),"
-    )
+    declared = {
+        rule.get("suffix", rule.get("pattern")): rule["limit"]
+        for d in page_declarations()
+        for rule in d.get("weights", ())
+    }
     hook = ceilings(
         (ROOT / "tests" / "hooks" / "engine-limits.js").read_text(),
         r"export const (\w+) = (\d+) \* (MiB|GiB);",
@@ -192,15 +199,52 @@ def test_the_service_worker_and_the_test_build_name_the_same_ceilings() -> None:
         "MAX_ONNX_OTHER_BYTES",
         "MAX_WEBLLM_FILE_BYTES",
     }
-    assert worker == {k: v for k, v in product.items() if k in worker}
-    assert set(worker) == set(product) - {"MAX_ONNX_OTHER_BYTES"}
+    assert declared == {
+        ".gguf": product["MAX_GGUF_MODEL_BYTES"],
+        ".onnx": product["MAX_ONNX_WEIGHTS_BYTES"],
+        ".onnx_data": product["MAX_ONNX_WEIGHTS_BYTES"],
+        "/params_shard_\\d+\\.bin$": product["MAX_WEBLLM_FILE_BYTES"],
+    }
+    assert "MiB" not in (ROOT / "web" / "sw-napllm.js").read_text()
     assert set(hook) == set(product)
     assert all(hook[k] < product[k] for k in product)
 
 
-def run_service_worker(body: str) -> Any:
-    """Run `body` after loading web/sw-napllm.js with stand-ins for the worker's globals."""
+@needs_node
+def test_the_service_worker_reads_each_weights_rule_from_the_build() -> None:
+    """A file is a model of a kind only by a declared rule: its ceiling and magic."""
+    out = run_service_worker(
+        """
+const sw = self.napllmSw;
+console.log(JSON.stringify({
+  gguf: sw.modelRule("https://h.example/m/Model.GGUF"),
+  shard: sw.modelRule("https://h.example/m/params_shard_3.bin"),
+  other: sw.modelRule("https://h.example/m/readme.txt"),
+  kept: [sw.inModelCache("https://h.example/a.gguf"), sw.inModelCache("https://h.example/a.onnx")],
+}));
+""",
+        build={
+            "weights": [
+                {"suffix": ".gguf", "limit": 7, "magic": "GGUF", "modelCache": True},
+                {"pattern": "/params_shard_\\d+\\.bin$", "limit": 9},
+                {"suffix": ".onnx", "limit": 0},
+                {"pattern": "(", "limit": 5},
+            ]
+        },
+    )
+    assert out["gguf"] == {"magic": [0x47, 0x47, 0x55, 0x46], "limit": 7}
+    assert out["shard"] == {"magic": [], "limit": 9}
+    # No rule (a malformed one is left out): nothing passes.
+    assert out["other"] == {"magic": [], "limit": 0}
+    assert out["kept"] == [True, False]
+
+
+def run_service_worker(body: str, build: dict[str, Any] | None = None) -> Any:
+    """Run `body` after loading web/sw-napllm.js with stand-ins for the worker's globals.
+
+    `build`: what sw-build.js would set (`self.NAPLLM_BUILD`)."""
     script = (
+        f"globalThis.NAPLLM_BUILD = {json.dumps(build or {})};\n"
         """
 globalThis.self = globalThis;
 self.registration = { scope: "https://shell.test/" };
@@ -208,11 +252,7 @@ self.location = { origin: "https://shell.test" };
 self.addEventListener = () => {};
 globalThis.caches = { open: async () => ({ match: async () => undefined }), keys: async () => [] };
 globalThis.clients = { matchAll: async () => [] };
-"""
-        + (ROOT / "web" / "sw-napllm.js").read_text()
-        + "\n"
-        + HELPERS
-        + body
+""" + (ROOT / "web" / "sw-napllm.js").read_text() + "\n" + HELPERS + body
     )
     return run_module(script)
 
@@ -238,15 +278,16 @@ const endless = gguf(Infinity, 4096);
 const fits = gguf(4, 1000, { "content-length": "4004" });
 const declared = gguf(4, 1000, { "content-length": "1000000" });
 const verify = self.napllmSw.verifiedModel;
-const cut = verify(magic(endless.response), { gguf: true, limit: 50_000 });
-const whole = verify(magic(fits.response), { gguf: true, limit: 50_000 });
+const GGUF = [0x47, 0x47, 0x55, 0x46];
+const cut = verify(magic(endless.response), { magic: GGUF, limit: 50_000 });
+const whole = verify(magic(fits.response), { magic: GGUF, limit: 50_000 });
 const why = async (response) => {
   try { await response.arrayBuffer(); return "whole"; } catch (error) { return error.message; }
 };
 console.log(JSON.stringify({
   endless: await why(cut),
   fits: await read(whole),
-  declaredOver: verify(declared.response, { gguf: false, limit: 50_000 }) === null,
+  declaredOver: verify(declared.response, { magic: [], limit: 50_000 }) === null,
 }));
 """
     )

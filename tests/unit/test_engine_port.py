@@ -16,13 +16,13 @@ import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import pytest
 
 from napllm.connection_records import Connection
 from napllm.errors import ErrorCode, ProviderFailure
-from napllm.kinds import FormKind
+from napllm.kinds import FORM_KINDS
 from napllm.lmsp import LmspRequest
 from napllm.providers.connection_kinds import route_for
 from napllm.providers.engine import (
@@ -32,10 +32,11 @@ from napllm.providers.engine import (
     SpecEngine,
 )
 from napllm.providers.engine_onnx import ONNX, ONNX_HINTS, ONNX_TINYCHAT_ID
+from napllm.providers.engine_specs import ENGINE_SPECS
 from napllm.providers.engine_wasm import TINYCHAT_ID, WASM, tinychat_connection
 from napllm.providers.engine_webllm import WEBLLM
 
-SPECS: list[EngineSpec] = [WASM, WEBLLM, ONNX]
+SPECS: list[EngineSpec] = list(ENGINE_SPECS)
 
 GPU = {
     "adapter": True,
@@ -403,7 +404,7 @@ def test_an_unreadable_device_report_reads_as_unknown() -> None:
 
 
 def test_every_spec_names_a_kind_of_the_kinds_table_and_has_hints_for_every_kind() -> None:
-    assert {s.kind for s in SPECS} <= set(get_args(FormKind))
+    assert {s.kind for s in SPECS} <= set(FORM_KINDS)
     for spec in SPECS:
         assert set(ENGINE_HINTS) <= set(spec.hints)
     assert ONNX_HINTS["load"] != ENGINE_HINTS["load"]
@@ -416,11 +417,16 @@ HOST_OPTIONS = {"kind", "worker", "workers", "oneModel", "report", "urlFields", 
 }
 
 
+#: What the page, the service worker and the build read beyond the host
+#: (`engine_specs.page_declarations`; tests/unit/test_engine_declarations.py).
+PAGE_OPTIONS = {"offline", "caches", "precache", "lazy", "weights"}
+
+
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.kind)
 def test_each_page_declaration_names_existing_files_and_known_options(spec: EngineSpec) -> None:
     web = Path(__file__).resolve().parents[2] / "web"
     page = dict(spec.page)
-    assert page["kind"] == spec.kind and set(page) <= HOST_OPTIONS
+    assert page["kind"] == spec.kind and set(page) <= HOST_OPTIONS | PAGE_OPTIONS
     assert json.loads(json.dumps(page)) == page  # plain JSON data
     # Either a worker the host starts, or an adapter that drives the library's own client.
     assert ("worker" in page) != ("adapter" in page)
@@ -480,3 +486,15 @@ def test_the_runtime_has_no_import_cycle() -> None:
         if module not in state:
             visit(module, [module])
     assert cycles == []
+
+
+def test_the_shared_hints_name_no_engine_and_each_spec_words_its_own() -> None:
+    """The shared table fits every engine; an engine's own words live in its spec."""
+    for text in ENGINE_HINTS.values():
+        for word in ("GGUF", "WebLLM", "ONNX", "transformers", "wllama", "llama.cpp", "shader-f16"):
+            assert word not in text
+    assert "GGUF" in WASM.hints["load"]
+    assert "WebLLM" in WEBLLM.hints["network"] and "shader-f16" in WEBLLM.hints["feature"]
+    assert "ONNX" in ONNX.hints["load"]
+    for spec in SPECS:
+        assert set(spec.hints) == set(ENGINE_HINTS)

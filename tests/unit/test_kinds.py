@@ -126,8 +126,12 @@ def test_catalogue_is_what_the_form_needs_and_fixtures_are_test_only() -> None:
 
 
 def test_the_form_kinds_are_the_catalogue_kinds() -> None:
-    form_kinds = ConnectionSpec.model_fields["kind"].annotation.__args__  # type: ignore[union-attr]
-    assert set(form_kinds) == {k.kind for k in KINDS}
+    form = {"name": "S", "model": "m", "settings": {"baseUrl": "http://h:1", "script": "[]"}}
+    for info in KINDS:
+        assert ConnectionSpec.model_validate({**form, "kind": info.kind}).kind == info.kind
+    for other in ("fixture", "WASM", "nope", ""):
+        with pytest.raises(ValueError):
+            ConnectionSpec.model_validate({**form, "kind": other})
     spec = ConnectionSpec.model_validate(
         {
             "name": "S",
@@ -240,12 +244,20 @@ def test_plain_model_ids_are_shown() -> None:
 
 
 def test_the_kinds_are_named_once_and_the_table_has_a_row_for_each() -> None:
-    from typing import get_args
+    from napllm.kinds import FORM_KINDS, FormKind
+    from napllm.providers.engine_specs import ENGINE_SPECS
 
-    from napllm.kinds import FormKind, ProviderKind
-
-    assert tuple(k.kind for k in KINDS) == get_args(FormKind)
-    assert get_args(ProviderKind) == (*get_args(FormKind), "fixture")
-    # The records and the form's spec take their kinds from that one place.
-    assert Connection.model_fields["kind"].annotation == ProviderKind
-    assert ConnectionSpec.model_fields["kind"].annotation == FormKind
+    assert tuple(k.kind for k in KINDS) == FORM_KINDS
+    # The engines' rows are their specs' data, in the registry's order.
+    engine_rows = [k for k in KINDS if k.kind in {s.kind for s in ENGINE_SPECS}]
+    assert [k.kind for k in engine_rows] == [s.kind for s in ENGINE_SPECS]
+    for row, spec in zip(engine_rows, ENGINE_SPECS, strict=True):
+        assert row == KindInfo(kind=spec.kind, **spec.form)
+        assert route_for(spec.kind, {}) == spec.route
+    # The form's spec takes its kinds from that one place.
+    assert ConnectionSpec.model_fields["kind"].metadata == list(FormKind.__metadata__)
+    # A record holds a plain name; a stored kind the table lacks has no route.
+    with pytest.raises(ValueError):
+        Connection(id="c", name="n", kind="<b>", model="m", route="r")
+    with pytest.raises(ValueError):
+        route_for("gone-engine", {})

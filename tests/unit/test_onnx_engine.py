@@ -24,6 +24,7 @@ from napllm.providers.engine_onnx import (
     onnx_capabilities,
     onnx_chat_body,
     onnx_dtype,
+    onnx_settings,
     onnx_source,
     onnx_tinychat_connection,
     webgpu_unavailable_reason,
@@ -131,6 +132,22 @@ def test_other_model_sources_are_refused(model: str) -> None:
 def test_malformed_source_setting_is_refused() -> None:
     with pytest.raises(ValueError):
         onnx_source("x", {"source": {"kind": "hub", "model": 1}})
+
+
+def test_a_user_connection_stores_its_source_resolved_once_from_its_model() -> None:
+    """The page reads `settings.source` (offline download, storage panel): the
+    rule lives only in `onnx_source`, and a form's own `source` never wins."""
+    planted = {"kind": "path", "base": "https://elsewhere.example/", "model": "x"}
+    stored = onnx_settings("owner/name", {"dtype": "q4", "source": planted})
+    assert stored == {"dtype": "q4", "source": {"kind": "hub", "model": "owner/name"}}
+    assert onnx_source("anything", stored) == onnx_source("owner/name", {})
+    folder = onnx_settings("https://h.example/m/tiny/", {})["source"]
+    assert folder == {"kind": "path", "base": "https://h.example/m/", "model": "tiny"}
+    with pytest.raises(ValueError):
+        onnx_settings("../../etc", {})
+    # A stored hub source is checked like a typed hub id.
+    with pytest.raises(ValueError):
+        onnx_source("m", {"source": {"kind": "hub", "model": "../../etc"}})
 
 
 def test_dtype_setting_is_a_known_name_or_the_default() -> None:

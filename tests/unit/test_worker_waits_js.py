@@ -82,7 +82,7 @@ const bytes = new Uint8Array(S);
 bytes.set([0x47, 0x47, 0x55, 0x46]);
 const answer = (status, headers, body = bytes) => new Response(body, { status, headers });
 async function kept(response) {
-  const copy = verifiedModel(response, { gguf: true, limit: 10_000 });
+  const copy = verifiedModel(response, { magic: [0x47, 0x47, 0x55, 0x46], limit: 10_000 });
   if (!copy) return "refused";
   try {
     return (await copy.arrayBuffer()).byteLength;

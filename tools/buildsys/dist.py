@@ -21,6 +21,7 @@ from buildsys import paths
 from buildsys.base import BuildError, DistWriter, build_lock
 from buildsys.bundles import bundle_js, bundle_prompt_api, write_webllm_catalog
 from buildsys.content import copy_napplets, copy_web
+from buildsys.engines import service_worker_part, write_engine_declarations
 from buildsys.installs import ensure_node_modules, npm_version
 from buildsys.models import copy_model, copy_onnx_model, copy_webllm_model
 from buildsys.pyodide import copy_pyodide, fetch_wheels
@@ -104,7 +105,8 @@ def build(*, gzip_sizes: bool = False) -> dict[str, Any]:
         napplets = copy_napplets(out)
         model = copy_model(out)
         copy_onnx_model(out)
-        precache = build_service_worker(out)
+        engines = write_engine_declarations(out)
+        precache = build_service_worker(out, service_worker_part(engines))
         info = write_build_info(out, pyodide, model, len(napplets))
         out.prune()
         os.utime(paths.DIST / "build-info.json")

@@ -21,21 +21,19 @@ from buildsys import paths
 from buildsys.base import BuildError, DistWriter, log, sha256_file, stamp_matches, write_stamp
 
 #: Files of dist/ the service worker precaches: everything the shell loads to
-#: boot and answer with TinyChat offline (the web-llm bundle included: the
-#: shell imports it at start to probe WebGPU), and Python napplets' files
-#: (pyodide/napplet-files.json names them).
+#: boot, and Python napplets' files (pyodide/napplet-files.json names them);
+#: each engine adds the files it declares (`precache`: its bundle, a built-in
+#: model it answers with offline; `buildsys.engines`).
 PRECACHE_PATTERNS = (
     "index.html",
     "*.{js,css,webmanifest}",
     "js/**/*.js",
     "engines/**/*.js",
+    "engines/engines.json",
     "icons/*.png",
     "napplets/**/*",
     "pyodide/*.{mjs,wasm,zip,json,whl}",
-    "vendor/wllama/*",
-    "vendor/web-llm/*",
     "vendor/workbox-window/*",
-    f"models/tinychat/{paths.MODEL_FILE}",
 )
 PRECACHE_IGNORES = ("sw.js", "sw-build.js", "sw-napllm.js", "pyodide/pyodide.js")
 #: Scripts sw.js imports before Workbox's own code (relative to sw.js):
@@ -76,10 +74,11 @@ generateSW({
       },
     },
     {
-      // GGUF models the user adds (any origin): kept until deleted in the
-      // Storage section. The built-in TinyChat is precached instead.
+      // Models the user adds (any origin) whose engine declares them kept
+      // in the model cache (web/sw-napllm.js `inModelCache`): kept until
+      // deleted in the Storage section. A built-in model is precached instead.
       urlPattern: ({ url, request }) =>
-        request.method === "GET" && url.pathname.toLowerCase().endsWith(".gguf"),
+        request.method === "GET" && self.napllmSw.inModelCache(url.href),
       handler: "CacheFirst",
       options: {
         cacheName: caches.models,
@@ -88,8 +87,8 @@ generateSW({
         // fallback page or a cut-off download never becomes the "model".
         plugins: [
           {
-            cacheWillUpdate: async ({ response }) =>
-              self.napllmSw.verifiedModel(response, { gguf: true }),
+            cacheWillUpdate: async ({ request, response }) =>
+              self.napllmSw.verifiedModel(response, self.napllmSw.modelRule(request.url)),
           },
         ],
       },
@@ -173,7 +172,7 @@ def precache_build_id(out: DistWriter, exclude: set[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-def build_service_worker(out: DistWriter) -> dict[str, Any]:
+def build_service_worker(out: DistWriter, engines: dict[str, Any]) -> dict[str, Any]:
     """Generate dist/sw.js with workbox-build (``generateSW``) and copy workbox-window.
 
     The precache manifest (URL + revision of every file matched by
@@ -187,7 +186,10 @@ def build_service_worker(out: DistWriter) -> dict[str, Any]:
     after :func:`precache_build_id`; web/sw-napllm.js (imported first, with
     the generated dist/sw-build.js) keeps serving tabs of an earlier build
     from that build's cache until they reload, and verifies model files
-    before they are cached. Skipped when no precached file changed.
+    before they are cached. ``engines``: the engines' part
+    (``buildsys.engines.service_worker_part``): their precache globs join
+    ``PRECACHE_PATTERNS``, their lazy folders and weights rules go into
+    sw-build.js for web/sw-napllm.js. Skipped when no precached file changed.
 
     Returns: ``{"count", "size"}`` of the precache (files, bytes).
     Raises: BuildError when Node or workbox-build fails.
@@ -205,16 +207,23 @@ def build_service_worker(out: DistWriter) -> dict[str, Any]:
     out.prune(keep=frozenset({out.root / "build-info.json"}))
     build_id = precache_build_id(out, exclude={sw, out.root / "sw-build.js"})
     cache_id = f"napllm-{build_id}"
+    build_names = {
+        "id": build_id,
+        "cacheId": cache_id,
+        "lazy": list(engines["lazy"]),
+        "weights": list(engines["weights"]),
+    }
     out.write_bytes(
         "sw-build.js",
         (
-            "// Written by build.py: this build's names for web/sw-napllm.js.\n"
-            f"self.NAPLLM_BUILD = {json.dumps({'id': build_id, 'cacheId': cache_id})};\n"
+            "// Written by build.py: this build's names and the engines' declarations"
+            " for web/sw-napllm.js.\n"
+            f"self.NAPLLM_BUILD = {json.dumps(build_names)};\n"
         ).encode(),
     )
     options = {
         "globDirectory": str(out.root),
-        "globPatterns": list(PRECACHE_PATTERNS),
+        "globPatterns": [*PRECACHE_PATTERNS, *engines["precache"]],
         "globIgnores": list(PRECACHE_IGNORES),
         "swDest": str(sw),
         "maximumFileSizeToCacheInBytes": PRECACHE_MAX_BYTES,

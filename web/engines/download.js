@@ -33,7 +33,7 @@
  *   a content type that is not text, HTML, JSON or XML (`binary`), the
  *   GGUF magic at byte 0 (`gguf`), at most `limit` bytes (the ceiling of
  *   the file's kind, limits.js) and at most `room` bytes (the space the
- *   storage check found, storage.js; an announced size above it fails
+ *   storage check found, room.js; an announced size above it fails
  *   before any byte is read). A body longer than announced fails.
  * - Tries: every failure a fresh request may cure is tried again, whatever
  *   validators the host sends: a cut, a reset, no answer, a stall

@@ -24,7 +24,7 @@
  *   `urlFields`: load fields (dotted paths) holding URLs relative to the
  *   shell page, sent to the worker as absolute URLs;
  *   `room`: the load field with the model file's URL that must fit in the
- *   browser's storage before a download (storage.js `roomCheck`: one
+ *   browser's storage before a download (room.js `roomCheck`: one
  *   copy, the service worker's); the worker gets the space found as the
  *   load field `roomBytes`, where its download stops;
  *   `progressVerb`: the first word of its progress labels (default `Loading`);
@@ -61,7 +61,7 @@
  *   (batcher.js: false while a delivery delay hands chunks over one by one).
  */
 
-import { roomCheck } from "../js/storage.js";
+import { roomCheck } from "./room.js";
 import { isFallback, requestAdapter, vendorOf } from "./gpu.js";
 import { WORKER_IDLE_MS } from "./limits.js";
 import { loadingNotice, progress } from "./page.js";

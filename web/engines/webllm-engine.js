@@ -11,7 +11,7 @@
  * place a test build substitutes a double. Its catalogue report reads the
  * build-time catalogue and, on a device with an adapter, WebLLM's cache
  * through the bundle (which a worker could only do by starting WebLLM), and
- * offline.js reads the record files of a model here without the bundle.
+ * offline-webllm.js reads the record files of a model here without the bundle.
  *
  * Rules (docs/design.md, "The data path" and "Known behaviours"; kind `webllm`)
  * - The web-llm bundle (6 MB) is loaded only on a device with a WebGPU
@@ -49,7 +49,7 @@
  *   model's files from WebLLM's caches.
  */
 
-import { requestPersistentStorage } from "../js/storage.js";
+import { requestPersistentStorage } from "./room.js";
 import { isFallback, requestAdapter, vendorOf } from "./gpu.js";
 import { serveChats } from "./chat-queue.js";
 import { WORKER_IDLE_MS } from "./limits.js";

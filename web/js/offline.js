@@ -4,33 +4,22 @@
  * that cannot run the engine now can still store the model for later).
  *
  * Rules
- * - `modelFiles(connection)` lists what a connection's engine reads:
- *   kind `wasm`: its GGUF URL (every shard of a split model,
- *   `-00001-of-0000N.gguf`), checked as GGUF, kept in the service worker's
- *   model cache `napllm-models` under each URL (the cache the engine looks
- *   in first).
- * - `offlineFiles(connection)` lists, for kinds `onnx` and `webllm` too,
- *   what each engine will read, where it looks first, without loading the
- *   model (no WebGPU needed): `onnx`: transformers.js's own list
- *   (`ModelRegistry.get_files`, in a worker of the engine, for WebGPU and
- *   the connection's dtype) put into the library's cache
- *   `transformers-cache` for a folder of another origin or the hub, and,
- *   for the engine, its bundle and onnxruntime's wasm, which the service
- *   worker keeps once fetched (so are the files of a model folder of this
- *   origin the service worker keeps); `webllm`: the record's
- *   `mlc-chat-config.json` (cache `webllm/config`), the tokenizer it names,
- *   `tensor-cache.json` and every parameter shard it lists (`webllm/model`),
- *   and the model library (`webllm/wasm`): WebLLM's cache scopes, keyed by
- *   URL, where it looks before any download; a shard is kept only at the
- *   size (`nbytes`) the list names for it. JSON files are kept only when
- *   they parse as a JSON object. Other kinds: nothing (no button).
- * - Once every file is kept, the list is recorded in the cache
+ * - Nothing here names an engine. An engine whose spec declares `offline`
+ *   (web/engines/declarations.js `offlineModuleOf`: a module under
+ *   engines/) is offered the download; its module says what its engine
+ *   reads (web/engines/offline-gguf.js states the interface): `recorded`
+ *   (whether the kept list is recorded, or computed from the connection by
+ *   `modelFiles`), `readPlaces`, `offlinePlan` (`{files | first + rest(),
+ *   limit(url), budget?}`, `budget`: bytes all its files share). Other
+ *   kinds: nothing (no button).
+ * - JSON files are kept only when they parse as a JSON object.
+ * - Once every file is kept, a recorded list goes into the cache
  *   `napllm-offline-files` (per connection id), which says "Stored for
  *   offline use" later, offline too, and what removing the connection
  *   may delete.
  * - The download goes through web/engines/download.js (resumable, checked,
  *   one per URL across tabs, every wait bounded); the space check
- *   (storage.js `roomCheck`, over every file not yet kept) comes before
+ *   (engines/room.js `roomCheck`, over every file not yet kept) comes before
  *   the first byte of the weights and tells the user when they do not
  *   fit; the downloads then stop at the space it found, whatever size a
  *   HEAD reported.
@@ -38,101 +27,34 @@
  *   -1 failed), the same contract as an engine's load progress.
  * - Removing a connection offers to delete its stored files
  *   (`fileRemovalOffer`), except those another connection reads: any
- *   connection whose engine would read the same files (the same GGUF
- *   shards, WebLLM model record or onnx model folder), whether or not it
- *   pressed "Download for offline use" (`connectionFileUrls`, which the
- *   Storage panel's "Used by" reads too).
+ *   connection whose engine would read the same files (its module's
+ *   `readPlaces`), whether or not it pressed "Download for offline use"
+ *   (`connectionFileUrls`, which the Storage panel's "Used by" reads too).
  * - Nothing here is shown as markup; no text of a host reaches the page.
  */
 
-import { onnxLimit, timedFetch } from "../engines/bounded.js";
+import { timedFetch } from "../engines/bounded.js";
+import { offlineModuleOf } from "../engines/declarations.js";
 import { describeProgress, downloadModelFile, forgetModelUse, NotAModel } from "../engines/download.js";
-import { MAX_GGUF_MODEL_BYTES, MAX_WEBLLM_FILE_BYTES } from "../engines/limits.js";
 import { el, whileBusy } from "./dom.js";
-import { formatBytes, MODEL_CACHE, roomCheck } from "./storage.js";
-
-const SPLIT = /-(\d{5})-of-(\d{5})\.gguf$/i;
-/** More shards than any real split model has: a URL claiming more is refused. */
-const MAX_SHARDS = 512;
+import { formatBytes, MODEL_CACHE, roomCheck } from "../engines/room.js";
 
 /**
- * The URLs of every shard of the GGUF model at `url` (the URL alone when it
- * is not split; `[]` when it is no http(s) URL or names too many shards).
+ * The offline module of `connection`'s engine (module rules), or null when
+ * its kind declares none. Never rejects.
  */
-export function ggufShards(url) {
-  let parsed;
+async function engineOf(connection) {
   try {
-    parsed = new URL(String(url));
+    const path = await offlineModuleOf(connection?.kind);
+    return path ? await import(new URL(`../${path}`, import.meta.url).href) : null;
   } catch {
-    return [];
+    return null;
   }
-  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") return [];
-  const match = SPLIT.exec(parsed.pathname);
-  if (!match) return [parsed.href];
-  const count = Number(match[2]);
-  if (!(count >= 1 && count <= MAX_SHARDS)) return [];
-  const width = match[1].length;
-  const stem = parsed.pathname.slice(0, match.index);
-  return Array.from({ length: count }, (_, i) => {
-    const shard = new URL(parsed.href);
-    shard.pathname = `${stem}-${String(i + 1).padStart(width, "0")}-of-${match[2]}.gguf`;
-    return shard.href;
-  });
-}
-
-/**
- * The files `connection` (a public summary: `{kind, settings, ...}`) reads:
- * `[{url, gguf, store}]`, `[]` for a kind whose files are not listed.
- */
-export function modelFiles(connection) {
-  const settings = connection && typeof connection.settings === "object" && connection.settings ? connection.settings : {};
-  if (connection?.kind === "wasm" && typeof settings.url === "string") {
-    return ggufShards(settings.url).map((url) => ({ url, gguf: true, store: MODEL_CACHE }));
-  }
-  return [];
 }
 
 /** Cache Storage name of the lists of files kept for offline use, per connection id. */
 export const OFFLINE_CACHE = "napllm-offline-files";
-/** Connection kinds "Download for offline use" is offered for. */
-const KINDS = new Set(["wasm", "onnx", "webllm"]);
 const JSON_FILE = /\.json$/i;
-
-function settingsOf(connection) {
-  return connection && typeof connection.settings === "object" && connection.settings ? connection.settings : {};
-}
-
-/**
- * Where the onnx engine reads `connection`'s model (the rule of the
- * runtime's `onnx_source`): `settings.source`, else a model folder URL
- * (the folder above it and its name), else a Hugging Face hub id; null.
- */
-export function onnxSource(connection) {
-  const settings = settingsOf(connection);
-  const source = settings.source;
-  if (source && typeof source === "object") {
-    return source.kind === "path" && typeof source.base === "string" && typeof source.model === "string"
-      ? { kind: "path", base: source.base, model: source.model }
-      : null;
-  }
-  const model = typeof connection?.model === "string" ? connection.model.trim() : "";
-  if (/^https?:\/{2}/i.test(model)) {
-    let url;
-    try {
-      url = new URL(model);
-    } catch {
-      return null;
-    }
-    const path = url.pathname.replace(/\/+$/, "");
-    const cut = path.lastIndexOf("/");
-    const name = path.slice(cut + 1);
-    if (!name || url.search || url.hash) return null;
-    return { kind: "path", base: `${url.origin}${path.slice(0, cut)}/`, model: name };
-  }
-  return /^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(\/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$/.test(model) && !model.includes("..")
-    ? { kind: "hub", model }
-    : null;
-}
 
 /** The record key of `connection`'s list of kept files. */
 function listKey(connection) {
@@ -158,32 +80,6 @@ async function recordFiles(connection, files) {
   await (await caches.open(OFFLINE_CACHE)).put(listKey(connection), new Response(body, { headers: { "content-type": "application/json" } }));
 }
 
-/**
- * Where `connection`'s engine reads its model files, whether or not it ever
- * downloaded them (module rules): `{urls, folders, paths?}`, the exact URLs (GGUF
- * shards, WebLLM's model library) and the folders every file under which it
- * reads (WebLLM's record folder, the onnx model folder or hub repository).
- */
-async function readPlaces(connection) {
-  if (connection?.kind === "wasm") return { urls: modelFiles(connection).map((file) => file.url), folders: [] };
-  if (connection?.kind === "webllm") {
-    const engine = await import("../engines/webllm-engine.js");
-    const record = await engine.modelRecordFiles(String(connection.model ?? ""));
-    return record ? { urls: [record.library], folders: [record.folder] } : { urls: [], folders: [] };
-  }
-  const source = connection?.kind === "onnx" ? onnxSource(connection) : null;
-  if (!source) return { urls: [], folders: [] };
-  // A hub id's files live on transformers.js's own default host, which the
-  // page does not name: they are matched by their path (`/<id>/...`) on any
-  // host, which can only count a file as read by more connections, never less.
-  if (source.kind === "hub") return { urls: [], folders: [], paths: [`/${source.model}/`] };
-  try {
-    return { urls: [], folders: [`${new URL(source.base, document.baseURI).href}${source.model}/`] };
-  } catch {
-    return { urls: [], folders: [] };
-  }
-}
-
 /** Whether `url`'s path starts with one of `paths` (hub files, see readPlaces). */
 function onPaths(url, paths) {
   if (!paths || paths.length === 0) return false;
@@ -198,15 +94,15 @@ function onPaths(url, paths) {
 /**
  * Which model files `connection` reads: `{has(url)}`, true for every file
  * "Download for offline use" kept for it (its recorded list) and for every
- * file its engine would read for its model, downloaded by it or not (the
- * same GGUF shards; WebLLM's files of the same model record; the files of
- * the same onnx model folder or hub repository). Never rejects.
+ * file its engine would read for its model, downloaded by it or not (its
+ * engine module's `readPlaces`). Never rejects.
  */
 export async function connectionFileUrls(connection) {
-  const recorded = connection?.kind === "wasm" ? [] : (await recordedFiles(connection)) || [];
+  const engine = await engineOf(connection);
+  const recorded = engine && engine.recorded ? (await recordedFiles(connection)) || [] : [];
   let places = { urls: [], folders: [] };
   try {
-    places = await readPlaces(connection);
+    if (engine) places = await engine.readPlaces(connection);
   } catch {
     // Not listed: the recorded files still count.
   }
@@ -224,9 +120,10 @@ async function isKept(url, store) {
 
 /** Whether every file of `connection` is stored whole. Never rejects. */
 export async function storedForOffline(connection) {
-  if (!("caches" in globalThis) || !KINDS.has(connection?.kind)) return false;
+  const engine = await engineOf(connection);
+  if (!("caches" in globalThis) || !engine) return false;
   try {
-    const files = connection.kind === "wasm" ? modelFiles(connection) : await recordedFiles(connection);
+    const files = engine.recorded ? await recordedFiles(connection) : engine.modelFiles(connection);
     if (!files || files.length === 0) return false;
     const precaches = (await caches.keys()).filter((name) => name.includes("-precache-"));
     for (const file of files) {
@@ -277,89 +174,6 @@ async function keepFile(file, limit, onEvent, room = null) {
   return blob.size;
 }
 
-/** A JSON file kept by `keepFile`, read back (`{}` when unreadable). */
-async function keptJson(file) {
-  try {
-    const response = await (await caches.open(file.store)).match(file.url);
-    return response ? await response.json() : {};
-  } catch {
-    return {};
-  }
-}
-
-/**
- * The files the onnx model of `source` (`{kind: "path", base, model}` or
- * `{kind: "hub", model}`; a relative `base` is read against the page)
- * needs on WebGPU with `dtype` ("" for the model's default), listed by a
- * transformers.js worker of its own that loads no model (its `files`
- * answer), then ends. Resolves with `{urls, cache, engine}` or null when
- * they cannot be listed; never rejects.
- */
-async function onnxFileList(source, dtype) {
-  const { askWorker } = await import("../engines/engine-host.js");
-  const copy = { ...source };
-  if (copy.kind === "path") copy.base = new URL(String(copy.base), document.baseURI).href;
-  const data = await askWorker("engines/transformers-worker.js", { op: "files", source: copy, device: "webgpu", dtype: String(dtype || "") }, "files");
-  if (!data || data.ok !== true || !Array.isArray(data.urls) || !Array.isArray(data.engine)) return null;
-  return { urls: data.urls.map(String), cache: data.cache ? String(data.cache) : null, engine: data.engine.map(String) };
-}
-
-/**
- * What "Download for offline use" keeps for `connection` (module rules):
- * `{files: [{url, store, gguf?}], limit(url), first: [...]}` where `first`
- * are small files read to list the rest (WebLLM's config and tensor cache
- * list), or null when its files cannot be listed. Never rejects.
- */
-async function offlinePlan(connection) {
-  if (connection?.kind === "wasm") {
-    const files = modelFiles(connection);
-    return files.length ? { files, limit: () => MAX_GGUF_MODEL_BYTES, budget: true } : null;
-  }
-  if (connection?.kind === "onnx") {
-    const source = onnxSource(connection);
-    if (!source) return null;
-    const dtype = typeof settingsOf(connection).dtype === "string" ? settingsOf(connection).dtype : "";
-    const listed = await onnxFileList(source, dtype);
-    if (!listed) return null;
-    const files = [
-      ...listed.engine.map((url) => ({ url, store: null })),
-      ...listed.urls.map((url) => ({ url, store: listed.cache })),
-    ];
-    return { files, limit: onnxLimit };
-  }
-  if (connection?.kind === "webllm") {
-    const engine = await import("../engines/webllm-engine.js");
-    const record = await engine.modelRecordFiles(String(connection.model ?? ""));
-    if (!record) return null;
-    const config = { url: record.config, store: "webllm/config" };
-    const tensors = { url: new URL("tensor-cache.json", record.folder).href, store: "webllm/model" };
-    return {
-      first: [config, tensors],
-      async rest() {
-        const chat = await keptJson(config);
-        const tokenizers = Array.isArray(chat.tokenizer_files) ? chat.tokenizer_files : [];
-        const tokenizer = tokenizers.includes("tokenizer.json") ? "tokenizer.json" : tokenizers.includes("tokenizer.model") ? "tokenizer.model" : null;
-        const list = await keptJson(tensors);
-        const records = Array.isArray(list.records) ? list.records : [];
-        const shards = records.map((r) => (r && typeof r.dataPath === "string" ? new URL(r.dataPath, record.folder).href : null));
-        // The size the list names for each shard: the download must have exactly it.
-        const sizes = records.map((r) => (r && Number.isSafeInteger(r.nbytes) && r.nbytes > 0 ? r.nbytes : null));
-        // A hostile list must not name files elsewhere, or thousands of them.
-        if (shards.length > MAX_SHARDS || shards.some((url) => !url || !url.startsWith(record.folder))) {
-          throw new NotAModel("not a tensor cache list of this model");
-        }
-        return [
-          ...(tokenizer ? [{ url: new URL(tokenizer, record.folder).href, store: "webllm/model" }] : []),
-          ...shards.map((url, i) => ({ url, store: "webllm/model", size: sizes[i] })),
-          { url: record.library, store: "webllm/wasm" },
-        ];
-      },
-      limit: () => MAX_WEBLLM_FILE_BYTES,
-    };
-  }
-  return null;
-}
-
 /**
  * Download every file of `connection` for offline use. Resolves with
  * `"stored"`, `"no-room"` (the space check refused; the user was told) or
@@ -369,7 +183,8 @@ export async function downloadForOffline(connection, onProgress = () => {}) {
   const name = typeof connection?.name === "string" ? connection.name : "the model";
   try {
     onProgress(`Downloading ${name} for offline use`, 0);
-    const plan = await offlinePlan(connection);
+    const engine = await engineOf(connection);
+    const plan = engine ? await engine.offlinePlan(connection) : null;
     if (!plan) throw new NotAModel("the model's files could not be listed");
     const kept = [];
     for (const file of plan.first || []) {
@@ -386,21 +201,23 @@ export async function downloadForOffline(connection, onProgress = () => {}) {
     }
     // The downloads stop at the space found, whatever sizes a HEAD reported.
     let left = room;
-    let budget = MAX_GGUF_MODEL_BYTES;
+    // A plan with a `budget` (bytes) holds its files to it all together.
+    const budgeted = Number.isSafeInteger(plan.budget) && plan.budget > 0;
+    let budget = budgeted ? plan.budget : 0;
     for (let index = 0; index < files.length; index += 1) {
       const file = files[index];
       onProgress(`Downloading ${name} for offline use`, index / files.length);
-      const size = await keepFile(file, plan.budget ? budget : plan.limit(file.url), (event) => {
+      const size = await keepFile(file, budgeted ? budget : plan.limit(file.url), (event) => {
         const part = event.total ? Math.min(1, event.received / event.total) : 0;
         // Never 1 before the last file is stored (1 means done).
         const fraction = Math.min(0.999, (index + part) / files.length);
         onProgress(`Downloading ${name} for offline use — ${describeProgress(event)}`, fraction);
       }, left);
-      if (plan.budget) budget -= size;
+      if (budgeted) budget -= size;
       if (left !== null) left = Math.max(0, left - size);
       kept.push(file);
     }
-    if (connection.kind !== "wasm") await recordFiles(connection, kept);
+    if (engine.recorded) await recordFiles(connection, kept);
   } catch (error) {
     console.error("napllm: the download for offline use failed", error?.name ?? "");
     // Why it gave up, when download.js says so in its own words (never a host's text).
@@ -432,17 +249,24 @@ export const STORAGE_CHANGED = "napllm-storage-changed";
  * label, fraction)` shows the download in the entry (connections.js).
  */
 export function offlineControl(connection, setProgress) {
-  if (!KINDS.has(connection?.kind) || (connection.kind === "wasm" && modelFiles(connection).length === 0)) return null;
-  const id = String(connection.id);
-  const button = el("button", { type: "button", class: "offline secondary" }, "Download for offline use");
+  const id = String(connection?.id);
+  const button = el("button", { type: "button", class: "offline secondary", hidden: true }, "Download for offline use");
   const done = el("span", { class: "muted offline-stored", hidden: true }, "Stored for offline use");
-  const box = el("p", { class: "offline-control" }, button, done);
+  const box = el("p", { class: "offline-control", hidden: true }, button, done);
   const show = (stored) => {
     button.hidden = stored;
     done.hidden = !stored;
     box.dataset.stored = String(stored);
   };
-  storedForOffline(connection).then(show);
+  // Offered once the engine's declaration says so (and it names files).
+  engineOf(connection).then(async (engine) => {
+    if (!engine || (!engine.recorded && engine.modelFiles(connection).length === 0)) {
+      box.remove();
+      return;
+    }
+    box.hidden = false;
+    show(await storedForOffline(connection));
+  });
   button.addEventListener("click", () => {
     whileBusy(button, async () => {
       await downloadForOffline(connection, (label, fraction) => setProgress(id, label, fraction));
@@ -463,11 +287,12 @@ export function offlineControl(connection, setProgress) {
  * the Storage panel. Never rejects.
  */
 export async function fileRemovalOffer(connection, connections) {
-  if (!KINDS.has(connection?.kind) || !(await storedForOffline(connection))) return null;
+  const engine = await engineOf(connection);
+  if (!engine || !(await storedForOffline(connection))) return null;
   // Only model files in a model cache: never the engine's or the app's own files.
-  let files = (connection.kind === "wasm" ? modelFiles(connection) : (await recordedFiles(connection)) || []).filter((file) => file.store);
+  let files = (engine.recorded ? (await recordedFiles(connection)) || [] : engine.modelFiles(connection)).filter((file) => file.store);
   for (const other of connections || []) {
-    if (!other || other.id === connection.id || !KINDS.has(other.kind)) continue;
+    if (!other || other.id === connection.id) continue;
     const reads = await connectionFileUrls(other);
     files = files.filter((file) => !reads.has(file.url));
   }
@@ -487,7 +312,7 @@ export async function fileRemovalOffer(connection, connections) {
         await (await caches.open(file.store)).delete(file.url);
         await forgetModelUse(file.url);
       }
-      if (connection.kind !== "wasm") await (await caches.open(OFFLINE_CACHE)).delete(listKey(connection));
+      if (engine.recorded) await (await caches.open(OFFLINE_CACHE)).delete(listKey(connection));
       document.dispatchEvent(new Event(STORAGE_CHANGED));
     },
   };

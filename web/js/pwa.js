@@ -36,8 +36,9 @@
 
 import { el, focusableHeading, keepFocus, whileBusy } from "./dom.js";
 import { discardDownload, forgetModelUse, modelUse, unfinishedDownloads } from "../engines/download.js";
+import { engineCaches, inModelCache } from "../engines/declarations.js";
 import { CONNECTIONS_LISTED, STORAGE_CHANGED, connectionFileUrls } from "./offline.js";
-import { formatBytes, MODEL_CACHE, requestPersistentStorage } from "./storage.js";
+import { formatBytes, MODEL_CACHE, requestPersistentStorage } from "../engines/room.js";
 import { Workbox } from "../vendor/workbox-window/workbox-window.prod.mjs";
 
 export { formatBytes, MODEL_CACHE };
@@ -68,28 +69,16 @@ function modelName(url) {
 }
 
 /**
- * The caches the in-browser engines read model files from, besides the
- * service worker's model cache (GGUF): transformers.js's and WebLLM's own
- * (which "Download for offline use" fills, and WebLLM also fills when it
- * loads a model). Name -> the engine, for display.
- */
-const ENGINE_CACHES = {
-  "transformers-cache": "transformers.js",
-  "webllm/config": "WebLLM",
-  "webllm/model": "WebLLM",
-  "webllm/wasm": "WebLLM",
-};
-
-/**
- * The model folder of a file URL in an engine cache: its folder, less a
- * hub's `resolve/<revision>/` and transformers.js's `onnx/` (a model's
- * weights sit there, its config beside them). A model library (cache
- * `webllm/wasm`) is an entry of its own: its URL.
+ * The model folder of a file URL in an engine's own cache (`cache`: its
+ * declaration, web/engines/declarations.js `engineCaches`): its folder,
+ * less a hub's `resolve/<revision>/` and the folder the engine keeps a
+ * model's weights in (`trim`, beside its config). In a cache whose every
+ * file is a model of its own (`entry: "file"`), its URL.
  */
 function modelFolderOf(url, cache) {
-  if (cache === "webllm/wasm") return url;
+  if (cache.entry === "file") return url;
   let folder = url.slice(0, url.lastIndexOf("/") + 1);
-  if (cache === "transformers-cache") folder = folder.replace(/onnx\/$/, "");
+  if (cache.trim && folder.endsWith(cache.trim)) folder = folder.slice(0, folder.length - cache.trim.length);
   return folder.replace(/resolve\/[^/]+\/$/, "");
 }
 
@@ -108,14 +97,16 @@ export async function cachedModels() {
   const folders = new Map();
   try {
     const names = await caches.keys();
+    const engineCacheOf = await engineCaches();
     for (const name of names) {
       const builtIn = name.includes(PRECACHE_MARK);
-      const engine = Object.hasOwn(ENGINE_CACHES, name) ? ENGINE_CACHES[name] : null;
+      const declared = engineCacheOf.get(name) || null;
+      const engine = declared ? declared.label : null;
       if (name !== MODEL_CACHE && !builtIn && !engine) continue;
       const cache = await caches.open(name);
       for (const request of await cache.keys()) {
         if (engine) {
-          const folder = modelFolderOf(request.url, name);
+          const folder = modelFolderOf(request.url, declared);
           const key = `${engine} ${folder}`;
           if (!folders.has(key)) {
             const entry = { url: folder, name: `${modelName(folder)} (${engine})`, bytes: 0, builtIn: false, key, files: [] };
@@ -128,8 +119,7 @@ export async function cachedModels() {
           entry.bytes += response ? (await responseSize(response)) || 0 : 0;
           continue;
         }
-        const path = new URL(request.url).pathname.toLowerCase();
-        if (!path.endsWith(".gguf")) continue;
+        if (!(await inModelCache(request.url))) continue;
         const response = await cache.match(request);
         if (!response) continue;
         // Precache keys carry a revision query; show the plain URL.

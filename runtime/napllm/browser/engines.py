@@ -1,8 +1,8 @@
 """The engine bridge in the page: each engine's host behind `EngineBridge`.
 
 Every engine's provider is `providers.engine.EngineProvider`, driven by the
-engine's spec (`ENGINE_SPECS`); this module only reaches the page's one
-engine host (web/engines/engine-host.js).
+engine's spec (`providers.engine_specs.ENGINE_SPECS`, the one registry);
+this module only reaches the page's one engine host (web/engines/engine-host.js).
 
 Rules (docs/design.md, "The data path", "Known behaviours" and "Adding an
 engine"; providers/engine.py)
@@ -40,13 +40,8 @@ from pyodide.code import run_js  # type: ignore[import-not-found]
 from pyodide.ffi import JsException  # type: ignore[import-not-found]
 
 from ..providers.connection_kinds import EngineKind, KindTable
-from ..providers.engine import EngineBridge, EngineBridgeError, EngineSpec
-from ..providers.engine_onnx import ONNX
-from ..providers.engine_wasm import WASM
-from ..providers.engine_webllm import WEBLLM
-
-#: Every engine of the page, in the order their built-in connections are listed.
-ENGINE_SPECS: tuple[EngineSpec, ...] = (WASM, WEBLLM, ONNX)
+from ..providers.engine import EngineBridge, EngineBridgeError
+from ..providers.engine_specs import ENGINE_SPECS
 
 #: The page's one engine host, relative to the shell page.
 ENGINE_HOST = "engines/engine-host.js"
@@ -129,4 +124,4 @@ def register_engines(kinds: KindTable) -> None:
         kinds.register(EngineKind(spec, open_bridge))
 
 
-__all__ = ["ENGINE_HOST", "ENGINE_SPECS", "JsEngineModule", "open_bridge", "register_engines"]
+__all__ = ["ENGINE_HOST", "JsEngineModule", "open_bridge", "register_engines"]

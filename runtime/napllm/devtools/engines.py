@@ -11,12 +11,10 @@ from __future__ import annotations
 import json
 
 from ..providers.engine import EngineSpec
-from ..providers.engine_onnx import ONNX
-from ..providers.engine_wasm import WASM
-from ..providers.engine_webllm import WEBLLM
+from ..providers.engine_specs import ENGINE_SPECS
 
-#: The specs by kind.
-SPECS: dict[str, EngineSpec] = {spec.kind: spec for spec in (WASM, WEBLLM, ONNX)}
+#: The specs by kind (the one registry, `providers.engine_specs.ENGINE_SPECS`).
+SPECS: dict[str, EngineSpec] = {spec.kind: spec for spec in ENGINE_SPECS}
 
 
 def engine_host_js(kind: str, folder: str = "./") -> str:

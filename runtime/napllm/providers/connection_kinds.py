@@ -271,7 +271,7 @@ class EngineKind:
 
     async def add(self, spec: ConnectionSpec, cid: str) -> Connection:
         """The connection; a model this device cannot run is added unavailable, with why."""
-        settings = _user_settings(spec)
+        settings = self.engine.settings_for(spec.model, _user_settings(spec))
         caps = self.engine.capabilities_for(spec.model, settings)
         reason = self.engine.unavailable_reason(spec.model)
         unavailable = {} if reason is None else {"available": False, "unavailable_reason": reason}

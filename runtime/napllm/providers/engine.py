@@ -46,7 +46,6 @@ from typing import Any, Protocol
 
 from ..errors import ErrorCode, ProviderFailure
 from ..jsontext import read_json, read_stream_payload
-from ..kinds import kind_info
 from ..lmsp import LmspEvent, LmspRequest
 from ..records import Capabilities, Connection
 from .base import Provider
@@ -57,17 +56,20 @@ log = logging.getLogger("napllm.engine")
 # --------------------------------------------------------------------------
 # Failures (one rule for every engine)
 
-#: User hints for the shell UI, by error kind (never sent to a napplet).
-#: An engine's spec may word some kinds its own way (`EngineSpec.hints`).
+#: User hints for the shell UI, by error kind (never sent to a napplet), in
+#: words that fit every engine; a spec words some kinds its own way
+#: (`EngineSpec.hints`: the GGUF file, WebLLM's model host, ONNX files).
 ENGINE_HINTS: dict[str, str] = {
     "download": "The model file could not be downloaded.",
-    "load": "The model file could not be loaded; it may be corrupt or not a GGUF model.",
+    "load": (
+        "The model file could not be loaded; it may be corrupt or not a model this engine runs."
+    ),
     "webgpu": "WebGPU is not available in this browser, so this model cannot run here.",
-    "feature": "This GPU lacks a WebGPU feature the model needs (shader-f16).",
+    "feature": "This GPU lacks a WebGPU feature the model needs.",
     "device": "This model needs more GPU memory or buffer space than this device offers.",
     "network": (
-        "The model could not be fetched; a WebLLM model needs its model host "
-        "(or weights already in the browser cache)."
+        "The model could not be fetched; it needs its model host "
+        "(or its files already in the browser's storage)."
     ),
     "storage": "The browser ran out of storage space for the model.",
     "stalled": "The engine or the model host stopped answering; try again.",
@@ -100,6 +102,16 @@ def engine_failure(
 # WebGPU, as the engines on the GPU report it
 
 NO_WEBGPU = "WebGPU is not available in this browser (no GPU adapter)."
+#: The form's words for an engine on the GPU (`EngineSpec.form`'s `needs`, `needs_how`).
+WEBGPU_NEEDS = "Needs a GPU with WebGPU"
+WEBGPU_HOW = (
+    "Open this page in a browser with WebGPU turned on, on a device with a GPU: "
+    "a recent Chrome or Edge on Windows, macOS or ChromeOS, or Safari 26 or later. "
+    "On Linux, Chrome may need WebGPU enabled at chrome://flags/#enable-unsafe-webgpu. "
+    "Until then, use the built-in WebAssembly model or add a connection to a model "
+    "server on this computer."
+)
+
 #: The WebGPU probes' reason codes (web/engines/gpu.js) -> user-facing text.
 NO_ADAPTER_REASONS: dict[str, str] = {
     "no-webgpu": "WebGPU is not available in this browser.",
@@ -167,13 +179,24 @@ class EngineSpec(Protocol):
     (`read_device`), or None while nothing was reported yet.
     """
 
-    #: The `Connection.kind` (`kinds.FormKind`).
+    #: The `Connection.kind` (the registry `providers.engine_specs` makes it a
+    #: kind of the connections form, `kinds.FormKind`).
     kind: str
+    #: The kind's row of the connections form (`kinds.KindInfo`'s fields but
+    #: `kind`, plain data): `label`, `summary`, `model_url`, `model_hint`,
+    #: `needs`, `needs_how`. `kinds.py` builds the engine rows from it.
+    form: Mapping[str, Any]
+    #: The route of every connection of the engine, in words (`kinds.route_for`;
+    #: NAP-LLM, Privacy): the engine runs in this browser, so one hop.
+    route: str
     #: The declaration the page's engine host works from (plain JSON data;
     #: web/engines/engine-host.js lists the fields): `kind`, `worker` (the
     #: worker's URL relative to the shell's folder, dist/), `workers` (`shared` or
     #: `per-model`), `oneModel`, `report` (`environment`, `webgpu` or
-    #: `adapter`), `urlFields`, `room`, `progressVerb`, `adapter`.
+    #: `adapter`), `urlFields`, `room`, `progressVerb`, `adapter`; and for the
+    #: build, the storage panel and the service worker (`engine_specs.page_declarations`):
+    #: `caches` (Cache Storage name -> the words the storage panel shows),
+    #: `lazy` (folders of dist/ the service worker keeps once fetched, not precached).
     page: Mapping[str, Any]
     #: Read the report when the shell starts (for the built-in connections).
     report_at_start: bool
@@ -198,6 +221,12 @@ class EngineSpec(Protocol):
 
     def unavailable_reason(self, model: str, device: Any) -> str | None:
         """Why `model` cannot run on this device (a sentence), or None."""
+        ...
+
+    def settings_for(self, model: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """A user connection's settings as stored: what the form sent, with
+        whatever the spec resolves from the model once (so the page reads the
+        result, never a copy of the rule). `ValueError` for a model it cannot name."""
         ...
 
     def blocker(self, model: str, device: Any) -> str | None:
@@ -228,35 +257,30 @@ class SpecDefaults:
     load_error = "load"
     hints: Mapping[str, str] = ENGINE_HINTS
 
-
-def engine_route(kind: str) -> str:
-    """An engine's route: its row's fixed words; `ValueError` for a kind without them."""
-    info = kind_info(kind)
-    if info is None or not info.route_words:
-        raise ValueError("no route for an unknown engine kind")
-    return info.route_words
+    def settings_for(self, model: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """The form's settings unchanged (`EngineSpec.settings_for`)."""
+        return dict(settings)
 
 
 def builtin_connection(
-    kind: str,
+    spec: EngineSpec,
     ids: tuple[str, str, str],
     capabilities: Capabilities,
     settings: Mapping[str, Any],
     unavailable_reason: str | None = None,
 ) -> Connection:
-    """A built-in connection of engine `kind`: `ids` is (id, name, model).
+    """A built-in connection of `spec`'s engine: `ids` is (id, name, model).
 
-    Marked `builtin` in its settings; available unless `unavailable_reason`;
-    its route is the kind's fixed words (`kinds.KindInfo.route_words`).
-    Raises `ValueError` for a kind without a row.
+    Marked `builtin` in its settings; its route is the spec's (`EngineSpec.route`);
+    available unless `unavailable_reason`.
     """
     connection_id, name, model = ids
     return Connection(
         id=connection_id,
         name=name,
-        kind=kind,
+        kind=spec.kind,
         model=model,
-        route=engine_route(kind),
+        route=spec.route,
         capabilities=capabilities,
         settings={**settings, "builtin": True},
         available=unavailable_reason is None,
@@ -281,6 +305,10 @@ class Engine(Protocol):
 
     def unavailable_reason(self, model: str) -> str | None:
         """Why `model` cannot run on this device, or None."""
+        ...
+
+    def settings_for(self, model: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """A user connection's settings as stored (`EngineSpec.settings_for`)."""
         ...
 
     def provider_for(self, connection: Connection) -> Provider:
@@ -341,6 +369,10 @@ class SpecEngine:
     def unavailable_reason(self, model: str) -> str | None:
         """Why `model` cannot run here (`EngineSpec.unavailable_reason`)."""
         return self.spec.unavailable_reason(model, self.device)
+
+    def settings_for(self, model: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """A user connection's settings as stored (`EngineSpec.settings_for`)."""
+        return self.spec.settings_for(model, settings)
 
     def provider_for(self, connection: Connection) -> Provider:
         """An `EngineProvider` for `connection`."""

@@ -47,7 +47,14 @@ from ..lmsp import LmspRequest
 from ..records import Capabilities, Connection
 from .chat_request import lmsp_to_chat
 from .chat_stream import ChatStreamToLmsp
-from .engine import ENGINE_HINTS, SpecDefaults, builtin_connection, no_adapter_reason
+from .engine import (
+    ENGINE_HINTS,
+    WEBGPU_HOW,
+    WEBGPU_NEEDS,
+    SpecDefaults,
+    builtin_connection,
+    no_adapter_reason,
+)
 
 ONNX_TINYCHAT_ID = "builtin-tinychat-webgpu"
 ONNX_TINYCHAT_NAME = "TinyChat (WebGPU, transformers.js)"
@@ -71,15 +78,18 @@ def onnx_source(model: str, settings: Mapping[str, Any]) -> dict[str, str]:
     """Where the worker reads the model: `{"kind": "path", "base", "model"}`
     or `{"kind": "hub", "model"}`.
 
-    `settings.source` (set for the built-in connection) wins; otherwise
-    `model` is a model folder URL (http(s), split into the folder above it
-    and the folder's name) or a hub id. Raises `ValueError` for anything else.
+    `settings.source` (the built-in connection's; a user connection's as
+    `onnx_settings` resolved it) wins; otherwise `model` is a model folder
+    URL (http(s), split into the folder above it and the folder's name) or a
+    hub id. Raises `ValueError` for anything else.
     """
     source = settings.get("source")
     if isinstance(source, dict):
         base, name = source.get("base"), source.get("model")
         if source.get("kind") == "path" and isinstance(base, str) and isinstance(name, str):
             return {"kind": "path", "base": base, "model": name}
+        if source.get("kind") == "hub" and isinstance(name, str) and base is None:
+            return onnx_source(name, {})
         raise ValueError("malformed ONNX model source")
     text = model.strip()
     if text.startswith(("http://", "https://")):
@@ -92,6 +102,17 @@ def onnx_source(model: str, settings: Mapping[str, Any]) -> dict[str, str]:
     if "://" in text or not HUB_ID.fullmatch(text) or ".." in text:
         raise ValueError("expected a Hugging Face model id (owner/name) or an http(s) folder URL")
     return {"kind": "hub", "model": text}
+
+
+def onnx_settings(model: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A user connection's settings with its source resolved once (`settings.source`).
+
+    The model names the source (a form's own `source` is replaced), so the
+    page reads where the engine looks ("Download for offline use", the
+    storage panel) without a copy of `onnx_source`. `ValueError` as it.
+    """
+    rest = {key: value for key, value in settings.items() if key != "source"}
+    return rest | {"source": onnx_source(model, rest)}
 
 
 def onnx_dtype(settings: Mapping[str, Any]) -> str:
@@ -122,7 +143,7 @@ def onnx_tinychat_connection(unavailable_reason: str | None = None) -> Connectio
     source = {"kind": "path", "base": ONNX_TINYCHAT_BASE, "model": ONNX_TINYCHAT_MODEL}
     settings = {"source": source, "dtype": "fp32", "rank": ONNX_TINYCHAT_RANK}
     ids = (ONNX_TINYCHAT_ID, ONNX_TINYCHAT_NAME, ONNX_TINYCHAT_MODEL)
-    return builtin_connection("onnx", ids, ONNX_CAPABILITIES, settings, unavailable_reason)
+    return builtin_connection(ONNX, ids, ONNX_CAPABILITIES, settings, unavailable_reason)
 
 
 def onnx_chat_body(request: LmspRequest) -> dict[str, Any]:
@@ -152,12 +173,25 @@ class OnnxDevice:
 
 #: What the page's engine host works from (`EngineSpec.page`): one worker per
 #: model (a failed load ends it); WebGPU is probed without starting one.
+#: For the storage panel, the build and the service worker: transformers.js
+#: keeps model files of other origins in its cache `transformers-cache` (a
+#: model's weights under `onnx/`, beside its config); its bundle and the
+#: bundled TinyChat are kept once first used (30 MB a first visit should not
+#: download); weights are verified and at most 8 GiB. "Download for offline
+#: use" asks a worker for transformers.js's own list (engines/offline-onnx.js).
 ONNX_PAGE: Mapping[str, Any] = {
     "kind": "onnx",
     "urlFields": ["source.base"],
     "workers": "per-model",
     "worker": "engines/transformers-worker.js",
     "report": "webgpu",
+    "offline": "engines/offline-onnx.js",
+    "caches": {"transformers-cache": {"label": "transformers.js", "trim": "onnx/"}},
+    "lazy": ["vendor/transformers/", "models/tinychat-onnx/"],
+    "weights": [
+        {"suffix": ".onnx", "limit": 8 * 1024**3},
+        {"suffix": ".onnx_data", "limit": 8 * 1024**3},
+    ],
 }
 
 
@@ -165,9 +199,17 @@ class OnnxSpec(SpecDefaults):
     """The `onnx` engine (`providers.engine.EngineSpec`; module rules)."""
 
     kind = "onnx"
+    form: Mapping[str, Any] = {
+        "label": "ONNX model in this browser (WebGPU)",
+        "summary": "Runs an ONNX model with transformers.js inside this page on the GPU.",
+        "model_hint": "A Hugging Face model id (owner/name) or the URL of an ONNX model folder.",
+        "needs": WEBGPU_NEEDS,
+        "needs_how": WEBGPU_HOW,
+    }
+    route = "This browser (WebGPU, transformers.js) on this device"
     page = ONNX_PAGE
     report_at_start = True
-    hints = ONNX_HINTS
+    hints: Mapping[str, str] = ONNX_HINTS
 
     def read_device(self, report: object) -> OnnxDevice:
         """`webgpu_unavailable_reason` of the probe."""
@@ -182,6 +224,10 @@ class OnnxSpec(SpecDefaults):
     ) -> Capabilities:
         """`onnx_capabilities`; `ValueError` without a usable source."""
         return onnx_capabilities(model, settings)
+
+    def settings_for(self, model: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """`onnx_settings`: the source resolved once, for the page too."""
+        return onnx_settings(model, settings)
 
     def unavailable_reason(self, model: str, device: OnnxDevice | None) -> str | None:
         """Why ONNX models cannot run on this device (None before the probe)."""

@@ -37,7 +37,7 @@ from ..lmsp import LmspRequest
 from ..records import Capabilities, Connection
 from .chat_request import lmsp_to_chat
 from .chat_stream import ChatStreamToLmsp
-from .engine import SpecDefaults, builtin_connection
+from .engine import ENGINE_HINTS, SpecDefaults, builtin_connection
 
 TINYCHAT_ID = "builtin-tinychat"
 TINYCHAT_NAME = "TinyChat (on this device)"
@@ -107,7 +107,7 @@ def tinychat_connection() -> Connection:
     """The built-in TinyChat connection (always available, offline)."""
     settings = {"url": TINYCHAT_PATH, "contextSize": TINYCHAT_CONTEXT, "rank": TINYCHAT_RANK}
     ids = (TINYCHAT_ID, TINYCHAT_NAME, TINYCHAT_MODEL)
-    return builtin_connection("wasm", ids, WASM_CAPABILITIES, settings)
+    return builtin_connection(WASM, ids, WASM_CAPABILITIES, settings)
 
 
 def wasm_capabilities(model: str, settings: Mapping[str, Any]) -> Capabilities:
@@ -125,6 +125,12 @@ def wasm_capabilities(model: str, settings: Mapping[str, Any]) -> Capabilities:
     return WASM_CAPABILITIES
 
 
+#: User hints by error kind: the shared table, in the words of a GGUF file.
+WASM_HINTS: dict[str, str] = ENGINE_HINTS | {
+    "load": "The model file could not be loaded; it may be corrupt or not a GGUF model.",
+}
+
+
 @dataclass(frozen=True)
 class WasmDevice:
     """What the page reports for wllama (the engine host's `environment` report)."""
@@ -135,6 +141,10 @@ class WasmDevice:
 
 #: What the page's engine host works from (`EngineSpec.page`): one worker for
 #: every model; the GGUF URL is read against the page and must fit in storage.
+#: For the build and the service worker: wllama's bundle and TinyChat are
+#: precached; a GGUF (any origin) goes to the service worker's model cache
+#: once verified (the magic `GGUF`, at most 4 GiB); "Download for offline
+#: use" lists a connection's shards (engines/offline-gguf.js).
 WASM_PAGE: Mapping[str, Any] = {
     "kind": "wasm",
     "worker": "engines/wllama-worker.js",
@@ -142,6 +152,9 @@ WASM_PAGE: Mapping[str, Any] = {
     "urlFields": ["url"],
     "room": "url",
     "progressVerb": "Downloading",
+    "offline": "engines/offline-gguf.js",
+    "precache": ["vendor/wllama/*", TINYCHAT_PATH],
+    "weights": [{"suffix": ".gguf", "limit": 4 * 1024**3, "magic": "GGUF", "modelCache": True}],
 }
 
 
@@ -149,7 +162,17 @@ class WasmSpec(SpecDefaults):
     """The `wasm` engine (`providers.engine.EngineSpec`; module rules)."""
 
     kind = "wasm"
+    form: Mapping[str, Any] = {
+        "label": "llama.cpp in this browser (WebAssembly)",
+        "summary": (
+            "Runs a GGUF model inside this page on the processor; nothing leaves the device."
+        ),
+        "model_url": True,
+        "model_hint": "Optional: the GGUF file's name is used when left blank.",
+    }
+    route = "This browser (WebAssembly, llama.cpp) on this device"
     page = WASM_PAGE
+    hints: Mapping[str, str] = WASM_HINTS
 
     def read_device(self, report: object) -> WasmDevice:
         """Isolation and core count; anything missing reads as 1 thread."""

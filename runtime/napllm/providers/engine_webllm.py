@@ -42,7 +42,26 @@ from ..lmsp import LmspRequest
 from ..records import Capabilities, Connection
 from .chat_request import lmsp_to_chat
 from .chat_stream import ChatStreamToLmsp
-from .engine import NO_WEBGPU, SpecDefaults, engine_route, no_adapter_reason
+from .engine import (
+    ENGINE_HINTS,
+    NO_WEBGPU,
+    WEBGPU_HOW,
+    WEBGPU_NEEDS,
+    SpecDefaults,
+    no_adapter_reason,
+)
+
+#: User hints by error kind: the shared table, in WebLLM's words.
+WEBLLM_HINTS: dict[str, str] = ENGINE_HINTS | {
+    "network": (
+        "The model could not be fetched; a WebLLM model needs its model host "
+        "(or weights already in the browser cache)."
+    ),
+    "feature": "This GPU lacks a WebGPU feature the model needs (shader-f16).",
+}
+
+#: The route of every WebLLM connection (`EngineSpec.route`).
+WEBLLM_ROUTE = "This browser (WebGPU, WebLLM) on this device"
 
 #: WebLLM's default `buffer_size_required_bytes` (src/config.ts), 256 MB.
 WEBLLM_DEFAULT_BUFFER_BYTES = 262_144_000
@@ -250,7 +269,7 @@ def webllm_connection(
         name=f"{record.model_id} (WebLLM{size})",
         kind="webllm",
         model=record.model_id,
-        route=engine_route("webllm"),
+        route=WEBLLM_ROUTE,
         capabilities=webllm_capabilities(record, function_calling_ids),
         settings={"builtin": True, "cached": cached, "rank": 0 if ready else 50},
         available=reason is None,
@@ -380,11 +399,26 @@ class WebLLMDevice:
 #: What the page's engine host works from (`EngineSpec.page`): WebLLM's own
 #: page-side client drives its worker, so an adapter module connects,
 #: reports the catalogue and names failures; one model at a time.
+#: For the storage panel, the build and the service worker: WebLLM's own
+#: caches (a model library is an entry of its own), its bundle precached
+#: (the shell imports it at start to probe WebGPU), the bundled TinyChat kept
+#: once first used, parameter shards verified and at most 1 GiB each.
+#: "Download for offline use" reads the model record's lists
+#: (engines/offline-webllm.js).
 WEBLLM_PAGE: Mapping[str, Any] = {
     "kind": "webllm",
     "adapter": "engines/webllm-engine.js",
     "report": "adapter",
     "oneModel": True,
+    "offline": "engines/offline-webllm.js",
+    "caches": {
+        "webllm/config": {"label": "WebLLM"},
+        "webllm/model": {"label": "WebLLM"},
+        "webllm/wasm": {"label": "WebLLM", "entry": "file"},
+    },
+    "precache": ["vendor/web-llm/*"],
+    "lazy": ["models/tinychat-webllm/"],
+    "weights": [{"pattern": "/params_shard_\\d+\\.bin$", "limit": 1024**3}],
 }
 
 
@@ -392,7 +426,16 @@ class WebLLMSpec(SpecDefaults):
     """The `webllm` engine (`providers.engine.EngineSpec`; module rules)."""
 
     kind = "webllm"
+    form: Mapping[str, Any] = {
+        "label": "WebLLM in this browser (WebGPU)",
+        "summary": "Runs a WebLLM prebuilt model inside this page on the GPU.",
+        "model_hint": "A WebLLM prebuilt model id, such as Llama-3.2-1B-Instruct-q4f16_1-MLC.",
+        "needs": WEBGPU_NEEDS,
+        "needs_how": WEBGPU_HOW,
+    }
+    route = WEBLLM_ROUTE
     page = WEBLLM_PAGE
+    hints: Mapping[str, str] = WEBLLM_HINTS
     report_at_start = True
     report_before_chat = False
     load_error = "unknown"
