@@ -252,7 +252,7 @@ def test_the_kinds_are_named_once_and_the_table_has_a_row_for_each() -> None:
     engine_rows = [k for k in KINDS if k.kind in {s.kind for s in ENGINE_SPECS}]
     assert [k.kind for k in engine_rows] == [s.kind for s in ENGINE_SPECS]
     for row, spec in zip(engine_rows, ENGINE_SPECS, strict=True):
-        assert row == KindInfo(kind=spec.kind, **spec.form)
+        assert row == KindInfo(kind=spec.kind, route_words=spec.route, **spec.form)
         assert route_for(spec.kind, {}) == spec.route
     # The form's spec takes its kinds from that one place.
     assert ConnectionSpec.model_fields["kind"].metadata == list(FormKind.__metadata__)

@@ -13,9 +13,8 @@ from __future__ import annotations
 import ast
 from functools import cache
 from pathlib import Path
-from typing import get_args
 
-from napllm.kinds import ProviderKind
+from napllm.kinds import FIXTURE_KIND, FORM_KINDS
 
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
 PACKAGE = RUNTIME / "napllm"
@@ -31,9 +30,7 @@ LAYERS: dict[str, int] = {
             "napllm.jsontext",
             "napllm.pattern_cost",
             "napllm.schema",
-            "napllm.kinds",
             "napllm.connection_records",
-            "napllm.connections",
             "napllm.records",
             "napllm.lmsp",
             "napllm.toolcall_text",
@@ -46,6 +43,10 @@ LAYERS: dict[str, int] = {
     ),
     # providers: the ways to reach a model, and looking for servers
     "napllm.providers": 1,
+    # the connection kinds' table and the form's specs: an engine's row is its
+    # spec's data (providers.engine_specs), so they sit beside the providers
+    "napllm.kinds": 1,
+    "napllm.connections": 1,
     "napllm.discovery": 1,
     # rules: the shell's ports, result assembly, generations and selects
     **dict.fromkeys(
@@ -160,7 +161,7 @@ def test_result_assembly_files_import_each_other_one_way() -> None:
     assert not {"napllm.output_result", "napllm.translate"} & edges["napllm.output_order"]
 
 
-KIND_NAMES = frozenset(get_args(ProviderKind))
+KIND_NAMES = frozenset((*FORM_KINDS, FIXTURE_KIND))
 #: The kinds' own classes: the one place a kind may be named in a comparison.
 KIND_CLASSES = {"napllm.providers.connection_kinds"}
 
