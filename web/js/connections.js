@@ -23,6 +23,7 @@
  * - Every value is inserted as text, never as markup.
  */
 
+import { CatalogueView } from "../catalogue/view.js";
 import { ConnectionForm } from "./connection-form.js";
 import { ConnectionListView, GrantListView } from "./connection-list.js";
 import { ConnectionsState, parseList } from "./connections-state.js";
@@ -109,6 +110,8 @@ export class ConnectionsPanel {
       entry: (id) => this.list.entry(id),
     });
     this.addButton.addEventListener("click", () => this.form.open(null));
+    // The model catalogue: one click from a listed model to a ready connection.
+    this.catalogue = new CatalogueView(this.addButton, runtime);
     this.unreadable = el("p", { id: "connections-unreadable", class: "notice warning", role: "status", hidden: true });
     this.list.list.after(this.unreadable);
     this.syncing = null;
