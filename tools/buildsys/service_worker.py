@@ -29,12 +29,14 @@ PRECACHE_PATTERNS = (
     "*.{js,css,webmanifest}",
     "js/**/*.js",
     "engines/**/*.js",
+    "catalogue/*.{js,json}",
     "icons/*.png",
     "napplets/**/*",
     "pyodide/*.{mjs,wasm,zip,json,whl}",
     "vendor/wllama/*",
     "vendor/web-llm/*",
     "vendor/workbox-window/*",
+    "vendor/hash-wasm/*",
     f"models/tinychat/{paths.MODEL_FILE}",
 )
 PRECACHE_IGNORES = ("sw.js", "sw-build.js", "sw-napllm.js", "pyodide/pyodide.js")
