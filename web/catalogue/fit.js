@@ -24,7 +24,8 @@
  *   a large model on few cores. Facts the browser does not give (no
  *   `deviceMemory`, no storage estimate) are not held against an entry.
  * - `suggestion(entries, device, engines)`: the largest entry that fits
- *   (the smaller download on a tie), or null; the caller only shows it.
+ *   (a GPU engine, then the smaller download, on a tie), or null; the
+ *   caller only shows it.
  * - `filterEntries(entries, query)`: by name text, engine, capability and
  *   the largest download size.
  */
@@ -215,13 +216,23 @@ export function fitOf(entry, device, engines) {
 /** The words of a verdict. */
 export const VERDICT_TEXT = Object.freeze({ fits: "Fits", slow: "May be slow", no: "Does not fit" });
 
-/** The entry to suggest on first run: the largest that fits (smaller download on a tie), or null. */
+/**
+ * The entry to suggest on first run, or null: the largest that fits; on a
+ * tie one whose engine runs on the GPU (faster than the processor), then
+ * the smaller download.
+ */
 export function suggestion(entries, device, engines) {
+  const rank = (entry) => [entry.parameters, engines[entry.engine]?.cpu === true ? 0 : 1, -entry.downloadBytes];
   let best = null;
   for (const entry of entries) {
     if (fitOf(entry, device, engines).verdict !== "fits") continue;
-    if (!best || entry.parameters > best.parameters
-      || (entry.parameters === best.parameters && entry.downloadBytes < best.downloadBytes)) best = entry;
+    if (!best) {
+      best = entry;
+      continue;
+    }
+    const [a, b] = [rank(entry), rank(best)];
+    const i = a.findIndex((value, index) => value !== b[index]);
+    if (i >= 0 && a[i] > b[i]) best = entry;
   }
   return best;
 }
