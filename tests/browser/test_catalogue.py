@@ -14,7 +14,8 @@ catalogue-source.js, dist-test/ only) reads it and the simulated device from
   licence-gated entry shows its licence and downloads nothing until it is
   accepted; a hash mismatch is refused, the file removed and no connection
   made; one click on the suggested entry downloads, verifies, creates the
-  connection, stored for offline use, and it answers the Chat napplet.
+  connection, stored for offline use, and it answers the Chat napplet;
+  deleting its model in the Storage panel offers to remove the connection.
 - A large device (8 GB, WebGPU with shader-f16) at 360 px: the suggestion
   is a WebGPU model, the view has no horizontal scrolling and axe reports
   no serious violation.
@@ -215,6 +216,17 @@ def test_small_device_verdicts_licence_mismatch_and_one_click_add(
         polling=POLL_MS,
     )
     assert HELLO_ANSWER in (frame.text_content("#history li.assistant") or "")
+
+    # Deleting the model in the Storage panel offers to remove its connection.
+    page.evaluate("() => document.dispatchEvent(new Event('napllm-storage-changed'))")
+    stored = page.locator(f"#storage-models li.storage-model[data-url='{url}']")
+    stored.locator(".storage-users", has_text="SmolLM2 135M Instruct").wait_for()
+    stored.locator("button.delete").click()
+    offer = page.locator("#storage .storage-offer")
+    offer.wait_for()
+    assert "SmolLM2 135M Instruct" in (offer.text_content() or "")
+    offer.locator("button.storage-offer-remove").click()
+    page.locator("#connection-list li", has_text="SmolLM2 135M Instruct").wait_for(state="detached")
 
 
 def test_large_device_suggestion_at_360_px_with_no_axe_violation(

@@ -31,6 +31,7 @@ import { el, keepFocus, str } from "./dom.js";
 import { isObjectOrArray, parseJsonOr } from "./json.js";
 import { CONNECTIONS_LISTED } from "./offline.js";
 import { onConnectionsChanged } from "./storage.js";
+import { StorageRemovalOffer } from "./storage-offer.js";
 
 export { canDo, modelFromGgufUrl, parseKinds } from "./connections-state.js";
 export { urlSecretProblem } from "./connection-form.js";
@@ -112,6 +113,8 @@ export class ConnectionsPanel {
     this.addButton.addEventListener("click", () => this.form.open(null));
     // The model catalogue: one click from a listed model to a ready connection.
     this.catalogue = new CatalogueView(this.addButton, runtime);
+    // After the Storage panel deleted a model: remove the connections that read it?
+    this.removalOffer = new StorageRemovalOffer(runtime);
     this.unreadable = el("p", { id: "connections-unreadable", class: "notice warning", role: "status", hidden: true });
     this.list.list.after(this.unreadable);
     this.syncing = null;
