@@ -80,7 +80,7 @@ def local_catalogue(test_pages_dir: Path, dist_url: str) -> dict[str, Any]:
             continue
         entry["settings"]["contextSize"] = 512  # TinyChat's own context
         for file in entry["files"]:
-            path = test_pages_dir / HOST_DIR / file["url"][len(base):]
+            path = test_pages_dir / HOST_DIR / file["url"][len(base) :]
             path.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(MODEL, path)
             file.update(bytes=size, sha256=digest, estimate=False)
@@ -90,7 +90,9 @@ def local_catalogue(test_pages_dir: Path, dist_url: str) -> dict[str, Any]:
     return {"url": f"{base}models.json", "data": data}
 
 
-def boot(browser: Any, dist_url: str, catalogue: dict[str, Any], device: dict[str, Any], width: int) -> Any:
+def boot(
+    browser: Any, dist_url: str, catalogue: dict[str, Any], device: dict[str, Any], width: int
+) -> Any:
     context = browser.new_context(viewport={"width": width, "height": 900})
     context.set_default_timeout(STEP_TIMEOUT_MS)
     setting = json.dumps({"url": catalogue["url"], "device": device})
@@ -112,10 +114,21 @@ def entry(page: Any, entry_id: str) -> Any:
 
 def verdicts(page: Any) -> dict[str, str]:
     found: dict[str, str] = page.evaluate(
-        "() => Object.fromEntries([...document.querySelectorAll('#catalogue-list li.catalogue-entry')]"
+        "() => Object.fromEntries("
+        "[...document.querySelectorAll('#catalogue-list li.catalogue-entry')]"
         ".map((li) => [li.dataset.id, li.dataset.verdict]))"
     )
     return found
+
+
+def wait_result(page: Any, entry_id: str, result: str) -> None:
+    """Wait until the entry's state says `result` ("added" or "refused")."""
+    page.wait_for_function(
+        "([id, result]) => document.querySelector(`li[data-id='${id}'] .catalogue-state`)"
+        ".dataset.result === result",
+        arg=[entry_id, result],
+        polling=POLL_MS,
+    )
 
 
 @pytest.fixture
@@ -132,7 +145,12 @@ def test_small_device_verdicts_licence_mismatch_and_one_click_add(
 ) -> None:
     page = small_page
     requests: list[str] = []
-    page.on("request", lambda r: requests.append(r.url) if f"/{HOST_DIR}/" in r.url and r.url.endswith(".gguf") else None)
+    page.on(
+        "request",
+        lambda r: (
+            requests.append(r.url) if f"/{HOST_DIR}/" in r.url and r.url.endswith(".gguf") else None
+        ),
+    )
     open_catalogue(page)
     found = verdicts(page)
     assert len(found) == len(local_catalogue["data"]["entries"])
@@ -140,7 +158,9 @@ def test_small_device_verdicts_licence_mismatch_and_one_click_add(
         if entry_id.startswith("webllm-") or "-onnx-" in entry_id:
             assert verdict == "no", entry_id
     assert found[GOOD] == "fits"
-    assert "WebGPU" in (entry(page, "webllm-llama-3.2-1b-instruct-q4f16_1-mlc").text_content() or "")
+    assert "WebGPU" in (
+        entry(page, "webllm-llama-3.2-1b-instruct-q4f16_1-mlc").text_content() or ""
+    )
     # Sizes: TinyChat's, confirmed (no "about").
     size_text = entry(page, GOOD).locator(".catalogue-size").text_content() or ""
     assert size_text and not size_text.startswith("about")
@@ -168,10 +188,7 @@ def test_small_device_verdicts_licence_mismatch_and_one_click_add(
     bad = entry(page, MISMATCH)
     bad.locator(".catalogue-toggle").click()
     bad.locator(".catalogue-add").click()
-    page.wait_for_function(
-        f"() => document.querySelector(\"li[data-id='{MISMATCH}'] .catalogue-state\").dataset.result === 'refused'",
-        polling=POLL_MS,
-    )
+    wait_result(page, MISMATCH, "refused")
     assert "checksum" in (bad.locator(".catalogue-state").text_content() or "")
     assert requests, "the mismatching file was downloaded before the check"
     assert page.evaluate(CACHED_URLS) == []
@@ -182,10 +199,7 @@ def test_small_device_verdicts_licence_mismatch_and_one_click_add(
     good = entry(page, GOOD)
     good.locator(".catalogue-toggle").click()
     good.locator(".catalogue-add").click()
-    page.wait_for_function(
-        f"() => document.querySelector(\"li[data-id='{GOOD}'] .catalogue-state\").dataset.result === 'added'",
-        polling=POLL_MS,
-    )
+    wait_result(page, GOOD, "added")
     url = next(e for e in local_catalogue["data"]["entries"] if e["id"] == GOOD)["files"][0]["url"]
     assert page.evaluate(CACHED_URLS) == [url]
     added = page.locator("#connection-list li", has_text="SmolLM2 135M Instruct")
@@ -239,7 +253,10 @@ def test_large_device_suggestion_at_360_px_with_no_axe_violation(
         found = verdicts(page)
         assert found["webllm-llama-3.2-1b-instruct-q4f16_1-mlc"] == "fits"
         assert found["phi3.5-mini-wasm-q4_k_m"] == "slow"
-        assert page.get_attribute("#catalogue-suggestion", "data-id") == "webllm-gemma-2-2b-it-q4f16_1-mlc"
+        assert (
+            page.get_attribute("#catalogue-suggestion", "data-id")
+            == "webllm-gemma-2-2b-it-q4f16_1-mlc"
+        )
         # The suggestion only shows its entry; nothing is downloaded.
         page.click("#catalogue-suggestion button")
         gemma = entry(page, "webllm-gemma-2-2b-it-q4f16_1-mlc")

@@ -50,7 +50,9 @@ console.log(JSON.stringify(result));
 
 
 def verdicts(device: dict[str, Any]) -> dict[str, Any]:
-    return fit(f"return Object.fromEntries(cat.entries.map((e) => [e.id, fit.fitOf(e, {json.dumps(device)}, cat.engines)]));")
+    return fit(
+        f"return Object.fromEntries(cat.entries.map((e) => [e.id, fit.fitOf(e, {json.dumps(device)}, cat.engines)]));"
+    )
 
 
 def test_every_entry_of_the_catalogue_is_read() -> None:
@@ -72,9 +74,35 @@ def test_entries_off_the_hosts_or_malformed_are_dropped() -> None:
     bad_size = json.loads(json.dumps(good)) | {"id": "bad-size"}
     bad_size["files"][0]["bytes"] = -1
     unknown = json.loads(json.dumps(good)) | {"id": "unknown-engine", "engine": "mystery"}
-    no_licence = json.loads(json.dumps(good)) | {"id": "no-licence", "licence": {"name": "x", "url": "javascript:alert(1)"}}
-    data["entries"] = [good, bad_host, plain, user, bad_hash, bad_size, unknown, no_licence]
+    no_licence = json.loads(json.dumps(good)) | {
+        "id": "no-licence",
+        "licence": {"name": "x", "url": "javascript:alert(1)"},
+    }
+    url_model = json.loads(json.dumps(good)) | {
+        "id": "url-model",
+        "model": "https://evil.example/m",
+    }
+    data["entries"] = [
+        good,
+        bad_host,
+        plain,
+        user,
+        bad_hash,
+        bad_size,
+        unknown,
+        no_licence,
+        url_model,
+    ]
     assert fit("return cat.entries.map((e) => e.id);", json.dumps(data)) == [good["id"]]
+    # Settings: only the keys the engine's row lists, plain values (never a URL of another host).
+    sneaky = json.loads(json.dumps(good)) | {"id": "sneaky"}
+    sneaky["settings"] = {
+        "contextSize": 2048,
+        "url": "https://evil.example/x.gguf",
+        "source": {"kind": "path"},
+    }
+    data["entries"] = [sneaky]
+    assert fit("return cat.entries[0].settings;", json.dumps(data)) == {"contextSize": 2048}
     # Loopback http is a model server of this computer (the test build's host).
     data["hosts"].append("127.0.0.1:8000")
     local = json.loads(json.dumps(good)) | {"id": "local"}
@@ -96,7 +124,10 @@ def test_a_small_device_without_webgpu() -> None:
     assert small["smollm2-360m-wasm-q8_0"]["verdict"] == "no"
     # With 2 GB it is under the page's share of memory but close to it: may be slow.
     assert verdicts(SMALL | {"memoryGB": 2})["smollm2-360m-wasm-q8_0"]["verdict"] == "slow"
-    assert fit(f"return fit.suggestion(cat.entries, {json.dumps(SMALL)}, cat.engines)?.id;") == "smollm2-135m-wasm-q8_0"
+    assert (
+        fit(f"return fit.suggestion(cat.entries, {json.dumps(SMALL)}, cat.engines)?.id;")
+        == "smollm2-135m-wasm-q8_0"
+    )
 
 
 def test_a_large_device_with_webgpu() -> None:
@@ -116,7 +147,10 @@ def test_gpu_feature_buffer_fallback_and_storage_reasons() -> None:
     result = verdicts(no_f16)["webllm-llama-3.2-1b-instruct-q4f16_1-mlc"]
     assert result["verdict"] == "no" and "shader-f16" in result["reasons"][0]
     assert verdicts(no_f16)["webllm-llama-3.2-1b-instruct-q4f32_1-mlc"]["verdict"] == "fits"
-    small_buffers = LARGE | {"gpu": LARGE["gpu"] | {"limits": {"maxBufferSize": 256 * 1024**2, "maxStorageBufferBindingSize": 128 * 1024**2}}}
+    small_buffers = LARGE | {
+        "gpu": LARGE["gpu"]
+        | {"limits": {"maxBufferSize": 256 * 1024**2, "maxStorageBufferBindingSize": 128 * 1024**2}}
+    }
     gemma = verdicts(small_buffers)["webllm-gemma-2-2b-it-q4f16_1-mlc"]
     assert gemma["verdict"] == "no" and "buffer" in gemma["reasons"][0]
     fallback = LARGE | {"gpu": LARGE["gpu"] | {"fallback": True}}
@@ -130,9 +164,12 @@ def test_gpu_feature_buffer_fallback_and_storage_reasons() -> None:
 
 
 def test_the_filter() -> None:
-    assert fit("return fit.filterEntries(cat.entries, {text: 'qwen', engine: 'wasm'}).map((e) => e.id);") == [
-        "qwen2.5-0.5b-wasm-q8_0", "qwen2.5-1.5b-wasm-q4_k_m"]
-    small = fit("return fit.filterEntries(cat.entries, {maxBytes: 200 * 1024 * 1024}).map((e) => e.downloadBytes);")
+    assert fit(
+        "return fit.filterEntries(cat.entries, {text: 'qwen', engine: 'wasm'}).map((e) => e.id);"
+    ) == ["qwen2.5-0.5b-wasm-q8_0", "qwen2.5-1.5b-wasm-q4_k_m"]
+    small = fit(
+        "return fit.filterEntries(cat.entries, {maxBytes: 200 * 1024 * 1024}).map((e) => e.downloadBytes);"
+    )
     assert small and all(size <= 200 * 1024**2 for size in small)
     tools = fit("return fit.filterEntries(cat.entries, {capability: 'tools'}).map((e) => e.name);")
     assert "Gemma 2 2B Instruct" not in tools and "Qwen2.5 0.5B Instruct" in tools

@@ -9,7 +9,9 @@
  *   every file URL `https:` on one of the catalogue's `hosts` (plain
  *   `http:` only on a loopback host, for a model server of this computer),
  *   sizes positive safe integers, a sha256 of 64 hex digits or null, a
- *   licence with an `https:` link. An entry that fails any check is
+ *   licence with an `https:` link, a model id (or a model URL on those
+ *   hosts), and connection settings only of the keys its engine's row lists
+ *   (`settings`), with plain values. An entry that fails any check is
  *   dropped, never shown or downloaded; the file is the shell's own, but a
  *   server in front of it is not trusted to keep it intact.
  * - `fitOf(entry, device, engines)` gives `{verdict, reasons}`: verdict
@@ -83,6 +85,7 @@ function readEntry(entry, hosts, engines) {
   if (!Array.isArray(entry.files) || entry.files.length === 0 || entry.files.length > 64) return null;
   const files = entry.files.map((file) => readFile(file, hosts));
   if (files.includes(null)) return null;
+  if (!modelAllowed(entry.model, hosts)) return null;
   const features = Array.isArray(entry.requires?.features) ? entry.requires.features.filter((f) => text(f, 40)) : [];
   const caps = isObject(entry.capabilities) ? entry.capabilities : {};
   return {
@@ -93,7 +96,7 @@ function readEntry(entry, hosts, engines) {
     quantization: text(entry.quantization, 20) ? entry.quantization : "",
     engine: entry.engine,
     model: entry.model,
-    settings: isObject(entry.settings) ? { ...entry.settings } : {},
+    settings: settingsOf(entry.settings, engines[entry.engine].settings),
     contextSize: entry.contextSize,
     licence: { name: licence.name, url: licence.url, accept: licence.accept === true },
     source: allowedLicence(entry.source) ? entry.source : "",
@@ -109,6 +112,24 @@ function readEntry(entry, hosts, engines) {
     downloadBytes: files.reduce((sum, file) => sum + file.bytes, 0),
     estimate: files.some((file) => file.estimate),
   };
+}
+
+const HUB_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(?:\/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$/;
+
+/** A model id, or a model URL on the catalogue's hosts (an id never names a host). */
+function modelAllowed(model, hosts) {
+  return /^[a-z][a-z0-9+.-]*:/i.test(model) ? allowedUrl(model, hosts) : HUB_ID.test(model);
+}
+
+/** The entry's connection settings: only the keys its engine lists, only plain values. */
+function settingsOf(settings, allowed) {
+  const kept = {};
+  if (!isObject(settings)) return kept;
+  for (const key of allowed) {
+    const value = settings[key];
+    if (typeof value === "string" ? value.length <= 100 : Number.isSafeInteger(value) || typeof value === "boolean") kept[key] = value;
+  }
+  return kept;
 }
 
 function allowedLicence(url) {
@@ -145,6 +166,7 @@ export function readCatalogue(json) {
       gguf: info.gguf === true,
       ceiling: text(info.ceiling, 60) ? info.ceiling : null,
       urlSetting: text(info.urlSetting, 30) ? info.urlSetting : null,
+      settings: Array.isArray(info.settings) ? info.settings.filter((key) => text(key, 30) && key !== info.urlSetting) : [],
       cpu: info.cpu === true,
     };
   }
