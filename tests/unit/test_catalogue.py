@@ -43,9 +43,15 @@ def test_the_catalogue_covers_every_engine_and_the_named_models() -> None:
     assert engines == {"wasm", "webllm", "onnx"}
     names = {e["name"] for e in ENTRIES}
     for name in (
-        "SmolLM2 135M Instruct", "SmolLM2 360M Instruct", "SmolLM2 1.7B Instruct",
-        "Qwen2.5 0.5B Instruct", "Qwen2.5 1.5B Instruct", "Llama 3.2 1B Instruct",
-        "Llama 3.2 3B Instruct", "Phi-3.5 mini Instruct", "Gemma 2 2B Instruct",
+        "SmolLM2 135M Instruct",
+        "SmolLM2 360M Instruct",
+        "SmolLM2 1.7B Instruct",
+        "Qwen2.5 0.5B Instruct",
+        "Qwen2.5 1.5B Instruct",
+        "Llama 3.2 1B Instruct",
+        "Llama 3.2 3B Instruct",
+        "Phi-3.5 mini Instruct",
+        "Gemma 2 2B Instruct",
     ):
         assert name in names
     assert len({e["id"] for e in ENTRIES}) == len(ENTRIES)
@@ -102,7 +108,9 @@ def test_webllm_entries_are_its_prebuilt_list() -> None:
         f"import({json.dumps(index.as_uri())}).then((m) => "
         "console.log(JSON.stringify(m.prebuiltAppConfig.model_list)))"
     )
-    out = subprocess.run(["node", "-e", script], capture_output=True, text=True, check=True, timeout=60)
+    out = subprocess.run(
+        ["node", "-e", script], capture_output=True, text=True, check=True, timeout=60
+    )
     prebuilt = {r["model_id"]: r for r in json.loads(out.stdout)}
     for entry in (e for e in ENTRIES if e["engine"] == "webllm"):
         record = prebuilt[entry["model"]]
