@@ -19,7 +19,8 @@ Rules
   every screenshot of the README into ``docs/screenshots/``: the phone view
   (``phone-<scheme>.png``) and the walk-through of `capture_readme`
   (``consent.png``, ``chat-answer.png``, TinyChat answering in the browser)
-  and the model manager of `capture_manager` (``storage-manager.png``) and
+  and the model manager of `capture_manager` (``storage-manager.png``), the
+  model catalogue of `capture_catalogue` (``catalogue.png``) and
   the Python napplet of `capture_python` (``python-extract.png``).
 - What varies between runs is frozen or masked: the storage estimate's text
   is replaced by a fixed one and masked, progress bars and the inspector's
@@ -194,6 +195,24 @@ def capture_manager(context: Any, base_url: str) -> dict[str, bytes]:
         page.close()
 
 
+def capture_catalogue(context: Any, base_url: str) -> dict[str, bytes]:
+    """The README's model catalogue at 1280x900 (PNG bytes as ``catalogue``):
+    *Browse models* opened, the list narrowed to SmolLM2, the suggestion for
+    this browser and the first entry's details. Not a baseline: the verdicts
+    follow the machine's memory and GPU."""
+    page = _readme_page(context, base_url, "true")
+    try:
+        page.click("#catalogue-open")
+        page.wait_for_selector("#catalogue-list li.catalogue-entry")
+        page.fill("#catalogue-filter-text", "SmolLM2")
+        page.locator("#catalogue-list li.catalogue-entry .catalogue-toggle").first.click()
+        section = page.locator("#catalogue")
+        section.scroll_into_view_if_needed()
+        return {"catalogue": section.screenshot(animations="disabled", caret="hide")}
+    finally:
+        page.close()
+
+
 #: The scripted answer of the README's Python napplet shot (`capture_python`).
 PYTHON_SCRIPT = (
     '[{"json": {"rows": [{"name": "Alice", "age": 30, "city": "Paris"},'
@@ -311,7 +330,7 @@ def take(readme: bool = False) -> dict[str, bytes]:
         browser = playwright.chromium.launch(**launch_options())
         try:
             shots: dict[str, bytes] = {}
-            steps = (capture, capture_readme, capture_manager, capture_python)
+            steps = (capture, capture_readme, capture_manager, capture_catalogue, capture_python)
             for step in steps if readme else (capture,):
                 context = browser.new_context()
                 try:

@@ -333,6 +333,7 @@ def test_test_build_links_dist_and_adds_only_the_hooks(
         "engines/webllm-engine.js": "product engine",
         "vendor/web-llm/web-llm.js": "product bundle",
         "engines/limits.js": "product ceilings",
+        "catalogue/source.js": "product catalogue source",
     }.items():
         (dist / rel).parent.mkdir(parents=True, exist_ok=True)
         (dist / rel).write_text(text)
@@ -343,6 +344,7 @@ def test_test_build_links_dist_and_adds_only_the_hooks(
         "web-llm.js",
         "webllm-factory.js",
         "engine-limits.js",
+        "catalogue-source.js",
     )
     for name in (*names, "napllm_testhooks.py"):
         (hooks / name).write_text(f"hook {name}")
@@ -360,6 +362,8 @@ def test_test_build_links_dist_and_adds_only_the_hooks(
     assert (out / "vendor/web-llm/web-llm.product.js").read_text() == "product bundle"
     assert (out / "vendor/web-llm/web-llm.js").read_text() == "hook web-llm.js"
     assert (out / "engines/limits.js").read_text() == "hook engine-limits.js"
+    assert (out / "catalogue/source.js").read_text() == "hook catalogue-source.js"
+    assert (out / "catalogue/source.product.js").read_text() == "product catalogue source"
     assert (out / "testhooks/napllm_testhooks.py").is_file()
     assert not (out / "stale").exists()
     # dist/ itself is untouched.
@@ -372,6 +376,7 @@ def test_test_build_links_dist_and_adds_only_the_hooks(
             "webllm-engine.js",
             "web-llm.js",
             "limits.js",
+            "source.js",
         ]
     )
     # A changed dist/ file (replaced, as DistWriter does) is linked again.

@@ -23,6 +23,7 @@ BUNDLES = (
     ("wllama.js", "vendor/wllama/wllama.js"),
     ("web-llm.js", "vendor/web-llm/web-llm.js"),
     ("transformers.js", "vendor/transformers/transformers.js"),
+    ("hash-wasm.js", "vendor/hash-wasm/hash-wasm.js"),
 )
 
 #: The Prompt API layer (the modules of web/prompt-api/, entry index.js, with
@@ -41,7 +42,7 @@ ORT_WASM_FILES = ("ort-wasm-simd-threaded.asyncify.mjs", "ort-wasm-simd-threaded
 
 
 def bundle_js(out: DistWriter) -> None:
-    """Bundle wllama, web-llm and transformers.js with esbuild into dist/vendor/.
+    """Bundle wllama, web-llm, transformers.js and hash-wasm with esbuild into dist/vendor/.
 
     ESM, minified. Entries are ``web/vendor-entry/*.js``. The wllama bundle
     gets its ``wllama.wasm`` next to it, the transformers.js bundle

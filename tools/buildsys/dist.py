@@ -130,6 +130,8 @@ TEST_OVERRIDES: dict[str, tuple[str, str | None]] = {
     "vendor/web-llm/web-llm.js": ("web-llm.js", "vendor/web-llm/web-llm.product.js"),
     # small download ceilings, so a host that never stops is refused quickly
     "engines/limits.js": ("engine-limits.js", None),
+    # a local model host and simulated devices for the model catalogue
+    "catalogue/source.js": ("catalogue-source.js", "catalogue/source.product.js"),
 }
 #: Files only the test build has: dist-test path -> file of tests/hooks/.
 TEST_ADDITIONS: dict[str, str] = {

@@ -30,10 +30,12 @@ PRECACHE_PATTERNS = (
     "js/**/*.js",
     "engines/**/*.js",
     "engines/engines.json",
+    "catalogue/*.{js,json}",
     "icons/*.png",
     "napplets/**/*",
     "pyodide/*.{mjs,wasm,zip,json,whl}",
     "vendor/workbox-window/*",
+    "vendor/hash-wasm/*",
 )
 PRECACHE_IGNORES = ("sw.js", "sw-build.js", "sw-napllm.js", "pyodide/pyodide.js")
 #: Scripts sw.js imports before Workbox's own code (relative to sw.js):

@@ -23,6 +23,7 @@
  * - Every value is inserted as text, never as markup.
  */
 
+import { CatalogueView } from "../catalogue/view.js";
 import { ConnectionForm } from "./connection-form.js";
 import { ConnectionListView, GrantListView } from "./connection-list.js";
 import { ConnectionsState, parseList } from "./connections-state.js";
@@ -30,6 +31,7 @@ import { el, keepFocus, str } from "./dom.js";
 import { isObjectOrArray, parseJsonOr } from "./json.js";
 import { CONNECTIONS_LISTED } from "./offline.js";
 import { onConnectionsChanged } from "./storage.js";
+import { StorageRemovalOffer } from "./storage-offer.js";
 
 export { canDo, modelFromGgufUrl, parseKinds } from "./connections-state.js";
 export { urlSecretProblem } from "./connection-form.js";
@@ -109,6 +111,10 @@ export class ConnectionsPanel {
       entry: (id) => this.list.entry(id),
     });
     this.addButton.addEventListener("click", () => this.form.open(null));
+    // The model catalogue: one click from a listed model to a ready connection.
+    this.catalogue = new CatalogueView(this.addButton, runtime);
+    // After the Storage panel deleted a model: remove the connections that read it?
+    this.removalOffer = new StorageRemovalOffer(runtime);
     this.unreadable = el("p", { id: "connections-unreadable", class: "notice warning", role: "status", hidden: true });
     this.list.list.after(this.unreadable);
     this.syncing = null;

@@ -39,6 +39,7 @@ import { discardDownload, forgetModelUse, modelUse, unfinishedDownloads } from "
 import { engineCaches, inModelCache } from "../engines/declarations.js";
 import { CONNECTIONS_LISTED, STORAGE_CHANGED, connectionFileUrls } from "./offline.js";
 import { formatBytes, MODEL_CACHE, requestPersistentStorage } from "../engines/room.js";
+import { MODEL_DELETED } from "./storage-offer.js";
 import { Workbox } from "../vendor/workbox-window/workbox-window.prod.mjs";
 
 export { formatBytes, MODEL_CACHE };
@@ -282,10 +283,13 @@ class StorageSection {
    * (its GGUF, or what "Download for offline use" kept for it).
    */
   usersOf(model) {
+    return this.connectionsOf(model).map((connection) => (typeof connection.name === "string" ? connection.name : String(connection.id)));
+  }
+
+  /** The connections (summaries) that read `model`. */
+  connectionsOf(model) {
     const urls = model.files ? model.files.map((file) => file.url) : [model.url];
-    return (this.connections || [])
-      .filter((connection, index) => urls.some((url) => this.fileUrls?.[index]?.has(url)))
-      .map((connection) => (typeof connection.name === "string" ? connection.name : String(connection.id)));
+    return (this.connections || []).filter((connection, index) => urls.some((url) => this.fileUrls?.[index]?.has(url)));
   }
 
   deleteButton(label, action) {
@@ -362,8 +366,11 @@ class StorageSection {
           );
           button.addEventListener("click", () => {
             whileBusy(button, async () => {
+              const readers = this.connectionsOf(model);
               try {
                 await (model.files ? deleteFiles(model.files) : deleteModel(model.key));
+                // The connections that read it are offered for removal (storage-offer.js).
+                if (readers.length) document.dispatchEvent(new CustomEvent(MODEL_DELETED, { detail: { name: model.name, connections: readers } }));
               } catch (error) {
                 console.error("napllm: could not delete a cached model", error);
               }
