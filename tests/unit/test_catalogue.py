@@ -1,6 +1,6 @@
 """The model catalogue's data (web/catalogue/models.json): every entry checked.
 
-Each entry: an engine the repository has (`napllm.kinds.FormKind` and the
+Each entry: an engine the repository has (`napllm.kinds.FORM_KINDS` and the
 catalogue's engine table), every file URL `https:` on one of the hosts the
 catalogue names (the shell's fit.js refuses any other), positive sizes, a
 sha256 of 64 hex digits or none, a licence with an `https:` link (and
@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
-from napllm.kinds import FormKind, kind_info
+from napllm.kinds import FORM_KINDS, kind_info
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOGUE = json.loads((ROOT / "web" / "catalogue" / "models.json").read_text(encoding="utf-8"))
@@ -59,7 +59,7 @@ def test_the_catalogue_covers_every_engine_and_the_named_models() -> None:
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=ids)
 def test_an_entry_has_a_known_engine_and_allowed_urls(entry: dict[str, Any]) -> None:
-    assert entry["engine"] in get_args(FormKind) and kind_info(entry["engine"]) is not None
+    assert entry["engine"] in FORM_KINDS and kind_info(entry["engine"]) is not None
     assert entry["engine"] in CATALOGUE["engines"]
     hosts = set(CATALOGUE["hosts"])
     assert entry["files"]
