@@ -249,8 +249,15 @@ def test_a_request_crash_blamed_on_the_fast_path_by_the_next_self_check_is_answe
         fast = engine.fast_path
         assert fast.enabled is False
         assert fast.reason is not None and "during a generation and again" in fast.reason
-        # The next request goes straight to the new worker.
-        assert answer(engine, "Hello!") == (reference, end)
+        # The next request goes straight to the new worker (the same prompt
+        # again: its prefix is reused there, all but the last token).
+        again, again_end = answer(engine, "Hello!")
+        assert (again, again_end.finish_reason, again_end.output_tokens) == (
+            reference,
+            end.finish_reason,
+            end.output_tokens,
+        )
+        assert again_end.cached_tokens > 0
         assert engine.restarts == 1
     finally:
         engine.close()
