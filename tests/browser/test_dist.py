@@ -360,7 +360,7 @@ def test_url_checker_catches_absolute_and_root_urls() -> None:
 
 
 #: Data that names files of other hosts on purpose (the model catalogue's
-#: download URLs, checked by tests/unit/test_catalogue.py): not URLs of the shell.
+#: download URLs, checked by tests/unit/test_catalogue_data.py): not URLs of the shell.
 OTHER_HOSTS_DATA = frozenset({"catalogue/models.json"})
 
 
