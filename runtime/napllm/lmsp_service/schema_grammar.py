@@ -168,8 +168,9 @@ def integer_range_rule(low: int, high: int) -> str:
     return "(" + " | ".join(alternatives) + ")"
 
 
-#: Keywords whose value is one subschema, a list of them, or a map of them.
-_ONE = frozenset(
+#: Schema positions (JSON Schema 2020-12 applicators), shared with
+#: schema_keywords: keywords whose value is one subschema,
+SUBSCHEMA_ONE = frozenset(
     {
         "items",
         "additionalProperties",
@@ -184,19 +185,25 @@ _ONE = frozenset(
         "contentSchema",
     }
 )
-_LIST = frozenset({"allOf", "anyOf", "oneOf", "prefixItems", "items"})
-_MAP = frozenset({"properties", "$defs", "definitions", "patternProperties", "dependentSchemas"})
+#: a list of them,
+SUBSCHEMA_LIST = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
+#: or a map of them.
+SUBSCHEMA_MAP = frozenset(
+    {"properties", "$defs", "definitions", "patternProperties", "dependentSchemas"}
+)
+#: `items` may also be a list (draft 2019 and earlier); the converter reads it.
+_LIST = SUBSCHEMA_LIST | {"items"}
 
 
 def _subschemas(node: dict[str, Any]) -> list[Any]:
     """The subschemas directly under `node` (schema positions only, never data)."""
     out: list[Any] = []
     for key, value in node.items():
-        if key in _ONE and isinstance(value, dict):
+        if key in SUBSCHEMA_ONE and isinstance(value, dict):
             out.append(value)
         elif key in _LIST and isinstance(value, list):
             out.extend(value)
-        elif key in _MAP and isinstance(value, dict):
+        elif key in SUBSCHEMA_MAP and isinstance(value, dict):
             out.extend(value.values())
     return out
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .schema_grammar import INTEGER_BOUNDS
+from .schema_grammar import INTEGER_BOUNDS, SUBSCHEMA_LIST, SUBSCHEMA_MAP, SUBSCHEMA_ONE
 
 ENFORCED = frozenset(
     {
@@ -96,23 +96,6 @@ REFUSED = frozenset(
         "$recursiveRef",
     }
 )
-_ONE = frozenset(
-    {
-        "items",
-        "additionalProperties",
-        "not",
-        "if",
-        "then",
-        "else",
-        "contains",
-        "propertyNames",
-        "unevaluatedItems",
-        "unevaluatedProperties",
-        "contentSchema",
-    }
-)
-_LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
-_MAP = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
 
 
 def _disjoint_consts(branches: Any) -> bool:
@@ -213,11 +196,11 @@ def unenforced_keyword(schema: Any) -> str | None:
                 return key
             if key == "oneOf" and not _disjoint_consts(value):
                 return key
-            if key in _ONE:
+            if key in SUBSCHEMA_ONE:
                 stack.append(value)
-            elif key in _LIST and isinstance(value, list):
+            elif key in SUBSCHEMA_LIST and isinstance(value, list):
                 stack.extend(value)
-            elif key in _MAP and isinstance(value, dict):
+            elif key in SUBSCHEMA_MAP and isinstance(value, dict):
                 stack.extend(value.values())
         if dropped is not None:
             return dropped
