@@ -338,7 +338,7 @@ class LevelResult:
 
     @property
     def tokens_per_s(self) -> float:
-        return sum(s.tokens for s in self.samples) / self.wall_s
+        return share(sum(s.tokens for s in self.samples), self.wall_s)
 
     def latency(self, attribute: str, quantile: float) -> float:
         values = sorted(getattr(s, attribute) for s in self.samples)
@@ -717,6 +717,15 @@ def number(value: float) -> str:
     return "n/a" if value != value else f"{value:.2f}"
 
 
+def share(value: float, reference: float | None) -> float:
+    """`value / reference`, or NaN when the reference was not measured or is
+    zero: a tiny model's server can finish a quick run inside one tick of the
+    CPU clock, and a figure that was not measured is printed as `n/a`."""
+    if reference is None or reference != reference or reference == 0:
+        return float("nan")
+    return value / reference
+
+
 def verdict(value: float, target: float, higher_is_better: bool) -> str:
     if value != value:  # NaN: nothing measured
         return "not measured"
@@ -905,11 +914,11 @@ def report(
         reference = results.get((LLAMA_SERVER, level))
         for name in names:
             r = results[(name, level)]
-            versus = r.tokens_per_s / reference.tokens_per_s if reference else float("nan")
+            versus = share(r.tokens_per_s, reference.tokens_per_s if reference else None)
             label = f"{name} ({notes[name]})" if notes[name] else name
             print(
                 f"{level:>7} | {label:<26} | {r.tokens_per_s:>7.1f} | {number(versus):>14} | "
-                f"{number(r.tokens_per_s / engine):>8} | {number(r.cpu_ms_per_token):>10} | "
+                f"{number(share(r.tokens_per_s, engine)):>8} | {number(r.cpu_ms_per_token):>10} | "
                 f"{r.latency('first_event_s', 0.5) * 1000:>16.1f} | "
                 f"{r.latency('first_token_s', 0.5) * 1000:>10.1f} / "
                 f"{r.latency('first_token_s', 0.95) * 1000:>9.1f} | {r.dropped}"
@@ -925,25 +934,24 @@ def report(
     for level in args.levels:
         ours = results[(NAPLLM, level)]
         theirs = results.get((LLAMA_SERVER, level))
-        ratio = ours.tokens_per_s / theirs.tokens_per_s if theirs else float("nan")
+        ratio = share(ours.tokens_per_s, theirs.tokens_per_s if theirs else None)
         print(f"  {level} client(s): tok/s {number(ratio)}x llama-server (>= 0.95): "
               f"{verdict(ratio, 0.95, True)}")  # fmt: skip
         if level == 1:
             print(
-                f"  {level} client(s): tok/s {number(ours.tokens_per_s / engine)}x the engine "
-                f"(>= 0.95): {verdict(ours.tokens_per_s / engine, 0.95, True)}"
+                f"  {level} client(s): tok/s {number(share(ours.tokens_per_s, engine))}x the engine "
+                f"(>= 0.95): {verdict(share(ours.tokens_per_s, engine), 0.95, True)}"
             )
         else:
-            first = (
-                ours.latency("first_token_s", 0.5) / theirs.latency("first_token_s", 0.5)
-                if theirs
-                else float("nan")
+            first = share(
+                ours.latency("first_token_s", 0.5),
+                theirs.latency("first_token_s", 0.5) if theirs else None,
             )
             print(
                 f"  {level} client(s): first token p50 {number(first)}x llama-server's (<= 1.5): "
                 f"{verdict(first, 1.5, False)}"
             )
-        cpu = ours.cpu_ms_per_token / theirs.cpu_ms_per_token if theirs else float("nan")
+        cpu = share(ours.cpu_ms_per_token, theirs.cpu_ms_per_token if theirs else None)
         print(f"  {level} client(s): CPU ms/token {number(ours.cpu_ms_per_token)} vs "
               f"llama-server {number(theirs.cpu_ms_per_token if theirs else float('nan'))}, "
               f"{number(cpu)}x (<= 1.10): {verdict(cpu, 1.10, False)}")  # fmt: skip

@@ -10,6 +10,8 @@ without a model.
 
 from __future__ import annotations
 
+import random
+
 from napllm.lmsp_service.grammar_cost import Stack, _matches, _Walk, parse_gbnf
 
 
@@ -39,3 +41,56 @@ def grammar_accepts(gbnf: str, text: str) -> bool:
         if not current:
             return False
     return () in current
+
+
+def grammar_samples(
+    gbnf: str, alphabet: str, count: int, rng: random.Random, max_chars: int = 24
+) -> list[str]:
+    """Up to `count` random texts over `alphabet` that `gbnf` accepts whole.
+
+    Each text is a random walk through the grammar: at every step the next
+    character is drawn from the characters of `alphabet` the grammar allows
+    there, and the walk ends, where the grammar may end, with probability
+    1/4 (or when nothing more is allowed, or after `max_chars`). A test
+    uses the texts to show that everything the grammar lets a model write
+    is accepted by another reader (the validator), without a model.
+    """
+    grammar = parse_gbnf(gbnf)
+    walk = _Walk(grammar, live_limit=10**9)
+    start: dict[Stack, None] = {}
+    walk.advance(
+        [
+            ((grammar.root, index, 0),) if alternative else ()
+            for index, alternative in enumerate(walk.rules[grammar.root])
+        ],
+        start,
+    )
+
+    def step(current: dict[Stack, None], char: str) -> dict[Stack, None]:
+        moved: list[Stack] = []
+        for stack in current:
+            if stack:
+                element = walk.element(stack[-1])
+                assert element is not None
+                if _matches(element[1], ord(char)):
+                    top = stack[-1]
+                    after = (top[0], top[1], top[2] + 1)
+                    moved.append(stack[:-1] + ((after,) if walk.element(after) is not None else ()))
+        out: dict[Stack, None] = {}
+        walk.advance(moved, out)
+        return out
+
+    texts = []
+    for _ in range(count):
+        current, text = start, ""
+        while len(text) < max_chars:
+            if () in current and rng.random() < 0.25:
+                break
+            options = [(c, after) for c in alphabet if (after := step(current, c))]
+            if not options:
+                break
+            char, current = rng.choice(options)
+            text += char
+        if () in current:
+            texts.append(text)
+    return texts

@@ -414,7 +414,12 @@ def test_integer_bounds_the_grammar_cannot_meet_are_refused_naming_them(
     [
         ("^a(?=b)b$", "lookaround"),
         ("^\\bx$", "assertion"),
-        ("^[\\s]$", "shorthand class"),
+        ("^[\\S]$", "negated shorthand inside a class"),
+        ("^\\01$", "octal escape"),
+        ("^a{,3}$", "brace that is not a repetition count"),
+        ("^a*+$", "quantifier after a quantifier"),
+        ("^[]a]$", "class that starts with ]"),
+        ("^[a&&b]$", "set operation inside a class"),
         ("^a", "anchors"),
         ("^a^b$", "anchor inside"),
     ],

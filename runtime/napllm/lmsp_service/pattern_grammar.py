@@ -23,19 +23,25 @@ Rules
   `\\"`, `\\` as `\\\\`, a control character as its escape; every other
   character as itself (lone surrogates never). So the grammar's text is
   always a JSON string, and it decodes to a string the pattern matches.
-- The grammar may allow fewer strings than the validator (Python's `re`):
-  `.` leaves out U+2028 and U+2029 as ECMA-262 does, and `\\d`, `\\w`,
-  `\\s` and their negations keep to ASCII, where both readings agree.
-- Classes are read by `pattern_cost` (the same reading the cost check
-  uses). The walk is iterative; nesting and counts are bounded before
-  (grammar.py).
+- The grammar may allow fewer strings than the validator (Python's `re`,
+  through `jsonschema`), never more: wherever ECMA-262 and Python read a
+  pattern differently, the grammar keeps to what both accept or the
+  pattern is refused. `.` leaves out U+2028 and U+2029 as ECMA-262 does;
+  `\\d`, `\\w`, `\\s` keep to ASCII, and their negations (`\\D`, `\\S`,
+  a shorthand in `[^...]`) to the ASCII characters neither reading counts
+  in them (Python's `\\s` also holds 0x1C-0x1F). Refused: `\\0` before a digit
+  (octal in Python), a `{` that does not start a count (`{,n}` is a count
+  in Python), a quantifier after a quantifier (`a*+` is possessive in
+  Python), and the class syntax the two part on (module `_class`).
+- Classes are read here, strictly; `pattern_cost` reads them leniently,
+  for a cost bound only. The walk is iterative; nesting and counts are
+  bounded before (grammar.py).
 """
 
 from __future__ import annotations
 
 import re
 
-from ..pattern_cost import _class as _read_class
 from ..pattern_cost import complement_ranges
 
 _COUNT = re.compile(r"\{(\d+)(?:(,)(\d*))?\}")
@@ -45,6 +51,9 @@ _SHORTHAND = {
     "w": ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)),
     "s": ((0x09, 0x0D), (0x20, 0x20)),
 }
+#: Every ASCII character either reading counts in a shorthand (Python's `\\s`
+#: also holds the separators 0x1C-0x1F): a negation leaves these out.
+_SHORTHAND_WIDE = {**_SHORTHAND, "s": ((0x09, 0x0D), (0x1C, 0x20))}
 _SIMPLE_ESCAPES = {"n": 10, "r": 13, "t": 9, "f": 12, "v": 11, "0": 0}
 #: Characters `.` does not match (ECMA-262 line terminators).
 _DOT = complement_ranges(((10, 10), (13, 13), (0x2028, 0x2029)))
@@ -130,14 +139,22 @@ def chars_rule(ranges: Ranges) -> str:
     return alternatives[0] if len(alternatives) == 1 else "(" + " | ".join(alternatives) + ")"
 
 
-def _escape(source: str, i: int) -> tuple[Ranges, int]:
-    """The characters of the escape at `source[i]` (outside a class), and the index after it."""
+def _escape(source: str, i: int) -> tuple[Ranges | str, int]:
+    """The escape at `source[i]` (a backslash) and the index after it.
+
+    Returns a shorthand's letter (`d`, `w`, `s`, `D`, `W`, `S`) or the
+    escaped character's ranges. Escapes the two readings part on are
+    refused: `\\0` before a digit (an octal escape in Python), letters other
+    than the ones listed (`\\b`, backreferences, `\\k`, `\\p`, `\\c`, Python's
+    `\\a` and `\\N`), `\\u{...}`.
+    """
     if i + 1 >= len(source):
         raise UnsupportedPattern("a lone backslash at its end")
     c = source[i + 1]
     if c.lower() in _SHORTHAND:
-        ranges = _SHORTHAND[c.lower()]
-        return (_ascii_complement(ranges) if c.isupper() else ranges), i + 2
+        return c, i + 2
+    if c == "0" and source[i + 2 : i + 3].isdigit():
+        raise UnsupportedPattern("an octal escape (\\0 before a digit)")
     if c in _SIMPLE_ESCAPES:
         point = _SIMPLE_ESCAPES[c]
         return ((point, point),), i + 2
@@ -153,16 +170,68 @@ def _escape(source: str, i: int) -> tuple[Ranges, int]:
     return ((ord(c), ord(c)),), i + 2
 
 
+def _shorthand(letter: str) -> Ranges:
+    """The characters of a shorthand outside a class: ASCII, where both readings agree."""
+    if letter.islower():
+        return _SHORTHAND[letter]
+    return _ascii_complement(_SHORTHAND_WIDE[letter.lower()])
+
+
 def _class(source: str, i: int) -> tuple[Ranges, int]:
-    """The characters of the class at `source[i]` (`[`), and the index after it."""
-    try:
-        ranges, end = _read_class(source, i)
-    except ValueError as exc:
-        raise UnsupportedPattern("an unreadable class") from exc
-    if re.search(r"(?<!\\)(?:\\\\)*\\[DWSsb]", source[i:end]):
-        # Unicode readings differ between ECMA-262 and Python's `re` here.
-        raise UnsupportedPattern("a shorthand class whose readings differ inside a class")
-    return ranges, end
+    """The characters of the class at `source[i]` (`[`), and the index after it.
+
+    Read here, strictly, rather than by `pattern_cost`'s lenient reading
+    (which only has to bound a cost): every class syntax on which ECMA-262
+    and Python's `re` part is refused (a `]` first, a `[` or a doubled set
+    operator `&&`, `--`, `~~`, `||` inside, a shorthand at either end of a
+    range, `\\D`, `\\W`, `\\S`, `\\b`). A shorthand in a negated class keeps the
+    class to ASCII, minus what either reading counts in the shorthand.
+    """
+    i += 1
+    negated = source.startswith("^", i)
+    i += 1 if negated else 0
+    if source.startswith("]", i):
+        raise UnsupportedPattern("a class that starts with ]")
+    members: list[tuple[int, int]] = []
+    shorthands: list[str] = []
+
+    def one(at: int) -> tuple[Ranges | str, int]:
+        if at >= len(source):
+            raise UnsupportedPattern("an unterminated class")
+        if source[at] == "\\":
+            item, after = _escape(source, at)
+            if isinstance(item, str) and item.isupper():
+                raise UnsupportedPattern("a negated shorthand inside a class")
+            return item, after
+        if source[at] == "[" or source[at : at + 2] in ("&&", "--", "~~", "||"):
+            raise UnsupportedPattern("a nested class or set operation inside a class")
+        return ((ord(source[at]), ord(source[at])),), at + 1
+
+    while True:
+        if i >= len(source):
+            raise UnsupportedPattern("an unterminated class")
+        if source[i] == "]":
+            break
+        item, i = one(i)
+        if source.startswith("-", i) and not source.startswith("-]", i):
+            upper, i = one(i + 1)
+            if isinstance(item, str) or isinstance(upper, str):
+                raise UnsupportedPattern("a shorthand at the end of a range")
+            low, high = item[0][0], upper[0][0]
+            if low > high:
+                raise UnsupportedPattern("a range out of order")
+            members.append((low, high))
+        elif isinstance(item, str):
+            shorthands.append(item)
+        else:
+            members.extend(item)
+    end = i + 1
+    if not negated:
+        return tuple(members) + tuple(r for s in shorthands for r in _SHORTHAND[s]), end
+    if not shorthands:
+        return complement_ranges(tuple(members)), end
+    wide = tuple(members) + tuple(r for s in shorthands for r in _SHORTHAND_WIDE[s])
+    return _ascii_complement(wide), end
 
 
 def pattern_rule(pattern: str) -> str:
@@ -176,10 +245,12 @@ def pattern_rule(pattern: str) -> str:
     source = pattern[1:-1]
     # Each frame: the alternatives of one group, each a list of GBNF items.
     frames: list[list[list[str]]] = [[[]]]
+    quantified = False  # the last item read was a quantifier
     i = 0
     while i < len(source):
         c = source[i]
         items = frames[-1][-1]
+        after_quantifier, quantified = quantified, False
         if c == "(":
             if source.startswith("(?:", i):
                 i += 3
@@ -207,11 +278,19 @@ def pattern_rule(pattern: str) -> str:
             i += 1
             continue
         count = _COUNT.match(source, i) if c == "{" else None
+        if c == "{" and count is None:
+            # `{,n}` is a count in Python and text in ECMA-262.
+            raise UnsupportedPattern("a brace that is not a repetition count (write \\{)")
         if c in "*+?" or count is not None:
+            if after_quantifier:
+                # `a*+` is possessive in Python, an error in ECMA-262.
+                raise UnsupportedPattern("a quantifier after a quantifier")
             if not items or items[-1] in ("", '""'):
                 raise UnsupportedPattern("a quantifier with nothing to repeat")
             if count is not None:
                 low, comma, high = count.group(1), count.group(2), count.group(3)
+                if high and int(low) > int(high):
+                    raise UnsupportedPattern("a repetition count out of order")
                 suffix = f"{{{int(low)}}}" if comma is None else f"{{{int(low)},{high}}}"
                 i = count.end()
             else:
@@ -220,6 +299,7 @@ def pattern_rule(pattern: str) -> str:
             items[-1] = f"({items[-1]}){suffix}"
             if source.startswith("?", i):
                 i += 1  # lazy: the same language
+            quantified = True
             continue
         if c in "^$":
             raise UnsupportedPattern("an anchor inside the pattern")
@@ -228,7 +308,8 @@ def pattern_rule(pattern: str) -> str:
         elif c == "[":
             ranges, i = _class(source, i)
         elif c == "\\":
-            ranges, i = _escape(source, i)
+            item, i = _escape(source, i)
+            ranges = _shorthand(item) if isinstance(item, str) else item
         else:
             ranges, i = ((ord(c), ord(c)),), i + 1
         items.append(chars_rule(ranges))
