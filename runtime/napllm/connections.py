@@ -179,12 +179,24 @@ class ConnectionSpec(BaseModel):
 
     @model_validator(mode="after")
     def _fields(self) -> ConnectionSpec:
-        # The kind's row says which of the form's fields it has (kinds.KINDS).
-        info = kind_info(self.kind)
-        if info is not None and info.script and not isinstance(self.settings.get("script"), str):
-            raise ValueError("a scripted connection needs its script text")
-        _check_settings_urls(self.settings, base_required=info is not None and info.base_url)
+        check_kind_settings(self.kind, self.settings)
         return self
+
+
+def check_kind_settings(kind: str, settings: dict[str, Any]) -> None:
+    """The form's checks of `settings` for a connection of `kind`.
+
+    The kind's row (kinds.KINDS) says which of the form's fields it has: a
+    script kind needs its script text, a server kind its `baseUrl`; every
+    URL is checked (`connection_records.check_settings_urls`). Raises
+    `ValueError` (`UrlRefused` with a fixed message for a URL). Applied to
+    the form's `ConnectionSpec` and again to every stored connection read
+    back (`connection_kinds`, `stored`), which storage may hand back changed.
+    """
+    info = kind_info(kind)
+    if info is not None and info.script and not isinstance(settings.get("script"), str):
+        raise ValueError("a scripted connection needs its script text")
+    _check_settings_urls(settings, base_required=info is not None and info.base_url)
 
 
 def capabilities_for_spec(spec: ConnectionSpec) -> Capabilities:

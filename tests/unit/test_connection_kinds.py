@@ -52,7 +52,7 @@ def test_every_kind_of_the_form_has_one_class_with_the_same_methods() -> None:
     kinds = table()
     assert sorted(k.info.kind for k in kinds) == sorted(k.kind for k in KINDS)
     for kind in kinds:
-        for method in ("add", "provider", "default_connections", "route"):
+        for method in ("add", "provider", "default_connections", "route", "stored"):
             assert callable(getattr(kind, method)), (kind.info.kind, method)
 
 
@@ -108,3 +108,50 @@ async def test_an_engine_connection_is_added_with_its_rows_route() -> None:
     )
     connection = await kinds.kind("wasm").add(spec, "c1")
     assert connection.route == "This browser (WebAssembly, llama.cpp) on this device"
+
+
+def stored_record(kind: str, settings: dict[str, Any], model: str = "m") -> Connection:
+    """A connection as storage hands it back: any settings, any route."""
+    return Connection(
+        id="c9", name="x", kind=kind, model=model, route="forged route",
+        settings={"userDefined": True, **settings},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kind", "settings"),
+    [
+        ("lmsp", {}),  # no baseUrl: the provider read settings["baseUrl"] (KeyError)
+        ("openai", {}),
+        ("lmsp", {"baseUrl": 7}),
+        ("openai", {"baseUrl": "ftp://host"}),
+        ("scripted", {}),  # no script
+        ("scripted", {"script": ["not", "text"]}),
+    ],
+)
+def test_a_stored_record_its_form_would_refuse_is_unreadable(
+    kind: str, settings: dict[str, Any]
+) -> None:
+    kinds = table()
+    with pytest.raises(ValueError):
+        kinds.kind(kind).stored(stored_record(kind, settings))
+
+
+def test_a_stored_record_gets_its_route_and_derived_settings_again() -> None:
+    kinds = table()
+    base = {"baseUrl": "http://127.0.0.1:11435", "serviceEngine": "llama.cpp"}
+    lmsp = kinds.kind("lmsp").stored(stored_record("lmsp", base))
+    assert lmsp.route == "This browser → LMSP service at 127.0.0.1:11435 → llama.cpp"
+    # An engine's settings are the spec's again: a stored ONNX source is not trusted.
+    forged = {"source": "https://elsewhere.example/onnx/"}
+    onnx = kinds.kind("onnx").stored(stored_record("onnx", forged, model="org/model"))
+    assert onnx.settings["source"] != forged["source"]
+    assert onnx.settings == ONNX.settings_for("org/model", {"userDefined": True})
+    assert onnx.route == route_for("onnx", {})
+
+
+def test_a_stored_server_record_without_its_url_fails_as_a_provider_not_a_crash() -> None:
+    kinds = table()
+    for kind in ("lmsp", "openai"):
+        with pytest.raises(ProviderFailure):
+            kinds.provider(stored_record(kind, {}))

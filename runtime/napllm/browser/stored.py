@@ -96,9 +96,9 @@ class ConnectionStore:
                 connection = Connection.model_validate(raw)
                 if not connection.settings.get("userDefined"):
                     raise ValueError("not a user connection")
-                # The route is derived, never trusted from storage (its kind's route).
-                route = self.providers.kinds.route(connection.kind, connection.settings)
-                readable.append(connection.model_copy(update={"route": route}))
+                # Checked as the form checks it; the route and what the kind
+                # derives are derived again, never trusted from storage.
+                readable.append(self.providers.kinds.kind(connection.kind).stored(connection))
             except ValueError:
                 count += 1
                 if isinstance(raw, dict) and isinstance(raw.get("id"), str):

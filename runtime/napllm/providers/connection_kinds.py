@@ -19,6 +19,11 @@ calls the same methods on any of them (docs/design.md, "Connection"):
 - `route(settings)`: the disclosure route, every hop in words, destination
   included (NAP-LLM, Privacy). Hosts come from `kinds.host_of` only, so a
   route never holds a path, a query or a credential.
+- `stored(connection)`: a connection read back from storage, checked again
+  as the form checks its kind (`connections.check_kind_settings`), with
+  what the kind derives (the route, an engine's settings and availability)
+  derived again, never trusted from storage. Raises `ValueError` for a
+  record the form would refuse (the shell counts it unreadable).
 
 Rules
 - The kind's row (label, form fields, route words) is read from
@@ -41,7 +46,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from ..connections import ConnectionSpec, capabilities_for_spec
+from ..connection_records import UrlRefused, check_base_url
+from ..connections import ConnectionSpec, capabilities_for_spec, check_kind_settings
 from ..errors import ErrorCode, ProviderFailure
 from ..kinds import HOP, KindInfo, engine_words, host_of, kind_info
 from ..records import Capabilities, Connection
@@ -70,6 +76,10 @@ class ConnectionKind(Protocol):
 
     def route(self, settings: dict[str, Any]) -> str:
         """The disclosure route of a connection of this kind with `settings`."""
+        ...
+
+    def stored(self, connection: Connection) -> Connection:
+        """`connection` as read from storage, checked and re-derived (module rules)."""
         ...
 
 
@@ -111,6 +121,26 @@ def _user_settings(spec: ConnectionSpec) -> dict[str, Any]:
     return dict(spec.settings) | {"userDefined": True}
 
 
+def _checked(kind: ConnectionKind, connection: Connection, settings: dict[str, Any]) -> Connection:
+    """`connection` with `settings`, checked as the form checks its kind, its route derived.
+
+    Raises `ValueError` (module rules, `stored`).
+    """
+    check_kind_settings(kind.info.kind, settings)
+    return connection.model_copy(update={"settings": settings, "route": kind.route(settings)})
+
+
+def _base_url(connection: Connection) -> str:
+    """A server connection's `baseUrl`; `ProviderFailure` when it has no usable one."""
+    try:
+        return check_base_url(connection.settings.get("baseUrl"))
+    except UrlRefused:
+        raise ProviderFailure(
+            user_hint="This connection has no usable server address; edit it in Connections.",
+            detail="no usable baseUrl",
+        ) from None
+
+
 def _secret(connection: Connection) -> str | None:
     return connection.credential.get_secret_value() if connection.credential else None
 
@@ -119,6 +149,10 @@ class _NoBuiltIns:
     async def default_connections(self) -> list[Connection]:
         """None: a server or a script is always the user's own connection."""
         return []
+
+    def stored(self, connection: Connection) -> Connection:
+        """`connection` checked as the form checks its kind, its route derived again."""
+        return _checked(self, connection, dict(connection.settings))  # type: ignore[arg-type]
 
 
 class LmspKind(_NoBuiltIns):
@@ -150,7 +184,7 @@ class LmspKind(_NoBuiltIns):
         """An `LmspProvider` over the page's fetch."""
         return LmspProvider(
             self.http,
-            str(connection.settings["baseUrl"]),
+            _base_url(connection),
             _secret(connection),
             resumable=bool(connection.settings.get("resumable", False)),
         )
@@ -193,7 +227,7 @@ class OpenAIKind(_NoBuiltIns):
 
         return OpenAICompatProvider(
             self.http,
-            str(connection.settings["baseUrl"]),
+            _base_url(connection),
             _secret(connection),
             context_window=context_size(connection.settings),
         )
@@ -288,6 +322,21 @@ class EngineKind:
     def route(self, settings: dict[str, Any]) -> str:
         """The row's fixed words: the engine, on this device."""
         return _fixed_route(self.info)
+
+    def stored(self, connection: Connection) -> Connection:
+        """`connection` with the spec's settings again, unavailable when this device says so.
+
+        A stored "unavailable" stays (it only withholds the connection); a
+        device report that finds the model cannot run here marks it so.
+        Raises `ValueError` for a model the spec cannot name, or settings the
+        form would refuse.
+        """
+        settings = self.engine.settings_for(connection.model, dict(connection.settings))
+        checked = _checked(self, connection, settings)
+        reason = self.engine.unavailable_reason(connection.model)
+        if reason is None:
+            return checked
+        return checked.model_copy(update={"available": False, "unavailable_reason": reason})
 
 
 class KindTable:
