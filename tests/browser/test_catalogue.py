@@ -12,8 +12,8 @@ catalogue-source.js, dist-test/ only) reads it and the simulated device from
 - A small device (1 GB, no WebGPU): the list shows sizes and verdicts
   (WebGPU engines do not fit), the suggestion is the smallest GGUF; a
   licence-gated entry shows its licence and downloads nothing until it is
-  accepted; a hash mismatch is refused, the file removed and no connection
-  made; one click on the suggested entry downloads, verifies, creates the
+  accepted; a hash mismatch (the second file of two) is refused, both
+  files removed and no connection made; one click on the suggested entry downloads, verifies, creates the
   connection, stored for offline use, and it answers the Chat napplet;
   deleting its model in the Storage panel offers to remove the connection.
 - A large device (8 GB, WebGPU with shader-f16) at 360 px: the suggestion
@@ -85,7 +85,14 @@ def local_catalogue(test_pages_dir: Path, dist_url: str) -> dict[str, Any]:
             shutil.copyfile(MODEL, path)
             file.update(bytes=size, sha256=digest, estimate=False)
     mismatch = next(e for e in data["entries"] if e["id"] == MISMATCH)
+    # Two files: the first verifies, the second does not; the refusal must
+    # take back the first too (one file of two is no model).
+    first = dict(mismatch["files"][0])
+    first["url"] = first["url"].replace(".gguf", "-00001-of-00002.gguf")
+    path = test_pages_dir / HOST_DIR / first["url"][len(base) :]
+    shutil.copyfile(MODEL, path)
     mismatch["files"][0]["sha256"] = "0" * 64
+    mismatch["files"].insert(0, first)
     (test_pages_dir / HOST_DIR / "models.json").write_text(json.dumps(data), encoding="utf-8")
     return {"url": f"{base}models.json", "data": data}
 

@@ -174,3 +174,16 @@ def test_the_filter() -> None:
     tools = fit("return fit.filterEntries(cat.entries, {capability: 'tools'}).map((e) => e.name);")
     assert "Gemma 2 2B Instruct" not in tools and "Qwen2.5 0.5B Instruct" in tools
     assert fit("return fit.filterEntries(cat.entries, {capability: 'images'}).length;") == 0
+
+
+def test_an_engines_ceiling_is_a_byte_ceiling_of_limits_js_or_none() -> None:
+    data = json.loads(CATALOGUE.read_text(encoding="utf-8"))
+    names = ["HEADERS_TIMEOUT_MS", "constructor", "__proto__", "MIN_RATE_BYTES", "MAX_ONNX_WEIGHTS_BYTES"]
+    for index, name in enumerate(names):
+        data["engines"][f"x{index}"] = {"label": "X", "ceiling": name}
+    ceilings = fit(
+        "return Object.fromEntries(Object.entries(cat.engines).map(([k, e]) => [k, e.ceiling]));",
+        json.dumps(data),
+    )
+    assert ceilings["wasm"] == "MAX_GGUF_MODEL_BYTES"
+    assert [ceilings[f"x{i}"] for i in range(len(names))] == [None] * 4 + ["MAX_ONNX_WEIGHTS_BYTES"]

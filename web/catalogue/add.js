@@ -16,7 +16,9 @@
  *      past the ceiling its engine names (limits.js);
  *   4. where the catalogue publishes a sha256, the stored file is hashed
  *      part by part (hash-wasm): a mismatch deletes the file (and any
- *      unfinished parts), says so, and no connection is made;
+ *      unfinished parts), says so, and no connection is made; a refusal
+ *      also deletes the entry's other files this attempt stored (a file
+ *      stored before the click stays: another connection may use it);
  *   5. only then is the connection added, its settings from the entry.
  * - An engine that lists its own files (WebLLM, transformers.js): the
  *   connection is added, then its files downloaded for offline use
@@ -30,6 +32,7 @@ import { describeProgress, downloadModelFile, forgetModelUse } from "../engines/
 import { discardDownload } from "../engines/download-store.js";
 import { downloadForOffline } from "../js/offline.js";
 import { roomCheck } from "../engines/room.js";
+import { isCeilingName } from "./fit.js";
 
 /** How long a host may take to answer the size request. */
 export const SIZE_TIMEOUT_MS = 15_000;
@@ -70,8 +73,17 @@ async function forgetFile(url, store) {
   await discardDownload(url);
 }
 
-/** Confirm, check room for, download and verify the listed files of `entry`. */
-async function downloadListed(entry, engine, onProgress) {
+async function isStored(url, store) {
+  if (!store || !("caches" in globalThis)) return false;
+  return Boolean(await (await caches.open(store)).match(url));
+}
+
+/**
+ * Confirm, check room for, download and verify the listed files of `entry`.
+ * `fresh` (an array) receives the URL of each file this attempt stored
+ * that was not stored before, so a refusal can take them back.
+ */
+async function downloadListed(entry, engine, onProgress, fresh) {
   const sizes = [];
   for (const file of entry.files) {
     const size = await hostSize(file.url);
@@ -83,11 +95,14 @@ async function downloadListed(entry, engine, onProgress) {
   }
   const { ok, room } = await roomCheck(entry.files.map((file) => file.url));
   if (!ok) throw new CatalogueRefusal(`${entry.name} does not fit in this browser's storage.`);
-  const ceiling = Number(limits[engine.ceiling]) || limits.MAX_GGUF_MODEL_BYTES;
+  // Only a byte ceiling of limits.js (fit.js keeps no other name).
+  const named = isCeilingName(engine.ceiling) && Object.hasOwn(limits, engine.ceiling) ? limits[engine.ceiling] : null;
+  const ceiling = Number.isSafeInteger(named) && named > 0 ? named : limits.MAX_GGUF_MODEL_BYTES;
   let left = room;
   for (let index = 0; index < entry.files.length; index += 1) {
     const file = entry.files[index];
     if (sizes[index] > ceiling) throw new CatalogueRefusal(`${entry.name} is larger than this shell accepts for its engine.`);
+    const had = await isStored(file.url, engine.store);
     const blob = await downloadModelFile(file.url, {
       limit: ceiling,
       size: sizes[index],
@@ -99,6 +114,7 @@ async function downloadListed(entry, engine, onProgress) {
         onProgress(`Downloading ${entry.name} — ${describeProgress(event)}`, Math.min(0.99, (index + part) / entry.files.length));
       },
     });
+    if (!had) fresh.push(file.url);
     if (left !== null) left = Math.max(0, left - blob.size);
     if (file.sha256) {
       onProgress(`Checking ${entry.name}`, 0.99);
@@ -128,9 +144,10 @@ export function connectionJson(entry, engine) {
  */
 export async function addFromCatalogue(entry, catalogue, runtime, onProgress = () => {}) {
   const engine = catalogue.engines[entry.engine];
+  const fresh = [];
   try {
     if (!engine || !runtime) throw new CatalogueRefusal("This model cannot be added here.");
-    if (engine.files === "listed") await downloadListed(entry, engine, onProgress);
+    if (engine.files === "listed") await downloadListed(entry, engine, onProgress, fresh);
     const answer = JSON.parse(await runtime.addConnection(connectionJson(entry, engine)));
     if (!answer || typeof answer.id !== "string") {
       throw new CatalogueRefusal(typeof answer?.error === "string" ? answer.error : "The connection could not be added.");
@@ -147,7 +164,14 @@ export async function addFromCatalogue(entry, catalogue, runtime, onProgress = (
       : ["DownloadRestarted", "DownloadInterrupted", "DownloadNoRoom", "DownloadStalled", "DownloadTooLarge", "NotAModel"].includes(error?.name)
         ? `${entry.name} could not be downloaded: ${error.message}.`
         : `${entry.name} could not be added.`;
-    if (!(error instanceof CatalogueRefusal)) console.error("napllm: a catalogue download failed", error?.name ?? "");
+    if (error instanceof CatalogueRefusal) {
+      // A refused entry never becomes a connection: the files this attempt
+      // stored go too (one file of two is no model). A download cut off is
+      // kept, to resume on the next click.
+      for (const url of fresh) await forgetFile(url, engine?.store).catch(() => {});
+    } else {
+      console.error("napllm: a catalogue download failed", error?.name ?? "");
+    }
     onProgress(text, -1);
     return { ok: false, text };
   }

@@ -32,6 +32,15 @@
  *   the largest download size.
  */
 
+/**
+ * Whether `name` names a byte ceiling of engines/limits.js (`MAX_..._BYTES`):
+ * the only names a catalogue's engine may give as its `ceiling`, so a
+ * catalogue cannot pick a time bound or any other export as a size.
+ */
+export function isCeilingName(name) {
+  return typeof name === "string" && /^MAX_[A-Z0-9_]{1,40}_BYTES$/.test(name);
+}
+
 /** A page may count on this share of `navigator.deviceMemory` for one model. */
 export const MEMORY_SHARE = 0.5;
 /** `navigator.deviceMemory` is capped at 8 (GB) by browsers: above it memory is unknown. */
@@ -164,7 +173,7 @@ export function readCatalogue(json) {
       files: info.files === "listed" ? "listed" : "engine",
       store: text(info.store, 60) ? info.store : null,
       gguf: info.gguf === true,
-      ceiling: text(info.ceiling, 60) ? info.ceiling : null,
+      ceiling: isCeilingName(info.ceiling) ? info.ceiling : null,
       urlSetting: text(info.urlSetting, 30) ? info.urlSetting : null,
       settings: Array.isArray(info.settings) ? info.settings.filter((key) => text(key, 30) && key !== info.urlSetting) : [],
       cpu: info.cpu === true,
