@@ -440,15 +440,21 @@ def cpu_seconds(pid: int) -> float:
     spent, so it shows where the cost per token goes even under load.
     """
     total, stack = 0.0, [pid]
-    try:
-        while stack:
-            current = stack.pop()
+    while stack:
+        current = stack.pop()
+        try:
             fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
             total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-            for task in Path(f"/proc/{current}/task").iterdir():
+            tasks = list(Path(f"/proc/{current}/task").iterdir())
+        except (OSError, ValueError, IndexError):
+            if current == pid:
+                return float("nan")  # no /proc, or the server is gone
+            continue  # a child that ended meanwhile
+        for task in tasks:
+            try:
                 stack += [int(child) for child in (task / "children").read_text().split()]
-    except (OSError, ValueError, IndexError):
-        return float("nan")
+            except (OSError, ValueError):
+                continue  # a thread that ended while it was read: it has no children
     return total
 
 

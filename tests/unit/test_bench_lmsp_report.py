@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -56,3 +57,23 @@ def test_a_reference_that_used_no_measurable_cpu_is_reported_not_divided(
     assert "CPU ms/token 3.12 vs llama-server 0.00, n/ax" in out
     assert "not measured" in out
     assert code == 0
+
+
+def test_a_thread_that_ends_while_cpu_time_is_read_does_not_void_the_figure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bench = load_bench()
+    real = Path
+    pid = os.getpid()
+
+    class EndingThread(type(Path())):  # type: ignore[misc]
+        def iterdir(self):  # type: ignore[no-untyped-def]
+            yield from super().iterdir()
+            if str(self) == f"/proc/{pid}/task":
+                yield real(f"/proc/{pid}/task/999999999")  # ended meanwhile
+
+    monkeypatch.setattr(bench, "Path", EndingThread)
+    if not real(f"/proc/{pid}/stat").exists():
+        pytest.skip("no /proc here")
+    figure = bench.cpu_seconds(pid)
+    assert figure == figure and figure > 0
