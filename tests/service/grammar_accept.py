@@ -15,8 +15,8 @@ import random
 from napllm.lmsp_service.grammar_cost import Stack, _matches, _Walk, parse_gbnf
 
 
-def grammar_accepts(gbnf: str, text: str) -> bool:
-    """Whether `gbnf` (root rule `root`) matches all of `text`."""
+def _start(gbnf: str) -> tuple[_Walk, dict[Stack, None]]:
+    """The walk over `gbnf` (root rule `root`) and its parse stacks before any character."""
     grammar = parse_gbnf(gbnf)
     walk = _Walk(grammar, live_limit=10**9)
     roots: list[Stack] = [
@@ -25,19 +25,31 @@ def grammar_accepts(gbnf: str, text: str) -> bool:
     ]
     current: dict[Stack, None] = {}
     walk.advance(roots, current)
+    return walk, current
+
+
+def _step(walk: _Walk, current: dict[Stack, None], char: str) -> dict[Stack, None]:
+    """The parse stacks after `char` (empty when the grammar does not allow it there)."""
+    moved: list[Stack] = []
+    for stack in current:
+        if not stack:
+            continue
+        element = walk.element(stack[-1])
+        assert element is not None
+        if _matches(element[1], ord(char)):
+            top = stack[-1]
+            after = (top[0], top[1], top[2] + 1)
+            moved.append(stack[:-1] + ((after,) if walk.element(after) is not None else ()))
+    out: dict[Stack, None] = {}
+    walk.advance(moved, out)
+    return out
+
+
+def grammar_accepts(gbnf: str, text: str) -> bool:
+    """Whether `gbnf` (root rule `root`) matches all of `text`."""
+    walk, current = _start(gbnf)
     for char in text:
-        moved: list[Stack] = []
-        for stack in current:
-            if not stack:
-                continue
-            element = walk.element(stack[-1])
-            assert element is not None
-            if _matches(element[1], ord(char)):
-                top = stack[-1]
-                after = (top[0], top[1], top[2] + 1)
-                moved.append(stack[:-1] + ((after,) if walk.element(after) is not None else ()))
-        current = {}
-        walk.advance(moved, current)
+        current = _step(walk, current, char)
         if not current:
             return False
     return () in current
@@ -55,38 +67,14 @@ def grammar_samples(
     uses the texts to show that everything the grammar lets a model write
     is accepted by another reader (the validator), without a model.
     """
-    grammar = parse_gbnf(gbnf)
-    walk = _Walk(grammar, live_limit=10**9)
-    start: dict[Stack, None] = {}
-    walk.advance(
-        [
-            ((grammar.root, index, 0),) if alternative else ()
-            for index, alternative in enumerate(walk.rules[grammar.root])
-        ],
-        start,
-    )
-
-    def step(current: dict[Stack, None], char: str) -> dict[Stack, None]:
-        moved: list[Stack] = []
-        for stack in current:
-            if stack:
-                element = walk.element(stack[-1])
-                assert element is not None
-                if _matches(element[1], ord(char)):
-                    top = stack[-1]
-                    after = (top[0], top[1], top[2] + 1)
-                    moved.append(stack[:-1] + ((after,) if walk.element(after) is not None else ()))
-        out: dict[Stack, None] = {}
-        walk.advance(moved, out)
-        return out
-
+    walk, start = _start(gbnf)
     texts = []
     for _ in range(count):
         current, text = start, ""
         while len(text) < max_chars:
             if () in current and rng.random() < 0.25:
                 break
-            options = [(c, after) for c in alphabet if (after := step(current, c))]
+            options = [(c, after) for c in alphabet if (after := _step(walk, current, c))]
             if not options:
                 break
             char, current = rng.choice(options)
