@@ -949,15 +949,14 @@ def report(
                 f"  {level} client(s): tok/s {number(alone)}x the engine "
                 f"(>= 0.95): {verdict(alone, 0.95, True)}"
             )
-        else:
-            first = share(
-                ours.latency("first_token_s", 0.5),
-                theirs.latency("first_token_s", 0.5) if theirs else None,
-            )
-            print(
-                f"  {level} client(s): first token p50 {number(first)}x llama-server's (<= 1.5): "
-                f"{verdict(first, 1.5, False)}"
-            )
+        first = share(
+            ours.latency("first_token_s", 0.5),
+            theirs.latency("first_token_s", 0.5) if theirs else None,
+        )
+        print(
+            f"  {level} client(s): first token p50 {number(first)}x llama-server's (<= 1.5): "
+            f"{verdict(first, 1.5, False)}"
+        )
         cpu = share(ours.cpu_ms_per_token, theirs.cpu_ms_per_token if theirs else None)
         print(f"  {level} client(s): CPU ms/token {number(ours.cpu_ms_per_token)} vs "
               f"llama-server {number(theirs.cpu_ms_per_token if theirs else float('nan'))}, "
