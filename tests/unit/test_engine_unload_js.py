@@ -137,3 +137,32 @@ out.posted = posted;
     assert out["b"] == {"chunks": [], "done": True, "error": {"kind": "unloaded"}}
     # the worker is told to stop the chat before the model goes
     assert out["posted"] == ["chat A", "chat B", "cancel", "unload A"]
+
+
+def test_a_model_entry_moves_only_as_its_table_allows(tmp_path: Path) -> None:
+    """engine-host.js `MODEL_TRANSITIONS`: unloaded while loading, then loaded afresh."""
+    out = run_node(
+        tmp_path,
+        """
+out.table = engineHost.MODEL_TRANSITIONS;
+const host = engineHost.hostFor(JSON.stringify({ kind: "table", report: "adapter", adapter: ADAPTER }));
+// unloaded while its load is in flight: the load finishes, then the model is closed
+const loading = host.ensureModel("A", "{}", "c-a", "A");
+out.loadingLoaded = host.isLoaded("A");
+const unloading = host.unloadModel("A");
+out.loadA = JSON.parse(await loading);
+await unloading;
+out.afterUnload = [host.isLoaded("A"), JSON.parse(host.loadedModels()).map((m) => m.key)];
+try { host.startChat("A", "{}"); out.chat = "started"; } catch { out.chat = "refused"; }
+// a new ensureModel of the key makes a new entry
+out.again = JSON.parse(await host.ensureModel("A", "{}", "c-a", "A"));
+out.loaded = JSON.parse(host.loadedModels()).map((m) => m.key);
+""",
+    )
+    assert out["table"]["gone"] == {}
+    assert set(out["table"]["loaded"]) == {"unloaded", "workerDied"}
+    assert out["loadingLoaded"] is False
+    assert out["loadA"]["ok"] is True
+    assert out["afterUnload"] == [False, []]
+    assert out["chat"] == "refused"
+    assert out["again"]["ok"] is True and out["loaded"] == ["A"]

@@ -61,6 +61,7 @@
  *   (batcher.js: false while a delivery delay hands chunks over one by one).
  */
 
+import { advance } from "./lifecycle.js";
 import { roomCheck } from "./room.js";
 import { isFallback, requestAdapter, vendorOf } from "./gpu.js";
 import { WORKER_IDLE_MS } from "./limits.js";
@@ -69,6 +70,19 @@ import * as streams from "./streams.js";
 import { WorkerBridge, cancelChat } from "./worker-bridge.js";
 
 export { nextChunks, openStreams } from "./worker-bridge.js";
+
+/**
+ * A model entry's states and the events each accepts (lifecycle.js): it is
+ * `loading` from the first `ensureModel` of its key, `loaded` when the
+ * load answered ok, and `gone` for good when the load failed, the model
+ * was unloaded, or the worker that held it died. A `gone` entry has left
+ * `models`; a later `ensureModel` of the key makes a new one.
+ */
+export const MODEL_TRANSITIONS = Object.freeze({
+  loading: Object.freeze({ loaded: "loaded", failed: "gone", unloaded: "gone" }),
+  loaded: Object.freeze({ unloaded: "gone", workerDied: "gone" }),
+  gone: Object.freeze({}),
+});
 
 /** kind -> its host. */
 const hosts = new Map();
@@ -158,7 +172,7 @@ class EngineHost {
   constructor(declaration) {
     this.kind = String(declaration.kind);
     this.declaration = declaration;
-    /** key -> {key, promise, loaded, info, bridge, close}. */
+    /** key -> {key, state (MODEL_TRANSITIONS), promise, info, bridge, close}. */
     this.models = new Map();
     /** The shared worker's bridge (`workers: "shared"`), or null before a load or after a failure. */
     this.shared = null;
@@ -206,7 +220,7 @@ class EngineHost {
   /** A worker died: forget the loaded models it held (pending loads were answered by the bridge). */
   forgetLoaded(bridge) {
     for (const [key, entry] of this.models) {
-      if (entry.loaded && entry.bridge === bridge) this.models.delete(key);
+      if (entry.bridge === bridge && advance(entry, MODEL_TRANSITIONS, "workerDied")) this.models.delete(key);
     }
   }
 
@@ -220,17 +234,21 @@ class EngineHost {
     key = String(key);
     let entry = this.models.get(key);
     if (!entry) {
-      entry = { key, promise: null, loaded: false, info: null, bridge: null, close: null };
+      entry = { key, state: "loading", promise: null, info: null, bridge: null, close: null };
       const others = this.declaration.oneModel ? [...this.models.values()] : [];
       this.models.set(key, entry);
       entry.promise = this.load(entry, JSON.parse(String(fieldsJson)), String(connectionId), String(label), others).then((info) => {
-        if (info.ok === true) {
-          entry.loaded = true;
+        const ok = info.ok === true;
+        if (ok) {
           entry.info = info;
           this.failed.delete(key);
         } else {
           this.failed.add(key);
-          if (this.models.get(key) === entry) this.models.delete(key);
+        }
+        // An entry unloaded while it loaded is gone already: its model is
+        // unloaded by `unloadModel`, which waits for this answer.
+        if (advance(entry, MODEL_TRANSITIONS, ok ? "loaded" : "failed") === "gone" && this.models.get(key) === entry) {
+          this.models.delete(key);
         }
         return info;
       });
@@ -301,12 +319,12 @@ class EngineHost {
   /** Whether the model of `key` is loaded and ready (synchronous). */
   isLoaded(key) {
     const entry = this.models.get(String(key));
-    return Boolean(entry && entry.loaded);
+    return Boolean(entry && entry.state === "loaded");
   }
 
   /** JSON text: the loaded models' load answers, each with its `key`. */
   loadedModels() {
-    return JSON.stringify([...this.models.values()].filter((e) => e.loaded).map((e) => ({ key: e.key, ...e.info })));
+    return JSON.stringify([...this.models.values()].filter((e) => e.state === "loaded").map((e) => ({ key: e.key, ...e.info })));
   }
 
   /** Unload the model of `key` (its worker forgets it, or ends when it held only that model). */
@@ -314,12 +332,16 @@ class EngineHost {
     const entry = this.models.get(String(key));
     this.models.delete(String(key));
     if (!entry) return;
+    const loading = entry.state === "loading";
+    if (loading) advance(entry, MODEL_TRANSITIONS, "unloaded");
+    let info = entry.info;
     try {
-      await entry.promise;
+      info = await entry.promise;
     } catch {
       /* a load never rejects */
     }
-    if (!entry.loaded || !entry.bridge) return;
+    if (!loading && !advance(entry, MODEL_TRANSITIONS, "unloaded")) return; // gone already
+    if (!info || info.ok !== true || !entry.bridge) return; // nothing was loaded
     // Its open chats end now, with a result, whatever the engine does next.
     entry.bridge.endChats(entry.key, "unloaded");
     if (entry.close) await entry.close();
@@ -334,7 +356,7 @@ class EngineHost {
    */
   startChat(key, bodyJson, deliveryDelayMs = 0) {
     const entry = this.models.get(String(key));
-    if (!entry || !entry.loaded || !entry.bridge) throw new Error("model not loaded");
+    if (!entry || entry.state !== "loaded" || !entry.bridge) throw new Error("model not loaded");
     const body = JSON.parse(String(bodyJson));
     const stream = streams.open(this.kind, deliveryDelayMs);
     entry.bridge.chat(stream, body, { key: entry.key, merge: stream.delayMs === 0 });

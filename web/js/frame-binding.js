@@ -39,6 +39,10 @@
  *   `FLOOD_MAX_MESSAGES` per window (`FloodMeter`; a reload does not reset it).
  */
 
+import { advance, transition } from "../engines/lifecycle.js";
+
+export { transition };
+
 /** Most messages kept per document while its endpoint is being opened. */
 export const MAX_QUEUED_MESSAGES = 256;
 /** Most UTF-16 code units of wire text kept per document while its endpoint is being opened
@@ -80,30 +84,6 @@ export const LOAD_TRANSITIONS = Object.freeze({
   reported: Object.freeze({}),
   unreported: Object.freeze({}),
 });
-
-/**
- * The state `event` leads to from `state` in `table`, or null when the
- * table does not allow it.
- *
- * @param {Readonly<Record<string, Readonly<Record<string, string>>>>} table
- * @param {string} state
- * @param {string} event
- * @returns {string | null}
- */
-export function transition(table, state, event) {
-  const row = table[state];
-  return row && Object.hasOwn(row, event) ? row[event] : null;
-}
-
-/**
- * Move `holder` (an object with a `state`) by `event` in `table`: its new
- * state, or null (and `holder` unchanged) when the table refuses it.
- */
-function advance(holder, table, event) {
-  const to = transition(table, holder.state, event);
-  if (to !== null) holder.state = to;
-  return to;
-}
 
 /** Wire texts in arrival order, bounded in count and in UTF-16 code units. */
 class BoundedQueue {
