@@ -76,9 +76,10 @@ class LifecycleError(RuntimeError):
     """An event the table does not allow in the current state (a shell bug)."""
 
 
-class _Table(Generic[S, E]):
+class Table(Generic[S, E]):
     """A state that starts at `initial` and changes only through the rows of
-    `transitions`; a lifecycle is a subclass that names both."""
+    `transitions`; a lifecycle is a subclass that names both (here, and the
+    local model service's jobs, `lmsp_service.scheduler.JobLife`)."""
 
     transitions: ClassVar[Mapping[tuple[Any, Any], Any]]
     initial: ClassVar[Any]
@@ -99,7 +100,7 @@ class _Table(Generic[S, E]):
         return self.state
 
 
-class Lifecycle(_Table[GenState, GenEvent]):
+class Lifecycle(Table[GenState, GenEvent]):
     """One generation's state, changed only through `TRANSITIONS`."""
 
     transitions = TRANSITIONS
@@ -135,7 +136,7 @@ ENDPOINT_TRANSITIONS: dict[tuple[EndpointState, EndpointEvent], EndpointState] =
 """Every allowed `(state, event) -> next state` of an endpoint; nothing else is."""
 
 
-class EndpointLife(_Table[EndpointState, EndpointEvent]):
+class EndpointLife(Table[EndpointState, EndpointEvent]):
     """One endpoint's state, changed only through `ENDPOINT_TRANSITIONS`."""
 
     transitions = ENDPOINT_TRANSITIONS

@@ -52,7 +52,13 @@ from .jobs import (
 )
 from .llama_load import ExtraBufts
 from .prompt import ChatTemplate, render_prompt
-from .scheduler import CANCEL_GRACE_S, GENERATION_TIME_LIMIT_S, ScheduledJob, Scheduler
+from .scheduler import (
+    CANCEL_GRACE_S,
+    GENERATION_TIME_LIMIT_S,
+    JobState,
+    ScheduledJob,
+    Scheduler,
+)
 from .worker import DEFAULT_SLOTS, worker_main
 from .worker_process import FastPath, WorkerCrashed, WorkerProcess
 
@@ -273,14 +279,16 @@ class Engine:
         suspects = [
             entry
             for entry in running
-            if fast_path_on and not entry.emitted and not entry.job.cancel.is_set()
+            if fast_path_on
+            and entry.state is JobState.RUNNING  # no text yet
+            and not entry.job.cancel.is_set()
         ]
         failed = [entry for entry in running if entry not in suspects]
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_exception(EngineCrashed("the model worker died"))
         for entry in failed:
-            if entry.timed_out:  # killed for running past its limit: it ended at the limit
+            if entry.state is JobState.OVERTIME:  # killed past its limit: it ended there
                 Scheduler.end(entry, GenerationEnd("time", 0))
             else:
                 _crashed(entry)

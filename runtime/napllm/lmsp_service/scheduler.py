@@ -23,11 +23,15 @@ Rules
   `generation_time_limit_s`); the worker ends it `time` at the limit,
   inside a decoding step if need be, keeping the text produced so far. A
   worker still running it `cancel_grace_s` after the limit is killed as for
-  a cancellation; the generation then ends `time` as well
-  (`ScheduledJob.timed_out`).
-- Every job ends exactly once (`Scheduler.end`): its sink gets one
+  a cancellation; the generation then ends `time` as well (its job is
+  `OVERTIME`).
+- A job's lifecycle is a table (`JOB_TRANSITIONS`, as napllm.lifecycle's
+  generation and endpoint): `QUEUED`, `RUNNING` (in the worker, no text
+  yet), `STREAMING`, `OVERTIME`, `ENDED`. Every job ends exactly once
+  (`Scheduler.end`: the `END` event is taken once): its sink gets one
   `GenerationEnd`, its future resolves (with the given error, e.g.
-  `EngineCrashed`, after a crash) and its watchdog stops.
+  `EngineCrashed`, after a crash) and its watchdog stops. Only a `RUNNING`
+  job can go back to the queue after its worker died.
 """
 
 from __future__ import annotations
@@ -38,9 +42,11 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
+from ..lifecycle import Table
 from .batching import EndUpdate, TextUpdate
 from .jobs import GenerationEnd, GenerationJob, Sink, TextPiece
 
@@ -52,23 +58,86 @@ CANCEL_GRACE_S = 10.0
 GENERATION_TIME_LIMIT_S = 600.0
 
 
+class JobState(Enum):
+    """Where a scheduled job is (`JOB_TRANSITIONS`)."""
+
+    QUEUED = "queued"  # waiting for a free slot
+    RUNNING = "running"  # handed to the worker, no text yet
+    STREAMING = "streaming"  # text reached its sink
+    OVERTIME = "overtime"  # its worker was killed for running it past its time limit
+    ENDED = "ended"  # its sink has its end and its future is resolved
+
+
+class JobEvent(Enum):
+    """What happens to a scheduled job (`JOB_TRANSITIONS`)."""
+
+    DISPATCH = "dispatch"
+    TEXT = "text"
+    OVERTIME = "overtime"
+    REQUEUE = "requeue"  # its worker died before it wrote text; it runs again
+    END = "end"
+
+
+JOB_TRANSITIONS: dict[tuple[JobState, JobEvent], JobState] = {
+    (JobState.QUEUED, JobEvent.DISPATCH): JobState.RUNNING,
+    (JobState.QUEUED, JobEvent.END): JobState.ENDED,
+    (JobState.RUNNING, JobEvent.TEXT): JobState.STREAMING,
+    (JobState.RUNNING, JobEvent.OVERTIME): JobState.OVERTIME,
+    (JobState.RUNNING, JobEvent.REQUEUE): JobState.QUEUED,
+    (JobState.RUNNING, JobEvent.END): JobState.ENDED,
+    (JobState.STREAMING, JobEvent.TEXT): JobState.STREAMING,
+    (JobState.STREAMING, JobEvent.OVERTIME): JobState.OVERTIME,
+    (JobState.STREAMING, JobEvent.END): JobState.ENDED,
+    (JobState.OVERTIME, JobEvent.TEXT): JobState.OVERTIME,
+    (JobState.OVERTIME, JobEvent.END): JobState.ENDED,
+}
+"""Every allowed `(state, event) -> next state` of a job; nothing else is.
+
+A job ends once (`ENDED` has no row); only a job that wrote no text may be
+run again after its worker died (a generation is never answered twice);
+one killed for its time limit ends `time`, never runs again."""
+
+
+class JobLife(Table[JobState, JobEvent]):
+    """One scheduled job's state, changed only through `JOB_TRANSITIONS`.
+
+    Thread-safe: the pipe thread, the watchdogs and the callers move it.
+    """
+
+    transitions = JOB_TRANSITIONS
+    initial = JobState.QUEUED
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+
+    def move(self, event: JobEvent) -> bool:
+        """Apply `event` if the table allows it now; whether it did."""
+        with self._lock:
+            if not self.can(event):
+                return False
+            self.fire(event)
+            return True
+
+
 @dataclass
 class ScheduledJob:
-    """A submitted job: its request number `rid`, `sink`, `future` and progress.
-
-    `emitted`: whether text reached the sink; `timed_out`: the worker was
-    killed because it ran the job past its time limit; `watchdog`: the
-    timer that kills a worker still running it past its limit.
+    """A submitted job: its request number `rid`, `sink`, `future` and its
+    lifecycle `life` (`JOB_TRANSITIONS`); `watchdog`: the timer that kills
+    a worker still running it past its time limit.
     """
 
     rid: int
     job: GenerationJob
     sink: Sink
     future: Future[None]
-    ended: bool = False
-    emitted: bool = False
-    timed_out: bool = False
+    life: JobLife = field(default_factory=JobLife)
     watchdog: threading.Timer | None = None
+
+    @property
+    def state(self) -> JobState:
+        """Where the job is now."""
+        return self.life.state
 
 
 class Scheduler:
@@ -129,7 +198,7 @@ class Scheduler:
             if entry is None:
                 continue  # a late update of a job that already ended
             if isinstance(update, TextUpdate):
-                entry.emitted = True
+                entry.life.move(JobEvent.TEXT)
                 entry.sink(TextPiece(str(update.text)))
             elif isinstance(update, EndUpdate):
                 self.end(
@@ -152,9 +221,14 @@ class Scheduler:
         return running
 
     def requeue_first(self, entries: list[ScheduledJob]) -> None:
-        """Put `entries` back at the head of the queue, in their order."""
+        """Put `entries` back at the head of the queue, in their order.
+
+        Only jobs that wrote no text go back (`JOB_TRANSITIONS`); any other
+        is left as it is.
+        """
+        back = [entry for entry in entries if entry.life.move(JobEvent.REQUEUE)]
         with self._lock:
-            self._queue.extendleft(reversed(entries))
+            self._queue.extendleft(reversed(back))
 
     def resume(self) -> None:
         """A worker is ready: go on handing jobs over."""
@@ -181,6 +255,7 @@ class Scheduler:
                     cancelled = True
                 else:
                     cancelled = False
+                    entry.life.move(JobEvent.DISPATCH)
                     self._running[entry.rid] = entry
             if cancelled:
                 self.end(entry, GenerationEnd("cancelled", 0))
@@ -244,16 +319,15 @@ class Scheduler:
         """
         with self._lock:
             if self._running.get(entry.rid) is entry:
-                entry.timed_out = True
+                entry.life.move(JobEvent.OVERTIME)
                 log.error("the model worker ignored a generation's time limit; stopping it")
                 self._kill_worker()
 
     @staticmethod
     def end(entry: ScheduledJob, end: GenerationEnd, error: Exception | None = None) -> None:
         """End `entry` once: stop its watchdog, tell its sink, resolve its future."""
-        if entry.ended:
+        if not entry.life.move(JobEvent.END):
             return
-        entry.ended = True
         if entry.watchdog is not None:
             entry.watchdog.cancel()
         entry.sink(end)
