@@ -13,9 +13,13 @@ catalogue-source.js, dist-test/ only) reads it and the simulated device from
   (WebGPU engines do not fit), the suggestion is the smallest GGUF; a
   licence-gated entry shows its licence and downloads nothing until it is
   accepted; a hash mismatch (the second file of two) is refused, both
-  files removed and no connection made; one click on the suggested entry downloads, verifies, creates the
-  connection, stored for offline use, and it answers the Chat napplet;
+  files removed and no connection made; one click on the suggested entry
+  downloads, verifies, creates the connection, stored for offline use,
+  and it answers the Chat napplet;
   deleting its model in the Storage panel offers to remove the connection.
+- First run (no connection of the user's own): a card names the suggested
+  entry and its size, opens the catalogue at it, hides once a connection
+  is added, and "Not now" hides it for good.
 - A large device (8 GB, WebGPU with shader-f16) at 360 px: the suggestion
   is a WebGPU model, the view has no horizontal scrolling and axe reports
   no serious violation.
@@ -158,6 +162,12 @@ def test_small_device_verdicts_licence_mismatch_and_one_click_add(
             requests.append(r.url) if f"/{HOST_DIR}/" in r.url and r.url.endswith(".gguf") else None
         ),
     )
+    # First run: the card names the suggestion and its size; nothing downloads.
+    card = page.locator("#first-run")
+    card.wait_for()
+    assert card.get_attribute("data-id") == GOOD
+    assert "SmolLM2 135M Instruct" in (card.text_content() or "")
+    assert "download" in (card.text_content() or "")
     open_catalogue(page)
     found = verdicts(page)
     assert len(found) == len(local_catalogue["data"]["entries"])
@@ -212,6 +222,8 @@ def test_small_device_verdicts_licence_mismatch_and_one_click_add(
     added = page.locator("#connection-list li", has_text="SmolLM2 135M Instruct")
     added.wait_for()
     added.locator(".offline-stored").wait_for()
+    # A connection of the user's own: the first-run card has gone.
+    card.wait_for(state="hidden")
 
     # It answers.
     page.select_option("#napplet-select", "chat")
@@ -256,6 +268,19 @@ def test_large_device_suggestion_at_360_px_with_no_axe_violation(
     context, page = boot(browser, dist_url, local_catalogue, LARGE, 360)
     try:
         page.click("#connections-toggle")
+        # The first-run card suggests the WebGPU model and opens the catalogue at it.
+        card = page.locator("#first-run")
+        card.wait_for()
+        assert card.get_attribute("data-id") == "webllm-gemma-2-2b-it-q4f16_1-mlc"
+        assert page.evaluate("[document.scrollingElement.scrollWidth, innerWidth]") == [360, 360]
+        assert_no_serious_violations(page, "the first-run card at 360 px", "#first-run")
+        page.click("#first-run-show")
+        assert (
+            entry(page, "webllm-gemma-2-2b-it-q4f16_1-mlc")
+            .locator(".catalogue-details")
+            .is_visible()
+        )
+        page.click("#catalogue-open")  # closed again; the checks below open it afresh
         open_catalogue(page)
         found = verdicts(page)
         assert found["webllm-llama-3.2-1b-instruct-q4f16_1-mlc"] == "fits"
@@ -271,5 +296,12 @@ def test_large_device_suggestion_at_360_px_with_no_axe_violation(
         assert gemma.locator("a.catalogue-licence").is_visible()
         assert page.evaluate("[document.scrollingElement.scrollWidth, innerWidth]") == [360, 360]
         assert_no_serious_violations(page, "the model catalogue at 360 px", "#catalogue")
+        # "Not now" hides the card for good in this browser.
+        page.click("#first-run-dismiss")
+        assert card.is_hidden()
+        page.reload()
+        page.wait_for_function("() => document.body.dataset.boot === 'ready'")
+        page.wait_for_timeout(500)
+        assert page.locator("#first-run").is_hidden()
     finally:
         context.close()

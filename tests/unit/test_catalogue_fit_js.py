@@ -178,7 +178,13 @@ def test_the_filter() -> None:
 
 def test_an_engines_ceiling_is_a_byte_ceiling_of_limits_js_or_none() -> None:
     data = json.loads(CATALOGUE.read_text(encoding="utf-8"))
-    names = ["HEADERS_TIMEOUT_MS", "constructor", "__proto__", "MIN_RATE_BYTES", "MAX_ONNX_WEIGHTS_BYTES"]
+    names = [
+        "HEADERS_TIMEOUT_MS",
+        "constructor",
+        "__proto__",
+        "MIN_RATE_BYTES",
+        "MAX_ONNX_WEIGHTS_BYTES",
+    ]
     for index, name in enumerate(names):
         data["engines"][f"x{index}"] = {"label": "X", "ceiling": name}
     ceilings = fit(

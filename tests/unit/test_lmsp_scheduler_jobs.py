@@ -35,7 +35,9 @@ def scheduler(slots: int = 2) -> tuple[Scheduler, list[tuple[Any, ...]], list[st
 
 def submit(jobs: Scheduler) -> tuple[Any, list[Any]]:
     seen: list[Any] = []
-    future = jobs.submit(GenerationJob(prompt_tokens=[1, 2], max_tokens=4, temperature=0), seen.append)
+    future = jobs.submit(
+        GenerationJob(prompt_tokens=[1, 2], max_tokens=4, temperature=0), seen.append
+    )
     return future, seen
 
 

@@ -17,6 +17,13 @@
  * - Text from the catalogue is inserted as text (dom.js `el`), never markup.
  * - Per-engine behaviour comes from the catalogue's engine table, never from
  *   an engine kind named here.
+ * - First run: while the user has no connection of their own and has not
+ *   dismissed it, a card above the catalogue names the model suggested for
+ *   this device with its download size (read like the view: the shell's own
+ *   catalogue and this device's facts, after the connections are listed).
+ *   "Show it" opens the catalogue at that entry; nothing is downloaded
+ *   before its own button. "Not now" hides the card for good (this
+ *   browser's `localStorage`); a connection of the user's own hides it too.
  */
 
 import { el } from "../js/dom.js";
@@ -51,6 +58,17 @@ function select(id, label, choices) {
   return [el("label", { for: id }, label), control];
 }
 
+/** `localStorage` key: the user dismissed the first-run card. */
+export const FIRST_RUN_KEY = "napllm.firstRunDismissed";
+
+function firstRunDismissed() {
+  try {
+    return localStorage.getItem(FIRST_RUN_KEY) === "1";
+  } catch {
+    return true; // no storage: never nag on every visit
+  }
+}
+
 export class CatalogueView {
   /**
    * @param {HTMLElement} after the element the "Browse models" button goes after.
@@ -80,9 +98,58 @@ export class CatalogueView {
         el("div", {}, capabilityLabel, capability), el("div", {}, sizeLabel, size)),
       this.status,
       this.list);
-    after.after(this.button, this.section);
+    this.firstRunCard = el("section", { id: "first-run", class: "first-run", "aria-labelledby": "first-run-heading", hidden: true });
+    this.firstRunState = "unknown"; // "unknown" | "shown" | "done"
+    after.after(this.button, this.firstRunCard, this.section);
     this.button.addEventListener("click", () => this.toggle());
     for (const control of Object.values(this.filters)) control.addEventListener("input", () => this.render());
+  }
+
+  /**
+   * The connections were listed (public summaries): offer the first-run
+   * card while none is the user's own (module rules). Never rejects.
+   */
+  async connectionsListed(connections) {
+    const own = connections.some((c) => c?.settings?.userDefined === true);
+    if (own || firstRunDismissed()) {
+      this.hideFirstRun();
+      return;
+    }
+    if (this.firstRunState !== "unknown") return;
+    this.firstRunState = "shown";
+    await this.load(false);
+    if (this.firstRunState !== "shown" || !this.catalogue) return;
+    const { entries, engines } = this.catalogue;
+    const best = suggestion(entries, this.device, engines);
+    const show = el("button", { type: "button", id: "first-run-show" }, best ? "Show it" : "Browse models");
+    const later = el("button", { type: "button", id: "first-run-dismiss", class: "secondary" }, "Not now");
+    show.addEventListener("click", async () => {
+      if (!this.open) await this.toggle();
+      if (best) this.showEntry(best.id);
+    });
+    later.addEventListener("click", () => {
+      try {
+        localStorage.setItem(FIRST_RUN_KEY, "1");
+      } catch {
+        // the card still goes for this page
+      }
+      this.hideFirstRun();
+      this.button.focus();
+    });
+    this.firstRunCard.replaceChildren(
+      el("h3", { id: "first-run-heading" }, "Get a model for real use"),
+      el("p", {}, "TinyChat, built in, is a tiny test model. ", best
+        ? el("span", {}, "Suggested for this device: ", el("strong", {}, best.name), ` (${engines[best.engine].label}, ${sizeText(best)} download).`)
+        : "No model in the catalogue fits this device well; the catalogue lists those that may be slow."),
+      el("p", { class: "muted" }, "Nothing is downloaded until you press Download and add."),
+      el("div", { class: "first-run-actions" }, show, later));
+    this.firstRunCard.dataset.id = best ? best.id : "";
+    this.firstRunCard.hidden = false;
+  }
+
+  hideFirstRun() {
+    this.firstRunState = "done";
+    this.firstRunCard.hidden = true;
   }
 
   /** Open or close the view (reads the catalogue and the device facts the first time). */
@@ -93,9 +160,15 @@ export class CatalogueView {
     if (this.open) await this.load();
   }
 
-  /** Read the catalogue and this device's facts (once; a failed read is tried again). */
-  async load() {
-    if (this.catalogue) return;
+  /**
+   * Read the catalogue and this device's facts (once; a failed read is tried
+   * again), then draw the list unless `render` is false.
+   */
+  async load(render = true) {
+    if (this.catalogue) {
+      if (render) this.render();
+      return;
+    }
     if (!this.loading) {
       this.status.textContent = "Reading the catalogue…";
       this.loading = Promise.all([catalogueText(), deviceFacts()])
@@ -112,7 +185,7 @@ export class CatalogueView {
         });
     }
     await this.loading;
-    if (this.catalogue) this.render();
+    if (this.catalogue && (render || this.open)) this.render();
   }
 
   /** Draw the suggestion and the entries the filter keeps. */

@@ -195,6 +195,7 @@ export class ConnectionsPanel {
   update(listJson) {
     this.state.setConnections(listJson);
     this.renderConnections();
+    this.catalogue.connectionsListed(this.state.connections);
     document.dispatchEvent(new CustomEvent(CONNECTIONS_LISTED, { detail: this.state.connections }));
   }
 
