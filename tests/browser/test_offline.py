@@ -24,6 +24,7 @@ import pytest
 
 from conftest import RETURNING_VISITOR_SCRIPT
 from napllm.devtools.headless import make_server
+from napllm.providers.engine_wasm import TINYCHAT_PATH
 
 pytestmark = pytest.mark.browser
 
@@ -290,7 +291,6 @@ def test_precache_manifest_is_relative_and_covers_the_offline_shell(dist_dir: Pa
     for url in urls:
         assert not url.startswith("/") and "://" not in url and ".." not in url, url
         assert (dist_dir / url).is_file(), f"precached but missing: {url}"
-    info = json.loads((dist_dir / "build-info.json").read_text())
     wheels = {p.name for p in (dist_dir / "pyodide").glob("*.whl")}
     assert {f"pyodide/{w}" for w in wheels} <= set(urls)
     needed = {
@@ -309,7 +309,7 @@ def test_precache_manifest_is_relative_and_covers_the_offline_shell(dist_dir: Pa
         "vendor/wllama/wllama.js",
         "vendor/wllama/wllama.wasm",
         "vendor/workbox-window/workbox-window.prod.mjs",
-        info["model"]["path"],
+        TINYCHAT_PATH,
     }
     assert needed <= set(urls), needed - set(urls)
     for entry in json.loads((dist_dir / "napplets" / "index.json").read_text()):

@@ -494,3 +494,186 @@ def test_the_prompt_api_layer_ships_bundled_as_inline_text(
     assert "</script" not in source.lower() and "<!--" not in source
     # No code generation: the napplet frame's CSP has no 'unsafe-eval'.
     assert "new Function" not in source and "eval(" not in source
+
+
+ECHO_BUILD: dict[str, object] = {
+    "kind": "echo",
+    "bundles": [{"entry": "echo.js", "output": "vendor/echo/echo.js"}],
+    "packages": ["@scope/echo"],
+    "vendor": [{"from": "@scope/echo/dist/echo.wasm", "to": "vendor/echo/echo.wasm"}],
+    "models": [{"source": "echo", "dest": "models/echo-model", "files": ["a.json", "w/b.bin"]}],
+    "test": {
+        "replace": {"engines/echo.js": {"hook": "echo.js", "product": "engines/echo.product.js"}},
+        "add": {"testhooks/echo-double.js": "echo-double.js"},
+    },
+}
+
+
+def test_the_build_bundles_exactly_the_declared_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """esbuild runs on each engine's declared entries and the shell's own, nothing
+    else; the declared node_modules files are copied beside the bundles."""
+    from buildsys import bundles
+
+    entries = tmp_path / "web" / "vendor-entry"
+    entries.mkdir(parents=True)
+    for name in ("echo.js", "hash-wasm.js", "undeclared.js"):
+        (entries / name).write_text(f"// {name}")
+    (tmp_path / "package-lock.json").write_text("{}")
+    wasm = tmp_path / "node_modules" / "@scope" / "echo" / "dist" / "echo.wasm"
+    wasm.parent.mkdir(parents=True)
+    wasm.write_bytes(b"\0asm")
+    monkeypatch.setattr(paths, "ROOT", tmp_path)
+    monkeypatch.setattr(paths, "NODE_MODULES", tmp_path / "node_modules")
+    monkeypatch.setattr(paths, "STAMPS", tmp_path / "build" / "stamps")
+    ran: list[tuple[str, str]] = []
+
+    def esbuild(cmd: list[str]) -> None:
+        outfile = Path(cmd[-1].removeprefix("--outfile="))
+        ran.append((Path(cmd[1]).name, outfile.relative_to(tmp_path / "dist").as_posix()))
+        outfile.write_text("bundle")
+
+    monkeypatch.setattr(bundles, "run", esbuild)
+    out = base.DistWriter(tmp_path / "dist")
+    bundles.bundle_js(out, [ECHO_BUILD])
+    assert ran == [("echo.js", "vendor/echo/echo.js"), *bundles.SHELL_BUNDLES]
+    assert (tmp_path / "dist" / "vendor/echo/echo.wasm").read_bytes() == b"\0asm"
+    assert {p.relative_to(out.root).as_posix() for p in out.written} == {
+        "vendor/echo/echo.js",
+        "vendor/echo/echo.wasm",
+        *(rel for _, rel in bundles.SHELL_BUNDLES),
+    }
+    # Unchanged inputs: nothing is bundled again; without the engine, its bundle goes.
+    bundles.bundle_js(base.DistWriter(tmp_path / "dist"), [ECHO_BUILD])
+    assert len(ran) == 2
+    bundles.bundle_js(base.DistWriter(tmp_path / "dist"), [])
+    assert ran[2:] == list(bundles.SHELL_BUNDLES)
+    wasm.unlink()
+    with pytest.raises(build.BuildError, match=r"echo\.wasm is missing"):
+        bundles.bundle_js(base.DistWriter(tmp_path / "dist"), [ECHO_BUILD])
+
+
+def test_the_declared_model_files_are_copied_after_their_sums_are_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "models" / "echo"
+    (folder / "w").mkdir(parents=True)
+    (folder / "a.json").write_text("{}")
+    (folder / "w" / "b.bin").write_bytes(b"weights")
+    (folder / "kit.py").write_text("# not shipped")
+    sums = {
+        name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
+        for name in ("a.json", "w/b.bin")
+    }
+    (folder / "SHA256SUMS").write_text("".join(f"{h}  {n}\n" for n, h in sums.items()))
+    monkeypatch.setattr(paths, "ROOT", tmp_path)
+    monkeypatch.setattr(paths, "MODELS", tmp_path / "models")
+    dist = tmp_path / "dist"
+    shipped = models.copy_models(base.DistWriter(dist), [ECHO_BUILD, {"kind": "bare"}])
+    assert shipped == {
+        "echo": [{"path": "models/echo-model", "files": sums, "bytes": 2 + len(b"weights")}],
+        "bare": [],
+    }
+    copied = sorted(p.relative_to(dist).as_posix() for p in dist.rglob("*") if p.is_file())
+    assert copied == ["models/echo-model/a.json", "models/echo-model/w/b.bin"]
+    assert [
+        str(p.relative_to(tmp_path)) for p in models.model_sources(ECHO_BUILD["models"][0])
+    ] == [  # type: ignore[index]
+        "models/echo/SHA256SUMS",
+        "models/echo/a.json",
+        "models/echo/w/b.bin",
+    ]
+    (folder / "w" / "b.bin").write_bytes(b"changed")
+    with pytest.raises(build.BuildError, match=r"b\.bin is missing or does not match"):
+        models.copy_models(base.DistWriter(dist), [ECHO_BUILD])
+    (folder / "SHA256SUMS").write_text(f"{sums['a.json']}  a.json\n")
+    (folder / "w" / "b.bin").write_bytes(b"weights")
+    with pytest.raises(build.BuildError, match=r"b\.bin is missing or does not match"):
+        models.copy_models(base.DistWriter(dist), [ECHO_BUILD])
+    (folder / "SHA256SUMS").unlink()
+    with pytest.raises(build.BuildError, match="SHA256SUMS is missing"):
+        models.copy_models(base.DistWriter(dist), [ECHO_BUILD])
+
+
+def test_a_catalogue_is_what_its_engines_function_makes_of_the_exports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build reads the declared exports and hands them, with the engine's
+    shipped models, to the function its spec names; a refusal stops the build."""
+    from buildsys import bundles, engines
+
+    declared = [b for b in engines.engine_builds() if "catalog" in b]
+    assert declared, "no engine declares a catalogue"
+    read: list[tuple[str, str, list[str]]] = []
+    exports = {
+        "prebuiltAppConfig": {"model_list": [{"model_id": "m", "vram_required_MB": 1, "x": 2}]},
+        "functionCallingModelIds": ["m"],
+    }
+
+    def fake_exports(kind: str, bundle: Path, names: list[str]) -> dict[str, object]:
+        read.append((kind, bundle.relative_to(tmp_path).as_posix(), names))
+        return exports
+
+    monkeypatch.setattr(bundles, "library_exports", fake_exports)
+    sums = {"mlc-chat-config.json": "a" * 64, "tinychat-webgpu.wasm": "b" * 64}
+    sums["tokenizer.json"] = "c" * 64
+    shipped = {b["kind"]: [{"path": "models/m", "files": sums, "bytes": 1}] for b in declared}
+    out = base.DistWriter(tmp_path)
+    written = bundles.write_catalogs(out, shipped, declared)
+    assert written == [b["catalog"]["file"] for b in declared]
+    for build_, rel in zip(declared, written, strict=True):
+        catalog = build_["catalog"]
+        assert (build_["kind"], catalog["bundle"], catalog["exports"]) in read
+        make = engines.catalog_function(build_["kind"], catalog["make"])
+        assert json.loads((tmp_path / rel).read_text()) == make(exports, shipped[build_["kind"]])
+    exports = {"prebuiltAppConfig": {"model_list": []}}
+    with pytest.raises(build.BuildError, match="catalogue"):
+        bundles.write_catalogs(base.DistWriter(tmp_path), shipped, declared)
+    assert bundles.write_catalogs(base.DistWriter(tmp_path), {}, [ECHO_BUILD]) == []
+
+
+def test_the_test_build_takes_each_engines_hooks_from_its_declaration() -> None:
+    from buildsys import dist
+
+    overrides, additions = dist.dist_test_hooks([ECHO_BUILD])
+    assert overrides == {
+        **dist.TEST_OVERRIDES,
+        "engines/echo.js": ("echo.js", "engines/echo.product.js"),
+    }
+    assert additions == {**dist.TEST_ADDITIONS, "testhooks/echo-double.js": "echo-double.js"}
+    assert dist.dist_test_hooks([]) == (dist.TEST_OVERRIDES, dist.TEST_ADDITIONS)
+    twice = {"kind": "other", "test": {"add": {"testhooks/echo-double.js": "x.js"}}}
+    with pytest.raises(build.BuildError, match="two test hooks"):
+        dist.dist_test_hooks([ECHO_BUILD, twice])
+
+
+def test_build_info_names_each_declared_library_and_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from buildsys import dist
+
+    monkeypatch.setattr(dist, "npm_version", lambda package: f"1.0-{package}")
+    out = base.DistWriter(tmp_path)
+    out.write_bytes("index.html", b"<!doctype html>")
+    shipped = {"echo": [{"path": "models/echo-model", "files": {}, "bytes": 0}]}
+    pyodide_info = {"info": {"python": "3.14.0"}, "packages": {}}
+    info = dist.write_build_info(out, pyodide_info, shipped, 0, [ECHO_BUILD])
+    assert info["echo"] == "1.0-@scope/echo"
+    assert info["models"] == shipped
+    assert info["files"] == {"index.html": 15}
+
+
+def test_a_malformed_build_declaration_stops_the_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    from buildsys import engines
+
+    from napllm.providers import engine_specs
+
+    def refuse() -> list[dict[str, object]]:
+        raise ValueError("the build of 'echo' names a file outside its folder or dist/")
+
+    monkeypatch.setattr(engine_specs, "build_declarations", refuse)
+    with pytest.raises(build.BuildError, match="outside its folder"):
+        engines.engine_builds()
+    with pytest.raises(build.BuildError, match="no engine of kind"):
+        engines.catalog_function("no-such-engine", "make")

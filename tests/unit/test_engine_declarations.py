@@ -4,8 +4,10 @@ and name no engine.
 
 "Names an engine" is read strictly on what a declaration holds: a string
 literal that is an engine's kind, one of its own cache names, its worker,
-adapter or offline module (by file name), or one of its precache globs or
-lazy folders. Comments may explain; code may not list.
+adapter or offline module (by file name), one of its precache globs or
+lazy folders, or what its build declaration names (a bundle's entry or
+output, a file copied from node_modules/, its model's folder in dist/, its
+catalogue, its test hooks). Comments may explain; code may not list.
 """
 
 from __future__ import annotations
@@ -15,25 +17,20 @@ from pathlib import Path
 
 import pytest
 
-from napllm.providers.engine_specs import ENGINE_SPECS, RESERVED_KINDS, page_declarations
+from napllm.providers.engine_specs import (
+    ENGINE_SPECS,
+    RESERVED_KINDS,
+    build_declarations,
+    page_declarations,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-
-#: Build steps that still know the engines' libraries and built-in models
-#: (bundling wllama, web-llm and transformers.js; TinyChat in three formats;
-#: WebLLM's catalogue; the test build's WebLLM double): docs/design.md,
-#: "Adding an engine", says what they are. Nothing else may join this list.
-BUILD_STEPS_NOT_YET_DECLARED = frozenset({"bundles.py", "models.py", "paths.py", "dist.py"})
 
 #: The shared code that must loop over the declarations (docs/design.md, "Adding an engine").
 SHARED = [
     *sorted((ROOT / "web" / "js").glob("*.js")),
     ROOT / "web" / "sw-napllm.js",
-    *sorted(
-        path
-        for path in (ROOT / "tools" / "buildsys").glob("*.py")
-        if path.name not in BUILD_STEPS_NOT_YET_DECLARED
-    ),
+    *sorted((ROOT / "tools" / "buildsys").glob("*.py")),
 ]
 
 _STRING = re.compile(r"""(["'`])((?:\\.|(?!\1)[^\\\n])*)\1""")
@@ -51,6 +48,22 @@ def engine_names() -> set[str]:
                 names.add(str(page[key]).rsplit("/", 1)[-1])
         names.update(page.get("precache", ()))
         names.update(page.get("lazy", ()))
+    return names
+
+
+def build_names() -> set[str]:
+    """What the engines' build declarations name (module doc), for the build's own files."""
+    names: set[str] = set()
+    for build in build_declarations():
+        names.update(item for b in build.get("bundles", ()) for item in b.values())
+        names.update(item for v in build.get("vendor", ()) for item in v.values())
+        names.update(model["dest"] for model in build.get("models", ()))
+        names.update([build["catalog"]["file"]] if "catalog" in build else [])
+        test = build.get("test", {})
+        for rel, hook in test.get("replace", {}).items():
+            names.update([rel, hook["hook"], *([hook["product"]] if "product" in hook else [])])
+        for rel, name in test.get("add", {}).items():
+            names.update([rel, name])
     return names
 
 
@@ -77,6 +90,16 @@ def test_no_shared_page_service_worker_or_build_file_names_an_engine() -> None:
     names = engine_names()
     assert {"wasm", "webllm", "onnx"} <= names
     found = [hit for path in SHARED for hit in naming(path, names)]
+    assert found == []
+
+
+def test_no_build_step_names_an_engines_library_model_or_test_hook() -> None:
+    """The build's steps read bundles, vendor files, models, the catalogue and
+    the test hooks from the build declarations (`build_declarations`)."""
+    names = engine_names() | build_names()
+    assert {"vendor/web-llm/web-llm.js", "models/tinychat-onnx", "webllm-factory.js"} <= names
+    steps = sorted((ROOT / "tools" / "buildsys").glob("*.py"))
+    found = [hit for path in steps for hit in naming(path, names)]
     assert found == []
 
 
@@ -162,3 +185,104 @@ def test_an_engine_cannot_take_a_protocol_or_taken_kind(kind: str) -> None:
     specs = (*ENGINE_SPECS, Spec()) if kind == "wasm" else (Spec(),)
     with pytest.raises(ValueError):
         page_declarations(specs)  # type: ignore[arg-type]
+
+
+def test_each_build_declaration_names_files_that_exist() -> None:
+    """Entries, model files (listed in their SHA256SUMS) and test hooks are in the repository."""
+    for build in build_declarations():
+        for bundle in build.get("bundles", ()):
+            assert (ROOT / "web" / "vendor-entry" / bundle["entry"]).is_file(), bundle
+        for model in build.get("models", ()):
+            folder = ROOT / "models" / model["source"]
+            listed = (folder / "SHA256SUMS").read_text(encoding="utf-8")
+            for name in model["files"]:
+                assert (folder / name).is_file() and f" {name}\n" in listed, name
+        test = build.get("test", {})
+        hooks = [hook["hook"] for hook in test.get("replace", {}).values()]
+        for name in [*hooks, *test.get("add", {}).values()]:
+            assert (ROOT / "tests" / "hooks" / name).is_file(), name
+
+
+def build_spec(build: dict[str, object], kind: str = "echo") -> object:
+    """A spec of `kind` (its module: this one) with the build declaration `build`."""
+
+    class Spec:
+        pass
+
+    Spec.kind = kind  # type: ignore[attr-defined]
+    Spec.build = build  # type: ignore[attr-defined]
+    return Spec()
+
+
+def make_catalog(exports: object, models: object) -> dict[str, object]:
+    """A catalogue function of this module, for `build_spec`'s `make`."""
+    return {"exports": exports, "models": models}
+
+
+GOOD_BUILD: dict[str, object] = {
+    "bundles": [{"entry": "echo.js", "output": "vendor/echo/echo.js"}],
+    "packages": ["@scope/echo", "echo-runtime"],
+    "vendor": [{"from": "@scope/echo/dist/echo.wasm", "to": "vendor/echo/echo.wasm"}],
+    "models": [{"source": "echo", "dest": "models/echo", "files": ["weights/model.bin"]}],
+    "catalog": {
+        "bundle": "vendor/echo/echo.js",
+        "exports": ["catalog"],
+        "file": "vendor/echo/catalog.json",
+        "make": "make_catalog",
+    },
+    "test": {
+        "replace": {"engines/echo.js": {"hook": "echo.js", "product": "engines/echo.product.js"}},
+        "add": {"testhooks/echo-double.js": "echo-double.js"},
+    },
+}
+
+
+def test_a_well_formed_build_declaration_is_read_as_it_is() -> None:
+    assert build_declarations((build_spec(GOOD_BUILD),)) == [{"kind": "echo", **GOOD_BUILD}]  # type: ignore[arg-type]
+    # An engine without a library or a model declares nothing.
+    assert build_declarations((build_spec({}),)) == [{"kind": "echo"}]  # type: ignore[arg-type]
+    assert [b["kind"] for b in build_declarations()] == [s.kind for s in ENGINE_SPECS]
+
+
+def changed(key: str, value: object) -> dict[str, object]:
+    return GOOD_BUILD | {key: value}
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        changed("bundles", [{"entry": "echo.js", "output": "../vendor/echo.js"}]),
+        changed("bundles", [{"entry": "../../etc/echo.js", "output": "vendor/echo/echo.js"}]),
+        changed("bundles", [{"entry": "echo.js", "output": "/abs/echo.js"}]),
+        changed("bundles", [{"entry": "echo.js"}]),
+        changed("vendor", [{"from": "echo/../../secret", "to": "vendor/echo/x"}]),
+        changed("vendor", [{"from": "echo/x.wasm", "to": "https://cdn.example/x.wasm"}]),
+        changed("vendor", [{"from": "echo/x.wasm", "to": "vendor/echo/"}]),
+        changed("models", [{"source": "echo", "dest": "models/echo", "files": ["../SHA256SUMS"]}]),
+        changed("models", [{"source": "echo", "dest": "../models", "files": ["a.bin"]}]),
+        changed("models", [{"source": "/echo", "dest": "models/echo", "files": ["a.bin"]}]),
+        changed("models", [{"source": "echo", "dest": "models/echo", "files": []}]),
+        changed("packages", ["Not A Package"]),
+        changed("catalog", {**GOOD_BUILD["catalog"], "make": "no_such_function"}),  # type: ignore[dict-item]
+        changed("catalog", {**GOOD_BUILD["catalog"], "make": "os.system"}),  # type: ignore[dict-item]
+        changed("catalog", {**GOOD_BUILD["catalog"], "bundle": "vendor/other.js"}),  # type: ignore[dict-item]
+        changed("catalog", {**GOOD_BUILD["catalog"], "file": "../catalog.json"}),  # type: ignore[dict-item]
+        changed("catalog", {**GOOD_BUILD["catalog"], "exports": ["a-b"]}),  # type: ignore[dict-item]
+        changed("test", {"replace": {"engines/echo.js": {"hook": "../../echo.js"}}}),
+        changed("test", {"replace": {"../index.html": {"hook": "echo.js"}}}),
+        changed("test", {"add": {"testhooks/x.js": "hooks/x.js"}}),
+        changed("test", {"remove": {}}),
+        changed("scripts", ["postinstall"]),
+        # two entries of one engine write the same file of dist/
+        changed("vendor", [{"from": "echo/a.js", "to": "vendor/echo/echo.js"}]),
+    ],
+)
+def test_a_malformed_build_declaration_stops_the_build(build: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        build_declarations((build_spec(build),))  # type: ignore[arg-type]
+
+
+def test_two_engines_cannot_write_the_same_file_of_dist() -> None:
+    other = {"models": [{"source": "other", "dest": "models/echo", "files": ["weights/model.bin"]}]}
+    with pytest.raises(ValueError, match="twice"):
+        build_declarations((build_spec(GOOD_BUILD), build_spec(other, "other")))  # type: ignore[arg-type]

@@ -1,7 +1,8 @@
 """TinyChat compiled for WebLLM (models/tinychat/webllm/), under CPython.
 
-- The shipped files match SHA256SUMS, and build.py's record for WebLLM
-  points at them with the right integrity values.
+- The shipped files match SHA256SUMS, and the record the build writes for
+  WebLLM (the spec's `webllm_catalog`) points at them with the right
+  integrity values.
 - The shipped weights (WebLLM's ``tensor-cache.json`` + shard, bfloat16 on
   disk) give llama.cpp's greedy answers for all committed prompts, through
   the numpy reference forward (the model library itself runs in the browser
@@ -26,12 +27,14 @@ from typing import Any
 import pytest
 
 from napllm.providers.engine_webllm import (
+    WEBLLM_BUILD,
     WEBLLM_TINYCHAT_ID,
     WEBLLM_TINYCHAT_MODEL,
     WEBLLM_TINYCHAT_NAME,
     GpuReport,
     WebLLMRecord,
     bundled_records,
+    webllm_catalog,
     webllm_tinychat_connection,
 )
 
@@ -65,10 +68,19 @@ def reference() -> Any:
 def test_files_match_their_checksums_and_the_record() -> None:
     build = load_build()
     sums = build.read_sha256sums(WEBLLM / "SHA256SUMS")
-    assert set(sums) == set(build.WEBLLM_MODEL_FILES)
+    [model] = WEBLLM_BUILD["models"]
+    assert model["source"] == "tinychat/webllm"
+    assert set(sums) == set(model["files"])
     for name, digest in sums.items():
         assert hashlib.sha256((WEBLLM / name).read_bytes()).hexdigest() == digest, name
-    record = build.webllm_tinychat_record(sums)
+    prebuilt = {"model_id": "Other-MLC", "vram_required_MB": 9, "model_url": "https://x"}
+    catalog = webllm_catalog(
+        {"prebuiltAppConfig": {"model_list": [prebuilt]}, "functionCallingModelIds": ["Other-MLC"]},
+        [{"path": model["dest"], "files": sums}],
+    )
+    assert catalog["records"] == [{"model_id": "Other-MLC", "vram_required_MB": 9}]
+    assert catalog["functionCallingIds"] == ["Other-MLC"]
+    [record] = catalog["bundled"]
     assert record["model_id"] == WEBLLM_TINYCHAT_MODEL
     assert record["model"] == "models/tinychat-webllm/resolve/main/"
     assert record["model_lib"].endswith("/tinychat-webgpu.wasm")

@@ -6,9 +6,11 @@ Steps, in the order `buildsys.dist.build` runs them:
   ``build.py test`` also Debian's Chromium and the pinned CPython packages.
 - `buildsys.pyodide`: the pinned wheels from PyPI and Pyodide with a merged lock.
 - `buildsys.wheel`: the ``napllm`` wheel for the browser, with Pyodide's bytecode.
-- `buildsys.bundles`: the esbuild bundles, WebLLM's catalog.
-- `buildsys.models`: TinyChat as GGUF, ONNX and for WebLLM, checked against SHA256SUMS.
+- `buildsys.bundles`: the esbuild bundles and the engines' catalogues.
+- `buildsys.models`: each engine's built-in model, checked against SHA256SUMS.
 - `buildsys.content`: web/ and the napplets with the gallery's index.
+- `buildsys.engines`: the engines' declarations (their specs' `page` into
+  dist/engines/engines.json; their `build`, which the steps above loop over).
 - `buildsys.service_worker`: the app icons and the Workbox service worker.
 - `buildsys.dist`: runs the steps into dist/, writes build-info.json, the test
   build dist-test/, and cleans.

@@ -1,9 +1,12 @@
-"""The JavaScript side of dist/: esbuild bundles and WebLLM's catalog.
+"""The JavaScript side of dist/: esbuild bundles and the engines' catalogues.
 
 Rules
 - Libraries come from node_modules/ (``package-lock.json``) and are bundled by
   esbuild into dist/vendor/; nothing is loaded from a CDN (their wasm files
   are copied next to their bundles).
+- An engine's library is what its spec's build declaration says
+  (`buildsys.engines.engine_builds`: `bundles`, `vendor`, `catalog`); this
+  module adds only the shell's own bundles (`SHELL_BUNDLES`).
 - The Prompt API layer is one inline-safe script (no ``</script``, no ``<!--``).
 """
 
@@ -13,18 +16,16 @@ import hashlib
 import json
 import re
 import subprocess
+from collections.abc import Mapping
 from typing import Any
 
 from buildsys import paths
 from buildsys.base import BuildError, DistWriter, log, run, sha256_file, stamp_matches, write_stamp
+from buildsys.engines import catalog_function, engine_builds
 
-#: esbuild bundles: (entry file under web/vendor-entry/, output path under dist/).
-BUNDLES = (
-    ("wllama.js", "vendor/wllama/wllama.js"),
-    ("web-llm.js", "vendor/web-llm/web-llm.js"),
-    ("transformers.js", "vendor/transformers/transformers.js"),
-    ("hash-wasm.js", "vendor/hash-wasm/hash-wasm.js"),
-)
+#: The shell's own esbuild bundles (no engine's): (entry file under
+#: web/vendor-entry/, output path under dist/). hash-wasm checks downloads.
+SHELL_BUNDLES = (("hash-wasm.js", "vendor/hash-wasm/hash-wasm.js"),)
 
 #: The Prompt API layer (the modules of web/prompt-api/, entry index.js, with
 #: its JSON Schema validator): bundled into one script and shipped as the text
@@ -36,27 +37,41 @@ PROMPT_API_MODULE = "js/prompt-api-source.js"
 #: The global the bundle defines inside the layer's own function scope.
 PROMPT_API_GLOBAL = "napllmPromptApi"
 
-#: onnxruntime-web's wasm build that transformers.js loads for WebGPU and WASM
-#: (copied next to its bundle; the library's default would be a CDN).
-ORT_WASM_FILES = ("ort-wasm-simd-threaded.asyncify.mjs", "ort-wasm-simd-threaded.asyncify.wasm")
 
+def bundles(builds: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The esbuild bundles: each engine's declared ones, in order, then `SHELL_BUNDLES`.
 
-def bundle_js(out: DistWriter) -> None:
-    """Bundle wllama, web-llm, transformers.js and hash-wasm with esbuild into dist/vendor/.
-
-    ESM, minified. Entries are ``web/vendor-entry/*.js``. The wllama bundle
-    gets its ``wllama.wasm`` next to it, the transformers.js bundle
-    onnxruntime-web's ``ort-wasm-simd-threaded.asyncify.{mjs,wasm}``. Skipped
-    when the lock, the entries and the outputs are unchanged.
+    ``builds``: the engines' build declarations (`engine_builds`). Shape:
+    ``[(entry file under web/vendor-entry/, output path under dist/)]``.
     """
+    declared = [(b["entry"], b["output"]) for build in builds for b in build.get("bundles", ())]
+    return [*declared, *SHELL_BUNDLES]
+
+
+def bundle_js(out: DistWriter, builds: list[dict[str, Any]] | None = None) -> None:
+    """Bundle the engines' libraries and the shell's own with esbuild into dist/.
+
+    ESM, minified; the bundles are `bundles` of ``builds`` (default: every
+    engine's, `engine_builds`). Each engine's declared ``vendor`` files
+    (``{from: path under node_modules/, to: path under dist/}``: a wasm
+    build beside its bundle) are copied. Bundling is skipped when the lock,
+    the entries and the outputs are unchanged.
+
+    Raises: BuildError when esbuild fails or a declared file is missing.
+    """
+    builds = engine_builds() if builds is None else builds
+    planned = bundles(builds)
     esbuild = paths.NODE_MODULES / ".bin" / "esbuild"
     entries = paths.ROOT / "web" / "vendor-entry"
     digest = hashlib.sha256(sha256_file(paths.ROOT / "package-lock.json").encode())
-    for entry, _ in BUNDLES:
+    for entry, rel in planned:
+        if not (entries / entry).is_file():
+            raise BuildError(f"bundle entry web/vendor-entry/{entry} is missing")
+        digest.update(f"{entry}\0{rel}\0".encode())
         digest.update((entries / entry).read_bytes())
-    outputs = [out.claim(rel) for _, rel in BUNDLES]
+    outputs = [out.claim(rel) for _, rel in planned]
     if not (stamp_matches("esbuild", digest.hexdigest()) and all(p.is_file() for p in outputs)):
-        for (entry, rel), dst in zip(BUNDLES, outputs, strict=True):
+        for (entry, rel), dst in zip(planned, outputs, strict=True):
             log(f"esbuild {rel}")
             dst.parent.mkdir(parents=True, exist_ok=True)
             run(
@@ -66,14 +81,12 @@ def bundle_js(out: DistWriter) -> None:
                 ]
             )
         write_stamp("esbuild", digest.hexdigest())
-    out.copy(
-        paths.NODE_MODULES / "@wllama" / "wllama" / "esm" / "wasm" / "wllama.wasm",
-        "vendor/wllama/wllama.wasm",
-    )
-    for name in ORT_WASM_FILES:
-        out.copy(
-            paths.NODE_MODULES / "onnxruntime-web" / "dist" / name, f"vendor/transformers/{name}"
-        )
+    for build in builds:
+        for item in build.get("vendor", ()):
+            source = paths.NODE_MODULES / item["from"]
+            if not source.is_file():
+                raise BuildError(f"node_modules/{item['from']} is missing (npm ci)")
+            out.copy(source, item["to"])
 
 
 def bundle_prompt_api(out: DistWriter) -> None:
@@ -107,58 +120,75 @@ def bundle_prompt_api(out: DistWriter) -> None:
     out.write_bytes(PROMPT_API_MODULE, module.encode("utf-8"))
 
 
-#: Fields of WebLLM's model records the shell needs to judge a device.
-WEBLLM_RECORD_FIELDS = (
-    "model_id",
-    "vram_required_MB",
-    "required_features",
-    "model_type",
-    "low_resource_required",
-    "buffer_size_required_bytes",
+#: Reads the named exports of a bundle (argv: its URL, the names as JSON)
+#: and prints them as one JSON object.
+_READ_EXPORTS = (
+    "const lib = await import(process.argv[1]);"
+    "const names = JSON.parse(process.argv[2]);"
+    "process.stdout.write(JSON.stringify(Object.fromEntries(names.map((n) => [n, lib[n]]))));"
 )
 
 
-def write_webllm_catalog(out: DistWriter, bundled: list[dict[str, Any]] | None = None) -> None:
-    """Write ``vendor/web-llm/catalog.json``: WebLLM's prebuilt model records.
+def library_exports(kind: str, bundle: Any, names: list[str]) -> dict[str, Any]:
+    """The exports ``names`` of ``bundle`` (a Path of dist/), as JSON data, read by node.
 
-    The shell lists WebLLM models at boot; reading the records from this
-    small file means the 6 MB web-llm bundle is only loaded on a device with
-    a WebGPU adapter. Node imports the bundle once per bundle version.
-    ``bundled``: records of models shipped in dist/ (:func:`copy_webllm_model`),
-    written under ``bundled``.
+    Node imports the bundle once per bundle and list of names (cached in
+    build/, stamp ``exports-<kind>``).
+
+    Raises: BuildError when node fails or prints no JSON object.
     """
-    bundle = paths.DIST / "vendor" / "web-llm" / "web-llm.js"
-    cache = paths.BUILD / "webllm-catalog.json"
-    digest = sha256_file(bundle)
-    if not (stamp_matches("webllm-catalog", digest) and cache.is_file()):
-        script = (
-            "const lib = await import(process.argv[1]);"
-            "const fields = JSON.parse(process.argv[2]);"
-            "const records = lib.prebuiltAppConfig.model_list.map((r) =>"
-            " Object.fromEntries(fields.filter((k) => k in r).map((k) => [k, r[k]])));"
-            "process.stdout.write(JSON.stringify({records,"
-            " functionCallingIds: [...(lib.functionCallingModelIds || [])]}));"
-        )
-        result = subprocess.run(
-            [
-                "node",
-                "--input-type=module",
-                "-e",
-                script,
-                bundle.as_uri(),
-                json.dumps(WEBLLM_RECORD_FIELDS),
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-            cwd=paths.ROOT,
-        )
-        catalog = json.loads(result.stdout)
-        if not catalog.get("records"):
-            raise BuildError("web-llm's prebuilt model list is empty")
-        paths.BUILD.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps(catalog), encoding="utf-8")
-        write_stamp("webllm-catalog", digest)
-    catalog = json.loads(cache.read_text(encoding="utf-8"))
-    catalog["bundled"] = list(bundled or [])
-    out.write_json("vendor/web-llm/catalog.json", catalog)
+    cache = paths.BUILD / f"exports-{kind}.json"
+    digest = hashlib.sha256(f"{sha256_file(bundle)}\0{json.dumps(names)}".encode()).hexdigest()
+    if stamp_matches(f"exports-{kind}", digest) and cache.is_file():
+        return json.loads(cache.read_text(encoding="utf-8"))
+    result = subprocess.run(
+        ["node", "--input-type=module", "-e", _READ_EXPORTS, bundle.as_uri(), json.dumps(names)],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=paths.ROOT,
+    )
+    try:
+        exports = json.loads(result.stdout) if result.returncode == 0 else None
+    except json.JSONDecodeError:
+        exports = None
+    if not isinstance(exports, dict):
+        raise BuildError(f"node could not read {names} of {bundle.name}:\n{result.stderr[-2000:]}")
+    paths.BUILD.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(exports), encoding="utf-8")
+    write_stamp(f"exports-{kind}", digest)
+    return exports
+
+
+def write_catalogs(
+    out: DistWriter,
+    models: Mapping[str, list[dict[str, Any]]],
+    builds: list[dict[str, Any]] | None = None,
+) -> list[str]:
+    """Write each engine's declared catalogue; returns the paths written (under dist/).
+
+    A catalogue (``catalog: {bundle, exports, file, make}`` of a build
+    declaration) is JSON the page reads at boot instead of loading a
+    library: the function ``make`` of the engine's spec module turns the
+    library's ``exports`` (`library_exports` of its ``bundle``) and the
+    engine's shipped models (``models[kind]``, `buildsys.models.copy_models`)
+    into the data written to ``file``. Run after `bundle_js`.
+
+    Raises: BuildError when node fails or ``make`` refuses the exports (ValueError).
+    """
+    builds = engine_builds() if builds is None else builds
+    written = []
+    for build in builds:
+        catalog = build.get("catalog")
+        if catalog is None:
+            continue
+        kind = build["kind"]
+        exports = library_exports(kind, out.root / catalog["bundle"], list(catalog["exports"]))
+        make = catalog_function(kind, catalog["make"])
+        try:
+            data = make(exports, models.get(kind, []))
+        except (ValueError, KeyError) as exc:
+            raise BuildError(f"the catalogue of {kind!r}: {exc}") from exc
+        out.write_json(catalog["file"], data)
+        written.append(catalog["file"])
+    return written

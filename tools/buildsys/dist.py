@@ -19,24 +19,29 @@ from typing import Any
 
 from buildsys import paths
 from buildsys.base import BuildError, DistWriter, build_lock
-from buildsys.bundles import bundle_js, bundle_prompt_api, write_webllm_catalog
+from buildsys.bundles import bundle_js, bundle_prompt_api, write_catalogs
 from buildsys.content import copy_napplets, copy_web
-from buildsys.engines import service_worker_part, write_engine_declarations
+from buildsys.engines import engine_builds, service_worker_part, write_engine_declarations
 from buildsys.installs import ensure_node_modules, npm_version
-from buildsys.models import copy_model, copy_onnx_model, copy_webllm_model
+from buildsys.models import copy_models, model_sources
 from buildsys.pyodide import copy_pyodide, fetch_wheels
 from buildsys.service_worker import build_service_worker
 from buildsys.wheel import build_napllm_wheel, napllm_sources
 
 
 def write_build_info(
-    out: DistWriter, pyodide: dict[str, Any], model: dict[str, Any], napplets: int
+    out: DistWriter,
+    pyodide: dict[str, Any],
+    models: dict[str, list[dict[str, Any]]],
+    napplets: int,
+    builds: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """Write dist/build-info.json: versions and the size of every file in dist/.
 
     Shape: ``{"pyodide", "python", "packages": {name: version}, "napllm",
-    "wllama", "web-llm", "transformers", "onnxruntime-web", "model":
-    {path, sha256, bytes},
+    <library>: version for each npm package an engine's build declares
+    (named without its scope: ``@wllama/wllama`` is ``wllama``), "models":
+    {kind: [{path, files: {name: sha256}, bytes}]} (`copy_models`),
     "napplets", "files": {relative path: bytes}, "total_bytes"}``.
     """
     files = {
@@ -51,11 +56,12 @@ def write_build_info(
         "pydantic": pyodide["packages"].get("pydantic"),
         "pydantic_core": pyodide["packages"].get("pydantic-core"),
         "napllm": pyodide["packages"].get("napllm"),
-        "wllama": npm_version("@wllama/wllama"),
-        "web-llm": npm_version("@mlc-ai/web-llm"),
-        "transformers": npm_version("@huggingface/transformers"),
-        "onnxruntime-web": npm_version("onnxruntime-web"),
-        "model": model,
+        **{
+            package.rsplit("/", 1)[-1]: npm_version(package)
+            for build in builds
+            for package in build.get("packages", ())
+        },
+        "models": models,
         "napplets": napplets,
         "files": files,
         "total_bytes": sum(files.values()),
@@ -68,8 +74,11 @@ def build_inputs() -> list[Path]:
     """Every source file whose change makes dist/ stale (for the test harness)."""
     files = [paths.ROOT / "build.py", *sorted(Path(__file__).parent.glob("*.py"))]
     files += [paths.ROOT / "package-lock.json", *napllm_sources()]
-    files += [paths.MODEL_DIR / paths.MODEL_FILE, paths.MODEL_DIR / "SHA256SUMS"]
-    files += [p for p in paths.ONNX_MODEL_DIR.rglob("*") if p.is_file() and p.suffix != ".py"]
+    try:
+        builds = engine_builds()
+    except BuildError:
+        builds = []  # the build itself says why
+    files += [p for b in builds for model in b.get("models", ()) for p in model_sources(model)]
     for folder in (paths.WEB, paths.NAPPLETS):
         if folder.is_dir():
             files += [p for p in folder.rglob("*") if p.is_file()]
@@ -98,16 +107,16 @@ def build(*, gzip_sizes: bool = False) -> dict[str, Any]:
         out = DistWriter(paths.DIST)
         paths.DIST.mkdir(exist_ok=True)
         pyodide = copy_pyodide(out, [*wheels.values(), napllm])
-        bundle_js(out)
-        write_webllm_catalog(out, [copy_webllm_model(out)])
+        builds = engine_builds()
+        bundle_js(out, builds)
+        models = copy_models(out, builds)
+        write_catalogs(out, models, builds)
         copy_web(out)
         bundle_prompt_api(out)
         napplets = copy_napplets(out)
-        model = copy_model(out)
-        copy_onnx_model(out)
         engines = write_engine_declarations(out)
         precache = build_service_worker(out, service_worker_part(engines))
-        info = write_build_info(out, pyodide, model, len(napplets))
+        info = write_build_info(out, pyodide, models, len(napplets), builds)
         out.prune()
         os.utime(paths.DIST / "build-info.json")
     elapsed = time.monotonic() - started
@@ -122,12 +131,12 @@ def build(*, gzip_sizes: bool = False) -> dict[str, Any]:
     return info
 
 
-#: dist-test/ files replaced by a test hook (a file of tests/hooks/), and where
-#: the product's file is kept for the hook to import (None: not kept).
+#: dist-test/ files of the shell replaced by a test hook (a file of
+#: tests/hooks/), and where the product's file is kept for the hook to import
+#: (None: not kept). An engine's own hooks are its build declaration's
+#: ``test`` (`dist_test_hooks`).
 TEST_OVERRIDES: dict[str, tuple[str, str | None]] = {
     "js/boot-runtime.js": ("boot-runtime.js", None),
-    "engines/webllm-engine.js": ("webllm-engine.js", "engines/webllm-engine.product.js"),
-    "vendor/web-llm/web-llm.js": ("web-llm.js", "vendor/web-llm/web-llm.product.js"),
     # small download ceilings, so a host that never stops is refused quickly
     "engines/limits.js": ("engine-limits.js", None),
     # a local model host and simulated devices for the model catalogue
@@ -136,8 +145,31 @@ TEST_OVERRIDES: dict[str, tuple[str, str | None]] = {
 #: Files only the test build has: dist-test path -> file of tests/hooks/.
 TEST_ADDITIONS: dict[str, str] = {
     "testhooks/napllm_testhooks.py": "napllm_testhooks.py",
-    "testhooks/webllm-factory.js": "webllm-factory.js",
 }
+
+
+def dist_test_hooks(
+    builds: list[dict[str, Any]],
+) -> tuple[dict[str, tuple[str, str | None]], dict[str, str]]:
+    """The test build's overrides and additions: the shell's and each engine's.
+
+    Shapes as `TEST_OVERRIDES` and `TEST_ADDITIONS`; an engine's come from
+    its build declaration's ``test: {replace: {path: {hook, product?}},
+    add: {path: hook}}``.
+    Raises: BuildError when two of them name the same dist-test/ file.
+    """
+    overrides, additions = dict(TEST_OVERRIDES), dict(TEST_ADDITIONS)
+    for build in builds:
+        test = build.get("test", {})
+        for rel, hook in test.get("replace", {}).items():
+            if rel in overrides:
+                raise BuildError(f"two test hooks replace {rel}")
+            overrides[rel] = (hook["hook"], hook.get("product"))
+        for rel, name in test.get("add", {}).items():
+            if rel in additions:
+                raise BuildError(f"two test hooks add {rel}")
+            additions[rel] = name
+    return overrides, additions
 
 
 def _link(src: Path, dst: Path) -> None:
@@ -158,13 +190,16 @@ def build_test_dist() -> Path:
     """Write ``dist-test/`` from the built ``dist/`` and ``tests/hooks/``; returns its path.
 
     Every file of dist/ is hard-linked (its product copy of an overridden
-    file under the name :data:`TEST_OVERRIDES` gives), the hook files are
-    copied in, and files no longer produced are removed.
+    file under the name `dist_test_hooks` gives: :data:`TEST_OVERRIDES` and the
+    engines' declared ones), the hook files are copied in, and files no
+    longer produced are removed.
 
-    Raises: BuildError when dist/ is not built or a hook file is missing.
+    Raises: BuildError when dist/ is not built, a hook file is missing or a
+    build declaration is malformed.
     """
     if not (paths.DIST / "build-info.json").is_file():
         raise BuildError("dist/ is not built; run `python build.py` first")
+    overrides, additions = dist_test_hooks(engine_builds())
     with build_lock():
         out = DistWriter(paths.DIST_TEST)
         paths.DIST_TEST.mkdir(exist_ok=True)
@@ -172,12 +207,12 @@ def build_test_dist() -> Path:
             if not src.is_file():
                 continue
             rel = src.relative_to(paths.DIST).as_posix()
-            target = TEST_OVERRIDES[rel][1] if rel in TEST_OVERRIDES else rel
+            target = overrides[rel][1] if rel in overrides else rel
             if target is None:
                 continue
             _link(src, paths.DIST_TEST / target)
             out.written.add(paths.DIST_TEST / target)
-        hooks = {rel: name for rel, (name, _) in TEST_OVERRIDES.items()} | TEST_ADDITIONS
+        hooks = {rel: name for rel, (name, _) in overrides.items()} | additions
         for rel, name in hooks.items():
             source = paths.TEST_HOOKS / name
             if not source.is_file():

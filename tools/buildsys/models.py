@@ -1,53 +1,23 @@
-"""The models dist/ ships: TinyChat as GGUF, as ONNX and compiled for WebLLM.
+"""The models dist/ ships: each engine's built-in model, as its spec declares.
 
 Rules
+- A model is a folder of models/ named by an engine's build declaration
+  (`buildsys.engines.engine_builds`: ``models: [{source, dest, files}]``);
+  its declared files go to ``dist/<dest>/`` under the same relative paths.
 - Every model file is checked against its folder's ``SHA256SUMS`` before it is
-  copied; a missing or differing file stops the build.
-- WebLLM's record for TinyChat carries Subresource Integrity values from the
-  same sums, and URLs relative to dist/.
+  copied; a missing, unlisted or differing file stops the build.
 """
 
 from __future__ import annotations
 
-import base64
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from buildsys import paths
 from buildsys.base import BuildError, DistWriter, sha256_file
-from buildsys.paths import WEBLLM_MODEL_FILES
-
-
-def sri_sha256(hex_digest: str) -> str:
-    """A Subresource Integrity value (``sha256-<base64>``) for a hex sha256."""
-    return "sha256-" + base64.b64encode(bytes.fromhex(hex_digest)).decode()
-
-
-def webllm_tinychat_record(sums: dict[str, str]) -> dict[str, Any]:
-    """WebLLM's ``ModelRecord`` for the bundled TinyChat, URLs relative to dist/.
-
-    ``integrity`` (WebLLM checks it after each download: config, model
-    library, tokenizer) comes from ``models/tinychat/webllm/SHA256SUMS``.
-    TinyChat needs no ``shader-f16`` and only small buffers (its whole
-    weights are 2 MB), so it runs on software adapters.
-    """
-    return {
-        "model_id": "TinyChat-q0f32-MLC",
-        "model": f"{paths.WEBLLM_MODEL_DEST}/",
-        "model_lib": f"{paths.WEBLLM_MODEL_DEST}/tinychat-webgpu.wasm",
-        "model_type": 0,
-        "required_features": [],
-        "vram_required_MB": 32,
-        "low_resource_required": True,
-        "buffer_size_required_bytes": 32 * 1024 * 1024,
-        "integrity": {
-            "config": sri_sha256(sums["mlc-chat-config.json"]),
-            "model_lib": sri_sha256(sums["tinychat-webgpu.wasm"]),
-            "tokenizer": {"tokenizer.json": sri_sha256(sums["tokenizer.json"])},
-            "onFailure": "error",
-        },
-    }
+from buildsys.engines import engine_builds
 
 
 def read_sha256sums(path: Path) -> dict[str, str]:
@@ -60,65 +30,47 @@ def read_sha256sums(path: Path) -> dict[str, str]:
     return sums
 
 
-def copy_model(out: DistWriter) -> dict[str, Any]:
-    """Copy the default model to dist/models/tinychat/, checking its sha256.
+def model_sources(model: Mapping[str, Any]) -> list[Path]:
+    """A declared model's files in models/ and its ``SHA256SUMS`` (existing or not)."""
+    folder = paths.MODELS / model["source"]
+    return [folder / "SHA256SUMS", *(folder / name for name in model["files"])]
 
-    Raises: BuildError when the file is missing, unlisted in SHA256SUMS or
-    does not match it.
+
+def copy_model_folder(out: DistWriter, model: Mapping[str, Any]) -> dict[str, Any]:
+    """Copy one declared model (``{source, dest, files}``) to ``dist/<dest>/``, checked.
+
+    Returns ``{path: dest, files: {name: sha256}, bytes}``.
+    Raises: BuildError when SHA256SUMS or a file is missing, or a file is
+    unlisted in SHA256SUMS or does not match it.
     """
-    model = paths.MODEL_DIR / paths.MODEL_FILE
-    sums_file = paths.MODEL_DIR / "SHA256SUMS"
-    if not model.is_file() or not sums_file.is_file():
-        raise BuildError(f"{model.relative_to(paths.ROOT)} or its SHA256SUMS is missing")
-    expected = read_sha256sums(sums_file).get(paths.MODEL_FILE)
-    actual = sha256_file(model)
-    if expected != actual:
-        raise BuildError(f"{paths.MODEL_FILE}: sha256 {actual} does not match SHA256SUMS")
-    out.copy(model, f"models/tinychat/{paths.MODEL_FILE}")
-    size = model.stat().st_size
-    return {"path": f"models/tinychat/{paths.MODEL_FILE}", "sha256": actual, "bytes": size}
-
-
-def copy_onnx_model(out: DistWriter) -> dict[str, Any]:
-    """Copy TinyChat's ONNX export to dist/models/tinychat-onnx/, checking SHA256SUMS.
-
-    Every file listed in ``models/tinychat/onnx/SHA256SUMS`` is copied under
-    the same relative path (transformers.js reads ``config.json``,
-    ``generation_config.json``, ``tokenizer*.json`` and ``onnx/model.onnx``).
-    Returns ``{path, files: {name: sha256}, bytes}``.
-    Raises: BuildError when a file is missing or does not match its sum.
-    """
-    sums_file = paths.ONNX_MODEL_DIR / "SHA256SUMS"
+    folder = paths.MODELS / model["source"]
+    sums_file = folder / "SHA256SUMS"
     if not sums_file.is_file():
         raise BuildError(f"{sums_file.relative_to(paths.ROOT)} is missing")
     sums = read_sha256sums(sums_file)
-    if "onnx/model.onnx" not in sums:
-        raise BuildError("the ONNX SHA256SUMS does not list onnx/model.onnx")
     size = 0
-    for name, expected in sorted(sums.items()):
-        path = paths.ONNX_MODEL_DIR / name
-        if not path.is_file() or sha256_file(path) != expected:
-            raise BuildError(f"models/tinychat/onnx/{name} is missing or does not match SHA256SUMS")
-        out.copy(path, f"{paths.ONNX_MODEL_DEST}/{name}")
-        size += path.stat().st_size
-    return {"path": paths.ONNX_MODEL_DEST, "files": sums, "bytes": size}
-
-
-def copy_webllm_model(out: DistWriter) -> dict[str, Any]:
-    """Copy TinyChat for WebLLM to dist/models/tinychat-webllm/resolve/main/, checking SHA256SUMS.
-
-    Returns WebLLM's model record for it (:func:`webllm_tinychat_record`).
-    Raises: BuildError when a file is missing, unlisted or does not match.
-    """
-    sums_file = paths.WEBLLM_MODEL_DIR / "SHA256SUMS"
-    if not sums_file.is_file():
-        raise BuildError(f"{sums_file.relative_to(paths.ROOT)} is missing")
-    sums = read_sha256sums(sums_file)
-    for name in WEBLLM_MODEL_FILES:
-        path = paths.WEBLLM_MODEL_DIR / name
+    for name in model["files"]:
+        path = folder / name
         if name not in sums or not path.is_file() or sha256_file(path) != sums[name]:
             raise BuildError(
-                f"models/tinychat/webllm/{name} is missing or does not match SHA256SUMS"
+                f"{path.relative_to(paths.ROOT)} is missing or does not match SHA256SUMS"
             )
-        out.copy(path, f"{paths.WEBLLM_MODEL_DEST}/{name}")
-    return webllm_tinychat_record(sums)
+        out.copy(path, f"{model['dest']}/{name}")
+        size += path.stat().st_size
+    files = {name: sums[name] for name in model["files"]}
+    return {"path": model["dest"], "files": files, "bytes": size}
+
+
+def copy_models(
+    out: DistWriter, builds: list[dict[str, Any]] | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """Copy every engine's declared models (`copy_model_folder`); by kind, in order.
+
+    ``builds``: the build declarations (default: every engine's, `engine_builds`).
+    Raises: BuildError as `copy_model_folder` does.
+    """
+    builds = engine_builds() if builds is None else builds
+    return {
+        build["kind"]: [copy_model_folder(out, model) for model in build.get("models", ())]
+        for build in builds
+    }

@@ -19,24 +19,8 @@ STAMPS = BUILD / "stamps"
 NODE_MODULES = ROOT / "node_modules"
 WEB = ROOT / "web"
 NAPPLETS = ROOT / "napplets"
-MODEL_DIR = ROOT / "models" / "tinychat"
-MODEL_FILE = "tiny-chat-q8_0.gguf"
-#: TinyChat exported to ONNX for the transformers.js engine (models/tinychat/onnx/).
-ONNX_MODEL_DIR = MODEL_DIR / "onnx"
-ONNX_MODEL_DEST = "models/tinychat-onnx"
-#: TinyChat compiled for WebLLM (models/tinychat/webllm/). WebLLM reads a
-#: model folder at `<model>/resolve/<revision>/`, its hub layout.
-WEBLLM_MODEL_DIR = MODEL_DIR / "webllm"
-WEBLLM_MODEL_DEST = "models/tinychat-webllm/resolve/main"
-#: The files of that folder WebLLM fetches (the rest is its build kit).
-WEBLLM_MODEL_FILES = (
-    "mlc-chat-config.json",
-    "tensor-cache.json",
-    "params_shard_0.bin",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "tinychat-webgpu.wasm",
-)
+#: The models' folders (each engine's build declaration names its own).
+MODELS = ROOT / "models"
 
 #: Exact versions of every CPython package the test and service extras pull
 #: in (pip constraints, made by pip-compile from pyproject.toml; the README's

@@ -42,6 +42,7 @@ import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from ..errors import ErrorCode, ProviderFailure
@@ -198,6 +199,18 @@ class EngineSpec(Protocol):
     #: `caches` (Cache Storage name -> the words the storage panel shows),
     #: `lazy` (folders of dist/ the service worker keeps once fetched, not precached).
     page: Mapping[str, Any]
+    #: What the build makes of the engine (plain JSON data, checked by
+    #: `engine_specs.build_declarations`; `{}`: nothing, a worker of web/
+    #: only): `bundles` (`[{entry, output}]`: esbuild entries of
+    #: web/vendor-entry/ and their bundles in dist/), `packages` (the npm
+    #: packages of its library, whose versions build-info.json records),
+    #: `vendor` (`[{from, to}]`: files of node_modules/ copied into dist/),
+    #: `models` (`[{source, dest, files}]`: a built-in model's folder of
+    #: models/, checked against its SHA256SUMS, and where it goes in dist/),
+    #: `catalog` (`{bundle, exports, file, make}`: a JSON file made from the
+    #: library's exports by a function of the spec's module) and `test`
+    #: (`{replace, add}`: the test build's hooks of tests/hooks/).
+    build: Mapping[str, Any]
     #: Read the report when the shell starts (for the built-in connections).
     report_at_start: bool
     #: Read the report before the first chat, if not read yet.
@@ -252,6 +265,7 @@ class EngineSpec(Protocol):
 class SpecDefaults:
     """The `EngineSpec` settings most engines share; a spec overrides what differs."""
 
+    build: Mapping[str, Any] = MappingProxyType({})
     report_at_start = False
     report_before_chat = True
     load_error = "load"

@@ -194,6 +194,36 @@ ONNX_PAGE: Mapping[str, Any] = {
     ],
 }
 
+#: onnxruntime-web's wasm build that transformers.js loads for WebGPU and WASM
+#: (copied next to its bundle; the library's default would be a CDN).
+ORT_WASM_FILES = ("ort-wasm-simd-threaded.asyncify.mjs", "ort-wasm-simd-threaded.asyncify.wasm")
+
+#: What the build makes of it (`EngineSpec.build`): transformers.js bundled
+#: with onnxruntime-web's wasm build beside it, and TinyChat's ONNX export
+#: (`models/tinychat/onnx/`, transformers.js' layout) checked against its
+#: SHA256SUMS.
+ONNX_BUILD: Mapping[str, Any] = {
+    "bundles": [{"entry": "transformers.js", "output": "vendor/transformers/transformers.js"}],
+    "packages": ["@huggingface/transformers", "onnxruntime-web"],
+    "vendor": [
+        {"from": f"onnxruntime-web/dist/{name}", "to": f"vendor/transformers/{name}"}
+        for name in ORT_WASM_FILES
+    ],
+    "models": [
+        {
+            "source": "tinychat/onnx",
+            "dest": f"{ONNX_TINYCHAT_BASE}{ONNX_TINYCHAT_MODEL}",
+            "files": [
+                "config.json",
+                "generation_config.json",
+                "tokenizer.json",
+                "tokenizer_config.json",
+                "onnx/model.onnx",
+            ],
+        }
+    ],
+}
+
 
 class OnnxSpec(SpecDefaults):
     """The `onnx` engine (`providers.engine.EngineSpec`; module rules)."""
@@ -208,6 +238,7 @@ class OnnxSpec(SpecDefaults):
     }
     route = "This browser (WebGPU, transformers.js) on this device"
     page = ONNX_PAGE
+    build = ONNX_BUILD
     report_at_start = True
     hints: Mapping[str, str] = ONNX_HINTS
 

@@ -157,6 +157,21 @@ WASM_PAGE: Mapping[str, Any] = {
     "weights": [{"suffix": ".gguf", "limit": 4 * 1024**3, "magic": "GGUF", "modelCache": True}],
 }
 
+#: What the build makes of it (`EngineSpec.build`): wllama bundled with its
+#: wasm beside it, and TinyChat's GGUF checked against models/tinychat/SHA256SUMS.
+WASM_BUILD: Mapping[str, Any] = {
+    "bundles": [{"entry": "wllama.js", "output": "vendor/wllama/wllama.js"}],
+    "packages": ["@wllama/wllama"],
+    "vendor": [{"from": "@wllama/wllama/esm/wasm/wllama.wasm", "to": "vendor/wllama/wllama.wasm"}],
+    "models": [
+        {
+            "source": "tinychat",
+            "dest": TINYCHAT_PATH.rsplit("/", 1)[0],
+            "files": [TINYCHAT_PATH.rsplit("/", 1)[1]],
+        }
+    ],
+}
+
 
 class WasmSpec(SpecDefaults):
     """The `wasm` engine (`providers.engine.EngineSpec`; module rules)."""
@@ -172,6 +187,7 @@ class WasmSpec(SpecDefaults):
     }
     route = "This browser (WebAssembly, llama.cpp) on this device"
     page = WASM_PAGE
+    build = WASM_BUILD
     hints: Mapping[str, str] = WASM_HINTS
 
     def read_device(self, report: object) -> WasmDevice:

@@ -33,6 +33,7 @@ Rules (webllm)
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -302,8 +303,9 @@ def webllm_chat_body(request: LmspRequest) -> dict[str, Any]:
 # - The model (``models/tinychat/webllm/``: weights, ``mlc-chat-config.json``,
 # tokenizer and the WebGPU model library) is served from the shell's own
 # folder (``dist/models/tinychat-webllm/resolve/main/``). Its WebLLM
-# ``ModelRecord`` is written by build.py into ``vendor/web-llm/catalog.json``
-# under ``bundled``, with URLs relative to the shell page;
+# ``ModelRecord`` (`webllm_tinychat_record`) is written by the build into
+# ``vendor/web-llm/catalog.json`` under ``bundled`` (`webllm_catalog`, which
+# `WEBLLM_BUILD` names), with URLs relative to the shell page;
 # web/engines/webllm-engine.js resolves them and hands WebLLM an
 # ``appConfig`` of its prebuilt records plus these. So the model is loaded,
 # cached and run by WebLLM exactly like a prebuilt one, with no model host.
@@ -318,12 +320,97 @@ def webllm_chat_body(request: LmspRequest) -> dict[str, Any]:
 # - JSON output is WebLLM's grammar (``response_format`` with a schema;
 # ``webllm_chat_body`` always sends one).
 
-#: The record's `model_id` (build.py `WEBLLM_TINYCHAT_RECORD`).
+#: The record's `model_id` (`webllm_tinychat_record`).
 WEBLLM_TINYCHAT_MODEL = "TinyChat-q0f32-MLC"
 WEBLLM_TINYCHAT_ID = "builtin-tinychat-webllm"
 WEBLLM_TINYCHAT_NAME = "TinyChat (WebGPU, WebLLM)"
 #: After llama.cpp's TinyChat (10) and transformers.js' (20).
 WEBLLM_TINYCHAT_RANK = 30
+#: Where the build puts TinyChat: WebLLM reads a model folder at
+#: `<model>/resolve/<revision>/`, its hub layout.
+WEBLLM_TINYCHAT_FOLDER = "models/tinychat-webllm/resolve/main"
+#: The files of models/tinychat/webllm/ WebLLM fetches (the rest is its build kit).
+WEBLLM_TINYCHAT_FILES = (
+    "mlc-chat-config.json",
+    "tensor-cache.json",
+    "params_shard_0.bin",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tinychat-webgpu.wasm",
+)
+#: Fields of WebLLM's model records the shell needs to judge a device.
+WEBLLM_RECORD_FIELDS = (
+    "model_id",
+    "vram_required_MB",
+    "required_features",
+    "model_type",
+    "low_resource_required",
+    "buffer_size_required_bytes",
+)
+
+
+def sri_sha256(hex_digest: str) -> str:
+    """A Subresource Integrity value (``sha256-<base64>``) for a hex sha256.
+
+    Raises `ValueError` when `hex_digest` is not hexadecimal.
+    """
+    return "sha256-" + base64.b64encode(bytes.fromhex(hex_digest)).decode()
+
+
+def webllm_tinychat_record(folder: str, sums: Mapping[str, str]) -> dict[str, Any]:
+    """WebLLM's ``ModelRecord`` for the bundled TinyChat, in `folder` of dist/.
+
+    `sums`: hex sha256 by file name (the folder's SHA256SUMS); WebLLM checks
+    `integrity` after each download (config, model library, tokenizer).
+    TinyChat needs no ``shader-f16`` and only small buffers (its whole
+    weights are 2 MB), so it runs on software adapters. Raises `KeyError`
+    when `sums` lacks the config, the library or the tokenizer.
+    """
+    return {
+        "model_id": WEBLLM_TINYCHAT_MODEL,
+        "model": f"{folder}/",
+        "model_lib": f"{folder}/tinychat-webgpu.wasm",
+        "model_type": 0,
+        "required_features": [],
+        "vram_required_MB": 32,
+        "low_resource_required": True,
+        "buffer_size_required_bytes": 32 * 1024 * 1024,
+        "integrity": {
+            "config": sri_sha256(sums["mlc-chat-config.json"]),
+            "model_lib": sri_sha256(sums["tinychat-webgpu.wasm"]),
+            "tokenizer": {"tokenizer.json": sri_sha256(sums["tokenizer.json"])},
+            "onFailure": "error",
+        },
+    }
+
+
+def webllm_catalog(
+    exports: Mapping[str, Any], models: Iterable[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The catalogue the page reads at boot (`WEBLLM_BUILD`'s `catalog`).
+
+    `exports`: WebLLM's `prebuiltAppConfig` and `functionCallingModelIds`,
+    read from its bundle by the build; `models`: the folders the build
+    shipped (`{path, files: {name: sha256}}`). Shape: `{records: [the
+    prebuilt records, `WEBLLM_RECORD_FIELDS` only], functionCallingIds,
+    bundled: [TinyChat's record]}`; reading this small file means the 6 MB
+    bundle is only loaded on a device with a WebGPU adapter. Raises
+    `ValueError` when the prebuilt list is empty or missing.
+    """
+    config = exports.get("prebuiltAppConfig")
+    listed = config.get("model_list") if isinstance(config, Mapping) else None
+    records = [
+        {key: record[key] for key in WEBLLM_RECORD_FIELDS if key in record}
+        for record in (listed if isinstance(listed, list) else [])
+        if isinstance(record, Mapping)
+    ]
+    if not records:
+        raise ValueError("web-llm's prebuilt model list is empty")
+    return {
+        "records": records,
+        "functionCallingIds": list(exports.get("functionCallingModelIds") or []),
+        "bundled": [webllm_tinychat_record(m["path"], m["files"]) for m in models],
+    }
 
 
 def bundled_records(raw: object) -> list[WebLLMRecord]:
@@ -421,6 +508,41 @@ WEBLLM_PAGE: Mapping[str, Any] = {
     "weights": [{"pattern": "/params_shard_\\d+\\.bin$", "limit": 1024**3}],
 }
 
+#: What the build makes of it (`EngineSpec.build`): web-llm bundled, TinyChat
+#: checked against models/tinychat/webllm/SHA256SUMS, the catalogue
+#: (`webllm_catalog`), and for the test build a WebLLM double (the adapter
+#: and the bundle replaced, the product files kept beside them).
+WEBLLM_BUILD: Mapping[str, Any] = {
+    "bundles": [{"entry": "web-llm.js", "output": "vendor/web-llm/web-llm.js"}],
+    "packages": ["@mlc-ai/web-llm"],
+    "models": [
+        {
+            "source": "tinychat/webllm",
+            "dest": WEBLLM_TINYCHAT_FOLDER,
+            "files": list(WEBLLM_TINYCHAT_FILES),
+        }
+    ],
+    "catalog": {
+        "bundle": "vendor/web-llm/web-llm.js",
+        "exports": ["prebuiltAppConfig", "functionCallingModelIds"],
+        "file": "vendor/web-llm/catalog.json",
+        "make": "webllm_catalog",
+    },
+    "test": {
+        "replace": {
+            "engines/webllm-engine.js": {
+                "hook": "webllm-engine.js",
+                "product": "engines/webllm-engine.product.js",
+            },
+            "vendor/web-llm/web-llm.js": {
+                "hook": "web-llm.js",
+                "product": "vendor/web-llm/web-llm.product.js",
+            },
+        },
+        "add": {"testhooks/webllm-factory.js": "webllm-factory.js"},
+    },
+}
+
 
 class WebLLMSpec(SpecDefaults):
     """The `webllm` engine (`providers.engine.EngineSpec`; module rules)."""
@@ -435,6 +557,7 @@ class WebLLMSpec(SpecDefaults):
     }
     route = WEBLLM_ROUTE
     page = WEBLLM_PAGE
+    build = WEBLLM_BUILD
     hints: Mapping[str, str] = WEBLLM_HINTS
     report_at_start = True
     report_before_chat = False
