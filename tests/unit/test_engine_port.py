@@ -419,7 +419,7 @@ HOST_OPTIONS = {"kind", "worker", "workers", "oneModel", "report", "urlFields", 
 
 #: What the page, the service worker and the build read beyond the host
 #: (`engine_specs.page_declarations`; tests/unit/test_engine_declarations.py).
-PAGE_OPTIONS = {"offline", "caches", "precache", "lazy", "weights"}
+PAGE_OPTIONS = {"offline", "leftovers", "caches", "precache", "lazy", "weights"}
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.kind)

@@ -7,7 +7,7 @@
  * - Read once per page and kept; a missing or malformed file reads as no
  *   engine (`[]`), so the page's lists are empty rather than wrong.
  * - Only plain data: every field is checked where it is used
- *   (`engineCaches`, `offlineModuleOf`, `inModelCache`).
+ *   (`engineCaches`, `offlineModuleOf`, `inModelCache`, `leftoverModules`).
  * - Nothing here names an engine: the page's shared code (web/js/) loops
  *   over these declarations.
  */
@@ -76,4 +76,11 @@ export async function offlineModuleOf(kind) {
   const d = await declarationOf(kind);
   const path = d && typeof d.offline === "string" ? d.offline : null;
   return path && /^engines\/[A-Za-z0-9_.-]+\.js$/.test(path) ? path : null;
+}
+
+/** The `leftovers` modules (paths under engines/) the engines declare, in order. Never rejects. */
+export async function leftoverModules() {
+  return (await engineDeclarations())
+    .map((d) => (typeof d.leftovers === "string" ? d.leftovers : null))
+    .filter((path) => path && /^engines\/[A-Za-z0-9_.-]+\.js$/.test(path));
 }

@@ -36,7 +36,7 @@
 
 import { el, focusableHeading, keepFocus, whileBusy } from "./dom.js";
 import { discardDownload, forgetModelUse, modelUse, unfinishedDownloads } from "../engines/download.js";
-import { engineCaches, inModelCache } from "../engines/declarations.js";
+import { engineCaches, inModelCache, leftoverModules } from "../engines/declarations.js";
 import { CONNECTIONS_LISTED, STORAGE_CHANGED, connectionFileUrls } from "./offline.js";
 import { formatBytes, MODEL_CACHE, requestPersistentStorage } from "../engines/room.js";
 import { MODEL_DELETED } from "./storage-offer.js";
@@ -153,41 +153,30 @@ export async function deleteModel(url) {
   return cache.delete(url);
 }
 
-/** The OPFS folder wllama keeps its own downloads in (older builds let wllama download). */
-const WLLAMA_FOLDER = "cache";
-
 /**
- * Files an older build left in wllama's own OPFS cache: `[{name, url,
- * bytes}]`. Those whose URL now has a verified copy in the model cache are
- * removed here (once: they are then gone). Never rejects; `[]` without OPFS.
+ * Model files an older build left in an engine's own storage, from every
+ * engine that declares a `leftovers` module (declarations.js
+ * `leftoverModules`): `[{name, url, bytes, module}]`. Those whose URL now
+ * has a verified copy in the model cache are removed by the module. Never
+ * rejects.
  */
-export async function wllamaLeftovers(verified) {
-  try {
-    const root = await navigator.storage.getDirectory();
-    await root.getDirectoryHandle(WLLAMA_FOLDER); // throws when wllama never stored anything
-    const { CacheManager } = await import("../vendor/wllama/wllama.js");
-    const cache = new CacheManager();
-    const files = (await cache.list()).map((entry) => ({
-      name: entry.name,
-      url: String(entry.metadata?.originalURL || entry.name),
-      bytes: Number(entry.size),
-    }));
-    const replaced = files.filter((file) => verified.has(file.url));
-    if (replaced.length > 0) {
-      const names = new Set(replaced.map((file) => file.name));
-      await cache.deleteMany((entry) => names.has(entry.name));
+export async function engineLeftovers(verified) {
+  const found = [];
+  for (const path of await leftoverModules()) {
+    try {
+      const module = await import(new URL(`../${path}`, import.meta.url).href);
+      for (const file of await module.list(verified)) found.push({ ...file, module });
+    } catch {
+      // an engine whose leftovers cannot be read lists none
     }
-    return files.filter((file) => !verified.has(file.url));
-  } catch {
-    return [];
   }
+  return found;
 }
 
-/** Delete one file an older build left in wllama's OPFS cache. Never rejects. */
-async function deleteLeftover(name) {
+/** Delete one leftover file (`engineLeftovers`). Never rejects. */
+async function deleteLeftover(file) {
   try {
-    const { CacheManager } = await import("../vendor/wllama/wllama.js");
-    await new CacheManager().delete(name);
+    await file.module.remove(file.name);
   } catch (error) {
     console.error("napllm: could not delete an old model copy", error?.name ?? "");
   }
@@ -266,7 +255,7 @@ class StorageSection {
     this.fileUrls = await Promise.all((this.connections || []).map((connection) => connectionFileUrls(connection)));
     const use = await modelUse();
     const partial = await unfinishedDownloads();
-    const leftovers = await wllamaLeftovers(new Set(models.filter((m) => !m.builtIn).map((m) => m.url)));
+    const leftovers = await engineLeftovers(new Set(models.filter((m) => !m.builtIn).map((m) => m.url)));
     // After a Delete the focus goes to the next model's Delete, else the heading.
     keepFocus(
       this.list,
@@ -332,7 +321,7 @@ class StorageSection {
         " ",
         el("span", { class: "muted" }, "(an old copy from an earlier version)"),
         " ",
-        this.deleteButton(`Delete the old copy of ${name} (${formatBytes(file.bytes)})`, () => deleteLeftover(file.name)),
+        this.deleteButton(`Delete the old copy of ${name} (${formatBytes(file.bytes)})`, () => deleteLeftover(file)),
       );
     });
     this.list.replaceChildren(

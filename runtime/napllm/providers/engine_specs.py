@@ -97,7 +97,10 @@ def page_declarations(specs: tuple[EngineSpec, ...] = ENGINE_SPECS) -> list[dict
     What the build writes to dist/engines/engines.json (and the service
     worker's part to dist/sw-build.js): beyond what the engine host reads,
     `offline` (the page module under engines/ that lists a connection's
-    files for "Download for offline use"; absent: not offered), `caches`
+    files for "Download for offline use"; absent: not offered),
+    `leftovers` (the page module under engines/ that lists and deletes
+    model files an older build let the engine's library keep in storage of
+    its own: `list(verified)`, `remove(name)`; absent: none), `caches`
     (the engine's own Cache Storage names: `{name: {label, entry?: "file",
     trim?}}`, the storage panel's words and how it groups their files into
     models), `precache` (globs of dist/ the service worker precaches),
@@ -121,7 +124,7 @@ def page_declarations(specs: tuple[EngineSpec, ...] = ENGINE_SPECS) -> list[dict
             raise ValueError(f"the page declaration of {kind!r} names another kind")
         paths = [page[key] for key in ("worker", "adapter") if key in page]
         paths += list(page.get("lazy", ()))
-        paths += [page["offline"]] if "offline" in page else []
+        paths += [page[key] for key in ("offline", "leftovers") if key in page]
         paths += [glob.replace("*", "x") for glob in page.get("precache", ())]
         if not all(_inside_dist(path) for path in paths):
             raise ValueError(f"the page declaration of {kind!r} names a file outside dist/")

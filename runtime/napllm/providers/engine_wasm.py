@@ -153,6 +153,7 @@ WASM_PAGE: Mapping[str, Any] = {
     "room": "url",
     "progressVerb": "Downloading",
     "offline": "engines/offline-gguf.js",
+    "leftovers": "engines/leftovers-wllama.js",
     "precache": ["vendor/wllama/*", TINYCHAT_PATH],
     "weights": [{"suffix": ".gguf", "limit": 4 * 1024**3, "magic": "GGUF", "modelCache": True}],
 }
