@@ -48,7 +48,7 @@ MAX_EDGES = 200_000
 #: Characters walked at most.
 MAX_STEPS = 256
 _MAX_CHAR = 0x10FFFF
-_COUNT = re.compile(r"\{(\d+)(,(\d*))?\}")
+_COUNT = re.compile(r"\{(\d+)(,(\d*))?\}", re.ASCII)
 _CLASS_ESCAPES = {
     "d": ((48, 57),),
     "w": ((48, 57), (65, 90), (95, 95), (97, 122)),

@@ -117,6 +117,8 @@ PARTED: dict[str, str | None] = {
     "^[]a]$": None,  # "]" first: a member in Python, an empty class in ECMA-262
     "^[^]a]$": "ca]",
     "^[\\w-z]$": None,
+    "^a{\u0663}$": "aaa",  # a count of ASCII digits only in Python: `{٣}` is text
+    "^a{1,\uff12}$": "aa",
     "^x{$": None,
     "^a}{$": None,
 }

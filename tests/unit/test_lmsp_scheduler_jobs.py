@@ -11,6 +11,7 @@ and ends once.
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
 import pytest
@@ -88,3 +89,22 @@ def test_a_job_killed_for_its_time_limit_is_overtime_and_ends_once() -> None:
     Scheduler.end(entry, GenerationEnd("time", 0))
     Scheduler.end(entry, GenerationEnd("crashed", 0))
     assert future.done() and [x.finish_reason for x in seen] == ["time"]
+
+
+def test_a_requeued_job_is_not_killed_by_its_first_runs_time_limit() -> None:
+    sent: list[tuple[Any, ...]] = []
+    kills: list[float] = []
+    jobs = Scheduler(
+        itertools.count(1), sent.append, lambda: kills.append(time.monotonic()), 2,
+        cancel_grace_s=0.1, generation_time_limit_s=1.0,
+    )  # fmt: skip
+    jobs.resume()
+    submit(jobs)
+    time.sleep(0.4)  # the worker dies 0.4 s into the first run
+    jobs.requeue_first(jobs.pause())
+    started = time.monotonic()
+    jobs.resume()  # handed over again: a full 1 s limit of its own
+    time.sleep(0.9)  # the first run's watchdog would have fired at 0.7 s
+    assert kills == [], "killed by the first run's watchdog"
+    time.sleep(0.7)
+    assert len(kills) == 1 and kills[0] - started >= 1.05

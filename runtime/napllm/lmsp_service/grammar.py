@@ -84,7 +84,7 @@ _BOUND_KEYWORDS = frozenset(
         "maxContains",
     }
 )
-_COUNT = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
+_COUNT = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}", re.ASCII)
 _RULE_NAME = re.compile(r"(?<![\w-])root(?![\w-])")
 #: A rule that matches only the empty text (`x ::= `).
 _EMPTY_RULE = re.compile(r"^[\w-]+ ::=[ \t]*$", re.MULTILINE)
@@ -123,7 +123,7 @@ def _count_too_large(digits: str) -> bool:
 
 #: Keywords whose subschemas the converter does not turn into grammar rules.
 _NOT_GRAMMAR = frozenset({"not", "if", "patternProperties"})
-_COUNT_AT = re.compile(r"\{(\d+)(,(\d*))?\}")
+_COUNT_AT = re.compile(r"\{(\d+)(,(\d*))?\}", re.ASCII)
 
 
 def pattern_is_unambiguous(source: str) -> bool:

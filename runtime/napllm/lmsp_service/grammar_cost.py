@@ -50,7 +50,7 @@ DEPTH_COST = 16
 MAX_STACK_DEPTH = 2_000
 
 _NAME = re.compile(r"[A-Za-z0-9_-]+")
-_COUNT = re.compile(r"\{\s*(\d+)\s*(?:(,)\s*(\d*)\s*)?\}")
+_COUNT = re.compile(r"\{\s*(\d+)\s*(?:(,)\s*(\d*)\s*)?\}", re.ASCII)
 _ESCAPES = {"n": 10, "r": 13, "t": 9, "\\": 92, '"': 34, "[": 91, "]": 93, "-": 45, "/": 47}
 _MAX_CHAR = 0x10FFFF
 

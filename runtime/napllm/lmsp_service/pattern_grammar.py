@@ -44,7 +44,8 @@ import re
 
 from ..pattern_cost import complement_ranges
 
-_COUNT = re.compile(r"\{(\d+)(?:(,)(\d*))?\}")
+# ASCII digits only: Python reads `{٣}` as text, and llama.cpp reads ASCII counts.
+_COUNT = re.compile(r"\{(\d+)(?:(,)(\d*))?\}", re.ASCII)
 #: ASCII readings of the shorthand classes (where ECMA-262 and Python agree).
 _SHORTHAND = {
     "d": ((0x30, 0x39),),

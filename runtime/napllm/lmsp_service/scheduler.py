@@ -227,6 +227,12 @@ class Scheduler:
         is left as it is.
         """
         back = [entry for entry in entries if entry.life.move(JobEvent.REQUEUE)]
+        for entry in back:
+            # Its first run's time limit ends with that run: the next dispatch
+            # starts a watchdog of its own.
+            if entry.watchdog is not None:
+                entry.watchdog.cancel()
+                entry.watchdog = None
         with self._lock:
             self._queue.extendleft(reversed(back))
 
