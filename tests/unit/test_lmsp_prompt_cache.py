@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from napllm.lmsp_service.prompt_cache import MIN_REUSE_TOKENS, KeptPrefixes, common_prefix
+from napllm.lmsp_service.prompt_cache import MIN_REUSE_TOKENS, KeptPrefixes, common_prefix, runs
 
 SYSTEM = list(range(100, 100 + 2 * MIN_REUSE_TOKENS))  # a shared system prompt's ids
 
@@ -52,3 +52,43 @@ def test_without_reuse_the_least_recently_freed_sequence_is_taken_cleared() -> N
     keeper.give_back(0, SYSTEM)
     assert keeper.take([*SYSTEM, 1], reuse=False) == (1, 0)
     assert keeper.kept_tokens(0) == len(SYSTEM)
+
+
+def test_runs_counts_runs_of_consecutive_ids() -> None:
+    assert runs(set()) == 0
+    assert runs({0, 1, 2}) == 1
+    assert runs({0, 1, 3}) == 2
+    assert runs({0, 2}) == 2
+
+
+def test_among_equal_prefixes_the_sequence_next_to_the_taken_ones_wins() -> None:
+    # Taken: 0 and 1; free, least recently freed first: 3, then 2. Both hold
+    # the same prompt. Sequence 3 would leave a gap (ids 0, 1, 3: two
+    # decoding passes a step), so 2 is taken although freed later.
+    keeper = KeptPrefixes(4)
+    for _ in range(4):
+        keeper.take([1], reuse=True)
+    keeper.give_back(3, [*SYSTEM, 1])
+    keeper.give_back(2, [*SYSTEM, 1])
+    assert keeper.take([*SYSTEM, 1, 2], reuse=True) == (2, len(SYSTEM) + 1)
+
+
+def test_a_longer_prefix_still_wins_over_a_gap() -> None:
+    keeper = KeptPrefixes(4)
+    for _ in range(4):
+        keeper.take([1], reuse=True)
+    keeper.give_back(3, [*SYSTEM, 1, 2, 3])
+    keeper.give_back(2, [*SYSTEM, 1])
+    assert keeper.take([*SYSTEM, 1, 2, 3, 4], reuse=True) == (3, len(SYSTEM) + 3)
+
+
+def test_without_a_match_a_sequence_holding_nothing_is_taken_before_a_kept_one() -> None:
+    keeper = KeptPrefixes(4)
+    for _ in range(4):
+        keeper.take([1], reuse=True)
+    keeper.give_back(2, SYSTEM)  # least recently freed, holds a conversation
+    keeper.give_back(3, [])
+    keeper.give_back(1, [])
+    # 1 and 3 hold nothing; with 0 taken, 1 keeps the ids in one run.
+    assert keeper.take([7] * 20, reuse=True) == (1, 0)
+    assert keeper.kept_tokens(2) == len(SYSTEM)

@@ -20,6 +20,12 @@ Rules
 - A shared prefix shorter than `MIN_REUSE_TOKENS` is not worth a sequence
   that may hold a longer conversation: the least recently freed sequence
   is taken instead and cleared.
+- Among equal choices (free sequences sharing the same prefix, or free
+  sequences that hold nothing), the one that keeps the taken sequence ids
+  in fewest runs of consecutive ids wins, then the least recently freed:
+  llama.cpp decodes sequences with cells of their own in one pass per run
+  of consecutive ids (batching.py), so a gap costs a pass over the weights.
+  A sequence holding a conversation is never given up for this.
 - The state lives in the model worker's memory only: a crash or restart of
   the worker starts with nothing kept (a new worker, a new keeper).
 """
@@ -41,6 +47,11 @@ def common_prefix(kept: Sequence[int], prompt: Sequence[int], limit: int) -> int
     return i
 
 
+def runs(ids: set[int]) -> int:
+    """How many runs of consecutive integers `ids` falls into ({0, 1, 3}: 2)."""
+    return sum(1 for i in ids if i - 1 not in ids)
+
+
 class KeptPrefixes:
     """The free KV sequences of one context and the token ids each one still holds.
 
@@ -54,6 +65,7 @@ class KeptPrefixes:
     def __init__(self, slots: int) -> None:
         self._free: list[int] = list(range(slots))  # least recently freed first
         self._kept: dict[int, list[int]] = {}
+        self._taken: set[int] = set()
 
     @property
     def has_free(self) -> bool:
@@ -69,22 +81,30 @@ class KeptPrefixes:
         least `MIN_REUSE_TOKENS` ids; it is never `len(prompt)` (module
         rules). Raises `IndexError` when no sequence is free.
         """
-        best, shared = self._free[0], 0
+        shared = 0
         if reuse:
-            for seq in self._free:
-                n = common_prefix(self._kept.get(seq, ()), prompt, len(prompt) - 1)
-                if n > shared:
-                    best, shared = seq, n
-            if shared < MIN_REUSE_TOKENS:
-                best, shared = self._free[0], 0
+            lengths = {
+                seq: common_prefix(self._kept.get(seq, ()), prompt, len(prompt) - 1)
+                for seq in self._free
+            }
+            shared = max(lengths.values(), default=0)
+        if shared >= MIN_REUSE_TOKENS:
+            choices = [seq for seq in self._free if lengths[seq] == shared]
+        else:
+            shared = 0
+            # Nothing to reuse: a sequence holding nothing, else the least recently freed.
+            choices = [seq for seq in self._free if seq not in self._kept] or self._free[:1]
+        best = min(choices, key=lambda seq: runs(self._taken | {seq}))  # stable: LRU on ties
         self._free.remove(best)
         self._kept.pop(best, None)
+        self._taken.add(best)
         return best, shared
 
     def give_back(self, seq: int, held: list[int]) -> None:
         """Free `seq`, whose KV cells hold exactly the ids `held` (positions 0..len-1)."""
         if held:
             self._kept[seq] = held
+        self._taken.discard(seq)
         self._free.append(seq)
 
     def kept_tokens(self, seq: int) -> int:
