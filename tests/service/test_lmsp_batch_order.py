@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 
+import llama_cpp
 from tests.service.conftest import MODEL
 
 from napllm.lmsp_service.batch_load import load_batching_model
@@ -43,7 +44,7 @@ class RecordingLlama:
 
 
 def job(runner: BatchRunner, text: str, max_tokens: int) -> dict[str, Any]:
-    vocab = runner._vocab  # noqa: SLF001 - the runner's own vocabulary
+    vocab = runner._vocab  # the runner's own vocabulary
     data = text.encode()
     ids = (llama_cpp.llama_token * 64)()
     n = llama_cpp.llama_tokenize(vocab, data, len(data), ids, 64, True, True)
@@ -64,7 +65,7 @@ def test_every_step_lists_its_sequences_by_increasing_id() -> None:
         loaded, lambda updates: ended.extend(u.rid for u in updates if isinstance(u, EndUpdate))
     )
     recording = RecordingLlama()
-    runner._ll = recording  # noqa: SLF001 - observe the calls, change nothing
+    runner._ll = recording  # observe the calls, change nothing
     # Four generations take sequences 0..3; the first ends early, and a
     # fifth arrives and takes its sequence 0, behind the three others.
     runner.add(0, job(runner, "Hi", 2), threading.Event())
