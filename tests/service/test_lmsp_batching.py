@@ -256,3 +256,17 @@ def test_concurrent_http_requests_get_the_answers_of_sequential_ones(
         concurrent = list(pool.map(ask, PROMPTS))
     assert concurrent == sequential
     assert sequential[0].startswith(HELLO_ANSWER)
+
+
+def test_close_ends_the_generations_of_a_worker_it_had_to_kill() -> None:
+    # Closing waits `stop_wait_s` for the running generations, then kills
+    # the worker; before, a generation it killed never ended (its sink got
+    # no end and its future never resolved).
+    engine = make_engine(slots=2)
+    engine._worker.stop_wait_s = 0.0  # kill at once
+    runs = [Run(), Run()]
+    for run in runs:
+        engine.submit(job(engine, "Hello!", 1900), run)
+    assert all(run.started.wait(60) for run in runs)
+    engine.close()
+    assert [run.wait(10).finish_reason for run in runs] == ["cancelled", "cancelled"]

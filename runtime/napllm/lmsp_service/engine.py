@@ -227,10 +227,25 @@ class Engine:
         return self._jobs.submit(job, sink)
 
     def close(self) -> None:
-        """Stop the worker (after its running generation, at most 5 s) and end queued jobs."""
+        """End queued jobs `cancelled`, stop the worker, and end every job it left running.
+
+        The worker finishes its running generations (at most
+        `WorkerProcess.stop_wait_s`, then it is killed); what it sent before
+        it ended is read, and a generation it did not end (it was killed)
+        ends `cancelled`, as the queued ones: every job ends exactly once.
+        """
         self._worker.closed = True
         self._jobs.end_queued()
         self._worker.stop()
+        self._reader.join(5)  # it returns at the pipe's end, after the last message
+        self._worker.reap()
+        with self._lock:
+            waiters = list(self._token_waiters.values())
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(EngineCrashed("the engine closed"))
+        for entry in self._jobs.pause():
+            Scheduler.end(entry, GenerationEnd("cancelled", 0))
 
     # -- supervision --------------------------------------------------------------
 

@@ -38,6 +38,8 @@ log = logging.getLogger("napllm.lmsp_service.worker_process")
 
 #: Seconds to wait for a (re)started worker to load the model.
 START_TIMEOUT_S = 120.0
+#: Seconds a stopping worker may spend finishing its running generations.
+STOP_WAIT_S = 5.0
 
 
 class WorkerCrashed(ValueError):
@@ -109,6 +111,8 @@ class WorkerProcess:
         self._send_lock = threading.Lock()  # guards the pipe and the process
         self.info: dict[str, Any] = {}
         self.closed = False
+        #: Seconds `stop` waits for the running generations before it kills the worker.
+        self.stop_wait_s = STOP_WAIT_S
         self._process: Any = None
         self._conn: Connection | None = None
 
@@ -266,15 +270,17 @@ class WorkerProcess:
             process.kill()
 
     def stop(self) -> None:
-        """Set `closed` and stop the worker (after its running generations, at most 5 s)."""
+        """Set `closed` and stop the worker after its running generations (kill past `stop_wait_s`).
+
+        The pipe stays open, so the engine still reads what the worker sent
+        before it ended; `reap` closes it.
+        """
         self.closed = True
         with contextlib.suppress(OSError):
             self.send(("stop",))
         process = self._process
         if process is not None:
-            process.join(5)
+            process.join(self.stop_wait_s)
             if process.is_alive():
                 process.kill()
                 process.join(5)
-        if self._conn is not None:
-            self._conn.close()
