@@ -155,3 +155,43 @@ def test_a_stored_server_record_without_its_url_fails_as_a_provider_not_a_crash(
     for kind in ("lmsp", "openai"):
         with pytest.raises(ProviderFailure):
             kinds.provider(stored_record(kind, {}))
+
+
+def test_a_stored_claim_of_capabilities_is_derived_again() -> None:
+    # Before, an engine or script record kept whatever capabilities storage
+    # held: a GGUF connection could claim image input, a script tools.
+    kinds = table()
+    claimed = {"images": True, "tools": True, "toolChoiceModes": ["auto"]}
+    wasm = stored_record("wasm", {"url": "https://example.com/m.gguf"})
+    wasm = wasm.model_copy(update={"capabilities": wasm.capabilities.model_copy(update=claimed)})
+    derived = kinds.kind("wasm").stored(wasm).capabilities
+    assert derived == WASM.capabilities("m", {"url": "https://example.com/m.gguf"}, None)
+    assert not derived.images
+    plain = '{"capabilities": {"images": false, "tools": false}, "turns": [{"text": "hi"}]}'
+    script = stored_record("scripted", {"script": plain})
+    script = script.model_copy(
+        update={"capabilities": script.capabilities.model_copy(update=claimed)}
+    )
+    caps = kinds.kind("scripted").stored(script).capabilities
+    assert not caps.tools and not caps.images
+    assert (
+        kinds.kind("scripted")
+        .stored(stored_record("scripted", {"script": SCRIPT}))
+        .capabilities.tools
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "settings", "model"),
+    [
+        ("wasm", {"url": "ftp://example.com/m.gguf"}, "m"),  # the form refuses the URL
+        ("wasm", {}, "m"),
+        ("webllm", {}, "No-Such-Model-q4f16_1-MLC"),  # not in this device's list
+        ("scripted", {"script": "{not json"}, "m"),
+    ],
+)
+def test_a_stored_model_the_kind_cannot_read_is_unreadable(
+    kind: str, settings: dict[str, Any], model: str
+) -> None:
+    with pytest.raises(ValueError):
+        table().kind(kind).stored(stored_record(kind, settings, model=model))

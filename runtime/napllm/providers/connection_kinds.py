@@ -21,9 +21,12 @@ calls the same methods on any of them (docs/design.md, "Connection"):
   route never holds a path, a query or a credential.
 - `stored(connection)`: a connection read back from storage, checked again
   as the form checks its kind (`connections.check_kind_settings`), with
-  what the kind derives (the route, an engine's settings and availability)
-  derived again, never trusted from storage. Raises `ValueError` for a
-  record the form would refuse (the shell counts it unreadable).
+  what the kind derives (the route; an engine's settings, capabilities and
+  availability; a script's capabilities) derived again, never trusted from
+  storage. A server's capabilities came from its listing or its user when
+  it was added and stay as stored (the server is asked again only when the
+  user edits it). Raises `ValueError` for a record the form would refuse
+  (the shell counts it unreadable).
 
 Rules
 - The kind's row (label, form fields, route words) is read from
@@ -54,7 +57,7 @@ from ..records import Capabilities, Connection
 from .base import HttpPort, Provider
 from .engine import BridgeOpener, EngineSpec, SpecEngine
 from .lmsp_client import LmspProvider, capabilities_from_entry, discover_models
-from .scripted import ScriptedProvider, parse_script
+from .scripted import ScriptedProvider, ScriptError, parse_script
 
 
 class ConnectionKind(Protocol):
@@ -249,6 +252,18 @@ def _fixed_route(info: KindInfo) -> str:
     return info.route_words
 
 
+def _script_capabilities(settings: dict[str, Any]) -> Capabilities:
+    """What a script's `capabilities` declare; `ScriptError` for a script that does not parse."""
+    declared = parse_script(str(settings.get("script", ""))).capabilities
+    return Capabilities(
+        images=declared.images,
+        images_in_tool_results=declared.images,
+        json_output=declared.json_output,
+        tools=declared.tools,
+        tool_choice_modes=("auto", "none", "required", "tool") if declared.tools else (),
+    )
+
+
 class ScriptedKind(_NoBuiltIns):
     """A developer's JSON script played turn by turn (`providers.scripted`)."""
 
@@ -261,15 +276,21 @@ class ScriptedKind(_NoBuiltIns):
     async def add(self, spec: ConnectionSpec, cid: str) -> Connection:
         """The connection with the capabilities its script declares (`ScriptError` if bad)."""
         settings = _user_settings(spec)
-        declared = parse_script(str(settings.get("script", ""))).capabilities
-        caps = Capabilities(
-            images=declared.images,
-            images_in_tool_results=declared.images,
-            json_output=declared.json_output,
-            tools=declared.tools,
-            tool_choice_modes=("auto", "none", "required", "tool") if declared.tools else (),
-        )
+        caps = _script_capabilities(settings)
         return _connection(self, spec, cid, settings, capabilities=caps)
+
+    def stored(self, connection: Connection) -> Connection:
+        """`connection` checked as the form checks it, with its script's capabilities again.
+
+        Raises `ValueError` for a script the form would refuse.
+        """
+        settings = dict(connection.settings)
+        checked = _checked(self, connection, settings)
+        try:
+            caps = _script_capabilities(settings)
+        except ScriptError as exc:
+            raise ValueError("a stored script that does not parse") from exc
+        return checked.model_copy(update={"capabilities": caps})
 
     def provider(self, connection: Connection) -> Provider:
         """The connection's `ScriptedProvider`, kept per revision (module rules)."""
@@ -324,7 +345,8 @@ class EngineKind:
         return _fixed_route(self.info)
 
     def stored(self, connection: Connection) -> Connection:
-        """`connection` with the spec's settings again, unavailable when this device says so.
+        """`connection` with the spec's settings and capabilities again, unavailable when
+        this device says so.
 
         A stored "unavailable" stays (it only withholds the connection); a
         device report that finds the model cannot run here marks it so.
@@ -333,10 +355,16 @@ class EngineKind:
         """
         settings = self.engine.settings_for(connection.model, dict(connection.settings))
         checked = _checked(self, connection, settings)
+        # As `add` derives them: a stored claim (images, tools) is not trusted,
+        # and a model the spec cannot read (a GGUF URL the form refuses, a
+        # WebLLM id this device's report does not list) is refused here too.
+        update: dict[str, Any] = {
+            "capabilities": self.engine.capabilities_for(connection.model, settings)
+        }
         reason = self.engine.unavailable_reason(connection.model)
-        if reason is None:
-            return checked
-        return checked.model_copy(update={"available": False, "unavailable_reason": reason})
+        if reason is not None:
+            update |= {"available": False, "unavailable_reason": reason}
+        return checked.model_copy(update=update)
 
 
 class KindTable:
