@@ -28,7 +28,7 @@ from napllm.providers.engine_wasm import WASM
 from napllm.providers.engine_webllm import WEBLLM
 from napllm.providers.http_httpx import HttpxPort
 from napllm.providers.scripted import ScriptError
-from napllm.records import Connection
+from napllm.records import Capabilities, Connection
 
 SCRIPT = '{"capabilities": {"tools": true}, "turns": [{"text": "hi"}]}'
 
@@ -187,11 +187,18 @@ def test_a_stored_claim_of_capabilities_is_derived_again() -> None:
         ("wasm", {"url": "ftp://example.com/m.gguf"}, "m"),  # the form refuses the URL
         ("wasm", {}, "m"),
         ("webllm", {}, "No-Such-Model-q4f16_1-MLC"),  # not in this device's list
-        ("scripted", {"script": "{not json"}, "m"),
+        ("webllm", {}, "Llama-3.2-1B-Instruct-q4f16_1-MLC"),  # no device report yet
     ],
 )
-def test_a_stored_model_the_kind_cannot_read_is_unreadable(
+def test_a_stored_engine_model_its_engine_cannot_read_is_listed_unavailable(
     kind: str, settings: dict[str, Any], model: str
 ) -> None:
+    # Listed (the user can see, edit or remove it), claiming nothing, never offered.
+    read = table().kind(kind).stored(stored_record(kind, settings, model=model))
+    assert read.available is False and read.unavailable_reason
+    assert read.capabilities == Capabilities()
+
+
+def test_a_stored_script_that_does_not_parse_is_unreadable() -> None:
     with pytest.raises(ValueError):
-        table().kind(kind).stored(stored_record(kind, settings, model=model))
+        table().kind("scripted").stored(stored_record("scripted", {"script": "{not json"}))

@@ -23,10 +23,11 @@ calls the same methods on any of them (docs/design.md, "Connection"):
   as the form checks its kind (`connections.check_kind_settings`), with
   what the kind derives (the route; an engine's settings, capabilities and
   availability; a script's capabilities) derived again, never trusted from
-  storage. A server's capabilities came from its listing or its user when
-  it was added and stay as stored (the server is asked again only when the
-  user edits it). Raises `ValueError` for a record the form would refuse
-  (the shell counts it unreadable).
+  storage; an engine connection whose model its engine cannot read now is
+  listed unavailable, claiming nothing. A server's capabilities came from
+  its listing or its user when it was added and stay as stored (the server
+  is asked again only when the user edits it). Raises `ValueError` for a
+  record the form would refuse (the shell counts it unreadable).
 
 Rules
 - The kind's row (label, form fields, route words) is read from
@@ -252,6 +253,12 @@ def _fixed_route(info: KindInfo) -> str:
     return info.route_words
 
 
+#: Why a stored engine connection whose model its engine cannot read now is unavailable.
+UNREADABLE_MODEL = (
+    "This engine cannot use this model on this device now; edit or remove the connection."
+)
+
+
 def _script_capabilities(settings: dict[str, Any]) -> Capabilities:
     """What a script's `capabilities` declare; `ScriptError` for a script that does not parse."""
     declared = parse_script(str(settings.get("script", ""))).capabilities
@@ -355,13 +362,17 @@ class EngineKind:
         """
         settings = self.engine.settings_for(connection.model, dict(connection.settings))
         checked = _checked(self, connection, settings)
-        # As `add` derives them: a stored claim (images, tools) is not trusted,
-        # and a model the spec cannot read (a GGUF URL the form refuses, a
-        # WebLLM id this device's report does not list) is refused here too.
-        update: dict[str, Any] = {
-            "capabilities": self.engine.capabilities_for(connection.model, settings)
-        }
-        reason = self.engine.unavailable_reason(connection.model)
+        # As `add` derives them: a stored claim (images, tools) is not trusted.
+        # A model the spec cannot read now (a GGUF URL the form refuses, a
+        # WebLLM id this device's report does not list, or no report at all)
+        # stays listed, unavailable and claiming nothing, so the user sees it
+        # and can edit or remove it; the record in storage is not changed.
+        try:
+            caps = self.engine.capabilities_for(connection.model, settings)
+            reason = self.engine.unavailable_reason(connection.model)
+        except ValueError:
+            caps, reason = Capabilities(), UNREADABLE_MODEL
+        update: dict[str, Any] = {"capabilities": caps}
         if reason is not None:
             update |= {"available": False, "unavailable_reason": reason}
         return checked.model_copy(update=update)
