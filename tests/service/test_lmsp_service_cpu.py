@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import multiprocessing
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -439,3 +441,53 @@ def test_a_request_that_crashes_llama_cpp_does_not_turn_the_fast_path_off_for_go
         assert engine.fast_path.enabled is True, engine.fast_path.reason
     finally:
         engine.close()
+
+
+def crash_on_generate_then_hang(
+    conn: Connection,
+    model_path: str,
+    n_ctx: int,
+    n_threads: int | None,
+    extra_bufts: bool = True,
+    slots: int = DEFAULT_SLOTS,
+) -> None:
+    """`crash_on_generate` first; every later worker hangs while loading (never ready)."""
+    marker = Path(os.environ[MARKER_ENV])
+    if marker.exists():
+        time.sleep(60)
+        return
+    marker.write_text("faulted", encoding="utf-8")
+    crash_on_generate(conn, model_path, n_ctx, n_threads, extra_bufts, slots)
+
+
+def test_close_during_a_restart_ends_the_waiting_generation_and_leaves_no_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before, close() returned while the restart still waited (up to
+    # START_TIMEOUT_S) for a worker that never became ready: the generation
+    # held for a rerun never ended and the starting worker outlived close().
+    monkeypatch.setenv(MARKER_ENV, str(tmp_path / "faulted"))
+    engine = Engine(
+        MODEL, "tinychat", n_ctx=512, n_threads=1, worker_target=crash_on_generate_then_hang
+    )
+    ends: list[GenerationEnd] = []
+    done = threading.Event()
+
+    def sink(update: Any) -> None:
+        if isinstance(update, GenerationEnd):
+            ends.append(update)
+            done.set()
+
+    prompt = engine.render([{"role": "user", "content": "Hello!"}], None)
+    engine.submit(GenerationJob(engine.tokenize(prompt), max_tokens=8, temperature=0.0), sink)
+    deadline = time.monotonic() + 60
+    while engine._worker._process is not None:  # the first worker crashed and was reaped
+        assert time.monotonic() < deadline, "the worker did not crash"
+        time.sleep(0.05)
+    time.sleep(1.0)  # the restart is waiting for the hanging worker
+    started = time.monotonic()
+    engine.close()
+    assert time.monotonic() - started < 8
+    assert done.wait(5), "the generation held for a rerun never ended"
+    assert len(ends) == 1
+    assert not [p for p in multiprocessing.active_children() if p.name == "napllm-lmsp-model"]

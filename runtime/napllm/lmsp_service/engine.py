@@ -322,6 +322,7 @@ class Engine:
         if self._worker.closed:
             self._jobs.end_queued()
             self._worker.kill()  # started while close() ran
+            self._worker.reap()
             return
         self.restarts += 1
         self._jobs.resume()

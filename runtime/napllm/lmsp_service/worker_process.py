@@ -38,6 +38,8 @@ log = logging.getLogger("napllm.lmsp_service.worker_process")
 
 #: Seconds to wait for a (re)started worker to load the model.
 START_TIMEOUT_S = 120.0
+#: Seconds between two looks at `closed` while a worker starts.
+START_POLL_S = 0.2
 #: Seconds a stopping worker may spend finishing its running generations.
 STOP_WAIT_S = 5.0
 
@@ -187,6 +189,8 @@ class WorkerProcess:
                     continue
                 log.exception("could not restart the model worker; retrying")
             except ValueError:
+                if self.closed:
+                    return  # closed while it started: nothing to restart
                 log.exception("could not restart the model worker; retrying")
             time.sleep(delay)
             delay = min(delay * 2, 30.0)
@@ -207,8 +211,13 @@ class WorkerProcess:
         process.start()
         child.close()
         try:
-            if not parent.poll(START_TIMEOUT_S):
-                raise ValueError("the model worker did not start in time")
+            # In slices, so that closing the service stops a start at once.
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while not parent.poll(START_POLL_S):
+                if self.closed:
+                    raise ValueError("the service closed while the model worker started")
+                if time.monotonic() > deadline:
+                    raise ValueError("the model worker did not start in time")
             message = parent.recv()
         except (EOFError, OSError) as exc:
             process.join(5)
@@ -221,6 +230,7 @@ class WorkerProcess:
             raise ValueError("the model worker exited while loading the model") from exc
         except ValueError:
             process.kill()
+            process.join(5)
             parent.close()
             raise
         if message[0] != "ready":
@@ -230,8 +240,14 @@ class WorkerProcess:
         info = dict(message[1])
         with self._lock:
             self.info = info
-        self._process = process
-        self._conn = parent
+        with self._send_lock:  # as `reap` and `send` read them
+            if self.closed:  # closed while it loaded: it must not outlive the service
+                process.kill()
+                process.join(5)
+                parent.close()
+                raise ValueError("the service closed while the model worker started")
+            self._process = process
+            self._conn = parent
         return info
 
     def send(self, message: tuple[Any, ...]) -> None:
