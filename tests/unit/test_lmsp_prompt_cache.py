@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from napllm.lmsp_service.prompt_cache import MIN_REUSE_TOKENS, KeptPrefixes, common_prefix, runs
 
 SYSTEM = list(range(100, 100 + 2 * MIN_REUSE_TOKENS))  # a shared system prompt's ids
@@ -92,3 +94,15 @@ def test_without_a_match_a_sequence_holding_nothing_is_taken_before_a_kept_one()
     # 1 and 3 hold nothing; with 0 taken, 1 keeps the ids in one run.
     assert keeper.take([7] * 20, reuse=True) == (1, 0)
     assert keeper.kept_tokens(2) == len(SYSTEM)
+
+
+def test_a_sequence_is_never_freed_twice_and_none_is_taken_when_all_are() -> None:
+    keeper = KeptPrefixes(1)
+    seq, _ = keeper.take([1], reuse=True)
+    with pytest.raises(IndexError):
+        keeper.take([1], reuse=True)
+    keeper.give_back(seq, [])
+    with pytest.raises(ValueError):
+        keeper.give_back(seq, [])  # before, the sequence was listed free twice
+    assert keeper.take([1], reuse=True) == (seq, 0)
+    assert not keeper.has_free

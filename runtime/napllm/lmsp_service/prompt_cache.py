@@ -18,8 +18,8 @@ Rules
 - At most `len(prompt) - 1` ids are reused, so the last prompt token is
   always decoded again: its logits are the first token's distribution.
 - A shared prefix shorter than `MIN_REUSE_TOKENS` is not worth a sequence
-  that may hold a longer conversation: the least recently freed sequence
-  is taken instead and cleared.
+  that may hold a longer conversation: a free sequence that holds nothing
+  is taken instead, else the least recently freed one, and it is cleared.
 - Among equal choices (free sequences sharing the same prefix, or free
   sequences that hold nothing), the one that keeps the taken sequence ids
   in fewest runs of consecutive ids wins, then the least recently freed:
@@ -81,7 +81,10 @@ class KeptPrefixes:
         least `MIN_REUSE_TOKENS` ids; it is never `len(prompt)` (module
         rules). Raises `IndexError` when no sequence is free.
         """
+        if not self._free:
+            raise IndexError("no free sequence")
         shared = 0
+        lengths: dict[int, int] = {}
         if reuse:
             lengths = {
                 seq: common_prefix(self._kept.get(seq, ()), prompt, len(prompt) - 1)
@@ -101,10 +104,16 @@ class KeptPrefixes:
         return best, shared
 
     def give_back(self, seq: int, held: list[int]) -> None:
-        """Free `seq`, whose KV cells hold exactly the ids `held` (positions 0..len-1)."""
+        """Free `seq`, whose KV cells hold exactly the ids `held` (positions 0..len-1).
+
+        Raises `ValueError` for a sequence that is not taken (freed twice,
+        or never handed out): it would be handed out twice.
+        """
+        if seq not in self._taken:
+            raise ValueError("a sequence given back that is not taken")
         if held:
             self._kept[seq] = held
-        self._taken.discard(seq)
+        self._taken.remove(seq)
         self._free.append(seq)
 
     def kept_tokens(self, seq: int) -> int:
