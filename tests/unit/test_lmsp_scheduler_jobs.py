@@ -108,3 +108,13 @@ def test_a_requeued_job_is_not_killed_by_its_first_runs_time_limit() -> None:
     assert kills == [], "killed by the first run's watchdog"
     time.sleep(0.7)
     assert len(kills) == 1 and kills[0] - started >= 1.05
+
+
+def test_a_job_submitted_after_close_ends_at_once() -> None:
+    # Before, it waited in the queue of a closed engine for ever.
+    jobs, sent, _ = scheduler()
+    jobs.end_queued()  # the engine closes
+    future, seen = submit(jobs)
+    assert future.done() and future.result() is None
+    assert seen == [GenerationEnd("cancelled", 0)]
+    assert sent == []

@@ -232,7 +232,8 @@ class Engine:
         The worker finishes its running generations (at most
         `WorkerProcess.stop_wait_s`, then it is killed); what it sent before
         it ended is read, and a generation it did not end (it was killed)
-        ends `cancelled`, as the queued ones: every job ends exactly once.
+        ends `cancelled`, as the queued ones; a job submitted later ends
+        `cancelled` at once. Every job ends exactly once.
         """
         self._worker.closed = True
         self._jobs.end_queued()

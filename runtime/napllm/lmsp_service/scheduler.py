@@ -169,6 +169,7 @@ class Scheduler:
         self.generation_time_limit_s = generation_time_limit_s
         self._lock = threading.Lock()  # guards the queue, the running jobs and `ready`
         self._queue: deque[ScheduledJob] = deque()
+        self._closed = False  # set by `end_queued`: submissions end at once
         self._running: dict[int, ScheduledJob] = {}  # by request number, in the worker
         #: Set while the worker takes jobs (and tokenizations).
         self.ready = threading.Event()
@@ -181,7 +182,12 @@ class Scheduler:
         """Queue `job` (arrival order); see `engine.Engine.submit`."""
         entry = ScheduledJob(next(self._ids), job, sink, Future())
         with self._lock:
-            self._queue.append(entry)
+            closed = self._closed
+            if not closed:
+                self._queue.append(entry)
+        if closed:  # after `end_queued`: nothing would ever run it
+            self.end(entry, GenerationEnd("cancelled", 0))
+            return entry.future
         job.cancel.on_set(lambda: self._cancel(entry))
         self.dispatch()
         return entry.future
@@ -243,8 +249,9 @@ class Scheduler:
         self.dispatch()
 
     def end_queued(self) -> None:
-        """End every queued job `cancelled` (the engine is closing)."""
+        """End every queued job `cancelled`, and every later submission (the engine is closing)."""
         with self._lock:
+            self._closed = True
             queued = list(self._queue)
             self._queue.clear()
         for entry in queued:
