@@ -6,7 +6,10 @@ Rules
   and joins the running batch at the next step: one `llama_decode` per
   step holds the next token of every generating sequence and, in the room
   left (up to `N_BATCH` tokens), the prompt tokens of the sequences still
-  reading their prompt (in arrival order, long prompts spread over steps).
+  reading their prompt (room given in arrival order, long prompts spread
+  over steps). The batch lists its tokens by increasing sequence id: with
+  cells of its own per sequence, llama.cpp decodes one pass per run of
+  consecutive ids in listed order, each pass reading every weight.
 - Each generation has its own sampler chain (greedy at temperature 0, else
   llama-cpp-python's default chain: top-k 40, typical 1.0, top-p 0.95,
   min-p 0.05, temperature, seeded draw), its own grammar, output limit,
