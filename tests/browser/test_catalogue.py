@@ -12,7 +12,8 @@ catalogue-source.js, dist-test/ only) reads it and the simulated device from
 - A small device (1 GB, no WebGPU): the list shows sizes and verdicts
   (WebGPU engines do not fit), the suggestion is the smallest GGUF; a
   licence-gated entry shows its licence and downloads nothing until it is
-  accepted; a hash mismatch (the second file of two) is refused, both
+  accepted; an attempt cut at the second file of two keeps the first, and
+  the next attempt's hash mismatch (that second file) is refused, both
   files removed and no connection made; one click on the suggested entry
   downloads, verifies, creates the connection, stored for offline use,
   and it answers the Chat napplet;
@@ -98,7 +99,12 @@ def local_catalogue(test_pages_dir: Path, dist_url: str) -> dict[str, Any]:
     mismatch["files"][0]["sha256"] = "0" * 64
     mismatch["files"].insert(0, first)
     (test_pages_dir / HOST_DIR / "models.json").write_text(json.dumps(data), encoding="utf-8")
-    return {"url": f"{base}models.json", "data": data}
+    return {
+        "url": f"{base}models.json",
+        "data": data,
+        "base": base,
+        "dir": test_pages_dir / HOST_DIR,
+    }
 
 
 def boot(
@@ -201,9 +207,30 @@ def test_small_device_verdicts_licence_mismatch_and_one_click_add(
     page.wait_for_timeout(300)
     assert requests == []
 
-    # A hash mismatch: refused, the file deleted, no connection made.
+    # A first attempt that fails at its second file (the host serves bytes
+    # that are no GGUF: not a refusal, the first file is kept to resume);
+    # the next attempt's refusal takes the first file back too.
     bad = entry(page, MISMATCH)
-    bad.locator(".catalogue-toggle").click()
+    bad_files = [
+        f["url"]
+        for f in next(e for e in local_catalogue["data"]["entries"] if e["id"] == MISMATCH)["files"]
+    ]
+    second = local_catalogue["dir"] / bad_files[1][len(local_catalogue["base"]) :]
+    second.write_bytes(bytes(MODEL.stat().st_size))
+    try:
+        bad.locator(".catalogue-toggle").click()
+        bad.locator(".catalogue-add").click()
+        wait_result(page, MISMATCH, "refused")
+        assert "could not be downloaded" in (bad.locator(".catalogue-state").text_content() or "")
+        assert page.evaluate(CACHED_URLS) == [bad_files[0]]
+    finally:
+        shutil.copyfile(MODEL, second)
+
+    # A hash mismatch: refused, the files deleted, no connection made.
+    page.evaluate(
+        "() => document.querySelector(`li[data-id='qwen2.5-0.5b-wasm-q8_0'] .catalogue-state`)"
+        ".dataset.result = ''"
+    )
     bad.locator(".catalogue-add").click()
     wait_result(page, MISMATCH, "refused")
     assert "checksum" in (bad.locator(".catalogue-state").text_content() or "")

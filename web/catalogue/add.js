@@ -17,8 +17,13 @@
  *   4. where the catalogue publishes a sha256, the stored file is hashed
  *      part by part (hash-wasm): a mismatch deletes the file (and any
  *      unfinished parts), says so, and no connection is made; a refusal
- *      also deletes the entry's other files this attempt stored (a file
- *      stored before the click stays: another connection may use it);
+ *      also deletes the entry's other files that this attempt or an
+ *      earlier unfinished attempt of the same entry stored (a file stored
+ *      otherwise stays: another connection may use it). Which files an
+ *      unfinished attempt stored is kept in this browser's `localStorage`
+ *      (`ATTEMPTS_KEY`, by entry id, only URLs of that entry's files), so
+ *      a download cut in one attempt and refused in the next leaves
+ *      nothing behind;
  *   5. only then is the connection added, its settings from the entry.
  * - An engine that lists its own files (WebLLM, transformers.js): the
  *   connection is added, then its files downloaded for offline use
@@ -67,6 +72,38 @@ export async function sha256Of(blob) {
   return hasher.digest("hex");
 }
 
+/** `localStorage` key: `{entryId: [url, ...]}`, the files unfinished attempts stored. */
+export const ATTEMPTS_KEY = "napllm.catalogue.unfinished";
+
+function readAttempts() {
+  try {
+    const value = JSON.parse(localStorage.getItem(ATTEMPTS_KEY) ?? "{}");
+    return value && typeof value === "object" && !Array.isArray(value) ? value : {};
+  } catch {
+    return {};
+  }
+}
+
+/** The URLs of `entry`'s files that an earlier unfinished attempt stored. */
+function earlierAttempt(entry) {
+  const urls = readAttempts()[entry.id];
+  const own = new Set(entry.files.map((file) => file.url));
+  return Array.isArray(urls) ? urls.filter((url) => typeof url === "string" && own.has(url)) : [];
+}
+
+/** Record (or, with none, forget) the files `entry`'s unfinished attempts stored. */
+function keepAttempt(entry, urls) {
+  try {
+    const attempts = readAttempts();
+    if (urls.length) attempts[entry.id] = [...new Set(urls)];
+    else delete attempts[entry.id];
+    if (Object.keys(attempts).length) localStorage.setItem(ATTEMPTS_KEY, JSON.stringify(attempts));
+    else localStorage.removeItem(ATTEMPTS_KEY);
+  } catch {
+    // No storage: a later refusal keeps what this attempt stored.
+  }
+}
+
 async function forgetFile(url, store) {
   if (store && "caches" in globalThis) await (await caches.open(store)).delete(url);
   await forgetModelUse(url);
@@ -80,8 +117,8 @@ async function isStored(url, store) {
 
 /**
  * Confirm, check room for, download and verify the listed files of `entry`.
- * `fresh` (an array) receives the URL of each file this attempt stored
- * that was not stored before, so a refusal can take them back.
+ * `fresh` (an array) receives the URL of each file this attempt starts to
+ * store that was not stored before, so a refusal can take them back.
  */
 async function downloadListed(entry, engine, onProgress, fresh) {
   const sizes = [];
@@ -102,7 +139,8 @@ async function downloadListed(entry, engine, onProgress, fresh) {
   for (let index = 0; index < entry.files.length; index += 1) {
     const file = entry.files[index];
     if (sizes[index] > ceiling) throw new CatalogueRefusal(`${entry.name} is larger than this shell accepts for its engine.`);
-    const had = await isStored(file.url, engine.store);
+    // Counted before its bytes come: a cut leaves parts to take back too.
+    if (!(await isStored(file.url, engine.store))) fresh.push(file.url);
     const blob = await downloadModelFile(file.url, {
       limit: ceiling,
       size: sizes[index],
@@ -114,7 +152,6 @@ async function downloadListed(entry, engine, onProgress, fresh) {
         onProgress(`Downloading ${entry.name} — ${describeProgress(event)}`, Math.min(0.99, (index + part) / entry.files.length));
       },
     });
-    if (!had) fresh.push(file.url);
     if (left !== null) left = Math.max(0, left - blob.size);
     if (file.sha256) {
       onProgress(`Checking ${entry.name}`, 0.99);
@@ -145,6 +182,7 @@ export function connectionJson(entry, engine) {
 export async function addFromCatalogue(entry, catalogue, runtime, onProgress = () => {}) {
   const engine = catalogue.engines[entry.engine];
   const fresh = [];
+  const earlier = Array.isArray(entry?.files) ? earlierAttempt(entry) : [];
   try {
     if (!engine || !runtime) throw new CatalogueRefusal("This model cannot be added here.");
     if (engine.files === "listed") await downloadListed(entry, engine, onProgress, fresh);
@@ -156,6 +194,7 @@ export async function addFromCatalogue(entry, catalogue, runtime, onProgress = (
       const stored = await downloadForOffline(answer, onProgress);
       if (stored !== "stored") return { ok: false, connection: answer, text: `The connection ${entry.name} was added, but its model is not downloaded yet.` };
     }
+    keepAttempt(entry, []);
     onProgress(`${entry.name} is ready`, 1);
     return { ok: true, connection: answer };
   } catch (error) {
@@ -167,9 +206,12 @@ export async function addFromCatalogue(entry, catalogue, runtime, onProgress = (
     if (error instanceof CatalogueRefusal) {
       // A refused entry never becomes a connection: the files this attempt
       // stored go too (one file of two is no model). A download cut off is
-      // kept, to resume on the next click.
-      for (const url of fresh) await forgetFile(url, engine?.store).catch(() => {});
+      // kept, to resume on the next click, and so are the files it stored
+      // (recorded, so that a refusal of a later attempt takes them back).
+      for (const url of new Set([...earlier, ...fresh])) await forgetFile(url, engine?.store).catch(() => {});
+      if (Array.isArray(entry?.files)) keepAttempt(entry, []);
     } else {
+      if (Array.isArray(entry?.files)) keepAttempt(entry, [...earlier, ...fresh]);
       console.error("napllm: a catalogue download failed", error?.name ?? "");
     }
     onProgress(text, -1);
