@@ -276,3 +276,31 @@ def test_handlers_can_be_called_one_by_one() -> None:
         with pytest.raises(ProblemError) as caught:
             asyncio.run(call)
         assert caught.value.code == code
+
+
+def test_a_client_leaving_while_it_sends_the_body_is_no_service_fault() -> None:
+    # starlette raises ClientDisconnect from the body stream; it reached the
+    # service's catch-all and was logged as an unhandled error with a
+    # traceback, one per such client (a flood filled the log).
+    from starlette.requests import ClientDisconnect, Request
+
+    from napllm.lmsp_service.app import _read_body
+
+    messages = [
+        {"type": "http.request", "body": b'{"a":', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/",
+        "headers": [(b"content-type", b"application/json")],
+    }
+    request = Request(scope, receive)
+    with pytest.raises(ProblemError) as caught:
+        asyncio.run(_read_body(request, 1024, 5.0))
+    assert not isinstance(caught.value, ClientDisconnect)

@@ -54,7 +54,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -107,6 +107,11 @@ async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
                     raise ProblemError("payload_too_large")
                 chunks.append(chunk)
     except TimeoutError:
+        raise ProblemError("request_timeout") from None
+    except ClientDisconnect:
+        # The client left while sending: no one reads an answer, and it is
+        # no fault of the service (logged as one, a flood of such clients
+        # filled the log with tracebacks).
         raise ProblemError("request_timeout") from None
     return b"".join(chunks)
 

@@ -54,7 +54,7 @@ from typing import Any
 
 from ..lmsp import FunctionTool
 from ..pattern_cost import pattern_is_affordable
-from .grammar_cost import GrammarCostError, parse_gbnf, worst_case
+from .grammar_cost import GrammarCostError, left_recursive, parse_gbnf, worst_case
 from .pattern_grammar import UnsupportedPattern
 from .schema_grammar import EmptyRange, rebase_refs, schema_to_gbnf
 from .schema_keywords import unenforced_keyword
@@ -84,8 +84,12 @@ _BOUND_KEYWORDS = frozenset(
         "maxContains",
     }
 )
+#: Lower and upper repetition bounds that must not cross.
+_RANGES = (("minLength", "maxLength"), ("minItems", "maxItems"))
 _COUNT = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}", re.ASCII)
 _RULE_NAME = re.compile(r"(?<![\w-])root(?![\w-])")
+#: GBNF literals and character classes (a rule name inside them is text).
+_LITERALS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]')
 #: A rule that matches only the empty text (`x ::= `).
 _EMPTY_RULE = re.compile(r"^[\w-]+ ::=[ \t]*$", re.MULTILINE)
 
@@ -104,7 +108,13 @@ def check_grammar_cost(gbnf: str) -> None:
     read is refused too).
     """
     try:
-        cost = worst_case(parse_gbnf(gbnf), MAX_LIVE_STACKS, MAX_CHAR_WORK)
+        grammar = parse_gbnf(gbnf)
+        if left_recursive(grammar):
+            raise GrammarUnavailable(
+                "The schema refers to itself before any value is written (a $ref loop), "
+                "which cannot be enforced as a grammar."
+            )
+        cost = worst_case(grammar, MAX_LIVE_STACKS, MAX_CHAR_WORK)
     except GrammarCostError as exc:
         raise GrammarUnavailable(
             "The schema's grammar cannot be analysed within the limits."
@@ -227,6 +237,18 @@ def check_schema_bounds(schema: Any) -> None:
     while stack:
         node, enforced = stack.pop()
         if isinstance(node, dict):
+            for low_key, high_key in _RANGES:
+                low, high = node.get(low_key, 0), node.get(high_key)
+                if (
+                    isinstance(low, int | float)
+                    and isinstance(high, int | float)
+                    and not isinstance(low, bool)
+                    and not isinstance(high, bool)
+                    and low > high
+                ):
+                    raise GrammarUnavailable(
+                        f"The schema's {low_key} is above its {high_key}: no value satisfies it."
+                    )
             for key, value in node.items():
                 if key in _BOUND_KEYWORDS and isinstance(value, int | float):
                     if not isinstance(value, bool) and value > MAX_REPETITION:
@@ -286,7 +308,7 @@ def _convert(schema: Any) -> str:
     except EmptyRange as exc:
         raise GrammarUnavailable(
             "The schema's integer bounds (minimum, maximum, exclusiveMinimum, exclusiveMaximum) "
-            "leave no integer of at most 16 digits."
+            "leave no safe integer (of magnitude below 2**53)."
         ) from exc
     except UnsupportedPattern as exc:
         raise GrammarUnavailable(
@@ -317,6 +339,22 @@ def json_grammar(schema: dict[str, Any]) -> str:
     return _convert(schema)
 
 
+#: Keywords that make a schema describe something other than an object.
+_NOT_OBJECT = frozenset(
+    {"const", "enum", "$ref", "anyOf", "oneOf", "items", "prefixItems", "pattern", "format"}
+)
+
+
+def _is_object_schema(parameters: Any) -> bool:
+    """Whether a tool's `parameters` describe a JSON object (the only arguments a call has)."""
+    if not isinstance(parameters, dict):
+        return False
+    kind = parameters.get("type")
+    if kind is not None:
+        return bool(kind == "object" or kind == ["object"])
+    return not (_NOT_OBJECT & set(parameters))
+
+
 def tool_call_grammar(tools: Sequence[FunctionTool]) -> str:
     """GBNF text forcing exactly one `<tool_call>` block calling one of `tools` (6.5).
 
@@ -324,6 +362,12 @@ def tool_call_grammar(tools: Sequence[FunctionTool]) -> str:
     tool's parameters>}`. Raises `GrammarUnavailable` when a tool's
     parameters are beyond the limits or cannot be expressed as a grammar.
     """
+    for tool in tools:
+        if not _is_object_schema(tool.parameters):
+            raise GrammarUnavailable(
+                "A tool's parameters must be an object schema: a tool call's arguments are "
+                "a JSON object."
+            )
     # Each tool's `#/...` references stay relative to its own parameters.
     at = (
         ["properties/arguments"]
@@ -350,7 +394,7 @@ def tool_call_grammar(tools: Sequence[FunctionTool]) -> str:
         elif line.startswith("tool-call-json ::="):
             raise GrammarUnavailable("The schema's grammar cannot be wrapped as a tool call.")
         rules.append(line)
-    if any(_RULE_NAME.search(rule) for rule in rules):
+    if any(_RULE_NAME.search(_LITERALS.sub("", rule)) for rule in rules):
         raise GrammarUnavailable("A recursive tool schema cannot be enforced.")
     rules.append('root ::= "<tool_call>\\n" tool-call-json "\\n</tool_call>"')
     return "\n".join(rules)

@@ -390,3 +390,52 @@ def worst_case(grammar: Grammar, live_limit: int, work_limit: int) -> Cost:
         visited.add(frozenset(current))
         live = max(live, len(current))
     return Cost(live, work, False)
+
+
+def left_recursive(grammar: Grammar) -> bool:
+    """Whether a rule of `grammar` can reach itself before reading a character.
+
+    llama.cpp refuses such a grammar when its sampler is made
+    (`llama_grammar_detect_left_recursion`), so a schema whose references
+    loop without any text between (`a: {"$ref": a}`, `a: {"anyOf": [a,
+    ...]}`) failed only once its generation started. Same rule here:
+    a rule's left edges go to the rules its alternatives start with, past
+    every rule that can match the empty text; a cycle of left edges is
+    left recursion. Iterative (fixpoint, then Kahn's algorithm).
+    """
+    rules = [r or [] for r in grammar.rules]
+    nullable = [False] * len(rules)
+    changed = True
+    while changed:
+        changed = False
+        for index, alternatives in enumerate(rules):
+            if nullable[index]:
+                continue
+            if any(
+                all(kind == "r" and nullable[int(ref)] for kind, ref in alternative)  # type: ignore[call-overload]
+                for alternative in alternatives
+            ):
+                nullable[index] = changed = True
+    edges: list[set[int]] = [set() for _ in rules]
+    for index, alternatives in enumerate(rules):
+        for alternative in alternatives:
+            for kind, ref in alternative:
+                if kind != "r":
+                    break
+                edges[index].add(int(ref))  # type: ignore[call-overload]
+                if not nullable[int(ref)]:  # type: ignore[call-overload]
+                    break
+    incoming = [0] * len(rules)
+    for targets in edges:
+        for target in targets:
+            incoming[target] += 1
+    ready = [index for index, count in enumerate(incoming) if count == 0]
+    removed = 0
+    while ready:
+        index = ready.pop()
+        removed += 1
+        for target in edges[index]:
+            incoming[target] -= 1
+            if incoming[target] == 0:
+                ready.append(target)
+    return removed < len(rules)

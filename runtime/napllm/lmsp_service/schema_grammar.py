@@ -24,11 +24,25 @@ own, for two reasons this module fixes by subclassing it:
   with distinct characters wherever they have the same length, so the
   grammar's parse stacks stay few (grammar_cost.py measures it).
 
+- **Text the output check refuses.** The converter's `char` rule let a
+  string hold raw control characters (U+0000 to U+001F) and `\\u`
+  escapes of lone surrogates, and its `integral-part` wrote 16 digits
+  (integers beyond 2**53, which the service's JSON reader refuses as
+  unsafe) and exponents of 16 digits (infinity): a model at temperature 0
+  wrote a raw newline into a plain `{"type": "string"}`, and the request
+  ended 500 `model_output_invalid`. `_OWN_PRIMITIVES` replaces those rules
+  with ones that write only what `jsontext.read_json` accepts.
+- **Rule names.** A property named `""` at the top level was visited under
+  the name `""`, which the converter turns into `root`: the property's
+  rule became the grammar's root. Such a name gets a rule name of its own.
+
 Rules
-- An integer range is cut to what the converter's own `integer` rule can
-  write: at most `MAX_INTEGER_DIGITS` digits (`-(10**16 - 1)` to
-  `10**16 - 1`); a missing bound is that edge. A range left empty (its
-  bounds cross, or it lies beyond that edge) raises `EmptyRange`.
+- An integer range is cut to the safe integers (`-(2**53 - 1)` to
+  `2**53 - 1`, `SAFE_INTEGER`, what the service's JSON reader accepts); a
+  missing bound is that edge. An integer without bounds is written with
+  at most `MAX_INTEGER_DIGITS` digits (a simpler rule, inside that edge).
+  A range left empty (its bounds cross, or it lies beyond that edge)
+  raises `EmptyRange`.
 - Bounds may be any JSON number: `minimum: 1.5` keeps integers from 2 on.
   Booleans (draft 4's `exclusiveMinimum: true`) are not numbers here:
   schema_keywords.py refuses them before conversion.
@@ -43,13 +57,35 @@ import math
 import re
 from typing import Any
 
-from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
+from llama_cpp.llama_grammar import PRIMITIVE_RULES, RESERVED_NAMES, BuiltinRule, SchemaConverter
 
 from .pattern_grammar import pattern_rule
 
-#: Most digits of an integer the grammar writes (the converter's `integral-part`).
-MAX_INTEGER_DIGITS = 16
-_EDGE = 10**MAX_INTEGER_DIGITS - 1
+#: Most digits of an integer the grammar writes (`integral-part`): every such
+#: integer is a safe integer (below 2**53), as `jsontext.read_json` requires.
+MAX_INTEGER_DIGITS = 15
+_HEX = "[0-9a-fA-F]"
+#: The converter's primitives that could write text the output check refuses,
+#: replaced (module rules): a string character is never a raw control
+#: character nor an escaped lone surrogate; integers have at most
+#: MAX_INTEGER_DIGITS digits; an exponent at most two (no infinity).
+_OWN_PRIMITIVES = {
+    id(PRIMITIVE_RULES["char"]): BuiltinRule(
+        r'[^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" '
+        + f"([0-9a-cA-CefEF] {_HEX} {_HEX} {_HEX} | [dD] [0-7] {_HEX} {_HEX}))",
+        [],
+    ),
+    id(PRIMITIVE_RULES["integral-part"]): BuiltinRule(
+        f"[0-9] | [1-9] [0-9]{{0,{MAX_INTEGER_DIGITS - 1}}}", []
+    ),
+    id(PRIMITIVE_RULES["number"]): BuiltinRule(
+        '("-"? integral-part) ("." decimal-part)? ([eE] [-+]? [0-9] [0-9]?)? space',
+        ["integral-part", "decimal-part"],
+    ),
+}
+#: Largest magnitude of an integer the grammar writes for a bounded range.
+SAFE_INTEGER = 2**53 - 1
+_EDGE = SAFE_INTEGER
 #: The integer bound keywords this module enforces.
 INTEGER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 #: Characters a GBNF literal must escape (everything else is written as is).
@@ -136,7 +172,7 @@ def integer_bounds(schema: dict[str, Any]) -> tuple[int, int]:
     """The smallest and largest integer `schema`'s bounds allow, cut to the grammar's edge.
 
     Reads the `INTEGER_BOUNDS` keywords (JSON numbers); raises `EmptyRange`
-    when no integer of at most `MAX_INTEGER_DIGITS` digits is allowed.
+    when no safe integer (`SAFE_INTEGER`) is allowed.
     """
     low, high = -_EDGE, _EDGE
     if "minimum" in schema:
@@ -155,7 +191,7 @@ def integer_bounds(schema: dict[str, Any]) -> tuple[int, int]:
 def integer_range_rule(low: int, high: int) -> str:
     """GBNF (a rule body, without trailing space) for the decimal integers `low..high`.
 
-    `low <= high`, both of at most `MAX_INTEGER_DIGITS` digits. The text
+    `low <= high`, both within `SAFE_INTEGER`. The text
     has no leading zeros and no `-0`.
     """
     alternatives = []
@@ -256,6 +292,11 @@ class CompletedConverter(SchemaConverter):
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)  # type: ignore[no-untyped-call]
         self._ref_rules: dict[str, str] = {}
+        self._depth = 0
+
+    def _add_primitive(self, name: str, rule: Any) -> str:
+        own = _OWN_PRIMITIVES.get(id(rule), rule)
+        return str(super()._add_primitive(name, own))
 
     def _format_literal(self, literal: str) -> str:
         return _literal(literal)
@@ -296,6 +337,15 @@ class CompletedConverter(SchemaConverter):
 
     def visit(self, schema: dict[str, Any], name: str) -> str:
         """The converter's `visit`, enforcing integer bounds where it would drop them."""
+        if not name and self._depth:
+            name = "empty-name"  # a property named "": never the root (module rules)
+        self._depth += 1
+        try:
+            return self._visit(schema, name)
+        finally:
+            self._depth -= 1
+
+    def _visit(self, schema: dict[str, Any], name: str) -> str:
         if (
             isinstance(schema, dict)
             and schema.get("type") == "integer"

@@ -33,6 +33,20 @@ Rules
   takes an earlier branch is refused too (`_dropped_by_branch`): e.g.
   `maxLength` beside `pattern` or under a `type` list, `minItems` without
   `items`, `prefixItems` beside `items`, a sibling of `$ref`.
+- A kept keyword is kept only as far as the converter reads it:
+  `type` beside `$ref`, `anyOf`/`oneOf`, `const` or `enum` (which the
+  converter follows instead) only where it says nothing more (each
+  branch's own `type` is the same; each value is of that type);
+  `oneOf` and `anyOf` not side by side (it reads one); `required` only
+  of names in `properties` (it writes no other property); `allOf` only
+  of plain object branches (`properties`, `required`, `type: "object"`
+  and annotations, each name in one branch only: it merges their
+  properties and reads nothing else).
+- A `$ref` is `#` or a JSON Pointer through schema positions (`#/$defs/x`,
+  `#/properties/a/items`, ...) without percent-encoding: a pointer into
+  data (`#/$defs/x/const`) would make data a schema that no check saw.
+  `$id` only at the root (a base URI that changes would resolve
+  references elsewhere than the converter does).
 - Every other keyword is an annotation for validation (JSON Schema
   2020-12: `title`, `description`, `default`, `examples`, `format` (an
   annotation unless a format vocabulary is asserted, which the output
@@ -160,6 +174,115 @@ def _branch_keeps(node: dict[str, Any]) -> frozenset[str]:
     return frozenset()
 
 
+_JSON_TYPES: dict[str, Any] = {
+    "null": lambda v: v is None,
+    "boolean": lambda v: isinstance(v, bool),
+    "string": lambda v: isinstance(v, str),
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "integer": lambda v: (
+        (isinstance(v, int) and not isinstance(v, bool))
+        or (isinstance(v, float) and v.is_integer())
+    ),
+}
+#: What an `allOf` branch may hold: the converter merges `properties` only.
+_ALLOF_BRANCH_KEYS = frozenset(
+    {"properties", "required", "type", "title", "description", "$comment", "examples", "default"}
+)
+
+
+def _type_says_more(node: dict[str, Any]) -> bool:
+    """Whether `node`'s `type` constrains more than the branch the converter takes."""
+    kind = node["type"]
+    if isinstance(kind, list) or "$ref" in node:
+        return "$ref" in node
+    for key in ("oneOf", "anyOf"):
+        if key in node:
+            branches = node[key]
+            return not isinstance(branches, list) or any(
+                not isinstance(b, dict)
+                or (b.get("type") != kind and not ("const" in b and _of_type(b["const"], kind)))
+                for b in branches
+            )
+    if "const" in node:
+        return not _of_type(node["const"], kind)
+    if "enum" in node:
+        values = node["enum"]
+        return not isinstance(values, list) or not all(_of_type(v, kind) for v in values)
+    return False
+
+
+def _of_type(value: Any, kind: Any) -> bool:
+    check = _JSON_TYPES.get(kind) if isinstance(kind, str) else None
+    return bool(check and check(value))
+
+
+def _allof_is_plain(branches: Any) -> bool:
+    """Whether every `allOf` branch is one the converter merges exactly (module rules)."""
+    if not isinstance(branches, list):
+        return False
+    names: set[str] = set()
+    for branch in branches:
+        if not isinstance(branch, dict) or not set(branch) <= _ALLOF_BRANCH_KEYS:
+            return False
+        if branch.get("type", "object") != "object":
+            return False
+        properties = branch.get("properties", {})
+        required = branch.get("required", [])
+        if not isinstance(properties, dict) or not isinstance(required, list):
+            return False
+        if not set(map(str, required)) <= set(properties) or names & set(properties):
+            return False
+        names |= set(properties)
+    return True
+
+
+def _pointer_is_schema(ref: str) -> bool:
+    """Whether a `$ref` is `#` or a pointer through schema positions only (module rules)."""
+    if ref == "#":
+        return True
+    if not ref.startswith("#/") or "%" in ref:
+        return False
+    parts = ref[2:].split("/")
+    i = 0
+    while i < len(parts):
+        key = parts[i]
+        named = i + 1 < len(parts)  # a name or an index follows
+        indexed = named and parts[i + 1].isdigit()
+        if (key in SUBSCHEMA_MAP and named) or (key in SUBSCHEMA_LIST | {"items"} and indexed):
+            i += 2
+        elif key in SUBSCHEMA_ONE:
+            i += 1
+        else:
+            return False
+    return True
+
+
+def _reads_less(node: dict[str, Any], root: bool) -> str | None:
+    """A kept keyword of `node` that its converter branch reads only in part (module rules)."""
+    keeps = _branch_keeps(node)
+    if "type" in node and _type_says_more(node):
+        return "type"
+    if "oneOf" in node and "anyOf" in node:
+        return "anyOf"
+    if "required" in node and "required" in keeps:
+        properties = node.get("properties", {})
+        required = node["required"]
+        if not isinstance(required, list) or not isinstance(properties, dict):
+            return "required"
+        if not set(map(str, required)) <= set(properties):
+            return "required"
+    if "allOf" in keeps and not _allof_is_plain(node["allOf"]):
+        return "allOf"
+    ref = node.get("$ref")
+    if ref is not None and (not isinstance(ref, str) or not _pointer_is_schema(ref)):
+        return "$ref"
+    if "$id" in node and not root:
+        return "$id"
+    return None
+
+
 def _dropped_by_branch(node: dict[str, Any]) -> str | None:
     """A kept keyword of `node` that its converter branch does not read, if any."""
     keeps = _branch_keeps(node)
@@ -181,7 +304,7 @@ def unenforced_keyword(schema: Any) -> str | None:
         node = stack.pop()
         if not isinstance(node, dict):
             continue
-        dropped = _dropped_by_branch(node)
+        dropped = _dropped_by_branch(node) or _reads_less(node, node is schema)
         for raw_key, value in node.items():
             key = str(raw_key)
             if key in REFUSED:

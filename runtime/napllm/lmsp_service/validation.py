@@ -177,7 +177,8 @@ def check_schemas(schemas: list[tuple[str, Any]]) -> str | None:
     """
     for what, schema in schemas:
         try:
-            jsonschema.validators.validator_for(schema).check_schema(schema)
+            # JSON Schema 2020-12 whatever `$schema` says: the grammar reads it so.
+            jsonschema.Draft202012Validator.check_schema(schema)
         except (SchemaError, OverflowError, RecursionError, ValueError, MemoryError):
             # OverflowError/ValueError: a `pattern` Python's `re` cannot compile.
             return f"The {what} is not a valid JSON Schema."
@@ -227,8 +228,10 @@ def check_output(facts: OutputFacts) -> str | None:
             value = read_json(facts.message_text)
         except JsonTextError:
             return "The model's output is not JSON."
-        validator_cls = jsonschema.validators.validator_for(facts.output_schema)
-        if not validator_cls(facts.output_schema).is_valid(value):
+        # 2020-12, as the grammar and the tool check read it: an older draft's
+        # `$schema` would make its keywords (`dependencies`, `divisibleBy`)
+        # assertions that no grammar enforced.
+        if not jsonschema.Draft202012Validator(facts.output_schema).is_valid(value):
             return "The model's output does not match the requested JSON schema."
     return None
 
