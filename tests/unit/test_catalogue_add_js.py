@@ -42,6 +42,7 @@ const URLS = ["http://127.0.0.1:9/a.gguf", "http://127.0.0.1:9/b.gguf"];
 const served = new Map(URLS.map((url, i) => [url, file(i + 1)]));
 const named = new Map(URLS.map((url) => [url, SIZE]));
 const gets = [];
+const modes = [];
 globalThis.fetch = async (url, init = {}) => {
   url = String(url);
   if ((init.method || "GET") === "HEAD") {
@@ -50,6 +51,7 @@ globalThis.fetch = async (url, init = {}) => {
     return new Response(null, { status: 200, headers: { "content-length": String(named.get(url)) } });
   }
   gets.push(url);
+  modes.push(init.cache);
   const body = served.get(url);
   return new Response(body, { status: 200, headers: { "content-length": String(body.length), "content-type": "application/octet-stream" } });
 };
@@ -121,7 +123,7 @@ served.set(URLS[1], file(2));
 globalThis.fetch = realFetch;
 gets.length = 0;
 const second = await add.addFromCatalogue(entry(), catalogue, runtime);
-console.log(JSON.stringify({ afterFirst, second: second.ok, gets, stored: await storedUrls(), attempts: attempts() }));
+console.log(JSON.stringify({ afterFirst, second: second.ok, gets, modes, stored: await storedUrls(), attempts: attempts() }));
 """
     )
     assert not result["afterFirst"]["ok"]
@@ -131,5 +133,7 @@ console.log(JSON.stringify({ afterFirst, second: second.ok, gets, stored: await 
     }
     assert result["second"]
     assert result["gets"] == ["http://127.0.0.1:9/b.gguf"]
+    # Past the HTTP cache, which may still hold the refused answer.
+    assert set(result["modes"]) == {"reload"}
     assert result["stored"] == ["http://127.0.0.1:9/a.gguf", "http://127.0.0.1:9/b.gguf"]
     assert result["attempts"] == {}

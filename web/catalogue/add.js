@@ -154,8 +154,12 @@ async function downloadListed(entry, engine, onProgress, fresh, verified) {
   for (let index = 0; index < entry.files.length; index += 1) {
     const file = entry.files[index];
     // Counted before its bytes come: a cut leaves parts to take back too.
-    if (!(await isStored(file.url, engine.store))) fresh.push(file.url);
+    const stored = await isStored(file.url, engine.store);
+    if (!stored) fresh.push(file.url);
     const blob = await downloadModelFile(file.url, {
+      // A file not stored is asked of the host past the HTTP cache, which
+      // may hold an answer an earlier attempt refused (its parts still resume).
+      fresh: !stored,
       limit: ceiling,
       size: sizes[index],
       gguf: engine.gguf,
