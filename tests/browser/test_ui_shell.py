@@ -1349,9 +1349,9 @@ def test_connections_storage_round_trip(shell: Any) -> None:
     shell.goto()
     assert shell.page.evaluate("napllmHost.loadConnections()") == "[]"
     shell.page.evaluate('napllmHost.saveConnections(\'[{"id":"u-1"}]\')')
-    assert shell.page.evaluate("napllmHost.loadConnections()") == '[{"id":"u-1"}]'
+    assert shell.page.evaluate("napllmHost.loadConnections()") == '["{\\"id\\":\\"u-1\\"}"]'
     shell.goto()
-    assert shell.page.evaluate("napllmHost.loadConnections()") == '[{"id":"u-1"}]'
+    assert shell.page.evaluate("napllmHost.loadConnections()") == '["{\\"id\\":\\"u-1\\"}"]'
 
 
 def test_boot_progress_and_error_panel(shell: Any) -> None:

@@ -193,3 +193,18 @@ def test_an_engines_ceiling_is_a_byte_ceiling_of_limits_js_or_none() -> None:
     )
     assert ceilings["wasm"] == "MAX_GGUF_MODEL_BYTES"
     assert [ceilings[f"x{i}"] for i in range(len(names))] == [None] * 4 + ["MAX_ONNX_WEIGHTS_BYTES"]
+
+
+def test_an_engine_kind_the_build_does_not_declare_is_dropped() -> None:
+    data = json.loads(CATALOGUE.read_text(encoding="utf-8"))
+    data["engines"]["invented"] = dict(data["engines"]["wasm"])
+    invented = dict(data["entries"][0], id="invented-entry", engine="invented")
+    data["entries"].append(invented)
+    kept = fit(
+        "const only = fit.readCatalogue(JSON.stringify(DATA), new Set(['wasm', 'webllm', 'onnx']));"
+        " return [Object.keys(only.engines).sort(), only.entries.some((e) => e.engine === 'invented')];".replace(
+            "DATA", json.dumps(data)
+        ),
+        json.dumps(data),
+    )
+    assert kept == [["onnx", "wasm", "webllm"], False]

@@ -527,3 +527,51 @@ console.log(JSON.stringify(out));
     whys = [r["why"] for r in trickle["retrying"]]
     assert whys and all(why == "the host sent less than 4 KiB in 100 ms" for why in whys), whys
     assert result["steady"]["ok"]
+
+
+@needs_node
+def test_an_answer_without_a_length_is_held_to_the_expected_size() -> None:
+    # A chunked answer announces no total: the bytes received must still be
+    # exactly the size the caller confirmed, never fewer and never more.
+    result = hosts(
+        """
+const v1 = file(8);
+const chunked = () => hosted(() => ({ status: 200, body: v1, headers: {} }));
+console.log(JSON.stringify({
+  exact: await fetchModel(chunked(), { size: SIZE }),
+  fewer: await fetchModel(chunked(), { size: SIZE + 1 }),
+  more: await fetchModel(chunked(), { size: SIZE - 1 }),
+  stored: (await (await caches.open("napllm-models")).keys()).length,
+  parts: await partsLeft(),
+}));
+"""
+    )
+    assert result["exact"]["ok"]
+    assert result["fewer"]["name"] == "NotAModel"
+    assert result["more"]["name"] == "NotAModel"
+    assert result["parts"] == 0
+
+
+@needs_node
+def test_a_stored_copy_of_another_size_is_not_used() -> None:
+    # A file some earlier answer left in the store (the service worker keeps
+    # any self-consistent answer) is used only at the size the caller expects.
+    result = hosts(
+        """
+const v1 = file(8);
+const store = await caches.open("napllm-models");
+await store.put(URL_, new Response(new Uint8Array(SIZE - 10), { status: 200 }));
+const host = hosted(() => full(v1));
+const got = await fetchModel(host, { size: SIZE, store: "napllm-models" });
+const kept = await store.match(URL_);
+console.log(JSON.stringify({
+  ok: got.ok, size: got.size, requests: got.requests.length, sha: got.sha, want: await hex(new Blob([v1])),
+  kept: kept ? (await kept.arrayBuffer()).byteLength : null,
+  again: (await fetchModel(hosted(() => full(v1)), { size: SIZE, store: "napllm-models" })).requests.length,
+}));
+"""
+    )
+    assert result["ok"] and result["size"] == 600_000 and result["sha"] == result["want"]
+    assert result["requests"] == 1
+    assert result["kept"] == 600_000
+    assert result["again"] == 0

@@ -11,9 +11,10 @@
  *      catalogue confirms (an entry not marked estimate), is refused before
  *      any byte of the weights;
  *   2. the space check (storage.js `roomCheck`) comes next;
- *   3. each file goes through the resumable download (engines/download.js)
- *      into the engine's store, at exactly the confirmed size and never
- *      past the ceiling its engine names (limits.js);
+ *   3. every size is checked against the ceiling its engine names
+ *      (limits.js) before any file is downloaded; each file then goes
+ *      through the resumable download (engines/download.js) into the
+ *      engine's store, at exactly the confirmed size;
  *   4. where the catalogue publishes a sha256, the stored file is hashed
  *      part by part (hash-wasm): a mismatch deletes the file (and any
  *      unfinished parts), says so, and no connection is made; a refusal
@@ -23,7 +24,12 @@
  *      unfinished attempt stored is kept in this browser's `localStorage`
  *      (`ATTEMPTS_KEY`, by entry id, only URLs of that entry's files), so
  *      a download cut in one attempt and refused in the next leaves
- *      nothing behind;
+ *      nothing behind. A refusal is a `CatalogueRefusal` or a
+ *      `DownloadNoRoom` (the entry does not fit: no file of it is kept);
+ *      any other failure keeps the files this attempt verified and the
+ *      cut file's parts (recorded, to resume), but never a stored copy of
+ *      a file this attempt did not verify (the service worker keeps any
+ *      answer it found self-consistent, including one the page refused);
  *   5. only then is the connection added, its settings from the entry.
  * - An engine that lists its own files (WebLLM, transformers.js): the
  *   connection is added, then its files downloaded for offline use
@@ -110,6 +116,12 @@ async function forgetFile(url, store) {
   await discardDownload(url);
 }
 
+/** Delete `url`'s stored copy from `store` (its unfinished parts stay, to resume). */
+async function dropStoredCopy(url, store) {
+  if (store && "caches" in globalThis) await (await caches.open(store)).delete(url);
+  await forgetModelUse(url);
+}
+
 async function isStored(url, store) {
   if (!store || !("caches" in globalThis)) return false;
   return Boolean(await (await caches.open(store)).match(url));
@@ -118,9 +130,13 @@ async function isStored(url, store) {
 /**
  * Confirm, check room for, download and verify the listed files of `entry`.
  * `fresh` (an array) receives the URL of each file this attempt starts to
- * store that was not stored before, so a refusal can take them back.
+ * store that was not stored before, so a refusal can take them back;
+ * `verified` the URL of each file that passed every check.
  */
-async function downloadListed(entry, engine, onProgress, fresh) {
+async function downloadListed(entry, engine, onProgress, fresh, verified) {
+  // Only a byte ceiling of limits.js (fit.js keeps no other name).
+  const named = isCeilingName(engine.ceiling) && Object.hasOwn(limits, engine.ceiling) ? limits[engine.ceiling] : null;
+  const ceiling = Number.isSafeInteger(named) && named > 0 ? named : limits.MAX_GGUF_MODEL_BYTES;
   const sizes = [];
   for (const file of entry.files) {
     const size = await hostSize(file.url);
@@ -130,18 +146,20 @@ async function downloadListed(entry, engine, onProgress, fresh) {
     }
     sizes.push(size);
   }
+  // Every size against the ceiling before any byte of any file.
+  if (sizes.some((size) => size > ceiling)) throw new CatalogueRefusal(`${entry.name} is larger than this shell accepts for its engine.`);
   const { ok, room } = await roomCheck(entry.files.map((file) => file.url));
   if (!ok) throw new CatalogueRefusal(`${entry.name} does not fit in this browser's storage.`);
-  // Only a byte ceiling of limits.js (fit.js keeps no other name).
-  const named = isCeilingName(engine.ceiling) && Object.hasOwn(limits, engine.ceiling) ? limits[engine.ceiling] : null;
-  const ceiling = Number.isSafeInteger(named) && named > 0 ? named : limits.MAX_GGUF_MODEL_BYTES;
   let left = room;
   for (let index = 0; index < entry.files.length; index += 1) {
     const file = entry.files[index];
-    if (sizes[index] > ceiling) throw new CatalogueRefusal(`${entry.name} is larger than this shell accepts for its engine.`);
     // Counted before its bytes come: a cut leaves parts to take back too.
-    if (!(await isStored(file.url, engine.store))) fresh.push(file.url);
+    const stored = await isStored(file.url, engine.store);
+    if (!stored) fresh.push(file.url);
     const blob = await downloadModelFile(file.url, {
+      // A file not stored is asked of the host past the HTTP cache, which
+      // may hold an answer an earlier attempt refused (its parts still resume).
+      fresh: !stored,
       limit: ceiling,
       size: sizes[index],
       gguf: engine.gguf,
@@ -160,6 +178,7 @@ async function downloadListed(entry, engine, onProgress, fresh) {
         throw new CatalogueRefusal(`The downloaded file of ${entry.name} does not match the checksum the catalogue publishes, so it was deleted and no connection was made.`);
       }
     }
+    verified.push(file.url);
   }
 }
 
@@ -182,10 +201,11 @@ export function connectionJson(entry, engine) {
 export async function addFromCatalogue(entry, catalogue, runtime, onProgress = () => {}) {
   const engine = catalogue.engines[entry.engine];
   const fresh = [];
+  const verified = [];
   const earlier = Array.isArray(entry?.files) ? earlierAttempt(entry) : [];
   try {
     if (!engine || !runtime) throw new CatalogueRefusal("This model cannot be added here.");
-    if (engine.files === "listed") await downloadListed(entry, engine, onProgress, fresh);
+    if (engine.files === "listed") await downloadListed(entry, engine, onProgress, fresh, verified);
     const answer = JSON.parse(await runtime.addConnection(connectionJson(entry, engine)));
     if (!answer || typeof answer.id !== "string") {
       throw new CatalogueRefusal(typeof answer?.error === "string" ? answer.error : "The connection could not be added.");
@@ -203,14 +223,19 @@ export async function addFromCatalogue(entry, catalogue, runtime, onProgress = (
       : ["DownloadRestarted", "DownloadInterrupted", "DownloadNoRoom", "DownloadStalled", "DownloadTooLarge", "NotAModel"].includes(error?.name)
         ? `${entry.name} could not be downloaded: ${error.message}.`
         : `${entry.name} could not be added.`;
-    if (error instanceof CatalogueRefusal) {
+    if (error instanceof CatalogueRefusal || error?.name === "DownloadNoRoom") {
       // A refused entry never becomes a connection: the files this attempt
-      // stored go too (one file of two is no model). A download cut off is
-      // kept, to resume on the next click, and so are the files it stored
-      // (recorded, so that a refusal of a later attempt takes them back).
+      // stored go too (one file of two is no model).
       for (const url of new Set([...earlier, ...fresh])) await forgetFile(url, engine?.store).catch(() => {});
       if (Array.isArray(entry?.files)) keepAttempt(entry, []);
     } else {
+      // The files this attempt verified stay, to resume on the next click,
+      // and so do a cut file's parts (recorded, so that a refusal of a
+      // later attempt takes them back); a stored copy this attempt did not
+      // verify does not (the page never accepted it).
+      for (const url of fresh) {
+        if (!verified.includes(url)) await dropStoredCopy(url, engine?.store).catch(() => {});
+      }
       if (Array.isArray(entry?.files)) keepAttempt(entry, [...earlier, ...fresh]);
       console.error("napllm: a catalogue download failed", error?.name ?? "");
     }

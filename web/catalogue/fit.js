@@ -5,7 +5,8 @@
  * Rules
  * - `readCatalogue(json)` takes the catalogue's JSON text (web/catalogue/
  *   models.json, or the test build's override) and keeps only entries
- *   whose every field has its shape: an engine the catalogue describes,
+ *   whose every field has its shape: an engine the catalogue describes
+ *   (of a kind the build declares, when the caller names them),
  *   every file URL `https:` on one of the catalogue's `hosts` (plain
  *   `http:` only on a loopback host, for a model server of this computer),
  *   sizes positive safe integers, a sha256 of 64 hex digits or null, a
@@ -151,10 +152,13 @@ function allowedLicence(url) {
 
 /**
  * The catalogue of `json` (text): `{hosts: Set, engines: {kind: info},
- * entries: [entry]}` with only well-formed entries (module rules). Never
- * throws: unreadable text gives an empty catalogue.
+ * entries: [entry]}` with only well-formed entries (module rules). `kinds`
+ * (a Set, or null for any): the engine kinds this build declares
+ * (engines/declarations.js); an engine row of another kind is dropped, and
+ * its entries with it. Never throws: unreadable text gives an empty
+ * catalogue.
  */
-export function readCatalogue(json) {
+export function readCatalogue(json, kinds = null) {
   let data;
   try {
     data = JSON.parse(String(json));
@@ -167,6 +171,7 @@ export function readCatalogue(json) {
   const engines = {};
   for (const [kind, info] of Object.entries(data.engines)) {
     if (!isObject(info) || !text(info.label, 60)) continue;
+    if (kinds !== null && !kinds.has(kind)) continue;
     engines[kind] = {
       label: info.label,
       needs: Array.isArray(info.needs) ? info.needs.filter((n) => text(n, 20)) : [],

@@ -27,6 +27,7 @@
  */
 
 import { el } from "../js/dom.js";
+import { engineDeclarations } from "../engines/declarations.js";
 import { formatBytes } from "../engines/room.js";
 import { STORAGE_CHANGED } from "../js/offline.js";
 import { addFromCatalogue } from "./add.js";
@@ -171,9 +172,10 @@ export class CatalogueView {
     }
     if (!this.loading) {
       this.status.textContent = "Reading the catalogue…";
-      this.loading = Promise.all([catalogueText(), deviceFacts()])
-        .then(([text, device]) => {
-          this.catalogue = readCatalogue(text);
+      this.loading = Promise.all([catalogueText(), deviceFacts(), engineDeclarations()])
+        .then(([text, device, declared]) => {
+          // Only engine kinds this build declares (never one the file invents).
+          this.catalogue = readCatalogue(text, new Set(declared.map((d) => d.kind)));
           this.device = device;
           for (const [kind, info] of Object.entries(this.catalogue.engines)) this.filters.engine.append(new Option(info.label, kind));
         })

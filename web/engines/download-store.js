@@ -190,12 +190,21 @@ export async function inAppCache(url) {
   return false;
 }
 
-/** The whole stored copy of `url` in cache `store`, or null. */
-export async function storedCopy(store, url) {
+/** The whole stored copy of `url` in cache `store`, or null (and deleted) when it is not `size` bytes long (null: any). */
+export async function storedCopy(store, url, size = null) {
   if (!store || !("caches" in self)) return null;
   try {
-    const response = await (await caches.open(store)).match(url);
-    return response ? await response.blob() : null;
+    const cache = await caches.open(store);
+    const response = await cache.match(url);
+    if (!response) return null;
+    const blob = await response.blob();
+    if (size !== null && blob.size !== size) {
+      // Not the file the caller expects (kept by a refused attempt, say):
+      // never used, and not kept either.
+      await cache.delete(url).catch(() => {});
+      return null;
+    }
+    return blob;
   } catch {
     return null;
   }

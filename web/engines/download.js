@@ -212,6 +212,7 @@ async function readBody(response, state, options, meter) {
       }
       seen += value.byteLength;
       if (state.total !== null && seen > state.total) throw new NotAModel("longer than the host announced");
+      if (options.size !== null && seen > options.size) throw new NotAModel("not the size its catalogue names");
       if (seen > limit) throw new DownloadTooLarge();
       if (room !== null && seen > room) throw new DownloadNoRoom(seen);
       buffered.push(value);
@@ -238,6 +239,9 @@ async function readBody(response, state, options, meter) {
     // The body ended cleanly before the announced size: the connection closed early.
     throw new Retry("the download ended before the whole file arrived", { restart: state.meta ? null : "cut" });
   }
+  // A host that announced no total (a chunked answer) is held to the size
+  // the caller expects all the same: exactly that many bytes, never fewer.
+  if (options.size !== null && seen !== options.size) throw new NotAModel("not the size its catalogue names");
 }
 
 /** The size checks of an announced `total` (null: none) before any byte is read. */
@@ -415,6 +419,10 @@ async function run(url, options, meter) {
       await sleep(wait, options.signal);
     }
   }
+  if (options.size !== null && blob.size !== options.size) {
+    if (state.cache) await dropParts(state.cache, url).catch(() => {});
+    throw new NotAModel("not the size its catalogue names");
+  }
   if (options.store && "caches" in self && !(await inAppCache(url))) {
     const headers = { "content-type": state.type || "application/octet-stream", "content-length": String(blob.size) };
     if (state.validator?.etag) headers.etag = state.validator.etag;
@@ -434,7 +442,8 @@ async function run(url, options, meter) {
  * storage check allows, or null), `fresh` (past the HTTP cache and not
  * from `store`: a retry after a failed load; stored parts are still
  * resumed), `store` (Cache Storage name the whole file is put into under
- * `url`, and looked up in first), `onProgress(event)`, `signal`
+ * `url`, and looked up in first: a stored copy of another length than
+ * `size` is deleted and downloaded again), `onProgress(event)`, `signal`
  * (AbortSignal: cancels at any time), `fetchFn` (default `fetch`),
  * `headers` (sent with every request, besides `Range`/`If-Range`), and the
  * time bounds `headersMs`, `idleMs`, `rateMs` with `rateBytes`, `retryMs`, `maxRetryAfterMs`
@@ -470,7 +479,7 @@ export async function downloadModelFile(url, options) {
     headersMs: opts.headersMs, idleMs: opts.idleMs, rateMs: opts.rateMs, rateBytes: opts.rateBytes,
   });
   if (!opts.fresh) {
-    const stored = await storedCopy(opts.store, url);
+    const stored = await storedCopy(opts.store, url, opts.size);
     if (stored) {
       await touchModel(url);
       return stored;
@@ -495,7 +504,7 @@ export async function downloadModelFile(url, options) {
     return await locks.request(`napllm-download ${url}`, { signal: opts.signal }, async () => {
       holding = true;
       if (!opts.fresh) {
-        const stored = await storedCopy(opts.store, url);
+        const stored = await storedCopy(opts.store, url, opts.size);
         if (stored) return stored;
       }
       const blob = await run(url, opts, meter);

@@ -25,8 +25,6 @@
  *   never logged or shown.
  */
 
-import { isObject, parseJsonOr } from "./json.js";
-
 const DB_NAME = "napllm";
 const STORE = "connections";
 const LEGACY_KEY = "list";
@@ -68,7 +66,6 @@ async function withStore(mode, action) {
   }
 }
 
-const parseObject = (text) => parseJsonOr(text, null, isObject);
 
 /**
  * The changes a save names: `{put: [object], remove: [id]}`.
@@ -130,10 +127,11 @@ export async function saveConnections(json) {
 }
 
 /**
- * The stored connections as JSON text: an array, oldest first, "[]" when
- * none. Each record whose text is a JSON object is inlined as it was
- * stored; any other record appears as a JSON string (the runtime counts
- * it as unreadable). Moves a legacy `list` record into per-connection
+ * The stored connections as JSON text: an array of strings, oldest first,
+ * "[]" when none. Each string is one record's text exactly as it was
+ * stored (a record without text appears as a string the runtime counts as
+ * unreadable); the runtime reads each on its own, within its per-record
+ * limits, so one bad record never hides the others. Moves a legacy `list` record into per-connection
  * records first.
  */
 export async function loadConnections() {
@@ -183,14 +181,15 @@ export async function loadConnections() {
     return found;
   });
   const created = (record) => Number(record?.created) || 0;
+  // Each record's text as it is stored, one string each: the runtime reads
+  // every record on its own (one bad record never hides the others).
   const texts = records
     .sort((a, b) => created(a) - created(b))
     .map((record) => {
       const text = typeof record === "string" ? record : record?.text;
-      if (typeof text !== "string") return JSON.stringify("unreadable record");
-      return parseObject(text) ? text : JSON.stringify(text);
+      return typeof text === "string" ? text : "unreadable record";
     });
-  return `[${texts.join(",")}]`;
+  return JSON.stringify(texts);
 }
 
 /**

@@ -29,8 +29,28 @@ from typing import Any
 from js import napllmHost  # type: ignore[import-not-found]
 
 from ..connections import Connection, ConnectionRegistry, ConnectionSpec
-from ..jsontext import JsonTextError, read_json
+from ..jsontext import read_json, read_json_object
 from .providers import BrowserProviders, connection_from_spec, default_connections
+
+#: The longest stored record read (characters): the form's largest record
+#: (a 1,000,000-character script, each character at most two once escaped
+#: in the record's text, plus the other fields) fits with room to spare.
+RECORD_MAX_CHARS = 4 * 1024 * 1024
+
+
+def check_form_bounds(connection: Connection) -> None:
+    """Refuse a stored connection the add form would not have made.
+
+    The form's `ConnectionSpec` bounds its name and model lengths; a record
+    read back must be within the same bounds. Raises `ValueError`.
+    """
+    for field in ("name", "model"):
+        value = getattr(connection, field)
+        bounds = ConnectionSpec.model_fields[field].metadata
+        low = next((b.min_length for b in bounds if hasattr(b, "min_length")), 0)
+        high = next((b.max_length for b in bounds if hasattr(b, "max_length")), None)
+        if not isinstance(value, str) or len(value) < low or (high and len(value) > high):
+            raise ValueError(f"the stored {field} is outside the form's bounds")
 
 
 def stored_form(connection: Connection) -> dict[str, Any]:
@@ -80,20 +100,27 @@ class ConnectionStore:
     async def read(self) -> list[Connection]:
         """The stored user connections this build can read, oldest first.
 
-        Entries it cannot read (unknown fields, another build's format,
-        broken text) are counted in `unreadable` and remembered by id so no
-        new connection takes their id; they are never rewritten.
+        The page hands back a JSON array of the records' texts (one per
+        stored record, web/js/storage.js); each text is read on its own,
+        within `RECORD_MAX_CHARS` and `read_json`'s other limits, so one bad
+        record never hides the others. Entries it cannot read (unknown
+        fields, another build's format, broken text, over a limit, outside
+        the form's bounds) are counted in `unreadable` and remembered by id
+        so no new connection takes their id; they are never rewritten.
         """
-        try:
-            stored = read_json(str(await napllmHost.loadConnections()))
-        except JsonTextError:
-            stored = []
+        # The outer array is the page's own JSON.stringify of strings (flat).
+        texts = json.loads(str(await napllmHost.loadConnections()))
         readable: list[Connection] = []
         unreadable: set[str] = set()
         count = 0
-        for raw in stored if isinstance(stored, list) else []:
+        for text in texts if isinstance(texts, list) else []:
+            raw: Any = None
             try:
+                if not isinstance(text, str):
+                    raise ValueError("not a record's text")
+                raw = read_json_object(text, max_chars=RECORD_MAX_CHARS)
                 connection = Connection.model_validate(raw)
+                check_form_bounds(connection)
                 if not connection.settings.get("userDefined"):
                     raise ValueError("not a user connection")
                 # Checked as the form checks it; the route and what the kind
