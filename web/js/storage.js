@@ -66,7 +66,6 @@ async function withStore(mode, action) {
   }
 }
 
-
 /**
  * The changes a save names: `{put: [object], remove: [id]}`.
  * `json` is an array of connection objects (each put by its `id`) or
@@ -131,8 +130,8 @@ export async function saveConnections(json) {
  * "[]" when none. Each string is one record's text exactly as it was
  * stored (a record without text appears as a string the runtime counts as
  * unreadable); the runtime reads each on its own, within its per-record
- * limits, so one bad record never hides the others. Moves a legacy `list` record into per-connection
- * records first.
+ * limits, so one bad record never hides the others. Moves a legacy `list`
+ * record into per-connection records first.
  */
 export async function loadConnections() {
   const records = await withStore("readwrite", (store) => {
