@@ -94,6 +94,10 @@ READ_IN_PART: dict[str, tuple[dict[str, Any], str]] = {
         {"type": "string", "$ref": "#/$defs/i", "$defs": {"i": {"type": "integer"}}},
         "type",
     ),
+    "a type list beside anyOf": (
+        {"type": ["string", "null"], "anyOf": [{"type": "integer"}, {"type": "null"}]},
+        "type",
+    ),
     "oneOf beside anyOf": (
         {"oneOf": [{"const": 1}, {"const": 2}], "anyOf": [{"const": 3}]},
         "anyOf",

@@ -195,8 +195,8 @@ _ALLOF_BRANCH_KEYS = frozenset(
 def _type_says_more(node: dict[str, Any]) -> bool:
     """Whether `node`'s `type` constrains more than the branch the converter takes."""
     kind = node["type"]
-    if isinstance(kind, list) or "$ref" in node:
-        return "$ref" in node
+    if "$ref" in node:
+        return True
     for key in ("oneOf", "anyOf"):
         if key in node:
             branches = node[key]
@@ -205,6 +205,8 @@ def _type_says_more(node: dict[str, Any]) -> bool:
                 or (b.get("type") != kind and not ("const" in b and _of_type(b["const"], kind)))
                 for b in branches
             )
+    if isinstance(kind, list):
+        return False  # its own branch: a `const` or `enum` beside it is refused as dropped
     if "const" in node:
         return not _of_type(node["const"], kind)
     if "enum" in node:
