@@ -110,16 +110,16 @@ function keepAttempt(entry, urls) {
   }
 }
 
-async function forgetFile(url, store) {
-  if (store && "caches" in globalThis) await (await caches.open(store)).delete(url);
-  await forgetModelUse(url);
-  await discardDownload(url);
-}
-
 /** Delete `url`'s stored copy from `store` (its unfinished parts stay, to resume). */
 async function dropStoredCopy(url, store) {
   if (store && "caches" in globalThis) await (await caches.open(store)).delete(url);
   await forgetModelUse(url);
+}
+
+/** Delete `url`'s stored copy and its unfinished parts. */
+async function forgetFile(url, store) {
+  await dropStoredCopy(url, store);
+  await discardDownload(url);
 }
 
 async function isStored(url, store) {
@@ -202,7 +202,8 @@ export async function addFromCatalogue(entry, catalogue, runtime, onProgress = (
   const engine = catalogue.engines[entry.engine];
   const fresh = [];
   const verified = [];
-  const earlier = Array.isArray(entry?.files) ? earlierAttempt(entry) : [];
+  const hasFiles = Array.isArray(entry?.files);
+  const earlier = hasFiles ? earlierAttempt(entry) : [];
   try {
     if (!engine || !runtime) throw new CatalogueRefusal("This model cannot be added here.");
     if (engine.files === "listed") await downloadListed(entry, engine, onProgress, fresh, verified);
@@ -227,7 +228,7 @@ export async function addFromCatalogue(entry, catalogue, runtime, onProgress = (
       // A refused entry never becomes a connection: the files this attempt
       // stored go too (one file of two is no model).
       for (const url of new Set([...earlier, ...fresh])) await forgetFile(url, engine?.store).catch(() => {});
-      if (Array.isArray(entry?.files)) keepAttempt(entry, []);
+      if (hasFiles) keepAttempt(entry, []);
     } else {
       // The files this attempt verified stay, to resume on the next click,
       // and so do a cut file's parts (recorded, so that a refusal of a
@@ -236,7 +237,7 @@ export async function addFromCatalogue(entry, catalogue, runtime, onProgress = (
       for (const url of fresh) {
         if (!verified.includes(url)) await dropStoredCopy(url, engine?.store).catch(() => {});
       }
-      if (Array.isArray(entry?.files)) keepAttempt(entry, [...earlier, ...fresh]);
+      if (hasFiles) keepAttempt(entry, [...earlier, ...fresh]);
       console.error("napllm: a catalogue download failed", error?.name ?? "");
     }
     onProgress(text, -1);
